@@ -1,0 +1,31 @@
+"""`raftka bench SCENARIO`: the benchmark front door.
+
+Scenarios register here; each takes `--results DIR` (a Parquet dataset the
+rows are appended to) and `--json` (one JSON object per measurement on
+stdout).
+"""
+
+import argparse
+
+DEFAULT_RESULTS_DIR = "bench/results"
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--results",
+        default=DEFAULT_RESULTS_DIR,
+        metavar="DIR",
+        help=f"Parquet dataset the result rows are appended to (default {DEFAULT_RESULTS_DIR})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="also print one JSON object per measurement on stdout"
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="run a benchmark scenario and write result rows")
+    scenarios = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
+    scenarios.required = True
+    from bench import storage_bench
+
+    storage_bench.register(scenarios)

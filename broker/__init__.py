@@ -1,0 +1,1 @@
+"""raftka broker package."""

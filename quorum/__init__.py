@@ -1,0 +1,1 @@
+"""raftka quorum package."""

@@ -1,0 +1,38 @@
+"""The `raftka` command line.
+
+Each sub-command lives in its own module and registers itself here; the
+table below is the one place that lists them.
+"""
+
+import argparse
+import sys
+
+from raftka import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raftka",
+        description="A Kafka-compatible replicated commit log whose metadata lives in a Raft quorum.",
+    )
+    parser.add_argument("--version", action="version", version=f"raftka {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    from bench import cli as bench_cli
+
+    bench_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
