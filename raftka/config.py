@@ -1,0 +1,164 @@
+"""Node configuration with Apache Kafka's key names.
+
+A config is a properties file (`key=value` lines, `#` comments), exactly the
+format Kafka's `server.properties` uses, so a Kafka operator can read ours.
+`NodeConfig.from_properties` checks every key it knows and refuses a bad
+value with a `ConfigError` that names the key, the value and what is allowed.
+Unknown keys are kept (Kafka warns and ignores them) and logged by the
+caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from raftka.errors import ConfigError
+
+_VOTER = re.compile(r"^(\d+)@([^:]+):(\d+)$")
+_LISTENER = re.compile(r"^(?:([A-Za-z_]+)://)?([^:]*):(\d+)$")
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Parse a Java-style properties file (the subset Kafka configs use)."""
+    props: dict[str, str] = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}; pass an existing file") from e
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def parse_voters(value: str) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters`: `1@host:port,2@host:port,...`."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        m = _VOTER.match(item)
+        if not m:
+            raise ConfigError(
+                f"controller.quorum.voters: {item!r} is not of the form id@host:port "
+                f"(e.g. 1@127.0.0.1:9093)"
+            )
+        voters[int(m.group(1))] = (m.group(2), int(m.group(3)))
+    if not voters:
+        raise ConfigError("controller.quorum.voters is empty: list the voters as id@host:port,...")
+    return voters
+
+
+def parse_listener(value: str, key: str = "listeners") -> tuple[str, str, int]:
+    """A single `NAME://host:port` listener -> (name, host, port)."""
+    first = value.split(",")[0].strip()
+    m = _LISTENER.match(first)
+    if not m:
+        raise ConfigError(f"{key}: {first!r} is not of the form NAME://host:port (e.g. PLAINTEXT://127.0.0.1:9092)")
+    return (m.group(1) or "PLAINTEXT", m.group(2) or "127.0.0.1", int(m.group(3)))
+
+
+def _int(props: dict[str, str], key: str, default: int, minimum: int | None = None) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}={value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(props: dict[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise ConfigError(f"{key}={raw!r} must be true or false")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    """The keys a controller, broker or combined node reads."""
+
+    node_id: int
+    process_roles: frozenset[str]
+    log_dirs: tuple[str, ...]
+    controller_quorum_voters: dict[int, tuple[str, int]]
+    listener: tuple[str, str, int] | None
+    controller_listener: tuple[str, str, int] | None
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    controller_quorum_election_backoff_max_ms: int = 1000
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = False
+    socket_request_max_bytes: int = 104857600
+    connections_max_idle_ms: int = 600000
+    raw: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> NodeConfig:
+        if "node.id" not in props:
+            raise ConfigError("node.id is required: give every node a unique integer id")
+        node_id = _int(props, "node.id", 0, minimum=0)
+        roles = frozenset(r.strip() for r in props.get("process.roles", "broker,controller").split(",") if r.strip())
+        if not roles or not roles <= {"broker", "controller"}:
+            raise ConfigError(f"process.roles={props.get('process.roles')!r}: use broker, controller or broker,controller")
+        dirs = props.get("log.dirs") or props.get("log.dir")
+        if not dirs:
+            raise ConfigError("log.dirs is required: the directory this node keeps its data in")
+        voters = parse_voters(props.get("controller.quorum.voters", ""))
+        if "controller" in roles and node_id not in voters:
+            raise ConfigError(
+                f"node.id={node_id} has process.roles controller but is not in controller.quorum.voters "
+                f"({','.join(map(str, voters))}); add it there"
+            )
+        listener = parse_listener(props["listeners"]) if "listeners" in props else None
+        controller_listener = None
+        if "controller" in roles:
+            host, port = voters[node_id]
+            controller_listener = ("CONTROLLER", host, port)
+        if "broker" in roles and listener is None:
+            raise ConfigError("listeners is required for a broker, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        return cls(
+            node_id=node_id,
+            process_roles=roles,
+            log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
+            controller_quorum_voters=voters,
+            listener=listener,
+            controller_listener=controller_listener,
+            controller_quorum_election_timeout_ms=_int(props, "controller.quorum.election.timeout.ms", 1000, 1),
+            controller_quorum_fetch_timeout_ms=_int(props, "controller.quorum.fetch.timeout.ms", 2000, 1),
+            controller_quorum_election_backoff_max_ms=_int(props, "controller.quorum.election.backoff.max.ms", 1000, 1),
+            broker_session_timeout_ms=_int(props, "broker.session.timeout.ms", 9000, 1),
+            broker_heartbeat_interval_ms=_int(props, "broker.heartbeat.interval.ms", 2000, 1),
+            metadata_log_max_record_bytes_between_snapshots=_int(
+                props, "metadata.log.max.record.bytes.between.snapshots", 20 * 1024 * 1024, 1
+            ),
+            num_partitions=_int(props, "num.partitions", 1, 1),
+            default_replication_factor=_int(props, "default.replication.factor", 1, 1),
+            auto_create_topics_enable=_bool(props, "auto.create.topics.enable", False),
+            socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104857600, 1),
+            connections_max_idle_ms=_int(props, "connections.max.idle.ms", 600000, 1),
+            raw=dict(props),
+        )
