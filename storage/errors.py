@@ -1,0 +1,64 @@
+"""Storage errors: what was wrong with the bytes or the request, and what to do.
+
+Each maps to one Kafka error code at the broker's edge (the broker turns
+them into codes in responses; they never cross the network as exceptions):
+
+| exception                    | Kafka error code            |
+| ---------------------------- | --------------------------- |
+| CorruptRecordError           | CORRUPT_MESSAGE (2)         |
+| InvalidRecordError           | INVALID_RECORD (87)         |
+| RecordTooLargeError          | MESSAGE_TOO_LARGE (10)      |
+| OffsetOutOfRangeError        | OFFSET_OUT_OF_RANGE (1)     |
+| UnsupportedCompressionError  | UNSUPPORTED_COMPRESSION_TYPE (76) |
+
+`InvalidRecordError` subclasses `CorruptRecordError`, so code that only
+catches the latter still catches it; check the subclass first when mapping
+to an error code.
+"""
+
+from raftka.errors import RaftkaError
+
+
+class StorageError(RaftkaError):
+    """Root of errors raised by the storage engine."""
+
+
+class CorruptRecordError(StorageError):
+    """Bytes that are not a well-formed v2 record batch: bad CRC, bad magic,
+    impossible length, truncated. `position` is the byte position of the
+    batch in the buffer it was read from, when known."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A well-formed batch that a client may not send: its record count
+    disagrees with its offset range, or it is empty (LogValidator's checks
+    on client batches)."""
+
+
+class RecordTooLargeError(StorageError):
+    """A batch larger than the topic's `max.message.bytes` (broker default
+    `message.max.bytes`)."""
+
+    def __init__(self, message: str, size_in_bytes: int, max_message_bytes: int) -> None:
+        super().__init__(message)
+        self.size_in_bytes = size_in_bytes
+        self.max_message_bytes = max_message_bytes
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read asked for an offset outside [log_start_offset, log_end_offset]."""
+
+    def __init__(
+        self, message: str, log_start_offset: int | None = None, log_end_offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class UnsupportedCompressionError(StorageError):
+    """A compression codec id raftka does not know (Kafka has 0..4)."""
