@@ -186,7 +186,10 @@ def validate_batch(
     checks on client batches: records_count == last_offset_delta + 1 and
     at least one record; these raise `InvalidRecordError`.
     """
-    header = parse_header(buf, pos)
+    try:
+        header = _tuple_new(BatchHeader, _unpack_header(buf, pos))
+    except struct.error:
+        header = parse_header(buf, pos)  # raises CorruptRecordError saying why
     if header[3] != MAGIC:
         raise CorruptRecordError(
             f"record batch at position {pos} has magic {header[3]}, expected {MAGIC}: "
