@@ -55,6 +55,7 @@ from storage.errors import (
     InvalidRecordError,
     RecordTooLargeError,
     StorageError,
+    UnsupportedCompressionError,
 )
 
 MAGIC = 2
@@ -182,9 +183,14 @@ def validate_batch(
     the CRC32C of bytes 21.. matches, and 0 <= records_count <=
     last_offset_delta + 1 (compaction may drop records but keeps offsets).
 
+    A codec id above 4 raises `UnsupportedCompressionError`.
+
     With `from_client=True` (the produce path) also Kafka's LogValidator
-    checks on client batches: records_count == last_offset_delta + 1 and
-    at least one record; these raise `InvalidRecordError`.
+    checks on client batches, which raise `InvalidRecordError`:
+    records_count == last_offset_delta + 1 and at least one record; not a
+    control batch; an idempotent batch (producer_id >= 0) has a sequence.
+    Per-record rules (keys on compacted topics, timestamp skew) need the
+    records decoded and are left to the caller.
     """
     try:
         header = _tuple_new(BatchHeader, _unpack_header(buf, pos))
@@ -234,14 +240,40 @@ def validate_batch(
             f"last_offset_delta {last_offset_delta}, which no writer produces",
             pos,
         )
-    if from_client and (count == 0 or count != last_offset_delta + 1):
+    if header[5] & COMPRESSION_MASK > ZSTD:
+        raise UnsupportedCompressionError(
+            f"record batch at position {pos} names compression codec "
+            f"{header[5] & COMPRESSION_MASK}; Kafka defines 0 none, 1 gzip, 2 snappy, "
+            "3 lz4, 4 zstd",
+        )
+    if from_client:
+        _check_client_batch(header, pos)
+    return header
+
+
+def _check_client_batch(header: BatchHeader, pos: int) -> None:
+    """Kafka's LogValidator rules for batches that come from a producer."""
+    count, last_offset_delta = header.records_count, header.last_offset_delta
+    if count == 0 or count != last_offset_delta + 1:
         raise InvalidRecordError(
             f"record batch at position {pos} has records_count {count} but "
             f"last_offset_delta {last_offset_delta}: a client batch must hold exactly "
             "last_offset_delta + 1 records, at least one",
             pos,
         )
-    return header
+    if header.is_control:
+        raise InvalidRecordError(
+            f"record batch at position {pos} is a control batch: clients may not write "
+            "control records (only transaction coordinators and Raft leaders do)",
+            pos,
+        )
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"record batch at position {pos} has producer_id {header.producer_id} but "
+            f"base_sequence {header.base_sequence}: an idempotent producer must number "
+            "its batches (KIP-98)",
+            pos,
+        )
 
 
 def set_base_offset(buf, base_offset: int, pos: int = 0) -> None:
