@@ -276,7 +276,7 @@ def test_record_count_lying_about_records_section():
 
 _blobs = st.none() | st.binary(max_size=300)
 _headers = st.lists(st.tuples(st.text(max_size=10), _blobs), max_size=4)
-_timestamps = st.integers(min_value=0, max_value=2**41)
+_timestamps = st.integers(min_value=-1, max_value=2**41)  # -1: no timestamp
 _record = st.tuples(_blobs, _blobs, _headers, _timestamps)
 
 

@@ -128,13 +128,17 @@ def test_random_bytes_never_escape_as_other_errors(data, codec):
             pass
 
 
+_blobs = st.none() | st.binary(max_size=30)
+_record = st.tuples(
+    _blobs,
+    _blobs,
+    st.lists(st.tuples(st.text(max_size=4), _blobs), max_size=2),
+    st.integers(-1, 2**40),
+)
+
+
 @given(
-    records=st.lists(
-        st.tuples(st.none() | st.binary(max_size=30), st.binary(max_size=30),
-                  st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=5)),
-                           max_size=2),
-                  st.integers(0, 2**40)),
-        min_size=1, max_size=5),
+    records=st.lists(_record, min_size=1, max_size=5),
     codec=st.sampled_from([0, 1, 2, 3, 4]),
     data=st.data(),
 )

@@ -8,6 +8,8 @@ is absent kafka-python's xerial framing code runs on cramjam's raw snappy
 blocks, the way python-snappy would supply them.
 """
 
+import struct
+
 import cramjam
 import pytest
 from hypothesis import given
@@ -15,7 +17,14 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage.batch import build_batch, iter_records, set_base_offset, validate_batch
+from storage.batch import (
+    ControlRecordType,
+    build_batch,
+    build_control_batch,
+    iter_records,
+    set_base_offset,
+    validate_batch,
+)
 
 _PIP_PACKAGE = {2: "python-snappy", 3: "lz4", 4: "zstandard"}
 _HAS_CODEC = {
@@ -113,6 +122,20 @@ def test_kafka_python_reads_our_batches(kafka_python_codec):
     assert theirs.is_transactional and not theirs.is_control_batch
     got = [(r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in theirs]
     assert got == [(77 + i, k, v, h, t) for i, (k, v, h, t) in enumerate(records)]
+
+
+@pytest.mark.parametrize("marker", [ControlRecordType.ABORT, ControlRecordType.COMMIT])
+def test_kafka_python_reads_our_transaction_markers(marker):
+    end_txn_marker = struct.pack(">hi", 0, 17)  # version 0, coordinator epoch
+    ours = build_control_batch(
+        marker, end_txn_marker, base_offset=30, producer_id=4, producer_epoch=1
+    )
+    theirs = DefaultRecordBatch(ours)
+    assert theirs.validate_crc()
+    assert theirs.is_control_batch and theirs.is_transactional
+    (record,) = list(theirs)
+    assert (record.offset, record.version, record.type) == (30, 0, marker)
+    assert (record.commit, record.abort) == (marker == 1, marker == 0)
 
 
 def test_kafka_python_producer_state_fields():
