@@ -109,7 +109,6 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
-_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. records_count
 _unpack_header = _HEADER.unpack_from
 _tuple_new = tuple.__new__
 

@@ -302,3 +302,25 @@ def test_random_byte_flip_in_crc_range_is_corrupt(records, data):
     batch[i] ^= data.draw(st.integers(min_value=1, max_value=255))
     with pytest.raises(CorruptRecordError):
         validate_batch(batch)
+
+
+def test_codec_modules_are_pure():
+    """The batch codec is a pure core (STYLE.md section 1): no clock, no I/O."""
+    import ast
+    import pathlib
+
+    import storage
+
+    forbidden = {"time", "os", "socket", "trio", "random", "io", "pathlib", "threading"}
+    root = pathlib.Path(storage.__file__).parent
+    for name in ("batch.py", "batch_records.py", "compression.py", "errors.py"):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            for module in modules:
+                assert module.split(".")[0] not in forbidden, f"{name} imports {module}"
