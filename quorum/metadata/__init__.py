@@ -1,0 +1,71 @@
+"""KRaft metadata: records, the immutable `MetadataImage`, deltas and snapshots (KIP-631)."""
+
+from quorum.metadata.delta import LocalPartition, MetadataDelta, StoppedReplica, image_delta
+from quorum.metadata.image import (
+    BrokerRegistration,
+    ConfigResource,
+    LoggedRecord,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+    TopicPartition,
+)
+from quorum.metadata.pmap import PMap
+from quorum.metadata.records import (
+    NO_LEADER,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    MalformedRecordError,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    Record,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnregisterBrokerRecord,
+    UnsupportedRecordError,
+    decode_record,
+    encode_record,
+)
+from quorum.metadata.replay import MetadataReplayError
+from quorum.metadata.snapshot import image_from_records, image_to_records
+
+__all__ = [
+    "NO_LEADER",
+    "BrokerRegistration",
+    "BrokerRegistrationChangeRecord",
+    "ConfigRecord",
+    "ConfigResource",
+    "ConfigResourceType",
+    "Endpoint",
+    "LocalPartition",
+    "LoggedRecord",
+    "MalformedRecordError",
+    "MetadataDelta",
+    "MetadataImage",
+    "MetadataReplayError",
+    "NoOpRecord",
+    "PMap",
+    "PartitionChangeRecord",
+    "PartitionRecord",
+    "PartitionRegistration",
+    "ProducerIdsRecord",
+    "Record",
+    "RegisterBrokerRecord",
+    "RemoveTopicRecord",
+    "StoppedReplica",
+    "TopicImage",
+    "TopicPartition",
+    "TopicRecord",
+    "UnregisterBrokerRecord",
+    "UnsupportedRecordError",
+    "decode_record",
+    "encode_record",
+    "image_delta",
+    "image_from_records",
+    "image_to_records",
+]

@@ -1,0 +1,349 @@
+"""KRaft metadata records and their CBOR encoding (KIP-631).
+
+Theory of operation
+-------------------
+Every change to cluster metadata is one record appended to the quorum log
+`__cluster_metadata`. A record is a small immutable dataclass here and, on
+disk and on the wire, one CBOR map ``{"t": <type>, "v": <version>, ...fields}``.
+
+* The type tag ``t`` names the record (``"PartitionChange"``); ``v`` is the
+  version of that record's schema. A reader refuses a type it does not know
+  or a version newer than it knows with `UnsupportedRecordError`: replaying
+  a record we do not understand would silently build a wrong image, so the
+  node must be upgraded instead (KIP-584's rule for metadata versions).
+* Fields are encoded by a per-type table (`_SCHEMAS`). A field whose default
+  is ``None`` and whose value is ``None`` is left out of the map, so a
+  `PartitionChangeRecord` carries only what changed. A field missing on
+  decode takes its default, which lets a later version add a defaulted
+  field without breaking older logs; unknown extra keys are ignored.
+* UUIDs travel as 16 raw bytes, lists as CBOR arrays (tuples in Python).
+
+The broker epoch is not a field of `RegisterBrokerRecord` in the log: it is
+the offset the record was written at (KIP-631). Snapshots, which have no
+offsets per record, set ``broker_epoch`` explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import cbor2
+
+from raftka.errors import RaftkaError
+
+NO_LEADER = -1
+"""`leader` of a partition that has no leader (offline)."""
+
+
+class UnsupportedRecordError(RaftkaError):
+    """A metadata record of a type or version this node does not know.
+
+    The log was written by a newer raftka; upgrade this node before it
+    replays the metadata log.
+    """
+
+
+class MalformedRecordError(RaftkaError):
+    """Bytes that are not a well-formed metadata record (corruption or a bug in the writer)."""
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's `ConfigResource.Type` codes, as used on the wire by DescribeConfigs."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener of a broker. `security_protocol` is Kafka's code (0 = PLAINTEXT)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    """A broker (re)registers. Its broker epoch is this record's offset.
+
+    `broker_epoch` is None in the log (the offset is the epoch) and set only
+    in snapshots, which do not keep per-record offsets.
+    """
+
+    TYPE: ClassVar[str] = "RegisterBroker"
+    broker_id: int
+    incarnation_id: uuid.UUID
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    broker_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    TYPE: ClassVar[str] = "UnregisterBroker"
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    """Fence/unfence a broker or mark it in controlled shutdown. None = unchanged."""
+
+    TYPE: ClassVar[str] = "BrokerRegistrationChange"
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    TYPE: ClassVar[str] = "Topic"
+    name: str
+    topic_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """The full state of one partition (at creation, and in snapshots)."""
+
+    TYPE: ClassVar[str] = "Partition"
+    topic_id: uuid.UUID
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """Only the fields that change; None = unchanged.
+
+    Replaying it bumps `partition_epoch`; a present `leader` (even the same
+    broker, which Kafka uses to force a bump) also bumps `leader_epoch`.
+    """
+
+    TYPE: ClassVar[str] = "PartitionChange"
+    topic_id: uuid.UUID
+    partition: int
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    TYPE: ClassVar[str] = "RemoveTopic"
+    topic_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """Set (value) or delete (value None) one dynamic config key."""
+
+    TYPE: ClassVar[str] = "Config"
+    resource_type: ConfigResourceType
+    resource_name: str
+    key: str
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """A block of producer ids went to a broker; `next_producer_id` starts the next block."""
+
+    TYPE: ClassVar[str] = "ProducerIds"
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoOpRecord:
+    """Written by a new active controller to commit its epoch (KIP-835)."""
+
+    TYPE: ClassVar[str] = "NoOp"
+
+
+Record = (
+    RegisterBrokerRecord
+    | UnregisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | ProducerIdsRecord
+    | NoOpRecord
+)
+
+# Field kinds: how a Python value maps to a CBOR value and back.
+_INT, _OPT_INT, _STR, _OPT_STR = "int", "int?", "str", "str?"
+_BOOL, _OPT_BOOL, _UUID = "bool", "bool?", "uuid"
+_INTS, _OPT_INTS, _ENDPOINTS, _RESOURCE = "ints", "ints?", "endpoints", "resource"
+
+# type -> (current version, ((field, kind), ...)). Bump the version when a
+# field's meaning changes or a field without a default is added.
+_SCHEMAS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
+    RegisterBrokerRecord: (1, (
+        ("broker_id", _INT), ("incarnation_id", _UUID), ("endpoints", _ENDPOINTS),
+        ("rack", _OPT_STR), ("fenced", _BOOL), ("in_controlled_shutdown", _BOOL),
+        ("broker_epoch", _OPT_INT),
+    )),
+    UnregisterBrokerRecord: (1, (("broker_id", _INT), ("broker_epoch", _INT))),
+    BrokerRegistrationChangeRecord: (1, (
+        ("broker_id", _INT), ("broker_epoch", _INT),
+        ("fenced", _OPT_BOOL), ("in_controlled_shutdown", _OPT_BOOL),
+    )),
+    TopicRecord: (1, (("name", _STR), ("topic_id", _UUID))),
+    PartitionRecord: (1, (
+        ("topic_id", _UUID), ("partition", _INT), ("replicas", _INTS), ("isr", _INTS),
+        ("leader", _INT), ("leader_epoch", _INT), ("partition_epoch", _INT),
+        ("removing_replicas", _INTS), ("adding_replicas", _INTS),
+    )),
+    PartitionChangeRecord: (1, (
+        ("topic_id", _UUID), ("partition", _INT), ("isr", _OPT_INTS), ("leader", _OPT_INT),
+        ("replicas", _OPT_INTS), ("removing_replicas", _OPT_INTS), ("adding_replicas", _OPT_INTS),
+    )),
+    RemoveTopicRecord: (1, (("topic_id", _UUID),)),
+    ConfigRecord: (1, (
+        ("resource_type", _RESOURCE), ("resource_name", _STR), ("key", _STR), ("value", _OPT_STR),
+    )),
+    ProducerIdsRecord: (1, (("broker_id", _INT), ("broker_epoch", _INT), ("next_producer_id", _INT))),
+    NoOpRecord: (1, ()),
+}
+
+_BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMAS}
+_DEFAULTS: dict[type, dict[str, Any]] = {
+    cls: {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    for cls in _SCHEMAS
+}
+
+
+def record_version(record_type: type) -> int:
+    """The version this node writes (and the newest it reads) for a record type."""
+    return _SCHEMAS[record_type][0]
+
+
+def _to_cbor(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == _UUID:
+        return value.bytes
+    if kind in (_INTS, _OPT_INTS):
+        return list(value)
+    if kind == _ENDPOINTS:
+        return [{"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+                for e in value]
+    if kind == _RESOURCE:
+        return int(value)
+    return value
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _from_cbor(kind: str, value: Any, where: str) -> Any:
+    if value is None and kind.endswith("?"):
+        return None
+    base = kind.rstrip("?")
+    if base == _INT and _is_int(value):
+        return value
+    if base == _STR and isinstance(value, str):
+        return value
+    if base == _BOOL and isinstance(value, bool):
+        return value
+    if base == _UUID and isinstance(value, bytes) and len(value) == 16:
+        return uuid.UUID(bytes=value)
+    if base == _INTS and isinstance(value, list) and all(_is_int(x) for x in value):
+        return tuple(value)
+    if base == _RESOURCE and _is_int(value):
+        try:
+            return ConfigResourceType(value)
+        except ValueError:
+            raise MalformedRecordError(f"{where}: unknown config resource type {value}") from None
+    if base == _ENDPOINTS and isinstance(value, list):
+        out = []
+        for e in value:
+            if not (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("host"), str)
+                    and _is_int(e.get("port")) and _is_int(e.get("security_protocol"))):
+                raise MalformedRecordError(f"{where}: malformed endpoint {e!r}")
+            out.append(Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]))
+        return tuple(out)
+    raise MalformedRecordError(f"{where}: expected {kind}, got {type(value).__name__} {value!r}")
+
+
+def record_to_map(record: Record) -> dict[str, Any]:
+    """The CBOR map of a record (for embedding in snapshots or tests)."""
+    version, fields = _SCHEMAS[type(record)]
+    out: dict[str, Any] = {"t": record.TYPE, "v": version}
+    defaults = _DEFAULTS[type(record)]
+    for name, kind in fields:
+        value = getattr(record, name)
+        if value is None and name in defaults and defaults[name] is None:
+            continue
+        out[name] = _to_cbor(kind, value)
+    return out
+
+
+def record_from_map(data: Any) -> Record:
+    """Inverse of `record_to_map`; refuses unknown types and newer versions."""
+    if not isinstance(data, dict):
+        raise MalformedRecordError(f"a metadata record must be a CBOR map, got {type(data).__name__}")
+    tag, version = data.get("t"), data.get("v")
+    if not isinstance(tag, str) or not _is_int(version) or version < 1:
+        raise MalformedRecordError(f"metadata record without a valid type tag and version: t={tag!r} v={version!r}")
+    cls = _BY_TAG.get(tag)
+    if cls is None:
+        raise UnsupportedRecordError(
+            f"metadata record type {tag!r} (version {version}) is unknown to this node: the log was "
+            f"written by a newer raftka; upgrade this node before it replays the metadata log"
+        )
+    known, fields = _SCHEMAS[cls]
+    if version > known:
+        raise UnsupportedRecordError(
+            f"metadata record {tag!r} version {version} is newer than the version {known} this node "
+            f"knows: upgrade this node before it replays the metadata log"
+        )
+    defaults = _DEFAULTS[cls]
+    kwargs: dict[str, Any] = {}
+    for name, kind in fields:
+        if name in data:
+            kwargs[name] = _from_cbor(kind, data[name], f"{tag}.{name}")
+        elif name not in defaults:
+            raise MalformedRecordError(f"metadata record {tag!r} lacks required field {name!r}")
+    return cls(**kwargs)
+
+
+def encode_record(record: Record) -> bytes:
+    """One record as CBOR bytes (the value of a metadata log entry)."""
+    return cbor2.dumps(record_to_map(record))
+
+
+def decode_record(data: bytes) -> Record:
+    """Inverse of `encode_record`.
+
+    Raises `UnsupportedRecordError` for a record of an unknown type or newer
+    version, `MalformedRecordError` for bytes that are not a record.
+    """
+    try:
+        raw = cbor2.loads(data)
+    except (cbor2.CBORDecodeError, ValueError, TypeError) as e:
+        raise MalformedRecordError(f"metadata record is not valid CBOR: {e}") from e
+    return record_from_map(raw)

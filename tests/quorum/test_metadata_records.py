@@ -1,0 +1,108 @@
+"""Metadata record codec: round trips for every type; unknown types and versions refused."""
+
+import uuid
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quorum.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    MalformedRecordError,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnregisterBrokerRecord,
+    UnsupportedRecordError,
+    decode_record,
+    encode_record,
+)
+from raftka.errors import RaftkaError
+
+ints = st.integers(-(2**63), 2**63 - 1)
+ids = st.integers(-1, 2**31 - 1)
+uuids = st.uuids()
+names = st.text(max_size=20)
+id_lists = st.lists(ids, max_size=6).map(tuple)
+
+
+def opt(strategy):
+    return st.none() | strategy
+
+
+endpoints = st.builds(Endpoint, names, names, st.integers(0, 65535), st.integers(0, 3))
+
+records = st.one_of(
+    st.builds(RegisterBrokerRecord, broker_id=ids, incarnation_id=uuids,
+              endpoints=st.lists(endpoints, max_size=3).map(tuple), rack=opt(names),
+              fenced=st.booleans(), in_controlled_shutdown=st.booleans(), broker_epoch=opt(ints)),
+    st.builds(UnregisterBrokerRecord, broker_id=ids, broker_epoch=ints),
+    st.builds(BrokerRegistrationChangeRecord, broker_id=ids, broker_epoch=ints,
+              fenced=opt(st.booleans()), in_controlled_shutdown=opt(st.booleans())),
+    st.builds(TopicRecord, name=names, topic_id=uuids),
+    st.builds(PartitionRecord, topic_id=uuids, partition=ids, replicas=id_lists, isr=id_lists, leader=ids,
+              leader_epoch=ids, partition_epoch=ids, removing_replicas=id_lists, adding_replicas=id_lists),
+    st.builds(PartitionChangeRecord, topic_id=uuids, partition=ids, isr=opt(id_lists), leader=opt(ids),
+              replicas=opt(id_lists), removing_replicas=opt(id_lists), adding_replicas=opt(id_lists)),
+    st.builds(RemoveTopicRecord, topic_id=uuids),
+    st.builds(ConfigRecord, resource_type=st.sampled_from(ConfigResourceType), resource_name=names,
+              key=names, value=opt(names)),
+    st.builds(ProducerIdsRecord, broker_id=ids, broker_epoch=ints, next_producer_id=ints),
+    st.just(NoOpRecord()),
+)
+
+
+@given(records)
+def test_every_record_type_round_trips(record):
+    data = encode_record(record)
+    assert decode_record(data) == record
+    raw = cbor2.loads(data)
+    assert raw["t"] == record.TYPE and raw["v"] == 1
+
+
+def test_partition_change_carries_only_changed_fields():
+    tid = uuid.uuid4()
+    raw = cbor2.loads(encode_record(PartitionChangeRecord(topic_id=tid, partition=3, isr=(1, 2))))
+    assert set(raw) == {"t", "v", "topic_id", "partition", "isr"}
+
+
+def test_unknown_type_is_refused_with_upgrade_advice():
+    data = cbor2.dumps({"t": "AccessControlEntry", "v": 1, "x": 1})
+    with pytest.raises(UnsupportedRecordError, match="AccessControlEntry.*upgrade this node") as e:
+        decode_record(data)
+    assert isinstance(e.value, RaftkaError)
+
+
+def test_newer_version_is_refused_with_both_versions_named():
+    data = cbor2.dumps({"t": "Topic", "v": 2, "name": "a", "topic_id": uuid.uuid4().bytes})
+    with pytest.raises(UnsupportedRecordError, match=r"'Topic' version 2 is newer than the version 1.*upgrade"):
+        decode_record(data)
+
+
+def test_unknown_extra_fields_are_ignored_for_a_known_version():
+    tid = uuid.uuid4()
+    data = cbor2.dumps({"t": "Topic", "v": 1, "name": "a", "topic_id": tid.bytes, "future": [1, 2]})
+    assert decode_record(data) == TopicRecord(name="a", topic_id=tid)
+
+
+@pytest.mark.parametrize("raw", [
+    b"\xff\xff",
+    cbor2.dumps([1, 2]),
+    cbor2.dumps({"v": 1}),
+    cbor2.dumps({"t": "Topic", "v": 1, "name": "a"}),
+    cbor2.dumps({"t": "Topic", "v": 1, "name": 7, "topic_id": uuid.uuid4().bytes}),
+    cbor2.dumps({"t": "Topic", "v": 1, "name": "a", "topic_id": b"short"}),
+    cbor2.dumps({"t": "Partition", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0,
+                 "replicas": [1, True], "isr": [], "leader": 1}),
+])
+def test_malformed_bytes_raise_malformed_record_error(raw):
+    with pytest.raises(MalformedRecordError):
+        decode_record(raw)
