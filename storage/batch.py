@@ -252,7 +252,7 @@ def validate_batch(
 
 def _check_client_batch(header: BatchHeader, pos: int) -> None:
     """Kafka's LogValidator rules for batches that come from a producer."""
-    count, last_offset_delta = header.records_count, header.last_offset_delta
+    count, last_offset_delta = header[12], header[6]
     if count == 0 or count != last_offset_delta + 1:
         raise InvalidRecordError(
             f"record batch at position {pos} has records_count {count} but "
@@ -260,16 +260,16 @@ def _check_client_batch(header: BatchHeader, pos: int) -> None:
             "last_offset_delta + 1 records, at least one",
             pos,
         )
-    if header.is_control:
+    if header[5] & CONTROL_MASK:
         raise InvalidRecordError(
             f"record batch at position {pos} is a control batch: clients may not write "
             "control records (only transaction coordinators and Raft leaders do)",
             pos,
         )
-    if header.producer_id >= 0 and header.base_sequence < 0:
+    if header[9] >= 0 and header[11] < 0:
         raise InvalidRecordError(
-            f"record batch at position {pos} has producer_id {header.producer_id} but "
-            f"base_sequence {header.base_sequence}: an idempotent producer must number "
+            f"record batch at position {pos} has producer_id {header[9]} but "
+            f"base_sequence {header[11]}: an idempotent producer must number "
             "its batches (KIP-98)",
             pos,
         )

@@ -64,20 +64,27 @@ def write_varint(out: bytearray, n: int) -> None:
     out += _zigzag_bytes(n)
 
 
-def read_varint(data, pos: int, max_bytes: int = _MAX_VARLONG_BYTES) -> tuple[int, int]:
-    """Decode a zigzag varint at `pos`; return `(value, next_pos)`."""
-    result = 0
-    shift = 0
-    end = len(data)
-    for i in range(pos, min(end, pos + max_bytes)):
-        b = data[i]
+def _read_varint(data, pos: int, max_bytes: int = _MAX_VARLONG_BYTES) -> tuple[int, int]:
+    """Decode a zigzag varint at `pos`; return `(value, next_pos)`.
+
+    Raises IndexError past the end of `data`; `decode_records` turns that
+    into CorruptRecordError once for the whole section."""
+    b = data[pos]
+    if b < 0x80:  # the common case: lengths and deltas under 64
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    start = pos
+    pos += 1
+    while True:
+        if pos - start >= max_bytes:
+            raise CorruptRecordError(f"varint at byte {start} is longer than {max_bytes} bytes")
+        b = data[pos]
         result |= (b & 0x7F) << shift
+        pos += 1
         if b < 0x80:
-            return (result >> 1) ^ -(result & 1), i + 1
+            return (result >> 1) ^ -(result & 1), pos
         shift += 7
-    if end - pos < max_bytes:
-        raise CorruptRecordError(f"records section ends inside a varint at byte {pos}")
-    raise CorruptRecordError(f"varint at byte {pos} is longer than {max_bytes} bytes")
 
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
@@ -114,7 +121,7 @@ def encode_record(
 
 
 def _read_bytes(data, pos: int, what: str) -> tuple[bytes | None, int]:
-    length, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+    length, pos = _read_varint(data, pos, _MAX_VARINT_BYTES)
     if length < 0:
         if length != -1:
             raise CorruptRecordError(f"{what} length {length} at byte {pos} is negative")
@@ -126,6 +133,22 @@ def _read_bytes(data, pos: int, what: str) -> tuple[bytes | None, int]:
             f"({len(data)} bytes)"
         )
     return bytes(data[pos:end]), end
+
+
+def _read_headers(data, pos: int, header_count: int) -> tuple[tuple, int]:
+    if header_count < 0:
+        raise CorruptRecordError(f"header count {header_count} at byte {pos} is negative")
+    headers = []
+    for _ in range(header_count):
+        header_key, pos = _read_bytes(data, pos, "header key")
+        if header_key is None:
+            raise CorruptRecordError(f"null header key before byte {pos}")
+        header_value, pos = _read_bytes(data, pos, "header value")
+        try:
+            headers.append((header_key.decode(), header_value))
+        except UnicodeDecodeError:
+            raise CorruptRecordError(f"header key before byte {pos} is not UTF-8") from None
+    return tuple(headers), pos
 
 
 def decode_records(
@@ -143,38 +166,39 @@ def decode_records(
     records = []
     pos = 0
     end = len(data)
-    for _ in range(count):
-        length, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
-        record_end = pos + length
-        if length < 0 or record_end > end:
-            raise CorruptRecordError(
-                f"record of {length} bytes at byte {pos} does not fit the records section "
-                f"({end} bytes)"
+    read_varint = _read_varint
+    read_bytes = _read_bytes
+    try:
+        for _ in range(count):
+            length, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise CorruptRecordError(
+                    f"record of {length} bytes at byte {pos} does not fit the records "
+                    f"section ({end} bytes)"
+                )
+            pos += 1  # attributes: unused by every record format so far
+            timestamp_delta, pos = read_varint(data, pos)
+            offset_delta, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+            key, pos = read_bytes(data, pos, "key")
+            value, pos = read_bytes(data, pos, "value")
+            header_count, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+            headers = ()
+            if header_count:
+                headers, pos = _read_headers(data, pos, header_count)
+            if pos != record_end:
+                raise CorruptRecordError(
+                    f"record ending at byte {pos} declared length {length} "
+                    f"(ends at {record_end})"
+                )
+            timestamp = (
+                base_timestamp + timestamp_delta if log_append_time is None else log_append_time
             )
-        pos += 1  # attributes: unused by every record format so far
-        timestamp_delta, pos = read_varint(data, pos)
-        offset_delta, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
-        key, pos = _read_bytes(data, pos, "key")
-        value, pos = _read_bytes(data, pos, "value")
-        header_count, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
-        if header_count < 0:
-            raise CorruptRecordError(f"header count {header_count} at byte {pos} is negative")
-        headers = []
-        for _ in range(header_count):
-            header_key, pos = _read_bytes(data, pos, "header key")
-            if header_key is None:
-                raise CorruptRecordError(f"null header key before byte {pos}")
-            header_value, pos = _read_bytes(data, pos, "header value")
-            try:
-                headers.append((header_key.decode(), header_value))
-            except UnicodeDecodeError:
-                raise CorruptRecordError(f"header key before byte {pos} is not UTF-8") from None
-        if pos != record_end:
-            raise CorruptRecordError(
-                f"record ending at byte {pos} declared length {length} (ends at {record_end})"
-            )
-        timestamp = base_timestamp + timestamp_delta if log_append_time is None else log_append_time
-        records.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+            records.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    except IndexError:
+        raise CorruptRecordError(
+            f"records section ({end} bytes) ends inside record {len(records)}"
+        ) from None
     if pos != end:
         raise CorruptRecordError(
             f"records section has {end - pos} bytes left after its {count} records"
