@@ -33,6 +33,7 @@ from kio._kio_native import read_unsigned_varint
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
 
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
@@ -44,6 +45,8 @@ _REQUEST_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _EMPTY_TAGGED_FIELDS = b"\x00"
+# What parsing a header out of garbage can raise.
+_HEADER_ERRORS = (ValueError, struct.error, UnicodeDecodeError, SerialError)
 
 
 def api_name(api_key: int) -> str:
@@ -169,8 +172,8 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
     get the v0 UNSUPPORTED_VERSION answer (KIP-511).
     """
     api_key, api_version, _ = peek_request_api(frame)
-    what = f"{api_name(api_key)} v{api_version}"
     if not supports(api_key, api_version):
+        what = f"{api_name(api_key)} v{api_version}"
         if api_key != API_VERSIONS_KEY:
             raise RemoteProtocolError(
                 f"{what} request: this server does not serve that API version "
@@ -180,25 +183,27 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
         # Kafka's rule for ApiVersions headers: v3 and later are flexible.
         try:
             header, _ = parse_request_header(frame, 2 if api_version >= 3 else 1)
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        except _HEADER_ERRORS as exc:
             raise RemoteProtocolError(f"{what} request: bad request header: {exc}") from None
         return DecodedRequest(header, None, frame.nbytes)
     codec = api_codec(api_key, api_version)
     try:
         header, pos = parse_request_header(frame, codec.request_header_version)
-    except (ValueError, struct.error, UnicodeDecodeError) as exc:
-        raise RemoteProtocolError(f"{what} request: bad request header: {exc}") from None
+    except _HEADER_ERRORS as exc:
+        raise RemoteProtocolError(
+            f"{api_name(api_key)} v{api_version} request: bad request header: {exc}"
+        ) from None
     try:
         body, size = codec.read_request(frame, pos)
     except Exception as exc:  # kio raises SerialError, ValueError, ... on garbage
         raise RemoteProtocolError(
-            f"{what} request (correlation id {header.correlation_id}): body does "
-            f"not decode: {type(exc).__name__}: {exc}"
+            f"{api_name(api_key)} v{api_version} request (correlation id "
+            f"{header.correlation_id}): body does not decode: {type(exc).__name__}: {exc}"
         ) from None
     if pos + size != frame.nbytes:
         raise RemoteProtocolError(
-            f"{what} request (correlation id {header.correlation_id}): "
-            f"{frame.nbytes - pos - size} bytes left over after the body"
+            f"{api_name(api_key)} v{api_version} request (correlation id "
+            f"{header.correlation_id}): {frame.nbytes - pos - size} bytes left over after the body"
         )
     return DecodedRequest(header, body, frame.nbytes)
 
