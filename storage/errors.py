@@ -62,3 +62,27 @@ class OffsetOutOfRangeError(StorageError):
 
 class UnsupportedCompressionError(StorageError):
     """A compression codec id raftka does not know (Kafka has 0..4)."""
+
+
+# --- Log engine errors (storage/log.py and friends) ---
+
+
+class CorruptIndexError(StorageError):
+    """An `.index` or `.timeindex` file that cannot belong to its segment.
+    The log never lets this escape: it rebuilds the index from the segment."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint file (`recovery-point-offset-checkpoint`,
+    `leader-epoch-checkpoint`, ...) that is not in Kafka's text format: a
+    version line `0`, a count line, then that many entries."""
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose first offset is below the log end offset:
+    the replica must truncate (by leader epoch) before appending again."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset

@@ -1,0 +1,146 @@
+"""The leader epoch cache: which offset each leader epoch started at.
+
+Theory of operation
+-------------------
+Each entry `(epoch, start_offset)` says that the first batch written in
+`epoch` has base offset `start_offset`. Entries increase in both fields.
+The log assigns an entry when it appends a batch whose partition leader
+epoch is higher than the latest one (KIP-101), so a replica can answer
+OffsetsForLeaderEpoch, and a follower can find where its log diverged
+from the leader's instead of truncating to the high watermark (KIP-101,
+refined by KIP-279 to return the epoch the answer belongs to). KRaft voters
+answer the same question for the metadata log (KIP-595 DivergingEpoch).
+
+`end_offset_for_epoch(requested, log_end_offset)`, as Kafka answers it:
+
+| case                                  | answer                               |
+|---------------------------------------|--------------------------------------|
+| requested is UNDEFINED (-1)           | (-1, -1)                             |
+| requested is the latest epoch         | (requested, log_end_offset)          |
+| requested above the latest, or empty  | (-1, -1)                             |
+| requested below the first entry       | (requested, first entry's start)     |
+| otherwise                             | (largest epoch <= requested, start   |
+|                                       |  of the first epoch > requested)     |
+
+The row "below the first entry" is not UNDEFINED on purpose: the history
+was removed with old segments, and the first known start offset is where
+a follower can safely replicate from.
+
+The cache shrinks from the end when the log is truncated (entries starting
+at or past the new end go) and from the start when the log start offset
+moves (entries wholly before it go; the last of them is kept, moved up to
+start at the new log start offset). Every change is written to the
+`leader-epoch-checkpoint` at once: changes are rare (a leader change, a
+truncation, a retention pass) and a lost entry would make a follower
+truncate wrongly.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class _Checkpoint(Protocol):
+    def write(self, entries: list[tuple[int, int]]) -> None: ...
+
+
+class LeaderEpochCache:
+    """Epoch -> start offset entries of one log, persisted on every change."""
+
+    def __init__(self, entries=(), checkpoint: _Checkpoint | None = None) -> None:
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        self._checkpoint = checkpoint
+        # The latest epoch, or UNDEFINED_EPOCH (-1) when empty: a plain
+        # attribute, since every append reads it.
+        self.latest_epoch = UNDEFINED_EPOCH
+        for epoch, start_offset in entries:
+            self._assign(epoch, start_offset)
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts))
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset`.
+
+        Entries that the new one contradicts (an epoch >= `epoch`, or a
+        start offset >= `start_offset`) are dropped first: they belonged to
+        a log suffix that was replaced.
+        """
+        if self._assign(epoch, start_offset):
+            self._persist()
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        assert epoch >= 0 and start_offset >= 0, f"invalid epoch entry ({epoch}, {start_offset})"
+        if self._epochs and self._epochs[-1] == epoch and self._starts[-1] <= start_offset:
+            return False
+        removed = []
+        while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
+            removed.append((self._epochs.pop(), self._starts.pop()))
+        if len(removed) > 1 or (removed and removed[0][1] != start_offset):
+            logger.warning(
+                "leader epoch entry (%d, %d) replaced conflicting entries %s", epoch, start_offset, removed
+            )
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self.latest_epoch = epoch
+        return True
+
+    def end_offset_for_epoch(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """`(epoch, end_offset)` for OffsetsForLeaderEpoch; see the table
+        in the module docstring."""
+        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._epochs[-1]:
+            return requested_epoch, log_end_offset
+        higher = bisect_right(self._epochs, requested_epoch)
+        if higher == len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return requested_epoch, self._starts[0]
+        return self._epochs[higher - 1], self._starts[higher]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch the batch at `offset` was written in, or -1."""
+        i = bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop the entries that start at or after `end_offset`."""
+        if self._starts and self._starts[-1] >= end_offset:
+            while self._starts and self._starts[-1] >= end_offset:
+                self._epochs.pop()
+                self._starts.pop()
+            self._persist()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop the entries that start at or before `start_offset`, keeping
+        the last of them, moved to start at `start_offset`."""
+        cut = bisect_right(self._starts, start_offset)
+        if cut == 0 or (cut == 1 and self._starts[0] == start_offset):
+            return
+        epoch = self._epochs[cut - 1]
+        del self._epochs[:cut]
+        del self._starts[:cut]
+        self._epochs.insert(0, epoch)
+        self._starts.insert(0, start_offset)
+        self._persist()
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs.clear()
+            self._starts.clear()
+            self._persist()
+
+    def _persist(self) -> None:
+        self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+        if self._checkpoint is not None:
+            self._checkpoint.write(self.entries)

@@ -1,0 +1,471 @@
+"""A partition's log: segments of record batches, appended, read, truncated.
+
+Theory of operation
+-------------------
+A `Log` is a directory `<topic>-<partition>/` of segments (see
+`storage.segment`), each named by its base offset. Only the last segment,
+the *active* one, is appended to. Offsets run from `log_start_offset` (the
+first offset a reader may ask for) to `log_end_offset` (LEO, the offset the
+next batch gets). The same engine holds data partitions and the Raft
+metadata log `__cluster_metadata-0`.
+
+- **Append as leader** (`append`): validate the batch (magic, size against
+  `max.message.bytes`, CRC32C; no per-record work), give it offsets from
+  the LEO by rewriting its base offset (bytes 0..8, outside the CRC), and
+  write it as received: one write call. A refused batch changes nothing.
+- **Append as follower** (`append_as_follower`): keep the batches' offsets,
+  which must not go below the LEO (replication, Raft followers).
+- **Read** (`read`): file slices of whole batches for `os.sendfile`, from
+  the batch holding the offset; the first batch even if it is larger than
+  `max_bytes` (Kafka's rule, so a consumer never stalls on a big batch).
+- **Roll** on `segment.bytes`, `segment.ms`, a full index, or offsets too
+  far from the base offset for the index's 32-bit relative offsets.
+- **Retention** (`delete_old_segments`) removes old segments by time and
+  size, never the active one, and moves `log_start_offset` up.
+- **Leader epochs**: each batch carries the epoch of the leader that wrote
+  it; the log records in `storage.epoch_cache` where each epoch starts.
+
+Every method that depends on time takes `now_ms`; the log reads no clock.
+A writable batch buffer (bytearray, writable memoryview) is rewritten in
+place; a read-only one goes out through one vectored write with a new
+16-byte prefix, so neither is copied.
+
+Durability
+----------
+- Nothing is fsynced per append by default (Kafka's default; durability
+  comes from replication). `flush.messages` / `flush.ms` turn on
+  fsync-every-N-messages / every-N-ms, checked after each append and by
+  `maybe_flush(now_ms)`. The Raft driver calls `flush()` itself before a
+  voter acknowledges.
+- `flush(offset)` writes the pending index entries, fsyncs every segment
+  holding data between the recovery point and `offset`, with its `.index`
+  and `.timeindex`, then the directory if segments were created; only then
+  does the recovery point move to `offset`. Everything below the recovery
+  point survives a crash.
+- The recovery point and log start offset go to the log directory's
+  `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` on
+  `close()` and `write_checkpoints()` (a log manager calls it on a timer);
+  a stale recovery point only means more to re-read on open. Each is
+  written atomically: temp file, fsync, rename, directory fsync.
+- `truncate_to`, `truncate_fully_and_start_at` and retention make their
+  change durable before returning (fsync of the cut segment, directory
+  fsync, checkpoints when the recovery point moves down), so truncated
+  batches never come back after a crash. Kafka leaves that window open.
+- The `leader-epoch-checkpoint` is rewritten atomically on every change.
+- `open` re-reads everything past the recovery point (see
+  `storage.recovery`), fsyncs what it recovered, and moves the recovery
+  point to the LEO.
+
+`Log.open(..., recovery_point=None, log_start_offset=None)` reads those
+from the checkpoint files in the parent directory; a caller that keeps
+them itself passes both and `checkpoint_files=False`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from bisect import bisect_right
+from typing import NamedTuple
+
+from storage import log_ops
+from storage.batch import LOG_OVERHEAD, validate_batch
+from storage.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    LeaderEpochCheckpointFile,
+    OffsetCheckpointFile,
+)
+from storage.config import LogConfig
+from storage.epoch_cache import LeaderEpochCache
+from storage.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
+)
+from storage.fs import File, FileSystem, OsFileSystem
+from storage.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+# base_offset, batch_length, partition_leader_epoch: the bytes a leader
+# rewrites, all before the CRC-covered part.
+_PREFIX = struct.Struct(">qii")
+
+
+class FileSlice(NamedTuple):
+    """`size` bytes of `file` from `position`: whole batches, ready for
+    `os.sendfile(out_fd, file.fileno(), position, size)` on a real file.
+    Valid until the log is truncated or the segment deleted."""
+
+    file: File
+    position: int
+    size: int
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
+    """`("my-topic", 3)` from `my-topic-3`, or None."""
+    topic, sep, partition = dir_name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class Log:
+    """One partition's log on disk. Build it with `Log.open`."""
+
+    def __init__(self, dir_path: str, config: LogConfig, fs: FileSystem, now_ms: int) -> None:
+        self.dir_path = dir_path
+        self.config = config
+        self.fs = fs
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._checkpointed_recovery_point = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._dir_dirty = False
+        self._max_message_bytes = config.max_message_bytes
+        self._segment_bytes = config.segment_bytes
+        self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
+        self.topic_partition: tuple[str, int] | None = None
+        self._checkpoint_files = False
+        self.epoch_cache = LeaderEpochCache()
+        self._closed = False
+
+    # --- opening ---
+
+    @classmethod
+    def open(
+        cls,
+        dir_path: str,
+        config: LogConfig | None = None,
+        *,
+        now_ms: int,
+        fs: FileSystem | None = None,
+        recovery_point: int | None = None,
+        log_start_offset: int | None = None,
+        checkpoint_files: bool = True,
+    ) -> Log:
+        """Open (or create) the log in `dir_path` and recover it.
+
+        With `checkpoint_files` (the default) the directory must be named
+        `<topic>-<partition>`: its recovery point and log start offset are
+        read from, and written to, the checkpoint files of the parent
+        directory. Values passed here win over the files. Corruption found
+        on open is repaired and logged, never raised.
+        """
+        log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
+        log_ops.open_log(log, now_ms, recovery_point, log_start_offset, checkpoint_files)
+        return log
+
+    def _checkpoint_file(self, name: str) -> OffsetCheckpointFile:
+        parent = os.path.dirname(os.path.normpath(self.dir_path)) or "."
+        return OffsetCheckpointFile(self.fs, os.path.join(parent, name))
+
+    def _epoch_checkpoint(self) -> LeaderEpochCheckpointFile:
+        return LeaderEpochCheckpointFile(self.fs, os.path.join(self.dir_path, LEADER_EPOCH_CHECKPOINT))
+
+    # --- state ---
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch's answer (see `storage.epoch_cache`)."""
+        return self.epoch_cache.end_offset_for_epoch(epoch, self._log_end_offset)
+
+    # --- appending ---
+
+    def append(self, batch, now_ms: int, leader_epoch: int | None = None) -> int:
+        """Append one client batch as leader; return its base offset.
+
+        `leader_epoch`, if given, is stamped into the batch. Raises
+        `CorruptRecordError`, `InvalidRecordError` or `RecordTooLargeError`
+        (the log is unchanged then).
+        """
+        header = validate_batch(batch, 0, self._max_message_bytes, from_client=True)
+        size = header[1] + LOG_OVERHEAD
+        if size != len(batch):
+            raise CorruptRecordError(
+                f"append takes one batch: the buffer holds {len(batch)} bytes, its batch {size}", size
+            )
+        base = self._log_end_offset
+        next_offset = base + header[6] + 1
+        max_timestamp = header[8]
+        segment = self._segments[-1]
+        f = segment.log
+        if (
+            f.size > self._segment_bytes - size
+            or next_offset > segment.max_next_offset
+            or max_timestamp > segment.roll_at_timestamp
+            or now_ms > segment.roll_at_ms
+            or segment.index_full
+        ):
+            segment = self._maybe_roll(segment, size, max_timestamp, next_offset - 1, now_ms, base)
+            f = segment.log
+        epoch = header[2] if leader_epoch is None else leader_epoch
+        size_before = f.size
+        try:
+            if type(batch) is bytearray or (type(batch) is memoryview and not batch.readonly):
+                _PREFIX.pack_into(batch, 0, base, header[1], epoch)
+                position = f.append(batch)
+            else:
+                view = batch if type(batch) is memoryview else memoryview(batch)
+                position = f.appendv((_PREFIX.pack(base, header[1], epoch), view[16:]))
+        except OSError:
+            log_ops.rollback(f, size_before)
+            raise
+        segment.record_batch(position, base, next_offset, max_timestamp)
+        segment.last_append_ms = now_ms
+        self._log_end_offset = next_offset
+        if epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(epoch, base)
+        self._unflushed_messages += header[12]
+        if self._flush_policy:
+            self.maybe_flush(now_ms)
+        return base
+
+    def append_as_follower(self, records, now_ms: int = 0) -> int:
+        """Append one or more batches with their own offsets (the first at
+        or past the LEO); return the first base offset. The whole buffer
+        goes to one segment in one write."""
+        batches = []
+        position = 0
+        expected = self._log_end_offset
+        while position < len(records):
+            header = validate_batch(records, position, self._max_message_bytes)
+            if header.base_offset < expected:
+                raise UnexpectedAppendOffsetError(
+                    f"follower batch at base offset {header.base_offset} is below "
+                    f"{'the log end offset' if not batches else 'the previous batch end'} {expected}: "
+                    "truncate the log (by leader epoch) before appending",
+                    header.base_offset,
+                    self._log_end_offset,
+                )
+            batches.append((position, header))
+            expected = header.next_offset
+            position += header.size_in_bytes
+        if not batches:
+            return self._log_end_offset
+        first = batches[0][1]
+        last_offset = batches[-1][1].last_offset
+        segment = self._maybe_roll(
+            self._segments[-1], len(records), first.max_timestamp, last_offset, now_ms, first.base_offset
+        )
+        start = log_ops.write(segment.log, records)
+        for position, header in batches:
+            segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
+            epoch = header.partition_leader_epoch
+            if epoch > self.epoch_cache.latest_epoch:
+                self.epoch_cache.assign(epoch, header.base_offset)
+            self._unflushed_messages += header.records_count
+        segment.last_append_ms = now_ms
+        self._log_end_offset = expected
+        if self._flush_policy:
+            self.maybe_flush(now_ms)
+        return first.base_offset
+
+    def _maybe_roll(self, segment, batch_bytes, max_timestamp, last_offset, now_ms, base) -> LogSegment:
+        reason = segment.should_roll(batch_bytes, max_timestamp, last_offset, now_ms, self.config)
+        if reason is None:
+            return segment
+        logger.debug("%s: rolling at offset %d: %s", self.dir_path, base, reason)
+        return self.roll(now_ms, base)
+
+    def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at `base_offset` (default: the LEO)."""
+        base = self._log_end_offset if base_offset is None else base_offset
+        assert base >= self._log_end_offset
+        old = self._segments[-1]
+        if old.size == 0:
+            if old.base_offset == base:
+                return old
+            old.delete()
+            self._segments.pop()
+            self._base_offsets.pop()
+        else:
+            old.finalize_time_index()
+            old.write_indexes()
+        segment = LogSegment(self.fs, self.dir_path, base, self.config, now_ms)
+        self._segments.append(segment)
+        self._base_offsets.append(base)
+        self._dir_dirty = True
+        return segment
+
+    # --- reading ---
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list[FileSlice]:
+        """Whole batches from the one holding `offset`, about `max_bytes`
+        of them (at least one), all with offsets below `max_offset` (the
+        high watermark) if given. Empty at the LEO."""
+        if offset < self._log_start_offset or offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log's range [{self._log_start_offset}, "
+                f"{self._log_end_offset}]: reset to the log start or end offset",
+                self._log_start_offset,
+                self._log_end_offset,
+            )
+        if offset == self._log_end_offset or (max_offset is not None and offset >= max_offset):
+            return []
+        segments = self._segments
+        i = bisect_right(self._base_offsets, offset) - 1
+        slices: list[FileSlice] = []
+        budget = max_bytes
+        while i < len(segments):
+            segment = segments[i]
+            found = segment.find_batch(offset)
+            i += 1
+            if found is None:
+                continue
+            start, header = found
+            limit = segment.size
+            if max_offset is not None:
+                stop = segment.find_batch(max_offset)
+                if stop is not None:
+                    limit = stop[0]
+            if slices:
+                limit = min(limit, start + budget)
+            else:
+                limit = min(limit, start + max(budget, header.size_in_bytes))
+            end = segment.batch_end_at_or_before(start, limit)
+            if end > start:
+                slices.append(FileSlice(segment.log, start, end - start))
+                budget -= end - start
+            if end < segment.size or budget <= 0:
+                break
+            offset = segment.next_offset
+        return slices
+
+    def read_bytes(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """`read`, as bytes."""
+        return b"".join(s.file.pread(s.size, s.position) for s in self.read(offset, max_bytes, max_offset))
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """`(offset, timestamp)` of the first record at or after
+        `timestamp` (ListOffsets, KIP-79), or None if there is none."""
+        return log_ops.offset_for_timestamp(self, timestamp)
+
+    # --- truncating, retention ---
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove the batches at and after `offset` (a batch holding it
+        goes whole, so the LEO may end up below `offset`). Durable on
+        return. False if there was nothing to remove."""
+        return log_ops.truncate_to(self, offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at `offset`
+        (a follower too far behind the leader's log start). Durable on
+        return."""
+        log_ops.truncate_fully_and_start_at(self, offset)
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords, Raft
+        snapshots); the segments below go at the next retention pass."""
+        if offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset to {offset}, past the log end offset "
+                f"{self._log_end_offset}",
+                self._log_start_offset,
+                self._log_end_offset,
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self.epoch_cache.truncate_from_start(offset)
+        return True
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Delete the oldest segments while `retention.ms`, `retention.bytes`
+        or the log start offset says so; never the active segment. Return
+        how many were deleted."""
+        return log_ops.delete_old_segments(self, now_ms)
+
+    # --- durability ---
+
+    def flush(self, offset: int | None = None) -> None:
+        """Make every batch below `offset` (default: the LEO) durable and
+        move the recovery point there."""
+        offset = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
+        if offset > self._recovery_point:
+            for segment in self._segments:
+                if segment.next_offset > self._recovery_point and segment.base_offset < offset:
+                    segment.flush()
+            self._recovery_point = offset
+        if self._dir_dirty:
+            self.fs.fsync_dir(self.dir_path)
+            self._dir_dirty = False
+        if offset == self._log_end_offset:
+            self._unflushed_messages = 0
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush if `flush.messages` or `flush.ms` says it is time."""
+        config = self.config
+        due = (config.flush_messages is not None and self._unflushed_messages >= config.flush_messages) or (
+            config.flush_ms is not None
+            and self._unflushed_messages
+            and now_ms - self._last_flush_ms >= config.flush_ms
+        )
+        if due:
+            self.flush()
+            self._last_flush_ms = now_ms
+        return bool(due)
+
+    def write_checkpoints(self) -> None:
+        """Write the recovery point and log start offset checkpoints."""
+        if not self._checkpoint_files:
+            return
+        tp = self.topic_partition
+        self._checkpoint_file(RECOVERY_POINT_OFFSET_CHECKPOINT).update({tp: self._recovery_point})
+        self._checkpoint_file(LOG_START_OFFSET_CHECKPOINT).update({tp: self._log_start_offset})
+        self._checkpointed_recovery_point = self._recovery_point
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoints, release the files."""
+        if self._closed:
+            return
+        active = self._segments[-1]
+        active.finalize_time_index()
+        self.flush()
+        active.flush()
+        self.write_checkpoints()
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir_path!r}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self._log_end_offset}, segments={len(self._segments)})"
+        )
+

@@ -1,0 +1,294 @@
+"""One segment of a log: a `.log` file of batches and its two indexes.
+
+Theory of operation
+-------------------
+A segment holds the batches from `base_offset` on, back to back, exactly as
+they were appended; the file name is the base offset, 20 digits. The
+segment keeps in memory what the log asks of it often: the next offset,
+the largest batch max_timestamp (retention and ListOffsets use it), and
+the sparse indexes (see `storage.index`), which reach the disk only in
+`write_indexes` (flush, roll, close).
+
+`record_batch` is the single place that updates that state for a batch at
+a position; appending, recovering and truncating all go through it, so an
+index rebuilt on recovery equals the one built while appending.
+
+Finding the batch that holds an offset costs one index bisect and a scan
+of batch headers from the floor entry: at most `index.interval.bytes` of
+batches, read in small chunks that hold several headers.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_right
+from typing import Iterator
+
+from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader, parse_header
+from storage.config import LogConfig
+from storage.errors import CorruptRecordError
+from storage.fs import File, FileSystem
+from storage.index import (
+    MAX_RELATIVE_OFFSET,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
+    OffsetIndex,
+    TimeIndex,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+# Bytes read at once while walking batch headers: several small batches'
+# headers per read, one big batch's header per read.
+_SCAN_CHUNK = 4096
+_NEVER = 1 << 63
+_BATCH_LENGTH = struct.Struct(">i")
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """A `.log` file with its in-memory indexes (see module docstring)."""
+
+    def __init__(
+        self, fs: FileSystem, dir_path: str, base_offset: int, config: LogConfig, now_ms: int
+    ) -> None:
+        self.fs = fs
+        self.dir_path = dir_path
+        self.base_offset = base_offset
+        self.log: File = fs.open(self.path(LOG_SUFFIX))
+        self.index_interval_bytes = config.index_interval_bytes
+        self.offset_index = OffsetIndex(base_offset, config.segment_index_bytes // OFFSET_ENTRY_SIZE)
+        self.time_index = TimeIndex(base_offset, config.segment_index_bytes // TIME_ENTRY_SIZE)
+        self.segment_ms = config.segment_ms
+        # Roll by time falls back to these when batches carry no timestamp.
+        self.created_ms = now_ms
+        self.last_append_ms = now_ms
+        self.reset_state()
+        self._index_file: File | None = None
+        self._time_index_file: File | None = None
+
+    def reset_state(self) -> None:
+        """Forget everything learned from the batches (before a rebuild)."""
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.last_index_position = 0
+        self.index_full = False
+        # The append path checks these precomputed bounds and calls
+        # `should_roll` only when one is crossed.
+        self.max_next_offset = self.base_offset + MAX_RELATIVE_OFFSET + 1
+        self.set_first_batch_timestamp(None)
+
+    def set_first_batch_timestamp(self, timestamp: int | None) -> None:
+        self.first_batch_timestamp = timestamp
+        self.roll_at_timestamp = _NEVER
+        self.roll_at_ms = _NEVER
+        if timestamp is not None:
+            if timestamp >= 0:
+                self.roll_at_timestamp = timestamp + self.segment_ms
+            else:
+                self.roll_at_ms = self.created_ms + self.segment_ms
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.dir_path, segment_file_name(self.base_offset, suffix))
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path(LOG_SUFFIX)}, next_offset={self.next_offset}, size={self.size})"
+
+    # --- state per batch ---
+
+    def record_batch(self, position: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
+        """Account for the batch just written (or found) at `position`.
+        On the append path: keep it lean."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if position - self.last_index_position >= self.index_interval_bytes and position:
+            offset_index = self.offset_index
+            offset_index.offsets.append(base_offset)
+            offset_index.positions.append(position)
+            self.last_index_position = position
+            time_index = self.time_index
+            if self.max_timestamp > time_index.last_ts:
+                time_index.timestamps.append(self.max_timestamp)
+                time_index.offsets.append(self.offset_of_max_timestamp)
+                time_index.last_ts = self.max_timestamp
+            if len(offset_index.offsets) >= offset_index.max_entries or len(time_index) >= time_index.max_entries:
+                self.index_full = True
+        elif not position:
+            self.set_first_batch_timestamp(max_timestamp)
+        self.next_offset = next_offset
+
+    def should_roll(
+        self, batch_bytes: int, max_timestamp: int, last_offset: int, now_ms: int, config: LogConfig
+    ) -> str | None:
+        """Why a batch of `batch_bytes` must go to a new segment, or None."""
+        if last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
+            return "offsets would overflow the index's 32-bit relative offsets"
+        if self.log.size == 0:
+            return None
+        if self.log.size > config.segment_bytes - batch_bytes:
+            return "segment.bytes reached"
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return "segment.index.bytes reached"
+        # Kafka compares record time with record time when the batches
+        # carry timestamps, so replaying old data rolls by its own spans.
+        first = self.first_batch_timestamp
+        if first is not None and first >= 0:
+            waited_ms = max_timestamp - first
+        else:
+            waited_ms = now_ms - self.created_ms
+        if waited_ms > config.segment_ms:
+            return "segment.ms reached"
+        return None
+
+    def largest_timestamp(self) -> int:
+        """For retention by time: the newest batch max_timestamp, or the
+        last append time when the batches carry none."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_append_ms
+
+    # --- reading ---
+
+    def scan_headers(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """`(position, header)` of each whole batch from `position` up to
+        byte `end` (default: the end of the file)."""
+        f = self.log
+        if end is None:
+            end = f.size
+        while position + HEADER_SIZE <= end:
+            chunk = f.pread(min(_SCAN_CHUNK, end - position), position)
+            n = len(chunk)
+            rel = 0
+            while rel + HEADER_SIZE <= n:
+                header = parse_header(chunk, rel)
+                if header[3] != MAGIC or header[1] < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(
+                        f"{f.path}: no batch header at position {position + rel}", position + rel
+                    )
+                size = header[1] + LOG_OVERHEAD
+                if position + rel + size > end:
+                    return
+                yield position + rel, header
+                rel += size
+            if rel == 0:
+                return
+            position += rel
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= `offset`, or None."""
+        if offset >= self.next_offset:
+            return None
+        index = self.offset_index
+        i = bisect_right(index.offsets, offset) - 1
+        start = index.positions[i] if i >= 0 else 0
+        for position, header in self.scan_headers(start):
+            if header[0] + header[6] >= offset:
+                return position, header
+        return None
+
+    def batch_end_at_or_before(self, start: int, limit: int) -> int:
+        """The end of the last whole batch that starts at or after `start`
+        and ends at or before byte `limit` (`start` if none fits)."""
+        f = self.log
+        limit = min(limit, f.size)
+        positions = self.offset_index.positions
+        i = bisect_right(positions, limit) - 1
+        end = positions[i] if i >= 0 and positions[i] > start else start
+        while end + HEADER_SIZE <= limit:
+            chunk = f.pread(min(_SCAN_CHUNK, limit - end), end)
+            rel = 0
+            while rel + LOG_OVERHEAD <= len(chunk):
+                size = _BATCH_LENGTH.unpack_from(chunk, rel + 8)[0] + LOG_OVERHEAD
+                if size < HEADER_SIZE:
+                    raise CorruptRecordError(f"{f.path}: no batch header at position {end + rel}", end + rel)
+                if end + rel + size > limit:
+                    return end + rel
+                rel += size
+            end += rel
+        return end
+
+    # --- changing ---
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches whose last offset is >= `offset` (the batch
+        that holds `offset` goes too); return the bytes removed."""
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        cut = found[0]
+        removed = self.log.size - cut
+        self.log.truncate(cut)
+        self.offset_index.truncate_to_position(cut)
+        self.time_index.truncate_to_offset(found[1].base_offset)
+        # Rebuild what was learned after the last surviving index point.
+        index = self.offset_index
+        self.last_index_position = index.positions[-1] if len(index) else 0
+        self.max_timestamp = self.time_index.last_ts
+        self.offset_of_max_timestamp = (
+            self.time_index.offsets[-1] if len(self.time_index) else self.base_offset
+        )
+        self.next_offset = index.offsets[-1] if len(index) else self.base_offset
+        self.index_full = index.is_full() or self.time_index.is_full()
+        if cut == 0:
+            self.set_first_batch_timestamp(None)
+        for position, header in self.scan_headers(self.last_index_position, cut):
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.base_offset
+            self.next_offset = header.next_offset
+        return removed
+
+    def finalize_time_index(self) -> None:
+        """Make the last time index entry carry the segment's max timestamp
+        (on roll and close), so retention after a restart reads it there."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def write_indexes(self) -> None:
+        """Write the index entries not on file yet (no fsync)."""
+        if self._index_file is None:
+            self._index_file = self.fs.open(self.path(INDEX_SUFFIX))
+            self._time_index_file = self.fs.open(self.path(TIME_INDEX_SUFFIX))
+        _write_tail(self._index_file, self.offset_index, OFFSET_ENTRY_SIZE)
+        _write_tail(self._time_index_file, self.time_index, TIME_ENTRY_SIZE)
+
+    def flush(self) -> None:
+        """Write the indexes and fsync the segment and both indexes."""
+        self.write_indexes()
+        self.log.fsync()
+        self._index_file.fsync()
+        self._time_index_file.fsync()
+
+    def close(self) -> None:
+        for f in (self.log, self._index_file, self._time_index_file):
+            if f is not None:
+                f.close()
+
+    def delete(self) -> None:
+        """Close and remove the files (the `.log` first: an index without
+        its segment is removed on the next open)."""
+        self.close()
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if self.fs.exists(self.path(suffix)):
+                self.fs.remove(self.path(suffix))
+
+
+def _write_tail(f: File, index, entry_size: int) -> None:
+    written_bytes = index.written * entry_size
+    if f.size != written_bytes:
+        f.truncate(written_bytes)
+    if len(index) > index.written:
+        f.pwrite(index.encode(index.written), written_bytes)
+        index.written = len(index)
