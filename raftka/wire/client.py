@@ -275,6 +275,17 @@ def _software_version() -> str:
     return __version__
 
 
+async def _open_stream(host: str, port: int, connect_timeout_ms: int) -> trio.SocketStream:
+    try:
+        with trio.fail_after(connect_timeout_ms / 1000):
+            return await trio.open_tcp_stream(host, port)
+    except (OSError, trio.TooSlowError) as exc:
+        raise ConnectionFailedError(
+            f"cannot connect to {host}:{port} within {connect_timeout_ms} ms: "
+            f"{exc or type(exc).__name__}"
+        ) from None
+
+
 async def connect(
     nursery: trio.Nursery,
     host: str,
@@ -287,16 +298,10 @@ async def connect(
 ) -> KafkaConnection:
     """Open a connection whose reader task runs in `nursery`.
 
-    Raises ConnectionFailedError if host:port cannot be reached in time.
+    Raises ConnectionFailedError if host:port cannot be reached in time. The
+    reader task never raises, so it cannot take the nursery down.
     """
-    try:
-        with trio.fail_after(connect_timeout_ms / 1000):
-            stream = await trio.open_tcp_stream(host, port)
-    except (OSError, trio.TooSlowError) as exc:
-        raise ConnectionFailedError(
-            f"cannot connect to {host}:{port} within {connect_timeout_ms} ms: "
-            f"{exc or type(exc).__name__}"
-        ) from None
+    stream = await _open_stream(host, port, connect_timeout_ms)
     conn = KafkaConnection(
         stream, host, port, client_id=client_id,
         response_max_bytes=response_max_bytes, log=log or _log,
@@ -305,12 +310,34 @@ async def connect(
     return conn
 
 
+def sole_exception(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside `group` (nested or not), else `group` itself.
+
+    Our context managers run background tasks that never raise, so a group
+    coming out of their nursery holds just the caller's own exception; it is
+    re-raised bare so that `except ConnectionFailedError` works around
+    `async with`.
+    """
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
+
+
 @asynccontextmanager
 async def open_connection(host: str, port: int, **kwargs: Any) -> AsyncIterator[KafkaConnection]:
     """`async with open_connection(host, port) as conn:`; arguments as `connect`."""
-    async with trio.open_nursery() as nursery:
-        conn = await connect(nursery, host, port, **kwargs)
-        try:
-            yield conn
-        finally:
-            await conn.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            conn = await connect(nursery, host, port, **kwargs)
+            try:
+                yield conn
+            finally:
+                await conn.aclose()
+    except BaseExceptionGroup as group:
+        raise sole_exception(group) from None

@@ -9,9 +9,9 @@ every complete frame they finish. Reading in bulk and parsing all complete
 frames costs about half as much per request as one exact read per frame
 (see ARCHITECTURE.md, "The hot path").
 
-Frames are returned as read-only `memoryview`s over immutable `bytes`, so
-the common case (a whole frame inside one received chunk) copies nothing,
-and kio can decode them in place. A frame view keeps the chunk it points
+Frames are returned as read-only `memoryview`s over buffers that are never
+written again, so no frame is copied out of what was received, and kio can
+decode them in place. A frame view keeps the chunk it points
 into alive; handlers that keep a small part of a request for a long time
 should copy it.
 
@@ -105,7 +105,7 @@ def _check_size(size: int, request_max_bytes: int) -> None:
 
 
 def split_frames(
-    buf: bytes | memoryview, request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES
+    buf: bytes | bytearray | memoryview, request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES
 ) -> tuple[list[memoryview], int]:
     """Every complete frame at the start of `buf`, and how many bytes they use.
 
@@ -171,7 +171,9 @@ class FrameBuffer:
             self._update_needed()
         if len(self._pending) < self._needed:
             return []
-        whole = bytes(self._pending)
+        # Hand the accumulated bytearray over to the frames (read-only views)
+        # and never touch it again, instead of copying it into bytes.
+        whole = self._pending
         self._pending = bytearray()
         self._needed = SIZE_PREFIX_BYTES
         frames, consumed = split_frames(whole, self.request_max_bytes)

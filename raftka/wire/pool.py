@@ -30,6 +30,7 @@ from raftka.wire.client import (
     DEFAULT_REQUEST_TIMEOUT_MS,
     KafkaConnection,
     connect,
+    sole_exception,
 )
 from raftka.wire.errors import ConnectionFailedError
 from raftka.wire.framing import DEFAULT_REQUEST_MAX_BYTES
@@ -193,9 +194,12 @@ async def open_connection_pool(
     addresses: dict[int, tuple[str, int]] | None = None, **kwargs: Any
 ) -> AsyncIterator[ConnectionPool]:
     """`async with open_connection_pool({1: ("host", 9093)}) as pool:`."""
-    async with trio.open_nursery() as nursery:
-        pool = ConnectionPool(nursery, addresses, **kwargs)
-        try:
-            yield pool
-        finally:
-            await pool.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            pool = ConnectionPool(nursery, addresses, **kwargs)
+            try:
+                yield pool
+            finally:
+                await pool.aclose()
+    except BaseExceptionGroup as group:
+        raise sole_exception(group) from None

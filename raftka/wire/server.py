@@ -142,8 +142,12 @@ class ServerStats:
     connections_closed_malformed: int = 0
     connections_closed_idle: int = 0
     handler_failures: int = 0
-    bytes_received: int = 0
     requests: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    #: FileSlice bytes sent with os.sendfile / read with os.pread and sent.
+    sendfile_bytes: int = 0
+    pread_bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -381,7 +385,12 @@ class _ConnectionServer:
             while (batch := await pipeline.ready_batch()) is not None:
                 parts = [part for slot in batch for part in slot.parts]
                 if parts:
-                    ctx.bytes_sent += await send_parts(stream, parts, self.file_transfer)
+                    report = await send_parts(stream, parts, self.file_transfer)
+                    ctx.bytes_sent += report.total_bytes
+                    stats = self.server.stats
+                    stats.bytes_sent += report.total_bytes
+                    stats.sendfile_bytes += report.sendfile_bytes
+                    stats.pread_bytes += report.pread_bytes
                 ctx._in_flight -= len(batch)
                 ctx._last_activity = trio.current_time()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:

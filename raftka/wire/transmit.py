@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import trio
 
@@ -22,6 +22,14 @@ from raftka.wire.errors import LocalProtocolError
 from raftka.wire.framing import FileSlice, ResponsePart, part_length
 
 FileTransfer = Literal["auto", "sendfile", "pread"]
+
+
+class SendReport(NamedTuple):
+    """Bytes `send_parts` put on the wire, and how file slices went."""
+
+    total_bytes: int
+    sendfile_bytes: int
+    pread_bytes: int
 
 #: Buffers up to this size are joined with their neighbours before sending.
 COALESCE_BYTES = 64 * 1024
@@ -83,8 +91,8 @@ async def send_parts(
     stream: trio.abc.SendStream,
     parts: Iterable[ResponsePart],
     file_transfer: FileTransfer = "auto",
-) -> int:
-    """Send `parts` in order; returns the number of bytes sent."""
+) -> SendReport:
+    """Send `parts` in order."""
     use_sendfile = file_transfer == "sendfile" or (
         file_transfer == "auto" and isinstance(stream, trio.SocketStream)
     )
@@ -94,7 +102,7 @@ async def send_parts(
         )
     run: list[ResponsePart] = []
     run_bytes = 0
-    total = 0
+    total = via_sendfile = via_pread = 0
 
     async def flush() -> None:
         nonlocal run, run_bytes
@@ -109,8 +117,10 @@ async def send_parts(
             await flush()
             if use_sendfile:
                 await _sendfile(stream, part)  # type: ignore[arg-type]
+                via_sendfile += length
             else:
                 await _pread_send(stream, part)
+                via_pread += length
         elif length > COALESCE_BYTES:
             await flush()
             await stream.send_all(part)
@@ -120,4 +130,4 @@ async def send_parts(
             if run_bytes >= COALESCE_BYTES:
                 await flush()
     await flush()
-    return total
+    return SendReport(total, via_sendfile, via_pread)

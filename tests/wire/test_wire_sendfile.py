@@ -1,0 +1,74 @@
+"""Responses that slice files: the sendfile path and the pread path put the
+same bytes on the wire, and a file shorter than promised closes the
+connection instead of corrupting the stream."""
+
+import os
+
+import pytest
+import trio
+from wire_testing import closed_by_peer, raft_apis, read_frames, vote_request
+
+from raftka.wire import FileSlice, encode_request, encode_response_header, frame_parts
+
+FILE_BYTES = 12 * 1024 * 1024  # more than loopback socket buffers: sendfile must wait
+
+
+@pytest.fixture
+def segment(tmp_path):
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(os.urandom(FILE_BYTES))
+    with open(path, "rb") as file:
+        yield file
+
+
+def sliced_handler(segment, offset, count):
+    async def handler(ctx, request):
+        header = encode_response_header(request.header)
+        return frame_parts(header, b"<head>", FileSlice(segment, offset, count), b"<tail>")
+
+    return handler
+
+
+@pytest.mark.parametrize("file_transfer", ["sendfile", "pread", "auto"])
+async def test_file_slices_arrive_byte_for_byte(start_server, segment, file_transfer):
+    offset, count = 1000, FILE_BYTES - 5000
+    server = await start_server(
+        sliced_handler(segment, offset, count), raft_apis(), file_transfer=file_transfer
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(encode_request(1, "c", vote_request(1)) + encode_request(2, "c", vote_request(2)))
+    await trio.sleep(0.2)  # let the server fill the socket buffers before we read
+    with trio.fail_after(30):
+        frames = await read_frames(stream, 2)
+    expected_slice = os.pread(segment.fileno(), count, offset)
+    for correlation_id, frame in zip((1, 2), frames):
+        assert frame == correlation_id.to_bytes(4, "big") + b"\x00<head>" + expected_slice + b"<tail>"
+    used = "pread" if file_transfer == "pread" else "sendfile"
+    with trio.fail_after(10):  # the writer counts once its send returns
+        while server.stats.sendfile_bytes + server.stats.pread_bytes < 2 * count:
+            await trio.sleep(0.001)
+    assert getattr(server.stats, f"{used}_bytes") == 2 * count
+
+
+@pytest.mark.parametrize("file_transfer", ["sendfile", "pread"])
+async def test_a_short_file_closes_the_connection(start_server, segment, file_transfer, caplog):
+    server = await start_server(
+        sliced_handler(segment, FILE_BYTES - 10, 100), raft_apis(), file_transfer=file_transfer
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(encode_request(1, "c", vote_request(1)))
+    with trio.fail_after(10):
+        assert await closed_by_peer(stream)
+    assert any("shorter than the response promised" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_closed_file_closes_the_connection(start_server, tmp_path):
+    path = tmp_path / "gone.log"
+    path.write_bytes(b"x" * 100)
+    file = open(path, "rb")
+    file.close()
+    server = await start_server(sliced_handler(file, 0, 10), raft_apis())
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(encode_request(1, "c", vote_request(1)))
+    with trio.fail_after(10):
+        assert await closed_by_peer(stream)
