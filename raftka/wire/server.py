@@ -78,7 +78,11 @@ class _Sequencer:
         self._released: set[int] = set()
         self._waiters: dict[int, trio.Event] = {}
 
+    def is_released(self, seq: int) -> bool:
+        return seq < self._next or seq in self._released
+
     async def wait_turn(self, seq: int) -> None:
+        assert not self.is_released(seq), f"turn {seq} was already released"
         if seq != self._next:
             event = self._waiters[seq] = trio.Event()
             await event.wait()
@@ -86,7 +90,7 @@ class _Sequencer:
             await trio.lowlevel.checkpoint()
 
     def release(self, seq: int) -> None:
-        if seq < self._next or seq in self._released:
+        if self.is_released(seq):
             return
         self._released.add(seq)
         while self._next in self._released:
@@ -129,6 +133,8 @@ class ConnectionContext:
         seq = self._sequence_of.get(id(request))
         if seq is None:
             raise LocalProtocolError("in_order() takes the request object the handler was given")
+        if self._sequencer.is_released(seq):
+            raise LocalProtocolError("in_order() can be entered once per request")
         await self._sequencer.wait_turn(seq)
         try:
             yield
