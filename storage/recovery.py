@@ -15,7 +15,12 @@ indexes). On open, each segment is loaded one of two ways:
   offsets increasing) and the indexes are rebuilt as appending would have
   built them. The segment is cut at the first batch that fails, and every
   later segment is deleted, as Kafka does: the data after a hole is not a
-  log any more. A torn tail (a crash mid-append) is the common case.
+  log any more. A torn tail (a crash mid-append) is the common case. So is
+  the hole Kafka does not look for: a recovered segment that ends before
+  the next one begins lost its unsynced tail in a crash that kept the
+  newer segment's data; the later segments are deleted too. (A follower
+  may leave a legitimate gap between segments; past the recovery point it
+  is unflushed data, which replication gives back.)
 
 Every cut, deletion and rebuild is logged with the file and byte position.
 Corruption never raises out of loading; an I/O error does.
@@ -210,11 +215,16 @@ def load_segments(
             logger.info("%s: recovering, %s", segment.path(LOG_SUFFIX), reason)
         cut = recover_segment(segment, epoch_cache)
         recovered.append(segment)
-        if cut and i + 1 < len(bases):
+        # Past the recovery point, a segment that ends before the next one
+        # begins lost its unsynced tail while a newer segment kept its
+        # data: what follows the hole is not part of the log any more.
+        hole = i + 1 < len(bases) and segment.next_offset < bases[i + 1]
+        if (cut or hole) and i + 1 < len(bases):
             later = bases[i + 1 :]
             logger.warning(
-                "%s was cut; deleting the %d later segments from base offset %d on",
+                "%s %s; deleting the %d later segments from base offset %d on",
                 segment.path(LOG_SUFFIX),
+                "was cut" if cut else f"ends at offset {segment.next_offset}, before the next segment",
                 len(later),
                 later[0],
             )
