@@ -1,0 +1,200 @@
+"""Broker registration, heartbeats, fencing and controlled shutdown (KIP-631).
+
+Theory of operation
+-------------------
+A broker's lifecycle, as the image records it (`fenced`,
+`in_controlled_shutdown`) and as heartbeats move it:
+
+    (none)    => FENCED       BrokerRegistration; a new RegisterBroker
+                              record whose offset is the broker epoch
+    FENCED    => UNFENCED     heartbeat with current_metadata_offset >= the
+                              broker epoch (caught up) and not want_fence;
+                              offline partitions it hosts elect leaders
+    UNFENCED  => FENCED       missed heartbeats for broker.session.timeout.ms
+                              (`tick`), or want_fence: it leaves every ISR and
+                              its partitions elect new leaders
+    UNFENCED  => SHUTTING     heartbeat with want_shut_down: leadership moves
+                 DOWN         away and it leaves the ISRs first (KIP-631
+                              controlled shutdown)
+    SHUTTING  => FENCED       the next heartbeat once it leads nothing:
+      DOWN                    respond should_shut_down
+    any       => (none)       UnregisterBroker
+
+The image is the durable part. The soft part -- when each broker last
+heartbeated -- lives only in this manager on the active controller and is
+rebuilt when a controller becomes active: every registered broker gets a
+fresh session then, as Kafka grants after a failover.
+"""
+
+from __future__ import annotations
+
+from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+from kio.schema.broker_registration.v4 import BrokerRegistrationRequest, BrokerRegistrationResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterBrokerResponse
+
+from quorum.controller.config import ControllerConfig
+from quorum.controller.elections import changes_for_leaving_brokers, changes_for_returning_broker
+from quorum.controller.result import NO_THROTTLE, ControllerResult
+from quorum.metadata.image import MetadataImage
+from quorum.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    Endpoint,
+    Record,
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+
+def _heartbeat_response(error: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
+                        shut_down: bool = False) -> BrokerHeartbeatResponse:
+    return BrokerHeartbeatResponse(throttle_time=NO_THROTTLE, error_code=error, is_caught_up=caught_up,
+                                   is_fenced=fenced, should_shut_down=shut_down)
+
+
+class ClusterControlManager:
+    """Registrations and liveness of brokers; holds the heartbeat soft state."""
+
+    def __init__(self, config: ControllerConfig, image: MetadataImage, now_ms: int) -> None:
+        self._config = config
+        self._last_heartbeat_ms: dict[int, int] = {b: now_ms for b in image.brokers}
+        # Brokers this manager has fenced whose fencing the image does not show yet.
+        self._fencing: set[int] = set()
+
+    def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
+        last = self._last_heartbeat_ms.get(broker_id)
+        return last is not None and now_ms - last <= self._config.broker_session_timeout_ms
+
+    def _touch(self, broker_id: int, now_ms: int) -> None:
+        self._last_heartbeat_ms[broker_id] = now_ms
+        self._fencing.discard(broker_id)
+
+    # --- BrokerRegistration ---------------------------------------------------
+
+    def register(self, request: BrokerRegistrationRequest, image: MetadataImage,
+                 now_ms: int) -> ControllerResult[BrokerRegistrationResponse]:
+        """Register a broker. The response's broker epoch is filled by `ControllerResult.respond`."""
+
+        def refuse(error: ErrorCode) -> ControllerResult[BrokerRegistrationResponse]:
+            return ControllerResult((), BrokerRegistrationResponse(throttle_time=NO_THROTTLE, error_code=error))
+
+        if self._config.cluster_id is not None and request.cluster_id != self._config.cluster_id:
+            return refuse(ErrorCode.inconsistent_cluster_id)
+        if request.incarnation_id is None:
+            return refuse(ErrorCode.invalid_request)
+        broker_id = request.broker_id
+        endpoints = tuple(Endpoint(l.name, l.host, int(l.port), int(l.security_protocol)) for l in request.listeners)
+        existing = image.brokers.get(broker_id)
+        if existing is not None:
+            if existing.incarnation_id == request.incarnation_id:
+                if existing.endpoints == endpoints and existing.rack == request.rack:
+                    # The same process asking again (its response was lost): same epoch, no record.
+                    self._touch(broker_id, now_ms)
+                    return ControllerResult((), BrokerRegistrationResponse(
+                        throttle_time=NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=existing.epoch))
+            elif not existing.fenced and self.has_valid_session(broker_id, now_ms):
+                # Another live process claims this id: two brokers with one id
+                # would split-brain every partition they host.
+                return refuse(ErrorCode.duplicate_broker_registration)
+        records: list[Record] = [RegisterBrokerRecord(
+            broker_id=broker_id, incarnation_id=request.incarnation_id, endpoints=endpoints,
+            rack=request.rack, fenced=True)]
+        if existing is not None:
+            # The previous incarnation may still lead or sit in ISRs; a
+            # restarted process may have lost unflushed data, so it leaves them.
+            records += changes_for_leaving_brokers(image, (broker_id,), self._config)
+        self._touch(broker_id, now_ms)
+        return ControllerResult(
+            tuple(records),
+            BrokerRegistrationResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none),
+            broker_epoch_record_index=0,
+        )
+
+    # --- BrokerHeartbeat --------------------------------------------------------
+
+    def heartbeat(self, request: BrokerHeartbeatRequest, image: MetadataImage,
+                  now_ms: int) -> ControllerResult[BrokerHeartbeatResponse]:
+        broker_id = request.broker_id
+        reg = image.brokers.get(broker_id)
+        if reg is None:
+            return ControllerResult((), _heartbeat_response(ErrorCode.broker_id_not_registered))
+        if request.broker_epoch != reg.epoch:
+            return ControllerResult((), _heartbeat_response(ErrorCode.stale_broker_epoch))
+        self._touch(broker_id, now_ms)
+        caught_up = request.current_metadata_offset >= reg.epoch
+        ok = ErrorCode.none
+
+        def change(**fields: bool) -> BrokerRegistrationChangeRecord:
+            return BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch, **fields)
+
+        if reg.fenced:
+            if request.want_shut_down or reg.in_controlled_shutdown:
+                return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up, shut_down=True))
+            if request.want_fence or not caught_up:
+                return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up))
+            records = [change(fenced=False), *changes_for_returning_broker(image, broker_id, self._config)]
+            return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=True, fenced=False))
+
+        if reg.in_controlled_shutdown:
+            moves = changes_for_leaving_brokers(image, (broker_id,), self._config)
+            if moves:
+                return ControllerResult(tuple(moves), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
+            # It leads nothing and has left every ISR it could: let it go.
+            return ControllerResult((change(fenced=True),),
+                                    _heartbeat_response(ok, caught_up=caught_up, shut_down=True))
+        if request.want_shut_down:
+            records = [change(in_controlled_shutdown=True),
+                       *changes_for_leaving_brokers(image, (broker_id,), self._config)]
+            return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
+        if request.want_fence:
+            records = [change(fenced=True), *changes_for_leaving_brokers(image, (broker_id,), self._config)]
+            return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=caught_up))
+        return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
+
+    # --- UnregisterBroker -------------------------------------------------------
+
+    def unregister(self, request: UnregisterBrokerRequest, image: MetadataImage,
+                   now_ms: int) -> ControllerResult[UnregisterBrokerResponse]:
+        reg = image.brokers.get(request.broker_id)
+        if reg is None:
+            return ControllerResult((), UnregisterBrokerResponse(
+                throttle_time=NO_THROTTLE, error_code=ErrorCode.broker_id_not_registered,
+                error_message=f"broker {request.broker_id} is not registered"))
+        records: list[Record] = list(changes_for_leaving_brokers(image, (reg.broker_id,), self._config))
+        records.append(UnregisterBrokerRecord(broker_id=reg.broker_id, broker_epoch=reg.epoch))
+        self._last_heartbeat_ms.pop(reg.broker_id, None)
+        self._fencing.discard(reg.broker_id)
+        return ControllerResult(tuple(records), UnregisterBrokerResponse(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None))
+
+    # --- session expiry -----------------------------------------------------------
+
+    def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
+        """Fence every unfenced broker whose last heartbeat is older than the session timeout."""
+        for gone in self._last_heartbeat_ms.keys() - image.brokers.keys():
+            del self._last_heartbeat_ms[gone]
+        stale = []
+        for broker_id, reg in image.brokers.items():
+            if reg.fenced:
+                self._fencing.discard(broker_id)
+                continue
+            if broker_id in self._fencing:
+                continue
+            last = self._last_heartbeat_ms.setdefault(broker_id, now_ms)
+            if now_ms - last > self._config.broker_session_timeout_ms:
+                stale.append(reg)
+        if not stale:
+            return []
+        stale.sort(key=lambda r: r.broker_id)
+        records: list[Record] = [BrokerRegistrationChangeRecord(broker_id=r.broker_id, broker_epoch=r.epoch, fenced=True)
+                                 for r in stale]
+        records += changes_for_leaving_brokers(image, [r.broker_id for r in stale], self._config)
+        self._fencing.update(r.broker_id for r in stale)
+        return records
+
+    def next_deadline_ms(self, image: MetadataImage) -> int | None:
+        """When `tick` may next fence someone (None: no unfenced broker to watch)."""
+        deadlines = [self._last_heartbeat_ms[b] + self._config.broker_session_timeout_ms + 1
+                     for b, reg in image.brokers.items()
+                     if not reg.fenced and b not in self._fencing and b in self._last_heartbeat_ms]
+        return min(deadlines, default=None)

@@ -1,0 +1,46 @@
+"""Settings the controller's decisions depend on, with Kafka's key names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Controller settings. Build one from a `raftka.config.NodeConfig` with `from_node_config`.
+
+    - `broker_session_timeout_ms` (`broker.session.timeout.ms`): a broker whose
+      last heartbeat is older than this is fenced by `QuorumController.tick`.
+    - `num_partitions` / `default_replication_factor` (`num.partitions`,
+      `default.replication.factor`): used when CreateTopics says -1.
+    - `unclean_leader_election_enable` (`unclean.leader.election.enable`): the
+      cluster default for topics that do not set the key.
+    - `cluster_id`: when set, a BrokerRegistration for another cluster is
+      refused with INCONSISTENT_CLUSTER_ID.
+    - `producer_id_block_size`: ids handed out per AllocateProducerIds (Kafka: 1000).
+    """
+
+    broker_session_timeout_ms: int = 9000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    unclean_leader_election_enable: bool = False
+    cluster_id: str | None = None
+    producer_id_block_size: int = 1000
+
+    def __post_init__(self) -> None:
+        assert self.broker_session_timeout_ms > 0
+        assert self.num_partitions >= 1 and self.default_replication_factor >= 1
+        assert self.producer_id_block_size >= 1
+
+    @classmethod
+    def from_node_config(cls, node_config: Any, cluster_id: str | None = None) -> ControllerConfig:
+        """Take the controller's keys from a `raftka.config.NodeConfig`."""
+        raw = getattr(node_config, "raw", {}) or {}
+        return cls(
+            broker_session_timeout_ms=node_config.broker_session_timeout_ms,
+            num_partitions=node_config.num_partitions,
+            default_replication_factor=node_config.default_replication_factor,
+            unclean_leader_election_enable=raw.get("unclean.leader.election.enable", "false").strip().lower() == "true",
+            cluster_id=cluster_id,
+        )

@@ -1,0 +1,167 @@
+"""Broker registration, heartbeats, session fencing, controlled shutdown, unregistration."""
+
+import uuid
+
+from controller_testing import Cluster
+from kio.schema.broker_registration.v4 import BrokerRegistrationRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest
+
+from quorum.controller import ControllerConfig
+from quorum.metadata import BrokerRegistrationChangeRecord, RegisterBrokerRecord
+
+
+def test_registration_epoch_is_the_offset_of_the_record():
+    c = Cluster()
+    r1 = c.register(1)
+    r2 = c.register(2)
+    assert r1.error_code == r2.error_code == ErrorCode.none
+    assert isinstance(c.log[r1.broker_epoch], RegisterBrokerRecord) and c.log[r1.broker_epoch].broker_id == 1
+    assert c.image.brokers[2].epoch == r2.broker_epoch
+    assert c.image.brokers[1].fenced  # a new registration starts fenced
+
+
+def test_same_incarnation_reregistering_is_idempotent():
+    c = Cluster()
+    first = c.register(1)
+    log_length = len(c.log)
+    again = c.register(1, incarnation=c.incarnations[1])
+    assert again.broker_epoch == first.broker_epoch
+    assert len(c.log) == log_length  # no new record
+
+
+def test_other_incarnation_of_a_live_broker_is_a_duplicate():
+    c = Cluster()
+    c.start_brokers(1)
+    c.now_ms = 5000
+    r = c.register(1)  # a second process with the same node.id
+    assert r.error_code == ErrorCode.duplicate_broker_registration
+    assert c.image.brokers[1].usable
+
+
+def test_new_incarnation_after_session_expiry_gets_a_new_epoch_and_leaves_isrs():
+    c = Cluster()
+    c.start_brokers(1, 2)
+    c.create_topic("t", partitions=1, rf=2)
+    old_epoch = c.image.brokers[1].epoch
+    p = c.partition("t")
+    c.now_ms = 20_000  # broker 1 crashed and came back after its session ran out
+    c.heartbeat(p.replicas[1])
+    r = c.register(1)
+    assert r.error_code == ErrorCode.none and r.broker_epoch > old_epoch
+    assert c.image.brokers[1].fenced
+    p = c.partition("t")
+    assert 1 not in p.isr and p.leader == 2
+
+
+def test_registration_for_another_cluster_is_refused():
+    c = Cluster(ControllerConfig(cluster_id="prod"))
+    r = c.send(BrokerRegistrationRequest(broker_id=1, cluster_id="test", incarnation_id=uuid.uuid4(),
+                                         listeners=(), features=(), rack=None))
+    assert r.error_code == ErrorCode.inconsistent_cluster_id
+    assert not c.log
+
+
+def test_heartbeat_with_stale_epoch_is_refused():
+    c = Cluster()
+    epoch = c.register(1).broker_epoch
+    r = c.heartbeat(1, epoch=epoch - 1)
+    assert r.error_code == ErrorCode.stale_broker_epoch
+    assert c.heartbeat(7).error_code == ErrorCode.broker_id_not_registered
+
+
+def test_broker_is_unfenced_only_once_caught_up_and_not_wanting_fence():
+    c = Cluster()
+    epoch = c.register(1).broker_epoch
+    behind = c.heartbeat(1, offset=epoch - 1)
+    assert behind.is_fenced and not behind.is_caught_up and c.image.brokers[1].fenced
+    wants = c.heartbeat(1, want_fence=True)
+    assert wants.is_fenced and c.image.brokers[1].fenced
+    caught_up = c.heartbeat(1, offset=epoch)
+    assert caught_up.is_caught_up and not caught_up.is_fenced
+    assert isinstance(c.log[-1], BrokerRegistrationChangeRecord) and c.log[-1].fenced is False
+    assert c.image.brokers[1].usable
+
+
+def test_tick_fences_a_broker_whose_session_expired_and_moves_its_leadership():
+    c = Cluster()
+    c.start_brokers(1, 2, 3)
+    c.create_topic("t", partitions=3, rf=3)
+    for now in (3000, 6000, 9000):
+        c.now_ms = now
+        c.heartbeat(2)
+        c.heartbeat(3)
+    assert c.tick(9000) == []  # exactly the timeout: not yet
+    assert c.controller.next_deadline_ms(c.image) == 9001
+    fenced = c.tick(9001)
+    assert fenced and c.image.brokers[1].fenced and c.image.brokers[2].usable
+    for index in range(3):
+        p = c.partition("t", index)
+        assert p.leader in (2, 3) and 1 not in p.isr
+    assert c.tick(9500) == []  # nothing more to do, and no double fencing
+
+
+def test_fencing_bumps_epochs_of_every_changed_partition():
+    c = Cluster()
+    c.start_brokers(1, 2)
+    c.create_topic("t", partitions=2, rf=2)
+    before = {i: c.partition("t", i) for i in range(2)}
+    c.now_ms = 5000
+    c.heartbeat(2)
+    c.tick(10_000)
+    for i in range(2):
+        after = c.partition("t", i)
+        assert after.partition_epoch == before[i].partition_epoch + 1
+        assert after.leader_epoch == before[i].leader_epoch + (before[i].leader == 1)
+
+
+def test_new_active_controller_grants_every_broker_a_fresh_session():
+    c = Cluster()
+    c.start_brokers(1)
+    c.now_ms = 8000
+    c.failover()
+    assert c.tick(12_000) == []  # 12 s since the last heartbeat, but only 4 s since failover
+    assert c.tick(17_001)
+    assert c.image.brokers[1].fenced
+
+
+def test_controlled_shutdown_moves_leaders_first_then_lets_the_broker_go():
+    c = Cluster()
+    c.start_brokers(1, 2, 3)
+    c.create_topic("t", partitions=6, rf=3)
+    c.create_topic("solo", assignments={0: [1]})
+    led_by_1 = [i for i in range(6) if c.partition("t", i).leader == 1]
+    assert led_by_1
+    first = c.heartbeat(1, want_shut_down=True)
+    assert not first.should_shut_down and not first.is_fenced
+    assert c.image.brokers[1].in_controlled_shutdown
+    for i in range(6):
+        p = c.partition("t", i)
+        assert p.leader in (2, 3) and 1 not in p.isr
+    solo = c.partition("solo")
+    assert solo.leader == -1 and solo.isr == (1,)  # no one else can lead; the ISR keeps its last member
+    second = c.heartbeat(1, want_shut_down=True)
+    assert second.should_shut_down and second.is_fenced and c.image.brokers[1].fenced
+    assert c.image.leader_count(1) == 0
+    # A broker shutting down never receives new replicas.
+    c.create_topic("later", partitions=4, rf=2)
+    assert all(1 not in c.partition("later", i).replicas for i in range(4))
+
+
+def test_fenced_broker_asking_to_shut_down_may_go_at_once():
+    c = Cluster()
+    c.register(1)
+    r = c.heartbeat(1, want_shut_down=True)
+    assert r.should_shut_down and r.is_fenced
+
+
+def test_unregister_removes_the_broker_and_its_isr_memberships():
+    c = Cluster()
+    c.start_brokers(1, 2)
+    c.create_topic("t", partitions=2, rf=2)
+    r = c.send(UnregisterBrokerRequest(broker_id=1))
+    assert r.error_code == ErrorCode.none
+    assert 1 not in c.image.brokers
+    assert all(c.partition("t", i).leader == 2 and c.partition("t", i).isr == (2,) for i in range(2))
+    again = c.send(UnregisterBrokerRequest(broker_id=1))
+    assert again.error_code == ErrorCode.broker_id_not_registered
