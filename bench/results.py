@@ -20,6 +20,14 @@ Every bench writes through `write_rows(results_dir, rows)`. A row is
 Each call appends one new file `part-<run_id>-<n>.parquet` to the dataset
 directory, so concurrent runs never rewrite each other's files and
 `pyarrow.dataset.dataset(results_dir)` (or Spark) reads them all.
+
+Raw latency samples are kept per run beside the rows, through
+`write_samples`, in `<results_dir>/_samples/<run_id>/part-<n>.parquet`
+(columns: run_id, scenario, mode, params, metric, value, unit: one row per
+sample). The leading `_` makes Spark's and pyarrow's dataset discovery skip
+that folder when they read the rows; `raftka report` reads it on its own
+for the latency CDFs. Anything else kept inside `results_dir` (such as the
+report's default output, `_report/`) must likewise start with `_`.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import uuid
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 SCHEMA = pa.schema(
@@ -52,6 +61,20 @@ SCHEMA = pa.schema(
         ("python_version", pa.string()),
     ]
 )
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("scenario", pa.string()),
+        ("mode", pa.string()),
+        ("params", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("unit", pa.string()),
+    ]
+)
+
+SAMPLES_DIR = "_samples"
 
 _REQUIRED = ("scenario", "mode", "params", "metric", "value", "unit")
 
@@ -91,8 +114,7 @@ def complete_rows(rows: Iterable[Mapping[str, Any]], run_id: str) -> list[dict[s
         if missing:
             raise ValueError(f"result row {dict(row)!r} lacks {', '.join(missing)}")
         full = {**env, **row}
-        if not isinstance(full["params"], str):
-            full["params"] = json.dumps(full["params"], sort_keys=True)
+        full["params"] = params_json(full["params"])
         full["value"] = float(full["value"])
         out.append(full)
     return out
@@ -105,11 +127,70 @@ def write_rows(results_dir: str, rows: Iterable[Mapping[str, Any]], run_id: str 
     full = complete_rows(rows, run_id)
     os.makedirs(results_dir, exist_ok=True)
     table = pa.Table.from_pylist(full, schema=SCHEMA)
-    n = 0
-    while True:
-        path = os.path.join(results_dir, f"part-{run_id}-{n}.parquet")
-        if not os.path.exists(path):
-            break
-        n += 1
+    path = _new_part_path(results_dir, f"part-{run_id}-")
     pq.write_table(table, path)
+    return path
+
+
+def params_json(params: Mapping[str, Any] | str) -> str:
+    """The canonical `params` string: JSON with sorted keys."""
+    return params if isinstance(params, str) else json.dumps(params, sort_keys=True)
+
+
+def write_samples(
+    results_dir: str,
+    run_id: str,
+    *,
+    scenario: str,
+    mode: str,
+    params: Mapping[str, Any] | str,
+    metric: str,
+    unit: str,
+    values: Iterable[float],
+) -> str:
+    """Keep the raw samples of one measurement (e.g. every request latency
+    behind a `produce_latency_p99` row) of run `run_id`; return the file
+    written. Pass the same run_id, scenario, mode, params and metric as the
+    run's rows so the report can match them."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError(f"no samples for {scenario}/{metric} of run {run_id}; record some or skip the call")
+    n = len(values)
+    columns = {
+        "run_id": [run_id] * n,
+        "scenario": [scenario] * n,
+        "mode": [mode] * n,
+        "params": [params_json(params)] * n,
+        "metric": [metric] * n,
+        "value": values,
+        "unit": [unit] * n,
+    }
+    run_dir = os.path.join(results_dir, SAMPLES_DIR, run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    path = _new_part_path(run_dir, "part-")
+    pq.write_table(pa.Table.from_pydict(columns, schema=SAMPLES_SCHEMA), path)
+    return path
+
+
+def read_rows(results_dir: str) -> list[dict[str, Any]]:
+    """Every row of the dataset, as dicts, without Spark (tests and quick
+    looks; `raftka report` reads the same files through Spark)."""
+    if not os.path.isdir(results_dir):
+        return []
+    return ds.dataset(results_dir, format="parquet", schema=SCHEMA).to_table().to_pylist()
+
+
+def read_samples(results_dir: str) -> list[dict[str, Any]]:
+    """Every raw sample kept by `write_samples`, as dicts."""
+    samples_dir = os.path.join(results_dir, SAMPLES_DIR)
+    if not os.path.isdir(samples_dir):
+        return []
+    return ds.dataset(samples_dir, format="parquet", schema=SAMPLES_SCHEMA).to_table().to_pylist()
+
+
+def _new_part_path(directory: str, prefix: str) -> str:
+    """A `<prefix><n>.parquet` path in `directory` that does not exist yet."""
+    n = 0
+    while os.path.exists(path := os.path.join(directory, f"{prefix}{n}.parquet")):
+        n += 1
     return path
