@@ -1,0 +1,201 @@
+"""The broker process's core object: metadata in, Kafka protocol out.
+
+Theory of operation
+-------------------
+A `Broker` serves the Kafka protocol on one listener (`raftka.wire.serve`)
+and hosts partition replicas (`ReplicaManager` over `LogManager`). It has
+exactly two doors to the rest of the cluster:
+
+- **metadata in**: `on_metadata_update(image, delta)`. Whoever follows the
+  metadata log (the Raft observer, once wired; `LocalController` in tests)
+  calls it with each new immutable `MetadataImage`. The broker swaps its
+  image, opens/deletes logs and changes replica roles as the delta says,
+  and wakes requests waiting for the image (admin requests waiting to see
+  their change; parked fetches and produces).
+- **controller out**: `ControllerChannel.send(request)`, for client admin
+  requests (forwarded) and the broker's own AllocateProducerIds.
+
+Request handlers live in `broker.produce`, `broker.fetch`,
+`broker.list_offsets`, `broker.metadata_api` and `broker.admin`; each is
+`async def handle_x(broker, ctx, request)`. `run` serves until cancelled
+and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from broker import admin, fetch, list_offsets, metadata_api, produce
+from broker.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
+from broker.config import BrokerConfig
+from broker.controller_channel import ControllerChannel
+from broker.log_manager import LogManager
+from broker.replica_manager import ReplicaManager
+from quorum.metadata import MetadataDelta, MetadataImage, image_delta
+from raftka.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
+
+_log = logging.getLogger("broker")
+
+# api_key: (min version, max version, handler). See README in the report
+# for which client negotiates what.
+_APIS = {
+    0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
+    1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
+    2: (1, 7, list_offsets.handle_list_offsets),
+    3: (1, 12, metadata_api.handle_metadata),
+    19: (2, 7, admin.handle_create_topics),
+    20: (1, 6, admin.handle_delete_topics),
+    22: (0, 5, admin.handle_init_producer_id),
+    23: (2, 4, list_offsets.handle_offset_for_leader_epoch),
+    32: (1, 4, admin.handle_describe_configs),
+    37: (0, 3, admin.handle_create_partitions),
+    44: (0, 1, admin.handle_incremental_alter_configs),
+    60: (0, 1, metadata_api.handle_describe_cluster),
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        controller: ControllerChannel,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.controller = controller
+        self.clock_ms = clock_ms
+        self.image = MetadataImage()
+        self.log_manager = LogManager(config.log_dirs, clock_ms)
+        log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
+        self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults)
+        self.apis = SupportedApis()
+        for api_key, (lo, hi, _handler) in _APIS.items():
+            self.apis.declare(api_key, lo, hi)
+        self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
+        self._image_changed = trio.Event()
+        self._loaded = False
+        self.server: Server | None = None
+        #: Producer ids handed out from the current controller-allocated block.
+        self.producer_ids = admin.ProducerIdBlock()
+
+    # --- metadata in ---------------------------------------------------
+
+    def on_metadata_update(self, image: MetadataImage, delta: MetadataDelta | None = None) -> None:
+        """Publish a new metadata image to this broker (the one metadata door).
+
+        `delta` is `image_delta(previous image, image, node_id)`; it is
+        computed here when not given. The first call must carry an image
+        caught up with the metadata log (as Kafka's broker waits for before
+        its first publish): logs of partitions it does not host here are
+        moved aside as strays. Must be called from the trio thread.
+        """
+        if image.offset < self.image.offset:
+            _log.warning("ignoring metadata image at offset %d older than the current %d",
+                         image.offset, self.image.offset)
+            return
+        if not self._loaded:
+            self.log_manager.load(image, self.node_id)
+            self._loaded = True
+        if delta is None:
+            delta = image_delta(self.image, image, self.node_id)
+        self.image = image
+        self.replicas.apply_delta(image, delta)
+        self._image_changed.set()
+        self._image_changed = trio.Event()
+
+    async def wait_for_image(self, predicate: Callable[[MetadataImage], bool], deadline: float) -> bool:
+        """Wait until `predicate(self.image)` holds or trio time `deadline`; whether it holds."""
+        while not predicate(self.image):
+            if trio.current_time() >= deadline:
+                return False
+            with trio.move_on_at(deadline):
+                await self._image_changed.wait()
+        return True
+
+    # --- serving -------------------------------------------------------
+
+    async def handle(self, ctx: ConnectionContext, request: DecodedRequest):
+        """The wire server's handler: one request in, its response out."""
+        handler = self._handlers[request.header.api_key]
+        return await handler(self, ctx, request)
+
+    async def run(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; then shut down cleanly. Starts with the
+        bound `Server` (its `port` is the real one when config.port is 0)."""
+        config = self.config
+        clean = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self.server = await nursery.start(functools.partial(
+                    serve, self.handle, config.host, config.port, apis=self.apis,
+                    max_in_flight=config.max_in_flight_requests_per_connection,
+                    request_max_bytes=config.socket_request_max_bytes,
+                    connections_max_idle_ms=config.connections_max_idle_ms,
+                    file_transfer=config.fetch_file_transfer,
+                    log=logging.getLogger("broker.server"),
+                ))
+                _log.info("broker %d listening on %s:%d", self.node_id, config.host, self.server.port)
+                nursery.start_soon(self._background)
+                task_status.started(self.server)
+            clean = True
+        except BaseException as exc:
+            # Cancellation (SIGTERM, Ctrl-C, the caller's scope) is a clean
+            # stop; a crash leaves no marker, so the next start recovers.
+            clean = _is_stop(exc)
+            raise
+        finally:
+            if clean:
+                self.shutdown()
+
+    def shutdown(self) -> None:
+        """Close every log cleanly and write the clean-shutdown marker."""
+        if self._loaded:
+            self.log_manager.shutdown(self.replicas.high_watermarks())
+            self._loaded = False
+        _log.info("broker %d shut down cleanly", self.node_id)
+
+    async def _background(self) -> None:
+        """Checkpoints, flush.ms and retention on Kafka's timers."""
+        config = self.config
+        due = {
+            "hw": config.replica_high_watermark_checkpoint_interval_ms,
+            "recovery": min(config.log_flush_offset_checkpoint_interval_ms,
+                            config.log_flush_start_offset_checkpoint_interval_ms),
+            "retention": config.log_retention_check_interval_ms,
+        }
+        last = {name: self.clock_ms() for name in due}
+        tick_s = min(1.0, min(due.values()) / 1000)
+        while True:
+            await trio.sleep(tick_s)
+            if not self._loaded:
+                continue
+            now = self.clock_ms()
+            self.log_manager.flush_due(now)
+            if now - last["hw"] >= due["hw"]:
+                self.log_manager.checkpoint_high_watermarks(self.replicas.high_watermarks())
+                last["hw"] = now
+            if now - last["recovery"] >= due["recovery"]:
+                self.log_manager.checkpoint_logs()
+                last["recovery"] = now
+            if now - last["retention"] >= due["retention"]:
+                self.replicas.enforce_retention(now)
+                last["retention"] = now
+
+
+def _is_stop(exc: BaseException) -> bool:
+    if isinstance(exc, (trio.Cancelled, KeyboardInterrupt)):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_stop(e) for e in exc.exceptions)
+    return False

@@ -1,0 +1,197 @@
+"""Hand-built Produce and Fetch responses (pure: bytes and slices out).
+
+Theory of operation
+-------------------
+Produce and Fetch are the hot path (ARCHITECTURE "Wire protocols"): their
+responses are written with precompiled `struct`s instead of kio. A Fetch
+response is a list of parts: small header buffers, and the record bytes as
+they are (storage file slices, sent with `os.sendfile`, or buffers), so no
+record byte is ever copied into Python. The frame's size prefix is computed
+from the parts' lengths.
+
+Layouts follow Kafka's ProduceResponse.json (v3..v9) and FetchResponse.json
+(v4..v12). Versions from 9 (Produce) and 12 (Fetch) are flexible (KIP-482):
+compact arrays and strings (unsigned varint length + 1) and a tagged-field
+section after every struct. Every encoder is checked against kio's decoder
+for every version in tests/broker/test_broker_codec.py.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from raftka.wire import RequestHeader, encode_response_header, frame_size_prefix, part_length
+from raftka.wire.framing import ResponsePart
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PRODUCE_PARTITION = struct.Struct(">ihqq")  # index, error, base_offset, log_append_time
+_I64 = struct.Struct(">q")
+_FETCH_PARTITION = struct.Struct(">ihq")  # index, error, high_watermark
+_LSO_LOG_START = struct.Struct(">qq")
+_EPOCH_END_OFFSET = struct.Struct(">iqB")  # epoch, end_offset, no tagged fields
+_LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged fields
+_NO_TAGS = b"\x00"
+
+PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 9
+FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12
+
+
+def uvarint(value: int) -> bytes:
+    """Kafka's unsigned varint (7 bits a byte, least significant first)."""
+    assert value >= 0
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    raw = value.encode()
+    return (uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def _nullable_string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\x00" if flexible else _I16.pack(-1)
+    return _string(value, flexible)
+
+
+def _array_length(count: int, flexible: bool) -> bytes:
+    return uvarint(count + 1) if flexible else _I32.pack(count)
+
+
+# --- Produce ----------------------------------------------------------------
+
+
+class ProducePartitionResult(NamedTuple):
+    partition: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+def encode_produce_response(
+    header: RequestHeader, topics: Sequence[tuple[str, Sequence[ProducePartitionResult]]]
+) -> bytes:
+    """One complete ProduceResponse frame (size prefix included)."""
+    version = header.api_version
+    assert PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION, version
+    flexible = version >= 9
+    out = bytearray(b"\0\0\0\0")
+    out += encode_response_header(header)
+    out += _array_length(len(topics), flexible)
+    for name, partitions in topics:
+        out += _string(name, flexible)
+        out += _array_length(len(partitions), flexible)
+        for p in partitions:
+            out += _PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms)
+            if version >= 5:
+                out += _I64.pack(p.log_start_offset)
+            if version >= 8:
+                out += _array_length(0, flexible)  # record_errors
+                out += _nullable_string(p.error_message, flexible)
+            if flexible:
+                out += _NO_TAGS
+        if flexible:
+            out += _NO_TAGS
+    out += _I32.pack(0)  # throttle_time_ms
+    if flexible:
+        out += _NO_TAGS
+    _I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+# --- Fetch ------------------------------------------------------------------
+
+
+class FetchPartitionResult(NamedTuple):
+    partition: int
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    #: Whole record batches: storage file slices (as `raftka.wire.FileSlice`) or buffers.
+    records: Sequence[ResponsePart] = ()
+    #: None: a null list (read_uncommitted); () an empty one (read_committed).
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
+    #: (epoch, end_offset) for a follower whose log diverged (v12+, KIP-595).
+    diverging_epoch: tuple[int, int] | None = None
+    #: (leader_id, leader_epoch) when this broker is not the leader (v12+).
+    current_leader: tuple[int, int] | None = None
+
+
+def records_size(records: Sequence[ResponsePart]) -> int:
+    return sum(part_length(p) for p in records)
+
+
+def encode_fetch_response(
+    header: RequestHeader,
+    error_code: int,
+    session_id: int,
+    topics: Sequence[tuple[str, Sequence[FetchPartitionResult]]],
+) -> list[ResponsePart]:
+    """One complete FetchResponse frame as a list of parts (size prefix first)."""
+    version = header.api_version
+    assert FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION, version
+    flexible = version >= 12
+    parts: list[ResponsePart] = []
+    out = bytearray(encode_response_header(header))
+    out += _I32.pack(0)  # throttle_time_ms
+    if version >= 7:
+        out += _I16.pack(error_code)
+        out += _I32.pack(session_id)
+    out += _array_length(len(topics), flexible)
+    for name, partitions in topics:
+        out += _string(name, flexible)
+        out += _array_length(len(partitions), flexible)
+        for p in partitions:
+            out += _FETCH_PARTITION.pack(p.partition, p.error_code, p.high_watermark)
+            if version >= 5:
+                out += _LSO_LOG_START.pack(p.last_stable_offset, p.log_start_offset)
+            else:
+                out += _I64.pack(p.last_stable_offset)
+            if p.aborted_transactions is None:
+                out += b"\x00" if flexible else _I32.pack(-1)
+            else:
+                out += _array_length(len(p.aborted_transactions), flexible)
+                for producer_id, first_offset in p.aborted_transactions:
+                    out += _LSO_LOG_START.pack(producer_id, first_offset)
+                    if flexible:
+                        out += _NO_TAGS
+            if version >= 11:
+                out += _I32.pack(-1)  # preferred_read_replica
+            size = records_size(p.records)
+            out += uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                parts.append(bytes(out))
+                parts.extend(r for r in p.records if part_length(r))
+                out = bytearray()
+            if flexible:
+                out += _partition_tags(p)
+        if flexible:
+            out += _NO_TAGS
+    if flexible:
+        out += _NO_TAGS
+    parts.append(bytes(out))
+    return [frame_size_prefix(part_length(p) for p in parts), *parts]
+
+
+def _partition_tags(p: FetchPartitionResult) -> bytes:
+    tags = []
+    if p.diverging_epoch is not None:
+        tags.append((0, _EPOCH_END_OFFSET.pack(p.diverging_epoch[0], p.diverging_epoch[1], 0)))
+    if p.current_leader is not None:
+        tags.append((1, _LEADER_ID_EPOCH.pack(p.current_leader[0], p.current_leader[1], 0)))
+    if not tags:
+        return _NO_TAGS
+    out = bytearray(uvarint(len(tags)))
+    for tag, body in tags:
+        out += uvarint(tag) + uvarint(len(body)) + body
+    return bytes(out)

@@ -1,0 +1,130 @@
+"""Broker settings, with Apache Kafka's key names and defaults.
+
+`BrokerConfig.from_properties` reads the keys a broker needs from a
+properties map (the same map `raftka.config.NodeConfig` reads; keys it does
+not know are left alone). raftka's own knobs carry a `raftka.` prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from raftka.config import parse_listener
+from raftka.errors import ConfigError
+
+_FILE_TRANSFERS = ("auto", "sendfile", "pread")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int
+    log_dirs: tuple[str, ...]
+    cluster_id: str
+    host: str = "127.0.0.1"
+    port: int = 9092
+    #: The name of the listener clients use (matched against registered endpoints).
+    listener_name: str = "PLAINTEXT"
+    rack: str | None = None
+    auto_create_topics_enable: bool = False
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    #: `message.max.bytes`: the broker default of the topic config `max.message.bytes`.
+    message_max_bytes: int = 1048588
+    socket_request_max_bytes: int = 104857600
+    connections_max_idle_ms: int = 600000
+    #: `queued.max.requests` is per broker in Kafka; raftka bounds in-flight
+    #: requests per connection instead.
+    max_in_flight_requests_per_connection: int = 16
+    #: `replica.high.watermark.checkpoint.interval.ms`
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    #: `log.flush.offset.checkpoint.interval.ms` (recovery points)
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    #: `log.flush.start.offset.checkpoint.interval.ms`
+    log_flush_start_offset_checkpoint_interval_ms: int = 60000
+    #: `log.retention.check.interval.ms`
+    log_retention_check_interval_ms: int = 300000
+    #: `log.segment.bytes`, `log.retention.ms`, ...: broker defaults of topic configs.
+    log_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: How Fetch responses send record bytes: "auto" (sendfile on plain
+    #: sockets), "sendfile", or "pread" (read and copy; for benchmarks).
+    fetch_file_transfer: str = "auto"
+    #: Bound on the wait of admin requests for this broker's image to show
+    #: the change when the request carries no timeout (Metadata auto-create).
+    metadata_wait_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.fetch_file_transfer not in _FILE_TRANSFERS:
+            raise ConfigError(
+                f"raftka.fetch.file.transfer={self.fetch_file_transfer!r}: use one of "
+                f"{', '.join(_FILE_TRANSFERS)}"
+            )
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty: give the broker a directory for its partitions")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], *, cluster_id: str) -> BrokerConfig:
+        """The broker settings in a Kafka-style properties map."""
+        if "node.id" not in props:
+            raise ConfigError("node.id is required: give every broker a unique integer id")
+        dirs = props.get("log.dirs") or props.get("log.dir")
+        if not dirs:
+            raise ConfigError("log.dirs is required: the directory this broker keeps partitions in")
+        name, host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+        log_keys = {
+            "log.segment.bytes": "segment.bytes",
+            "log.roll.ms": "segment.ms",
+            "log.retention.ms": "retention.ms",
+            "log.retention.bytes": "retention.bytes",
+            "log.index.interval.bytes": "index.interval.bytes",
+            "log.index.size.max.bytes": "segment.index.bytes",
+            "log.flush.interval.messages": "flush.messages",
+            "log.flush.interval.ms": "flush.ms",
+        }
+        log_defaults = {topic_key: props[k] for k, topic_key in log_keys.items() if k in props}
+        return cls(
+            node_id=_int(props, "node.id", 0, 0),
+            log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
+            cluster_id=cluster_id,
+            host=host,
+            port=port,
+            listener_name=name,
+            rack=props.get("broker.rack"),
+            auto_create_topics_enable=_bool(props, "auto.create.topics.enable", False),
+            num_partitions=_int(props, "num.partitions", 1, 1),
+            default_replication_factor=_int(props, "default.replication.factor", 1, 1),
+            message_max_bytes=_int(props, "message.max.bytes", 1048588, 0),
+            socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104857600, 1),
+            connections_max_idle_ms=_int(props, "connections.max.idle.ms", 600000, 1),
+            replica_high_watermark_checkpoint_interval_ms=_int(
+                props, "replica.high.watermark.checkpoint.interval.ms", 5000, 1),
+            log_flush_offset_checkpoint_interval_ms=_int(
+                props, "log.flush.offset.checkpoint.interval.ms", 60000, 1),
+            log_flush_start_offset_checkpoint_interval_ms=_int(
+                props, "log.flush.start.offset.checkpoint.interval.ms", 60000, 1),
+            log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300000, 1),
+            log_defaults=log_defaults,
+            fetch_file_transfer=props.get("raftka.fetch.file.transfer", "auto"),
+        )
+
+
+def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{key}={value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    if raw.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"{key}={raw!r} must be true or false")
+    return raw.strip().lower() == "true"

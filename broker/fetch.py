@@ -1,0 +1,131 @@
+"""Fetch: hand consumers (and, later, followers) file slices of their partitions.
+
+Theory of operation
+-------------------
+A Fetch names partitions and offsets. For each, in request order:
+
+1. Find the hosted partition; check the client's `current_leader_epoch`
+   (KIP-320) and leadership (`PartitionState.fetch_error`).
+2. Check the offset against [log start, log end] (OFFSET_OUT_OF_RANGE).
+3. Read whole batches from the offset up to the bound: the HW for
+   `read_uncommitted`, the LSO for `read_committed` (= HW: no transactions
+   yet), the LEO for a follower. The read is limited by the partition's
+   `partition_max_bytes` and what is left of the response's `max_bytes`.
+   As Kafka does (KIP-74), the first batch of the first partition with data
+   goes out even when it is larger than either limit, so a consumer never
+   stalls on a big batch; any later partition gets only batches that fit.
+
+The records go out as `FileSlice`s of the segment files (sent with
+`os.sendfile`), never read into Python.
+
+Long poll (Kafka's DelayedFetch): if the response would carry fewer than
+`min_bytes` bytes and no partition errored, the request parks on its
+partitions (`wait_for_change`) until one changes (an append moving the HW,
+a leadership change) or `max_wait_ms` passes, and then reads again.
+
+Fetch sessions (KIP-227): the broker does not create sessions. A request
+with session id 0 is a full fetch and gets session id 0 back, which tells
+a client asking for a new session (epoch 0) that none was created, so it
+keeps sending full fetches. A non-zero session id gets
+FETCH_SESSION_ID_NOT_FOUND, so the client falls back to a full fetch.
+"""
+
+from __future__ import annotations
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.codec import FetchPartitionResult, encode_fetch_response, records_size
+from broker.partition import NO_EPOCH
+from broker.replica_manager import HostedPartition, wait_for_change
+from raftka.wire import FileSlice
+from storage.errors import OffsetOutOfRangeError
+
+READ_COMMITTED = 1
+
+
+async def handle_fetch(broker, ctx, request):
+    body = request.body
+    header = request.header
+    session_id = getattr(body, "session_id", 0)
+    session_epoch = getattr(body, "session_epoch", -1)
+    if session_id != 0:
+        return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
+    if session_epoch not in (-1, 0):
+        return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
+    replica_id = getattr(body, "replica_id", -1)
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    deadline = trio.current_time() + max_wait_ms / 1000
+    while True:
+        topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+        if size >= body.min_bytes or errored or max_wait_ms <= 0 or trio.current_time() >= deadline:
+            break
+        await wait_for_change(hosted, deadline)
+    return encode_fetch_response(header, ErrorCode.none, 0, topics)
+
+
+def _read(broker, body, replica_id: int, read_committed: bool, version: int):
+    """One pass over the request's partitions: (topics, bytes, any error, partitions)."""
+    partitions = broker.replicas.partitions
+    image = broker.image
+    now_ms = broker.clock_ms()
+    budget = body.max_bytes
+    total = 0
+    errored = False
+    hosted: list[HostedPartition] = []
+    topics = []
+    for fetch_topic in body.topics:
+        name = fetch_topic.topic
+        results = []
+        for fp in fetch_topic.partitions:
+            hp = partitions.get((name, fp.partition))
+            if hp is None:
+                topic_image = image.topic(name)
+                known = topic_image is not None and fp.partition in topic_image.partitions
+                error = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+                results.append(FetchPartitionResult(fp.partition, error))
+                errored = True
+                continue
+            hosted.append(hp)
+            result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
+            if result.error_code:
+                errored = True
+            size = records_size(result.records)
+            total += size
+            budget -= size
+            results.append(result)
+        topics.append((name, results))
+    return topics, total, errored, hosted
+
+
+def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bool, budget: int,
+                    first: bool, now_ms: int, version: int) -> FetchPartitionResult:
+    state = hp.state
+    error = state.fetch_error(getattr(fp, "current_leader_epoch", NO_EPOCH), replica_id)
+    if error is not ErrorCode.none:
+        leader = (state.leader_id, state.leader_epoch) if version >= 12 else None
+        return FetchPartitionResult(fp.partition, error, current_leader=leader)
+    log = hp.log
+    offset = fp.fetch_offset
+    if replica_id >= 0 and state.on_follower_fetch(replica_id, offset, now_ms):
+        hp.notify()
+    hw = state.high_watermark
+    lso = state.last_stable_offset
+    log_start = log.log_start_offset
+    aborted = () if read_committed else None
+    limit = min(fp.partition_max_bytes, budget)
+    if offset < log_start or offset > log.log_end_offset:
+        return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, lso, log_start)
+    if limit <= 0 and not first:
+        return FetchPartitionResult(fp.partition, ErrorCode.none, hw, lso, log_start, (), aborted)
+    bound = state.fetch_upper_bound(read_committed, replica_id >= 0)
+    try:
+        slices = log.read(offset, max(limit, 1), max_offset=bound)
+    except OffsetOutOfRangeError:
+        return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, lso, log_start)
+    records = [FileSlice(s.file, s.position, s.size) for s in slices]
+    if not first and records_size(records) > limit:
+        # Only the response's first partition with data may overshoot (KIP-74).
+        records = []
+    return FetchPartitionResult(fp.partition, ErrorCode.none, hw, lso, log_start, records, aborted)

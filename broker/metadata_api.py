@@ -1,0 +1,167 @@
+"""Metadata and DescribeCluster, answered from this broker's `MetadataImage`.
+
+Metadata lists the live brokers (registered and unfenced, with their
+endpoint on this listener), and for each requested topic its partitions
+with leader, leader epoch, replicas, ISR and offline replicas (replicas on
+brokers that are not live). A partition without a live leader says
+LEADER_NOT_AVAILABLE. The controller id clients see is this broker's own
+id: in KRaft, admin requests go to any broker, which forwards them.
+
+Auto-creation is off by default. With `auto.create.topics.enable=true`
+and the request allowing it (v4+ `allow_auto_topic_creation`), missing
+topics with legal names are created through the controller with
+`num.partitions` and `default.replication.factor`; the answer waits up to
+a second for them to reach this broker's image (Kafka answers
+LEADER_NOT_AVAILABLE at once and lets the client retry; waiting briefly
+spares clients a round of metadata backoff), and says LEADER_NOT_AVAILABLE
+if they have not.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+
+import trio
+from kio.schema.create_topics.v7 import request as ct_req
+from kio.schema.errors import ErrorCode
+
+from broker.controller_channel import ControllerUnavailableError
+from broker.kio_util import build, response_module
+from quorum.metadata import MetadataImage
+from raftka.wire import ConnectionFailedError
+
+_NO_THROTTLE = datetime.timedelta(0)
+_NO_OPERATIONS = -2147483648
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME_LENGTH = 249
+BROKER_ENDPOINT_TYPE = 1
+
+_log = logging.getLogger("broker.metadata")
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Why `name` is not a legal topic name (Kafka's `Topic.validate`), or None."""
+    if not name:
+        return "the topic name is empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is illegal"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+def live_brokers(broker, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of the unfenced brokers with an endpoint on our listener."""
+    out = []
+    for b in image.brokers.values():
+        if b.fenced:
+            continue
+        for endpoint in b.endpoints:
+            if endpoint.name == broker.config.listener_name:
+                out.append((b.broker_id, endpoint.host, endpoint.port, b.rack))
+                break
+    return sorted(set(out))
+
+
+async def handle_metadata(broker, ctx, request):
+    body = request.body
+    header = request.header
+    mod = response_module(header)
+    if body.topics is None:
+        names = sorted(broker.image.topic_ids_by_name)
+    else:
+        names = [_requested_name(broker.image, t) for t in body.topics]
+    allow_auto = getattr(body, "allow_auto_topic_creation", True)
+    if broker.config.auto_create_topics_enable and allow_auto and body.topics is not None:
+        missing = [n for n in names if n is not None and broker.image.topic(n) is None
+                   and topic_name_error(n) is None]
+        if missing:
+            await _auto_create(broker, missing)
+    image = broker.image
+    live = live_brokers(broker, image)
+    live_ids = {b[0] for b in live}
+    brokers = tuple(build(mod.MetadataResponseBroker, node_id=i, host=h, port=p, rack=r) for i, h, p, r in live)
+    topics = tuple(_topic(mod, image, name, live_ids, broker.config.auto_create_topics_enable and allow_auto)
+                   for name in names)
+    return build(mod.MetadataResponse, throttle_time=_NO_THROTTLE, brokers=brokers,
+                 cluster_id=broker.config.cluster_id, controller_id=broker.node_id, topics=topics,
+                 cluster_authorized_operations=_NO_OPERATIONS)
+
+
+def _requested_name(image: MetadataImage, t) -> str | None:
+    name = getattr(t, "name", None)
+    topic_id = getattr(t, "topic_id", None)
+    if name is None and topic_id is not None:
+        topic = image.topics_by_id.get(topic_id)
+        return None if topic is None else topic.name
+    return name
+
+
+def _topic(mod, image: MetadataImage, name: str | None, live_ids: set[int], auto_created: bool):
+    topic = None if name is None else image.topic(name)
+    if topic is None:
+        if name is not None and topic_name_error(name) is not None:
+            error = ErrorCode.invalid_topic_exception
+        elif auto_created:
+            error = ErrorCode.leader_not_available
+        else:
+            error = ErrorCode.unknown_topic_or_partition
+        return build(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=None, is_internal=False,
+                     partitions=(), topic_authorized_operations=_NO_OPERATIONS)
+    partitions = []
+    for index, p in sorted(topic.partitions.items()):
+        leader_live = p.leader in live_ids
+        partitions.append(build(
+            mod.MetadataResponsePartition,
+            error_code=ErrorCode.none if leader_live else ErrorCode.leader_not_available,
+            partition_index=index,
+            leader_id=p.leader if leader_live else -1,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            offline_replicas=tuple(r for r in p.replicas if r not in live_ids),
+        ))
+    return build(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id,
+                 is_internal=False, partitions=tuple(partitions), topic_authorized_operations=_NO_OPERATIONS)
+
+
+async def _auto_create(broker, names: list[str]) -> None:
+    config = broker.config
+    request = ct_req.CreateTopicsRequest(
+        topics=tuple(ct_req.CreatableTopic(name=n, num_partitions=config.num_partitions,
+                                           replication_factor=config.default_replication_factor,
+                                           assignments=(), configs=()) for n in names),
+        timeout=datetime.timedelta(milliseconds=config.metadata_wait_ms),
+        validate_only=False,
+    )
+    try:
+        response = await broker.controller.send(request)
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("auto-creating %s: no answer from the controller: %s", names, exc)
+        return
+    created = {t.name for t in response.topics if t.error_code in (ErrorCode.none, ErrorCode.topic_already_exists)}
+    if created:
+        _log.info("auto-created topics %s", sorted(created))
+        deadline = trio.current_time() + config.metadata_wait_ms / 1000
+        await broker.wait_for_image(lambda image: all(image.topic(n) is not None for n in created), deadline)
+
+
+async def handle_describe_cluster(broker, ctx, request):
+    body = request.body
+    mod = response_module(request.header)
+    image = broker.image
+    endpoint_type = getattr(body, "endpoint_type", BROKER_ENDPOINT_TYPE)
+    if endpoint_type != BROKER_ENDPOINT_TYPE:
+        return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.mismatched_endpoint_type,
+                     error_message="this is a broker listener: ask a controller for controller endpoints",
+                     endpoint_type=endpoint_type, cluster_id=broker.config.cluster_id, controller_id=-1,
+                     brokers=(), cluster_authorized_operations=_NO_OPERATIONS)
+    brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
+                    for i, h, p, r in live_brokers(broker, image))
+    return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
+                 error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE, cluster_id=broker.config.cluster_id,
+                 controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=_NO_OPERATIONS)

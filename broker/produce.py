@@ -1,0 +1,99 @@
+"""Produce: append client batches to partition leaders (the hot path).
+
+Theory of operation
+-------------------
+For each partition of the request: check leadership (and, for acks=all,
+`min.insync.replicas`), check that exactly one batch came, and append it
+with `Log.append`, which validates the batch header and CRC (no per-record
+work) and assigns offsets by rewriting the base offset. The appends of one
+connection happen in request order (`ctx.in_order`), as Kafka's one-request-
+at-a-time connections guarantee, so an idempotent producer's sequence
+numbers land in order.
+
+- acks=0: no response. As Kafka does, a failed partition closes the
+  connection instead, the only signal such a producer gets.
+- acks=1: answer after the local append.
+- acks=all (-1): answer once the HW passes every appended partition's new
+  log end offset, or after the request's timeout with REQUEST_TIMED_OUT for
+  the partitions still short (Kafka's DelayedProduce). With one replica the
+  HW moves with the append, so this answers at once; with replication the
+  wait is real and is woken by follower fetches moving the HW.
+
+The response is encoded by hand (`broker.codec.encode_produce_response`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.codec import ProducePartitionResult, encode_produce_response
+from broker.replica_manager import HostedPartition, wait_for_change
+
+_log = logging.getLogger("broker.produce")
+
+
+async def handle_produce(broker, ctx, request):
+    body = request.body
+    acks = body.acks
+    timeout_ms = int(body.timeout.total_seconds() * 1000)
+    results: list[tuple[str, list[ProducePartitionResult]]] = []
+    # acks=all partitions still waiting: (index into results, position, partition, required offset)
+    waiting: list[tuple[int, int, HostedPartition, int]] = []
+    any_error = False
+    if acks not in (0, 1, -1):
+        for topic_data in body.topic_data:
+            results.append((topic_data.name, [
+                ProducePartitionResult(p.index, ErrorCode.invalid_required_acks) for p in topic_data.partition_data
+            ]))
+        any_error = True
+    else:
+        async with ctx.in_order(request):
+            now_ms = broker.clock_ms()
+            image = broker.image
+            append = broker.replicas.append_to_leader
+            for topic_data in body.topic_data:
+                partition_results = []
+                for p in topic_data.partition_data:
+                    result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
+                    if result.error_code:
+                        any_error = True
+                    elif acks == -1 and hp is not None:
+                        waiting.append((len(results), len(partition_results), hp, required))
+                    partition_results.append(result)
+                results.append((topic_data.name, partition_results))
+    if acks == 0:
+        if any_error:
+            _log.info("closing connection %d from %s: an acks=0 produce failed", ctx.connection_id, ctx.peer)
+            ctx.close()
+        return None
+    if waiting:
+        await _await_high_watermark(results, waiting, trio.current_time() + timeout_ms / 1000)
+    return encode_produce_response(request.header, results)
+
+
+async def _await_high_watermark(results, waiting, deadline: float) -> None:
+    """Park until each partition's HW reaches its required offset (or it
+    fails), then fill in the final error codes."""
+    while True:
+        pending = []
+        for entry in waiting:
+            topic_index, position, hp, required = entry
+            error = hp.state.acks_all_error(required)
+            if error is None:
+                pending.append(entry)
+            elif error is not ErrorCode.none:
+                _set_error(results, topic_index, position, error)
+        waiting = pending
+        if not waiting or trio.current_time() >= deadline:
+            break
+        await wait_for_change((hp for _, _, hp, _ in waiting), deadline)
+    for topic_index, position, _hp, _required in waiting:
+        _set_error(results, topic_index, position, ErrorCode.request_timed_out)
+
+
+def _set_error(results, topic_index: int, position: int, error: ErrorCode) -> None:
+    partitions = results[topic_index][1]
+    partitions[position] = ProducePartitionResult(partitions[position].partition, error)
