@@ -1,0 +1,475 @@
+"""RaftCore: the pure Raft state machine of the metadata quorum (KIP-595).
+
+Theory of operation. The core does no I/O and reads no clock. Its driver
+feeds it what happened, with the current time:
+
+- `handle(inbound, now_ms)`: a request or a response arrived;
+- `tick(now_ms)`: time passed (timers), or a log flush completed;
+- `propose(records, now_ms)`: append records (leader only);
+- `create_snapshot(end_offset, data, now_ms)`, `resign(now_ms)`.
+
+Each call returns an `Output`, and the driver must act on it in this order:
+**persist, then send, then apply** (as etcd's raft documents for `Ready`):
+
+1. fsync `persist_election_state` (the quorum-state file) and flush the log
+   to `flush_log_to_offset`. Nothing may be sent before: a vote granted or a
+   message of a new epoch that a crash could make us forget would let one
+   epoch elect two leaders; a Fetch offset that a crash could take back would
+   let the leader count a record as committed on a voter that lost it;
+2. send `messages`;
+3. apply records below `high_watermark` to the state machine;
+4. call `tick` at `wake_at_ms` at the latest, and after each flush.
+
+Randomness comes only from the injected `random.Random` (election timeouts,
+which voter an observer asks first), so one seed replays a whole run.
+
+The core holds one role object (`state.py` has the transition table); each
+role lives in its own module and handles what only it does. What is common
+to every role stays here: epochs (a message from a higher epoch moves any
+node to that epoch, Raft §5.1), request validation, and vote granting rules
+that depend on the epoch (§5.2, §5.4.1).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable, Sequence
+
+from quorum.raft.candidate import CandidateState, ProspectiveState
+from quorum.raft.config import QuorumConfig
+from quorum.raft.election import ElectionState
+from quorum.raft.errors import ErrorCode, NotLeaderError, RaftUsageError
+from quorum.raft.follower import FollowerState
+from quorum.raft.leader import LeaderState
+from quorum.raft.log import ReplicatedLog
+from quorum.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Inbound,
+    Message,
+    OffsetAndEpoch,
+    Outbound,
+    SnapshotId,
+    VoteRequest,
+    VoteResponse,
+)
+from quorum.raft.output import AppendResult, LeaderAndEpoch, Output
+from quorum.raft.resigned import ResignedState
+from quorum.raft.state import EpochState
+from quorum.raft.status import QuorumStatus, describe
+from quorum.raft.unattached import UnattachedState, VotedState
+
+
+class RaftCore:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        voters: frozenset[int] | set[int],
+        log: ReplicatedLog,
+        rng: random.Random,
+        now_ms: int,
+        config: QuorumConfig | None = None,
+        election_state: ElectionState | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        """`election_state` is what the quorum-state file holds (None if there
+        is none yet). The first `Output` (from the first `tick` or `handle`)
+        carries what starting up sends."""
+        if node_id < 0:
+            raise RaftUsageError(f"node id {node_id} is negative; give every node a node.id >= 0")
+        if not voters:
+            raise RaftUsageError("the voter set is empty; configure controller.quorum.voters")
+        self.node_id = node_id
+        self.voters = frozenset(voters)
+        self.is_voter = node_id in self.voters
+        self.majority = len(self.voters) // 2 + 1
+        self.log = log
+        self.rng = rng
+        self.config = config or QuorumConfig()
+        self.cluster_id = cluster_id
+        self.high_watermark: int | None = None
+        self._messages: list[Outbound] = []
+        self._next_correlation = rng.getrandbits(31)
+        self._persisted = election_state if self.is_voter else None
+        self._snapshot_installed: SnapshotId | None = None
+        self._bytes_since_snapshot = 0
+        self.state: EpochState = self._initial_state(election_state, now_ms)
+        self.state.on_enter(self, now_ms)
+
+    def _initial_state(self, persisted: ElectionState | None, now_ms: int) -> EpochState:
+        log_epoch = self.log.last_fetched_epoch
+        if not self.is_voter or persisted is None or persisted.epoch < log_epoch:
+            # An epoch seen only in the log (its records reached the disk, the
+            # quorum-state write did not) carries no vote and no leader to trust.
+            epoch = max(log_epoch, persisted.epoch if persisted else 0)
+            return UnattachedState(epoch, core=self, now_ms=now_ms)
+        epoch = persisted.epoch
+        if persisted.leader_id == self.node_id:
+            # Kafka's rule: a voter that was leader comes back Resigned, never
+            # Leader; its unflushed tail may be gone, and followers may have
+            # moved on. It helps elect a successor instead.
+            return ResignedState(epoch, [], core=self, now_ms=now_ms)
+        if persisted.leader_id is not None and persisted.leader_id in self.voters:
+            return FollowerState(epoch, persisted.leader_id, persisted.voted_id, core=self, now_ms=now_ms)
+        if persisted.voted_id == self.node_id:
+            return CandidateState(epoch, core=self, now_ms=now_ms)
+        if persisted.voted_id is not None:
+            return VotedState(epoch, persisted.voted_id, core=self, now_ms=now_ms)
+        return UnattachedState(epoch, core=self, now_ms=now_ms)
+
+    # --- views ---------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def role(self) -> str:
+        return self.state.name
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.state, LeaderState)
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        leader = self.state.leader_id
+        if isinstance(self.state, (ResignedState, ProspectiveState)) and leader == self.node_id:
+            leader = None  # it led this epoch, but no longer accepts appends
+        return LeaderAndEpoch(leader, self.epoch)
+
+    def describe(self, now_ms: int) -> QuorumStatus:
+        return describe(self, now_ms)
+
+    # --- entry points ----------------------------------------------------------
+
+    def tick(self, now_ms: int) -> Output:
+        self.state.on_tick(self, now_ms)
+        return self._finish(now_ms)
+
+    def handle(self, inbound: Inbound, now_ms: int) -> Output:
+        message = inbound.message
+        if isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)) or isinstance(
+            message, (FetchResponse, FetchSnapshotResponse)
+        ):
+            self._on_response(inbound, now_ms)
+        elif self.cluster_id is not None and message.cluster_id not in (None, self.cluster_id):
+            self._reply_error(inbound, ErrorCode.INCONSISTENT_CLUSTER_ID)
+        elif isinstance(message, VoteRequest):
+            self._on_vote_request(inbound, now_ms)
+        elif isinstance(message, BeginQuorumEpochRequest):
+            self._on_begin_quorum_epoch(inbound, now_ms)
+        elif isinstance(message, EndQuorumEpochRequest):
+            self._on_end_quorum_epoch(inbound, now_ms)
+        else:
+            self._on_leader_only_request(inbound, now_ms)
+        return self._finish(now_ms)
+
+    def propose(self, records: Sequence[bytes], now_ms: int) -> tuple[AppendResult, Output]:
+        """Append `records` as one batch. Raises NotLeaderError elsewhere.
+        The records are committed when the high watermark passes
+        `last_offset` (and the log still holds them in this epoch)."""
+        if not isinstance(self.state, LeaderState):
+            raise NotLeaderError(self.leader_and_epoch.leader_id, self.epoch)
+        if not records:
+            raise RaftUsageError("propose needs at least one record")
+        result = self.state.propose(self, records, now_ms)
+        return result, self._finish(now_ms)
+
+    def resign(self, now_ms: int) -> Output:
+        """Graceful shutdown: a leader resigns and hands over (EndQuorumEpoch)."""
+        if isinstance(self.state, LeaderState):
+            self.become_resigned(self.state.preferred_successors(), now_ms)
+        return self._finish(now_ms)
+
+    def create_snapshot(self, end_offset: int, data: bytes, now_ms: int) -> tuple[SnapshotId, Output]:
+        """Store the state machine's image of [0, end_offset) and drop the log
+        before it. Only committed state may be snapshotted."""
+        hw = self.high_watermark
+        if hw is None or end_offset > hw:
+            raise RaftUsageError(
+                f"snapshot end offset {end_offset} is above the high watermark {hw}: "
+                "snapshot only state applied from committed records"
+            )
+        latest = self.log.latest_snapshot_id
+        if latest is not None and end_offset <= latest.end_offset:
+            return latest, self._finish(now_ms)
+        if end_offset < self.log.log_start_offset:
+            raise RaftUsageError(f"snapshot end offset {end_offset} is below the log start offset")
+        snapshot_id = self.log.create_snapshot(end_offset, data)
+        self.log.delete_before_snapshot()
+        self._bytes_since_snapshot = 0
+        return snapshot_id, self._finish(now_ms)
+
+    def _finish(self, now_ms: int) -> Output:
+        messages, self._messages = tuple(self._messages), []
+        persist = None
+        if self.is_voter:
+            election = self.state.election_state(self.voters)
+            if election != self._persisted:
+                persist = self._persisted = election
+        log = self.log
+        installed, self._snapshot_installed = self._snapshot_installed, None
+        latest = log.latest_snapshot_id
+        suggested = (
+            self._bytes_since_snapshot >= self.config.max_record_bytes_between_snapshots
+            and self.high_watermark is not None
+            and self.high_watermark > (latest.end_offset if latest else 0)
+        )
+        return Output(
+            messages=messages,
+            persist_election_state=persist,
+            flush_log_to_offset=log.log_end_offset if log.flushed_offset < log.log_end_offset else None,
+            high_watermark=self.high_watermark,
+            leader=self.leader_and_epoch,
+            role=self.state.name,
+            snapshot_installed=installed,
+            snapshot_suggested=suggested,
+            wake_at_ms=max(now_ms, self.state.wake_at_ms(self, now_ms)),
+        )
+
+    # --- services for the roles ----------------------------------------------------
+
+    def send_request(self, destination_id: int, message: Message) -> int:
+        self._next_correlation += 1
+        self._messages.append(Outbound(destination_id, message, self._next_correlation))
+        return self._next_correlation
+
+    def respond(self, destination_id: int, message: Message, correlation: Hashable) -> None:
+        self._messages.append(Outbound(destination_id, message, correlation))
+
+    def random_election_timeout_ms(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return timeout + self.rng.randrange(timeout)
+
+    def random_voter(self) -> int:
+        return self.rng.choice(sorted(self.voters))
+
+    def note_appended(self, size_in_bytes: int) -> None:
+        self._bytes_since_snapshot += size_in_bytes
+
+    def learn_high_watermark(self, offset: int) -> None:
+        """Raise the HW; it never goes down (a stale leader may report less)."""
+        if self.high_watermark is None or offset > self.high_watermark:
+            assert offset <= self.log.log_end_offset, (offset, self.log.log_end_offset)
+            self.high_watermark = offset
+
+    def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        self.log.install_snapshot(snapshot_id, data)
+        self._snapshot_installed = snapshot_id
+        self._bytes_since_snapshot = 0
+        # The leader only holds snapshots of committed records.
+        self.learn_high_watermark(snapshot_id.end_offset)
+
+    # --- transitions (see the table in state.py) -------------------------------
+
+    def _transition(self, new_state: EpochState, now_ms: int) -> None:
+        assert new_state.epoch >= self.state.epoch, (self.state, new_state)
+        old, self.state = self.state, new_state
+        old.on_exit(self, now_ms)
+        new_state.on_enter(self, now_ms)
+
+    def become_unattached(self, epoch: int, now_ms: int, election_delay_ms: int | None = None) -> None:
+        assert epoch > self.epoch or not self.is_voter, (self.state, epoch)
+        self._transition(UnattachedState(epoch, core=self, now_ms=now_ms, election_delay_ms=election_delay_ms), now_ms)
+
+    def become_voted(self, candidate_id: int, now_ms: int) -> None:
+        assert self.is_voter and self.state.voted_id is None
+        self._transition(VotedState(self.epoch, candidate_id, core=self, now_ms=now_ms), now_ms)
+
+    def become_prospective(self, now_ms: int) -> None:
+        assert self.is_voter
+        st = self.state
+        self._transition(
+            ProspectiveState(st.epoch, leader_id=st.leader_id, voted_id=st.voted_id, core=self, now_ms=now_ms), now_ms
+        )
+
+    def become_candidate(self, now_ms: int) -> None:
+        assert isinstance(self.state, ProspectiveState)
+        self._transition(CandidateState(self.epoch + 1, core=self, now_ms=now_ms), now_ms)
+
+    def become_leader(self, granting_voters: Sequence[int], now_ms: int) -> None:
+        assert isinstance(self.state, CandidateState)
+        self._transition(LeaderState(self.epoch, granting_voters, core=self, now_ms=now_ms), now_ms)
+
+    def become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        assert leader_id != self.node_id
+        voted_id = self.state.voted_id if epoch == self.epoch else None
+        self._transition(FollowerState(epoch, leader_id, voted_id, core=self, now_ms=now_ms), now_ms)
+
+    def become_resigned(self, preferred_successors: Sequence[int], now_ms: int) -> None:
+        assert isinstance(self.state, LeaderState)
+        self._transition(ResignedState(self.epoch, preferred_successors, core=self, now_ms=now_ms), now_ms)
+
+    # --- epochs and leaders learned from any message ------------------------
+
+    def _learn_leader(self, leader_id: int, epoch: int, now_ms: int) -> None:
+        """Someone reports `leader_id` (or NO_LEADER) leads `epoch`."""
+        if epoch > self.epoch:
+            if leader_id != NO_LEADER and leader_id in self.voters and leader_id != self.node_id:
+                self.become_follower(epoch, leader_id, now_ms)
+            else:
+                self.become_unattached(epoch, now_ms)
+            return
+        if epoch < self.epoch or leader_id == NO_LEADER or leader_id == self.node_id:
+            return
+        st = self.state
+        # Raft's Election Safety: one leader per epoch.
+        assert st.leader_id in (None, leader_id), f"epoch {epoch} has leaders {st.leader_id} and {leader_id}"
+        if not isinstance(st, FollowerState) and leader_id in self.voters:
+            self.become_follower(epoch, leader_id, now_ms)
+
+    def _on_response(self, inbound: Inbound, now_ms: int) -> None:
+        response = inbound.message
+        before = self.state
+        self._learn_leader(response.leader_id, response.leader_epoch, now_ms)
+        if self.state is not before:
+            return  # the response belonged to the role just left
+        if isinstance(response, VoteResponse):
+            before.on_vote_response(self, inbound, now_ms)
+        elif isinstance(response, FetchResponse):
+            before.on_fetch_response(self, inbound, now_ms)
+        elif isinstance(response, FetchSnapshotResponse):
+            before.on_fetch_snapshot_response(self, inbound, now_ms)
+        elif isinstance(response, BeginQuorumEpochResponse):
+            before.on_begin_quorum_epoch_response(self, inbound, now_ms)
+        else:
+            before.on_end_quorum_epoch_response(self, inbound, now_ms)
+
+    # --- requests ------------------------------------------------------------------
+
+    def _reply_error(self, inbound: Inbound, error: ErrorCode, *, vote_granted: bool = False) -> None:
+        request = inbound.message
+        leader = self.leader_and_epoch
+        leader_id = NO_LEADER if leader.leader_id is None else leader.leader_id
+        response: Message
+        if isinstance(request, VoteRequest):
+            response = VoteResponse(
+                error_code=error, leader_id=leader_id, leader_epoch=self.epoch, vote_granted=vote_granted
+            )
+        elif isinstance(request, BeginQuorumEpochRequest):
+            response = BeginQuorumEpochResponse(error_code=error, leader_id=leader_id, leader_epoch=self.epoch)
+        elif isinstance(request, EndQuorumEpochRequest):
+            response = EndQuorumEpochResponse(error_code=error, leader_id=leader_id, leader_epoch=self.epoch)
+        elif isinstance(request, FetchRequest):
+            response = FetchResponse(
+                error_code=error,
+                leader_id=leader_id,
+                leader_epoch=self.epoch,
+                high_watermark=-1,
+                log_start_offset=self.log.log_start_offset,
+            )
+        else:
+            assert isinstance(request, FetchSnapshotRequest)
+            response = FetchSnapshotResponse(
+                error_code=error,
+                leader_id=leader_id,
+                leader_epoch=self.epoch,
+                snapshot_id=request.snapshot_id,
+                size=-1,
+                position=request.position,
+                unaligned_records=b"",
+            )
+        self.respond(inbound.source_id, response, inbound.correlation)
+
+    def _voter_only_error(self, sender_id: int, receiver_id: int, sender_epoch: int) -> ErrorCode | None:
+        if not self.is_voter or sender_id not in self.voters:
+            return ErrorCode.INCONSISTENT_VOTER_SET
+        if receiver_id != NO_LEADER and receiver_id != self.node_id:
+            return ErrorCode.INVALID_VOTER_KEY
+        if sender_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return None
+
+    def _on_vote_request(self, inbound: Inbound, now_ms: int) -> None:
+        request = inbound.message
+        assert isinstance(request, VoteRequest)
+        # A candidate bumped its epoch past its log's; a pre-vote did not (KIP-996).
+        if request.pre_vote:
+            illegal_epoch = request.last_offset_epoch > request.replica_epoch
+        else:
+            illegal_epoch = request.last_offset_epoch >= request.replica_epoch
+        if request.last_offset < 0 or request.last_offset_epoch < 0 or illegal_epoch:
+            self._reply_error(inbound, ErrorCode.INVALID_REQUEST)
+            return
+        error = self._voter_only_error(request.replica_id, request.voter_id, request.replica_epoch)
+        if error is not None:
+            self._reply_error(inbound, error)
+            return
+        if request.replica_epoch > self.epoch:
+            self.become_unattached(request.replica_epoch, now_ms)
+        # Raft §5.4.1: vote only for a candidate whose log is at least as up to
+        # date as ours, so the winner holds every committed record.
+        candidate_log = OffsetAndEpoch(request.last_offset_epoch, request.last_offset)
+        our_log = OffsetAndEpoch(self.log.last_fetched_epoch, self.log.log_end_offset)
+        granted = self.state.grant_vote(self, request.replica_id, candidate_log >= our_log, request.pre_vote)
+        if granted and not request.pre_vote and self.state.voted_id is None:
+            self.become_voted(request.replica_id, now_ms)  # persisted before the answer leaves
+        self._reply_error(inbound, ErrorCode.NONE, vote_granted=granted)
+
+    def _on_begin_quorum_epoch(self, inbound: Inbound, now_ms: int) -> None:
+        request = inbound.message
+        assert isinstance(request, BeginQuorumEpochRequest)
+        error = self._voter_only_error(request.leader_id, request.voter_id, request.leader_epoch)
+        if error is None:
+            self._learn_leader(request.leader_id, request.leader_epoch, now_ms)
+        self._reply_error(inbound, error or ErrorCode.NONE)
+
+    def _on_end_quorum_epoch(self, inbound: Inbound, now_ms: int) -> None:
+        request = inbound.message
+        assert isinstance(request, EndQuorumEpochRequest)
+        error = self._voter_only_error(request.leader_id, NO_LEADER, request.leader_epoch)
+        if error is None:
+            delay = self._successor_delay_ms(request.preferred_successors)
+            if request.leader_epoch > self.epoch:
+                self.become_unattached(request.leader_epoch, now_ms, election_delay_ms=delay)
+            elif self.state.leader_id == request.leader_id != self.node_id:
+                self.state.on_leader_resigned(self, delay, now_ms)
+        self._reply_error(inbound, error or ErrorCode.NONE)
+
+    def _successor_delay_ms(self, preferred_successors: Sequence[int]) -> int:
+        """KIP-595: the first preferred successor stands at once, the next ones
+        after exponentially longer pauses, so the most caught-up voter
+        usually wins; a voter not listed waits a random backoff."""
+        cap = self.config.election_backoff_max_ms
+        if self.node_id not in preferred_successors:
+            return self.rng.randrange(cap + 1)
+        position = list(preferred_successors).index(self.node_id)
+        return 0 if position == 0 else min(cap, self.config.retry_backoff_ms << position)
+
+    def _on_leader_only_request(self, inbound: Inbound, now_ms: int) -> None:
+        request = inbound.message
+        assert isinstance(request, (FetchRequest, FetchSnapshotRequest))
+        if isinstance(request, FetchRequest) and (
+            request.fetch_offset < 0
+            or request.last_fetched_epoch < 0
+            or request.last_fetched_epoch > request.current_leader_epoch
+        ):
+            self._reply_error(inbound, ErrorCode.INVALID_REQUEST)
+            return
+        if request.current_leader_epoch != self.epoch or not isinstance(self.state, LeaderState):
+            self.answer_as_non_leader(inbound.source_id, request, inbound.correlation)
+        elif isinstance(request, FetchRequest):
+            self.state.on_fetch_request(self, inbound, now_ms)
+        else:
+            self.state.on_fetch_snapshot_request(self, inbound, now_ms)
+
+    def answer_as_non_leader(
+        self, source_id: int, request: FetchRequest | FetchSnapshotRequest, correlation: Hashable
+    ) -> None:
+        """The error a Fetch gets from a node that is not its epoch's leader."""
+        if request.current_leader_epoch < self.epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH
+        elif request.current_leader_epoch > self.epoch:
+            error = ErrorCode.UNKNOWN_LEADER_EPOCH
+        else:
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        self._reply_error(Inbound(source_id, request, correlation), error)
