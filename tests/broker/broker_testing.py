@@ -70,3 +70,66 @@ async def start_broker(nursery: trio.Nursery, data_dir, *, node_id: int = 1, pub
 def in_thread(fn, *args, **kwargs):
     """Run a blocking client call in a worker thread."""
     return trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+# --- workload shared by the client tests ----------------------------------
+
+N_RECORDS = 10_000
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Produced:
+    seq: int
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Consumed:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+def workload(n: int = N_RECORDS, value_bytes: int = 20) -> list[Produced]:
+    """Keyed records with headers and distinct, increasing timestamps."""
+    out = []
+    for i in range(n):
+        value = (b"value-%06d-" % i).ljust(value_bytes, b"x")
+        headers = (("seq", str(i).encode()), ("origin", b"raftka-test"))
+        out.append(Produced(i, b"key-%d" % (i % 101), value, headers, BASE_TIMESTAMP_MS + i))
+    return out
+
+
+def check_round_trip(produced: list[Produced], consumed: list[Consumed], partitions: int) -> dict[int, list[Consumed]]:
+    """Every produced record came back once, intact; offsets per partition
+    are contiguous from 0 and follow produce order. Returns records by partition."""
+    by_partition: dict[int, list[Consumed]] = {p: [] for p in range(partitions)}
+    for c in consumed:
+        by_partition[c.partition].append(c)
+    seen = set()
+    for partition, records in by_partition.items():
+        records.sort(key=lambda c: c.offset)
+        assert [c.offset for c in records] == list(range(len(records))), f"partition {partition} offsets"
+        seqs = [int(dict(c.headers)["seq"]) for c in records]
+        assert seqs == sorted(seqs), f"partition {partition}: records out of produce order"
+        for c, seq in zip(records, seqs):
+            p = produced[seq]
+            assert (c.key, c.value, c.headers, c.timestamp_ms) == (p.key, p.value, p.headers, p.timestamp_ms)
+            seen.add(seq)
+    assert len(consumed) == len(produced) and seen == set(range(len(produced)))
+    return by_partition
+
+
+def expected_offset_for_time(records: list[Consumed], timestamp_ms: int) -> int | None:
+    """The offset ListOffsets(timestamp) must answer for one partition's records."""
+    for c in records:
+        if c.timestamp_ms >= timestamp_ms:
+            return c.offset
+    return None
