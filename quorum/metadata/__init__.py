@@ -33,9 +33,12 @@ from quorum.metadata.records import (
 )
 from quorum.metadata.replay import MetadataReplayError
 from quorum.metadata.snapshot import image_from_records, image_to_records
+from quorum.metadata.topic_configs import TOPIC_CONFIGS, ConfigDef, effective_topic_config
 
 __all__ = [
     "NO_LEADER",
+    "TOPIC_CONFIGS",
+    "ConfigDef",
     "BrokerRegistration",
     "BrokerRegistrationChangeRecord",
     "ConfigRecord",
@@ -64,6 +67,7 @@ __all__ = [
     "UnregisterBrokerRecord",
     "UnsupportedRecordError",
     "decode_record",
+    "effective_topic_config",
     "encode_record",
     "image_delta",
     "image_from_records",

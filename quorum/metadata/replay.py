@@ -34,6 +34,7 @@ from quorum.metadata.image import (
 )
 from quorum.metadata.pmap import DELETE, PMap
 from quorum.metadata.records import (
+    NO_LEADER,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -170,6 +171,8 @@ class _ImageBuilder:
     def set_partition(self, topic: _TopicBuilder, partition: int, new: PartitionRegistration) -> None:
         if not new.replicas or not set(new.isr) <= set(new.replicas) or len(set(new.replicas)) != len(new.replicas):
             raise self.fail(f"partition state {new} needs distinct replicas and an ISR drawn from them")
+        if new.leader != NO_LEADER and new.leader not in new.isr:
+            raise self.fail(f"partition state {new} has a leader outside its ISR")
         old = topic.get(partition)
         topic.changes[partition] = new
         self._index_partition(TopicPartition(topic.image.topic_id, partition), old, new)

@@ -41,6 +41,7 @@ def histories(draw, max_ops=40):
     records = []
     brokers: dict[int, int] = {}  # id -> epoch (offset of its registration)
     topics: dict[uuid.UUID, tuple[str, dict[int, tuple[int, ...]]]] = {}
+    leaders: dict[tuple[uuid.UUID, int], int] = {}
     next_pid = 0
     for _ in range(draw(st.integers(1, max_ops))):
         op = draw(st.sampled_from(
@@ -68,6 +69,7 @@ def histories(draw, max_ops=40):
                     replicas = tuple(draw(st.permutations(ring))[: draw(st.integers(1, len(brokers)))])
                     isr = tuple(replicas[: draw(st.integers(1, len(replicas)))])
                 records.append(PartitionRecord(tid, p, replicas, isr, isr[0]))
+                leaders[(tid, p)] = isr[0]
                 parts[p] = replicas
             topics[tid] = (name, parts)
         elif op == "change" and topics:
@@ -81,7 +83,11 @@ def histories(draw, max_ops=40):
                 isr = replicas[:1]
             else:
                 isr = tuple(x for x in replicas if draw(st.booleans())) or replicas[:1]
-            leader = draw(st.sampled_from([None, -1, *isr]))
+            current_leader = leaders[(tid, p)]
+            choices = [-1, *isr] + ([None] if current_leader == -1 or current_leader in isr else [])
+            leader = draw(st.sampled_from(choices))
+            if leader is not None:
+                leaders[(tid, p)] = leader
             records.append(PartitionChangeRecord(tid, p, isr=isr, leader=leader, replicas=new_replicas))
         elif op == "fence" and brokers:
             b = draw(st.sampled_from(sorted(brokers)))
