@@ -76,6 +76,7 @@ class ConfigControlManager:
             elif image.topic(r.resource_name) is None:
                 error, message = ErrorCode.unknown_topic_or_partition, f"Topic '{r.resource_name}' does not exist."
             else:
+                # Null (and kio's default, empty) means every key, as clients use it.
                 keys = list(r.configuration_keys) if r.configuration_keys else None
                 entries = topic_config_entries(dict(image.topic_config(r.resource_name).items()), keys,
                                                request.include_synonyms, request.include_documentation)

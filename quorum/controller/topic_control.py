@@ -41,6 +41,7 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.delete_topics.v6 import response as dt_resp
 from kio.schema.errors import ErrorCode
 
+from raftka.errors import RaftkaError
 from quorum.controller.config import ControllerConfig
 from quorum.controller.config_control import topic_config_entries
 from quorum.controller.placement import BrokerLoad, place_partitions
@@ -62,8 +63,8 @@ ZERO_UUID = uuid.UUID(int=0)
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
-class _Refusal(Exception):
-    """A per-topic error; never leaves this module."""
+class _Refusal(RaftkaError):
+    """A per-topic error code and message; caught in this module and never raised further."""
 
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)

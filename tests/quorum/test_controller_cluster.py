@@ -165,3 +165,17 @@ def test_unregister_removes_the_broker_and_its_isr_memberships():
     assert all(c.partition("t", i).leader == 2 and c.partition("t", i).isr == (2,) for i in range(2))
     again = c.send(UnregisterBrokerRequest(broker_id=1))
     assert again.error_code == ErrorCode.broker_id_not_registered
+
+
+def test_controller_config_reads_kafka_keys_from_the_node_config():
+    from raftka.config import NodeConfig
+    node = NodeConfig.from_properties({
+        "node.id": "1", "process.roles": "controller", "log.dirs": "/tmp/x",
+        "controller.quorum.voters": "1@127.0.0.1:9093", "broker.session.timeout.ms": "3000",
+        "num.partitions": "3", "default.replication.factor": "2", "unclean.leader.election.enable": "true"})
+    config = ControllerConfig.from_node_config(node, cluster_id="c")
+    assert config == ControllerConfig(broker_session_timeout_ms=3000, num_partitions=3, default_replication_factor=2,
+                                      unclean_leader_election_enable=True, cluster_id="c")
+    c = Cluster(config)
+    c.start_brokers(1)
+    assert c.tick(3001) and c.image.brokers[1].fenced
