@@ -32,14 +32,27 @@ class RunningBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def create_topic(self, name: str, partitions: int = 1, configs: dict | None = None) -> None:
+    async def create_topic(self, name: str, partitions: int = 1, configs: dict | None = None,
+                           assignments: list[tuple[int, ...]] | None = None) -> None:
+        """Create a topic through the controller (like another broker's client would)."""
+        replica_assignments = tuple(ct_req.CreatableReplicaAssignment(partition_index=i, broker_ids=brokers)
+                                    for i, brokers in enumerate(assignments or ()))
         response = await self.controller.send(ct_req.CreateTopicsRequest(
             topics=(ct_req.CreatableTopic(
-                name=name, num_partitions=partitions, replication_factor=1, assignments=(),
+                name=name, num_partitions=-1 if assignments else partitions,
+                replication_factor=-1 if assignments else 1, assignments=replica_assignments,
                 configs=tuple(ct_req.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items())),),
             timeout=datetime.timedelta(seconds=5), validate_only=False))
         (result,) = response.topics
         assert result.error_code == ErrorCode.none, result
+
+    async def connect(self, nursery: trio.Nursery):
+        """A raw Kafka-protocol connection to the broker (raftka.wire client)."""
+        from raftka.wire import connect
+        return await connect(nursery, "127.0.0.1", self.port)
+
+    def partition(self, topic: str, partition: int = 0):
+        return self.broker.replicas.partitions[(topic, partition)]
 
     def stop(self) -> None:
         self.cancel_scope.cancel()
@@ -133,3 +146,50 @@ def expected_offset_for_time(records: list[Consumed], timestamp_ms: int) -> int 
         if c.timestamp_ms >= timestamp_ms:
             return c.offset
     return None
+
+
+# --- raw protocol requests (kio entities) ----------------------------------
+
+def produce_request(topic: str, partition: int, records, *, acks: int = 1, timeout_ms: int = 5000):
+    from kio.schema.produce.v9 import request as pr
+    return pr.ProduceRequest(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
+                             topic_data=(pr.TopicProduceData(name=topic, partition_data=(
+                                 pr.PartitionProduceData(index=partition, records=records),)),))
+
+
+def fetch_request(partitions, *, max_wait_ms: int = 0, min_bytes: int = 1, max_bytes: int = 50 << 20,
+                  replica_id: int = -1, isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1):
+    """`partitions`: [(topic, partition, fetch_offset, partition_max_bytes, current_leader_epoch)]."""
+    from kio.schema.fetch.v12 import request as fr
+    topics: dict[str, list] = {}
+    for topic, partition, offset, partition_max_bytes, epoch in partitions:
+        topics.setdefault(topic, []).append(fr.FetchPartition(
+            partition=partition, current_leader_epoch=epoch, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=partition_max_bytes))
+    return fr.FetchRequest(replica_id=replica_id, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                           min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level,
+                           session_id=session_id, session_epoch=session_epoch,
+                           topics=tuple(fr.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+                           forgotten_topics_data=(), rack_id="")
+
+
+def list_offsets_request(topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1,
+                         isolation_level: int = 0):
+    from kio.schema.list_offsets.v7 import request as lr
+    return lr.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=(lr.ListOffsetsTopic(
+        name=topic, partitions=(lr.ListOffsetsPartition(partition_index=partition,
+                                                        current_leader_epoch=current_leader_epoch,
+                                                        timestamp=timestamp),)),))
+
+
+def batch(n: int = 1, *, base_timestamp: int = BASE_TIMESTAMP_MS, value_bytes: int = 10) -> bytes:
+    from storage.batch import build_batch
+    return build_batch([(b"k%d" % i, b"v" * value_bytes, (), base_timestamp + i) for i in range(n)])
+
+
+def only_partition(response):
+    """The single partition result of a Produce/Fetch/ListOffsets response."""
+    (topic,) = response.responses if hasattr(response, "responses") else response.topics
+    parts = getattr(topic, "partition_responses", None) or topic.partitions
+    (partition,) = parts
+    return partition

@@ -1,0 +1,153 @@
+"""Admin requests forwarded to the (in-process, real) controller; Metadata,
+auto-creation, DescribeCluster, InitProducerId and ListOffsets edge cases."""
+
+import datetime
+import os
+
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from kio.schema.create_topics.v4 import request as ct4
+from kio.schema.delete_topics.v4 import request as dt4
+from kio.schema.describe_configs.v1 import request as dc1
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v0 import request as iac0
+from kio.schema.init_producer_id.v4 import request as ip4
+from kio.schema.metadata.v8 import request as md8
+from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
+
+from broker_testing import batch, in_thread, list_offsets_request, only_partition, produce_request, start_broker
+
+
+def metadata_request(*names, auto_create=True):
+    topics = None if names == (None,) else tuple(md8.MetadataRequestTopic(name=n) for n in names)
+    return md8.MetadataRequest(topics=topics, allow_auto_topic_creation=auto_create,
+                               include_cluster_authorized_operations=False,
+                               include_topic_authorized_operations=False)
+
+
+async def test_changes_are_in_this_brokers_image_when_answered(nursery, tmp_path):
+    # The controller's images reach the broker 0.15 s after it answers; the
+    # broker must hold its own answer until it sees them.
+    rb = await start_broker(nursery, tmp_path, publish_lag_s=0.15)
+    conn = await rb.connect(nursery)
+    created = await conn.request(ct4.CreateTopicsRequest(topics=(ct4.CreatableTopic(
+        name="t", num_partitions=2, replication_factor=1, assignments=(),
+        configs=(ct4.CreatableTopicConfig(name="retention.ms", value="1000"),)),),
+        timeout=datetime.timedelta(seconds=5), validate_only=False))
+    assert [(t.name, t.error_code) for t in created.topics] == [("t", ErrorCode.none)]
+    assert len(rb.broker.image.topic("t").partitions) == 2
+    assert os.path.isdir(tmp_path / "t-1")
+    produced = only_partition(await conn.request(produce_request("t", 1, batch(3))))
+    assert produced.error_code == ErrorCode.none
+
+    altered = await conn.request(iac0.IncrementalAlterConfigsRequest(resources=(iac0.AlterConfigsResource(
+        resource_type=2, resource_name="t", configs=(
+            iac0.AlterableConfig(name="retention.ms", config_operation=0, value="5000"),)),), validate_only=False))
+    assert altered.responses[0].error_code == ErrorCode.none
+    assert rb.broker.image.topic_config("t").get("retention.ms") == "5000"
+    described = await conn.request(dc1.DescribeConfigsRequest(resources=(dc1.DescribeConfigsResource(
+        resource_type=2, resource_name="t", configuration_keys=("retention.ms", "cleanup.policy")),),
+        include_synonyms=False))
+    (result,) = described.results
+    assert {c.name: c.value for c in result.configs} == {"retention.ms": "5000", "cleanup.policy": "delete"}
+
+    deleted = await conn.request(dt4.DeleteTopicsRequest(topic_names=("t",), timeout=datetime.timedelta(seconds=5)))
+    assert [(r.name, r.error_code) for r in deleted.responses] == [("t", ErrorCode.none)]
+    assert rb.broker.image.topic("t") is None
+    assert not any(name.startswith("t-") for name in os.listdir(tmp_path))
+    gone = only_partition(await conn.request(produce_request("t", 1, batch(1))))
+    assert gone.error_code == ErrorCode.unknown_topic_or_partition
+
+
+async def test_kafka_python_admin(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+
+    def admin_calls():
+        admin = KafkaAdminClient(bootstrap_servers=rb.bootstrap)
+        try:
+            admin.create_topics([NewTopic("a", 1, 1, topic_configs={"retention.ms": "123456"}), NewTopic("b", 1, 1)])
+            admin.create_partitions({"a": NewPartitions(total_count=4)})
+            configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "a")])
+            admin.delete_topics(["b"])
+            cluster = admin.describe_cluster()
+            return configs, cluster, sorted(admin.list_topics())
+        finally:
+            admin.close()
+
+    configs, cluster, topics = await in_thread(admin_calls)
+    assert topics == ["a"]
+    assert len(rb.broker.image.topic("a").partitions) == 4 and os.path.isdir(tmp_path / "a-3")
+    assert cluster["cluster_id"] == rb.broker.config.cluster_id
+    assert [b["broker_id"] for b in cluster["brokers"]] == [1] and cluster["controller_id"] == 1
+    # kafka-python lists the configs set on the topic (not the defaults).
+    assert "123456" in str(configs["topic"]["a"])
+
+
+async def test_metadata_auto_creation(nursery, tmp_path):
+    off = await start_broker(nursery, tmp_path / "off")
+    conn = await off.connect(nursery)
+    (topic,) = (await conn.request(metadata_request("new"))).topics
+    assert topic.error_code == ErrorCode.unknown_topic_or_partition and off.broker.image.topic("new") is None
+
+    on = await start_broker(nursery, tmp_path / "on", auto_create_topics_enable=True, num_partitions=2)
+    conn = await on.connect(nursery)
+    response = await conn.request(metadata_request("new", "bad name!"))
+    by_name = {t.name: t for t in response.topics}
+    assert by_name["new"].error_code == ErrorCode.none and len(by_name["new"].partitions) == 2
+    assert by_name["bad name!"].error_code == ErrorCode.invalid_topic_exception
+    assert on.broker.image.topic("bad name!") is None
+    (not_allowed,) = (await conn.request(metadata_request("other", auto_create=False))).topics
+    assert not_allowed.error_code == ErrorCode.unknown_topic_or_partition
+
+
+async def test_metadata_reports_offline_leaders(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    epoch = await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic("theirs", assignments=[(2, 1)])
+    conn = await rb.connect(nursery)
+    (topic,) = (await conn.request(metadata_request("theirs"))).topics
+    (p,) = topic.partitions
+    assert (p.error_code, p.leader_id, p.replica_nodes, p.offline_replicas) == (ErrorCode.none, 2, (2, 1), ())
+    # Broker 2 asks to be fenced: leadership moves to us, it becomes offline.
+    await rb.controller.send(BrokerHeartbeatRequest(broker_id=2, broker_epoch=epoch,
+                                                    current_metadata_offset=rb.controller.image.offset,
+                                                    want_fence=True, want_shut_down=False))
+    response = await conn.request(metadata_request(None))
+    assert [b.node_id for b in response.brokers] == [1]
+    (p,) = response.topics[0].partitions
+    assert (p.leader_id, p.offline_replicas, p.leader_epoch) == (1, (2,), 1)
+    assert rb.partition("theirs").state.is_leader
+
+
+async def test_init_producer_id_hands_out_distinct_ids(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    conn = await rb.connect(nursery)
+    request = ip4.InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60))
+    ids = [(await conn.request(request)).producer_id for _ in range(5)]
+    assert len(set(ids)) == 5 and all(i >= 0 for i in ids)
+    assert rb.controller.requests_seen.count("AllocateProducerIdsRequest") == 1
+    transactional = await conn.request(ip4.InitProducerIdRequest(
+        transactional_id="tx", transaction_timeout=datetime.timedelta(seconds=60)))
+    assert transactional.error_code != ErrorCode.none
+
+
+async def test_list_offsets_edge_cases(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    await conn.request(produce_request("t", 0, batch(3, base_timestamp=5000)))  # offsets 0..2, ts 5000..5002
+    await conn.request(produce_request("t", 0, batch(2, base_timestamp=1000)))  # offsets 3..4, ts 1000..1001
+
+    async def list_offset(timestamp, **kw):
+        p = only_partition(await conn.request(list_offsets_request("t", 0, timestamp, **kw)))
+        return p.error_code, p.offset, p.timestamp
+
+    assert await list_offset(-2) == (ErrorCode.none, 0, -1)
+    assert await list_offset(-1) == (ErrorCode.none, 5, -1)
+    assert await list_offset(-3) == (ErrorCode.none, 2, 5002)
+    assert await list_offset(5001) == (ErrorCode.none, 1, 5001)
+    assert await list_offset(1001) == (ErrorCode.none, 0, 5000)
+    assert await list_offset(9999) == (ErrorCode.none, -1, -1)
+    assert (await list_offset(-1, current_leader_epoch=3))[0] == ErrorCode.unknown_leader_epoch
+    p = only_partition(await conn.request(list_offsets_request("nope", 0, -1)))
+    assert p.error_code == ErrorCode.unknown_topic_or_partition

@@ -1,0 +1,209 @@
+"""Produce and Fetch over real sockets with raw requests: error codes,
+acks, the HW bound, long polls, response size limits, fetch sessions, and
+the purgatory woken by a follower's fetch."""
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from quorum.metadata import PartitionChangeRecord
+
+from broker_testing import batch, fetch_request, only_partition, produce_request, start_broker
+from storage.batch import iter_batch_headers
+
+
+async def two_replica_topic(rb, name="r2"):
+    """A partition led here with ISR [1, 2]; broker 2 is registered but no
+    process runs it, so only our hand-made follower fetches move the HW."""
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(name, assignments=[(1, 2)])
+    assert rb.partition(name).state.isr == (1, 2)
+    return name
+
+
+def records_of(partition_result) -> list:
+    data = bytes(partition_result.records or b"")
+    return [h for _, h in iter_batch_headers(data)]
+
+
+async def test_produce_errors(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic("mine", configs={"max.message.bytes": "2000"})
+    await rb.create_topic("theirs", assignments=[(2,)])
+    conn = await rb.connect(nursery)
+
+    async def error_of(topic, records, **kw):
+        return only_partition(await conn.request(produce_request(topic, 0, records, **kw))).error_code
+
+    assert await error_of("nope", batch()) == ErrorCode.unknown_topic_or_partition
+    assert await error_of("theirs", batch()) == ErrorCode.not_leader_or_follower
+    corrupt = bytearray(batch(3))
+    corrupt[-1] ^= 0xFF
+    assert await error_of("mine", bytes(corrupt)) == ErrorCode.corrupt_message
+    assert await error_of("mine", batch(1, value_bytes=5000)) == ErrorCode.message_too_large
+    assert await error_of("mine", batch(2) + batch(2)) == ErrorCode.invalid_record
+    assert await error_of("mine", None) == ErrorCode.invalid_record
+    assert await error_of("mine", batch(), acks=2) == ErrorCode.invalid_required_acks
+    # Nothing refused reached the log; a good batch still appends at 0.
+    assert rb.partition("mine").log.log_end_offset == 0
+    ok = only_partition(await conn.request(produce_request("mine", 0, batch(4))))
+    assert (ok.error_code, ok.base_offset) == (ErrorCode.none, 0)
+
+
+async def test_acks_zero_answers_nothing_and_closes_on_error(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    assert await conn.request(produce_request("t", 0, batch(2), acks=0)) is None
+    fetched = only_partition(await conn.request(fetch_request([("t", 0, 0, 1 << 20, -1)])))
+    assert len(records_of(fetched)) == 1 and fetched.high_watermark == 2
+    await conn.request(produce_request("missing", 0, batch(), acks=0))
+    with trio.fail_after(5):
+        while not conn.closed:
+            await trio.sleep(0.01)
+
+
+async def test_consumers_see_only_below_the_high_watermark(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    topic = await two_replica_topic(rb)
+    conn = await rb.connect(nursery)
+    produced = only_partition(await conn.request(produce_request(topic, 0, batch(5))))
+    assert produced.error_code == ErrorCode.none
+    consumer_view = only_partition(await conn.request(fetch_request([(topic, 0, 0, 1 << 20, -1)])))
+    assert (consumer_view.high_watermark, records_of(consumer_view)) == (0, [])
+    # The follower fetches from offset 5: it holds 0..4, the HW moves to 5.
+    follower = only_partition(await conn.request(fetch_request([(topic, 0, 5, 1 << 20, -1)], replica_id=2)))
+    assert follower.error_code == ErrorCode.none
+    consumer_view = only_partition(await conn.request(fetch_request([(topic, 0, 0, 1 << 20, -1)])))
+    assert consumer_view.high_watermark == 5 and [h.base_offset for h in records_of(consumer_view)] == [0]
+
+
+async def test_acks_all_waits_for_the_high_watermark(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    topic = await two_replica_topic(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    # No follower fetch: the request times out with REQUEST_TIMED_OUT.
+    start = trio.current_time()
+    timed_out = only_partition(await producer.request(produce_request(topic, 0, batch(2), acks=-1, timeout_ms=300)))
+    assert timed_out.error_code == ErrorCode.request_timed_out
+    assert 0.25 < trio.current_time() - start < 3
+    # Parked again; the follower catching up to 4 completes it.
+    answer = {}
+
+    async def produce():
+        answer["result"] = only_partition(await producer.request(
+            produce_request(topic, 0, batch(2), acks=-1, timeout_ms=10_000)))
+
+    nursery.start_soon(produce)
+    with trio.fail_after(5):
+        while rb.partition(topic).log.log_end_offset < 4:
+            await trio.sleep(0.01)
+    await trio.sleep(0.05)
+    assert "result" not in answer
+    await follower.request(fetch_request([(topic, 0, 4, 1 << 20, -1)], replica_id=2))
+    with trio.fail_after(5):
+        while "result" not in answer:
+            await trio.sleep(0.01)
+    assert (answer["result"].error_code, answer["result"].base_offset) == (ErrorCode.none, 2)
+
+
+async def test_long_poll_wakes_on_append_and_times_out(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    consumer = await rb.connect(nursery)
+    producer = await rb.connect(nursery)
+    start = trio.current_time()
+    empty = only_partition(await consumer.request(fetch_request([("t", 0, 0, 1 << 20, -1)], max_wait_ms=300)))
+    assert records_of(empty) == [] and 0.25 < trio.current_time() - start < 3
+    got = {}
+
+    async def poll():
+        got["result"] = only_partition(await consumer.request(
+            fetch_request([("t", 0, 0, 1 << 20, -1)], max_wait_ms=10_000)))
+
+    nursery.start_soon(poll)
+    await trio.sleep(0.1)
+    assert "result" not in got
+    start = trio.current_time()
+    await producer.request(produce_request("t", 0, batch(3)))
+    with trio.fail_after(5):
+        while "result" not in got:
+            await trio.sleep(0.005)
+    assert trio.current_time() - start < 1
+    assert [h.base_offset for h in records_of(got["result"])] == [0]
+
+
+async def test_fetch_errors_and_leader_epochs(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    await conn.request(produce_request("t", 0, batch(3)))
+    # A metadata change naming the same leader bumps the leader epoch.
+    topic_id = rb.broker.image.topic("t").topic_id
+    rb.controller.append([PartitionChangeRecord(topic_id=topic_id, partition=0, leader=1)])
+    epoch = rb.partition("t").state.leader_epoch
+    assert epoch == 1
+
+    async def fetch(offset, current_epoch=-1, topic="t"):
+        return only_partition(await conn.request(fetch_request([(topic, 0, offset, 1 << 20, current_epoch)])))
+
+    assert (await fetch(4)).error_code == ErrorCode.offset_out_of_range
+    assert (await fetch(3)).error_code == ErrorCode.none
+    assert (await fetch(0, epoch)).error_code == ErrorCode.none
+    assert (await fetch(0, epoch - 1)).error_code == ErrorCode.fenced_leader_epoch
+    assert (await fetch(0, epoch + 1)).error_code == ErrorCode.unknown_leader_epoch
+    assert (await fetch(0, topic="nope")).error_code == ErrorCode.unknown_topic_or_partition
+    ok = await fetch(0)
+    assert (ok.high_watermark, ok.last_stable_offset, ok.log_start_offset) == (3, 3, 0)
+
+
+async def test_response_size_limits_follow_kip_74(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t", 2)
+    conn = await rb.connect(nursery)
+    big = batch(1, value_bytes=3000)
+    for partition in (0, 1):
+        for _ in range(3):
+            await conn.request(produce_request("t", partition, big))
+    size = len(big)
+    response = await conn.request(fetch_request([("t", 0, 0, 1 << 20, -1), ("t", 1, 0, 1 << 20, -1)],
+                                                max_bytes=100))
+    first, second = response.responses[0].partitions
+    # The first batch goes out although it is larger than max_bytes; nothing else fits.
+    assert [h.base_offset for h in records_of(first)] == [0] and records_of(second) == []
+    response = await conn.request(fetch_request([("t", 0, 0, 2 * size, -1), ("t", 1, 0, 2 * size, -1)],
+                                                max_bytes=3 * size))
+    first, second = response.responses[0].partitions
+    assert [h.base_offset for h in records_of(first)] == [0, 1]
+    assert [h.base_offset for h in records_of(second)] == [0]
+
+
+async def test_sessionless_fetch_sessions(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    await conn.request(produce_request("t", 0, batch(1)))
+    # A client asking for a new session (epoch 0) gets session id 0: none was created.
+    response = await conn.request(fetch_request([("t", 0, 0, 1 << 20, -1)], session_epoch=0))
+    assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
+    assert records_of(only_partition(response))
+    unknown = await conn.request(fetch_request([("t", 0, 0, 1 << 20, -1)], session_id=7, session_epoch=1))
+    assert unknown.error_code == ErrorCode.fetch_session_id_not_found and unknown.responses == ()
+
+
+async def test_fetch_copy_path_serves_the_same_bytes(nursery, tmp_path):
+    sendfile = await start_broker(nursery, tmp_path / "a")
+    copying = await start_broker(nursery, tmp_path / "b", node_id=1, fetch_file_transfer="pread")
+    answers = []
+    for rb in (sendfile, copying):
+        await rb.create_topic("t")
+        conn = await rb.connect(nursery)
+        for i in range(5):
+            await conn.request(produce_request("t", 0, batch(10, base_timestamp=1000 * i, value_bytes=500)))
+        answers.append(bytes(only_partition(await conn.request(fetch_request([("t", 0, 0, 1 << 20, -1)]))).records))
+    assert answers[0] == answers[1] and len(records_of_bytes(answers[0])) == 5
+
+
+def records_of_bytes(data: bytes) -> list:
+    return [h for _, h in iter_batch_headers(data)]
