@@ -47,8 +47,9 @@ Durability
   `close()` and `write_checkpoints()` (a log manager calls it on a timer);
   a stale recovery point only means more to re-read on open. Each is
   written atomically: temp file, fsync, rename, directory fsync.
-- `truncate_to`, `truncate_fully_and_start_at` and retention make their
-  change durable before returning (fsync of the cut segment, directory
+- `truncate_to`, `truncate_fully_and_start_at`, retention and
+  `maybe_increment_log_start_offset` make their change durable before
+  returning (fsync of the cut segment, directory
   fsync, checkpoints when the recovery point moves down), so truncated
   batches never come back after a crash. Kafka leaves that window open.
 - The `leader-epoch-checkpoint` is rewritten atomically on every change.
@@ -391,7 +392,8 @@ class Log:
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords, Raft
-        snapshots); the segments below go at the next retention pass."""
+        snapshots); durable on return (the checkpoints are written). The
+        segments below go at the next retention pass."""
         if offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start offset to {offset}, past the log end offset "
@@ -403,6 +405,9 @@ class Log:
             return False
         self._log_start_offset = offset
         self.epoch_cache.truncate_from_start(offset)
+        # The epoch cache just forgot the entries below `offset` for good;
+        # the log start offset must not come back lower after a crash.
+        self.write_checkpoints()
         return True
 
     def delete_old_segments(self, now_ms: int) -> int:

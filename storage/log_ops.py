@@ -230,6 +230,8 @@ def delete_old_segments(log: Log, now_ms: int) -> int:
     log._log_start_offset = max(log._log_start_offset, segments[0].base_offset)
     log.epoch_cache.truncate_from_start(log._log_start_offset)
     log.fs.fsync_dir(log.dir_path)
+    # Nothing below the first segment is left to recover.
+    log._recovery_point = max(log._recovery_point, segments[0].base_offset)
     return count
 
 

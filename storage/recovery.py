@@ -5,10 +5,12 @@ Theory of operation
 The recovery point is the offset below which the log was fsynced (with its
 indexes). On open, each segment is loaded one of two ways:
 
-- **Trusted**: its `.index` and `.timeindex` parse and fit the segment,
-  the batch headers after the last index entry chain exactly to the end of
-  the file, and the segment ends at or below the recovery point. This
-  reads a few KB, not the segment.
+- **Trusted**: the segment lies wholly below the recovery point (the next
+  segment starts at or below it; the last segment ends at or below it),
+  its `.index` and `.timeindex` parse and fit the segment, and the batch
+  headers after the last index entry chain exactly to the end of the
+  file. This reads a few KB, not the segment; CRCs are not checked (as in
+  Kafka: that data was fsynced, and consumers check CRCs themselves).
 - **Recovered**: any other segment (past the recovery point, or whose
   indexes are missing or damaged, or whose tail does not chain) is read
   from its first byte. Each batch is validated (magic, length, CRC32C,
@@ -95,12 +97,13 @@ def load_trusted(segment: LogSegment, config: LogConfig) -> None:
         segment.offset_of_max_timestamp = time_index.offsets[-1]
     end = start
     for position, header in segment.scan_headers(start):
-        if position == start and len(offset_index) and header.base_offset != segment.next_offset:
-            raise CorruptIndexError(
-                f"last index entry says offset {segment.next_offset} is at position {start}, "
-                f"the batch there has base offset {header.base_offset}"
-            )
-        if header.base_offset < segment.next_offset and position != start:
+        if position == start and len(offset_index):
+            if header.base_offset != segment.next_offset:
+                raise CorruptIndexError(
+                    f"last index entry says offset {segment.next_offset} is at position {start}, "
+                    f"the batch there has base offset {header.base_offset}"
+                )
+        elif header.base_offset < segment.next_offset:
             raise CorruptRecordError(f"offsets go backwards at position {position}", position)
         if header.max_timestamp > segment.max_timestamp:
             segment.max_timestamp = header.max_timestamp
@@ -202,7 +205,11 @@ def load_segments(
         segments.append(segment)
         try:
             load_trusted(segment, config)
-            trusted = segment.next_offset <= recovery_point
+            # A segment that lost its unsynced tail looks whole; only the
+            # recovery point tells: the next segment must start at or
+            # below it (the last one must end at or below it).
+            last = i + 1 == len(bases)
+            trusted = (segment.next_offset if last else bases[i + 1]) <= recovery_point
             reason = "it ends past the recovery point"
         except (CorruptIndexError, CorruptRecordError) as e:
             trusted = False
