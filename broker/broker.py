@@ -88,6 +88,7 @@ class Broker:
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
         self._image_changed = trio.Event()
         self._loaded = False
+        self._closed = False
         self.server: Server | None = None
         #: Producer ids handed out from the current controller-allocated block.
         self.producer_ids = admin.ProducerIdBlock()
@@ -163,9 +164,11 @@ class Broker:
 
     def shutdown(self) -> None:
         """Close every log cleanly and write the clean-shutdown marker."""
+        if self._closed:
+            return
+        self._closed = True
         if self._loaded:
             self.log_manager.shutdown(self.replicas.high_watermarks())
-            self._loaded = False
         _log.info("broker %d shut down cleanly", self.node_id)
 
     async def _background(self) -> None:
@@ -181,7 +184,7 @@ class Broker:
         tick_s = min(1.0, min(due.values()) / 1000)
         while True:
             await trio.sleep(tick_s)
-            if not self._loaded:
+            if not self._loaded or self._closed:
                 continue
             now = self.clock_ms()
             self.log_manager.flush_due(now)

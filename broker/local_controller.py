@@ -74,7 +74,12 @@ class LocalController:
         if records_path is not None:
             self.image = self.image.apply(_read_records(records_path))
         self.config = config or ControllerConfig(cluster_id=cluster_id)
-        self.controller = QuorumController(self.image, self.clock_ms(), self.config, rng=random.Random(seed))
+        # No broker heartbeated while this controller was down: start with
+        # every replayed broker's session already expired, so a restarted
+        # broker may register again at once (instead of waiting out
+        # broker.session.timeout.ms for DUPLICATE_BROKER_REGISTRATION).
+        sessions_start_ms = self.clock_ms() - self.config.broker_session_timeout_ms - 1
+        self.controller = QuorumController(self.image, sessions_start_ms, self.config, rng=random.Random(seed))
         self.publish_lag_s = publish_lag_s
         self._nursery = nursery
         if publish_lag_s and nursery is None:
@@ -146,6 +151,20 @@ class LocalController:
                                        f"fenced={heartbeat.is_fenced}")
         _log.info("broker %d registered at epoch %d and unfenced", broker_id, epoch)
         return epoch
+
+    async def controlled_shutdown(self, broker_id: int) -> None:
+        """Move leadership off a broker and fence it, as its lifecycle
+        manager does before a clean stop (KIP-631 controlled shutdown)."""
+        for _ in range(10):
+            registration = self.image.brokers.get(broker_id)
+            if registration is None:
+                return
+            answer = await self.send(BrokerHeartbeatRequest(
+                broker_id=broker_id, broker_epoch=registration.epoch, current_metadata_offset=self.image.offset,
+                want_fence=False, want_shut_down=True))
+            if answer.error_code != ErrorCode.none or answer.should_shut_down:
+                return
+        _log.warning("broker %d did not finish its controlled shutdown", broker_id)
 
 
 def _append_records(path: str, records) -> None:

@@ -193,3 +193,64 @@ def only_partition(response):
     parts = getattr(topic, "partition_responses", None) or topic.partitions
     (partition,) = parts
     return partition
+
+
+# --- a broker on its own trio thread, for synchronous tests ----------------
+
+class BrokerThread:
+    """A broker (with LocalController) served by `trio.run` in a thread.
+    Use as a context manager; `topics` are created before it is ready."""
+
+    def __init__(self, data_dir, topics: dict[str, int] | None = None, **config) -> None:
+        self.data_dir = data_dir
+        self.topics = topics or {}
+        self.config = config
+        self.running: RunningBroker | None = None
+        self._ready = None
+        self._token = None
+        self._thread = None
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> "BrokerThread":
+        import threading
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30), "broker thread did not start"
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:  # surfaced by __enter__/__exit__
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self.running = await start_broker(nursery, self.data_dir, **self.config)
+            for name, partitions in self.topics.items():
+                await self.running.create_topic(name, partitions)
+            self.cancel_scope = nursery.cancel_scope
+            self._ready.set()
+
+    def call(self, fn, *args):
+        """Run `fn(*args)` on the broker's trio thread (sync function)."""
+        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+    @property
+    def port(self) -> int:
+        return self.running.port
+
+    @property
+    def bootstrap(self) -> str:
+        return self.running.bootstrap
+
+    def __exit__(self, *exc) -> None:
+        self.call(self.cancel_scope.cancel)
+        self._thread.join(30)
+        if self._error is not None:
+            raise self._error

@@ -207,3 +207,16 @@ async def test_fetch_copy_path_serves_the_same_bytes(nursery, tmp_path):
 
 def records_of_bytes(data: bytes) -> list:
     return [h for _, h in iter_batch_headers(data)]
+
+
+async def test_idle_connections_close_but_long_polls_do_not(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path, connections_max_idle_ms=300)
+    await rb.create_topic("t")
+    idle = await trio.open_tcp_stream("127.0.0.1", rb.port)
+    polling = await rb.connect(nursery)
+    start = trio.current_time()
+    # A fetch parked for longer than connections.max.idle.ms keeps its connection.
+    response = await polling.request(fetch_request([("t", 0, 0, 1 << 20, -1)], max_wait_ms=700))
+    assert trio.current_time() - start > 0.6 and response.error_code == ErrorCode.none
+    with trio.fail_after(5):
+        assert await idle.receive_some(10) == b""
