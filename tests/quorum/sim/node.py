@@ -1,0 +1,215 @@
+"""SimNode: one raftka quorum member as the simulation runs it.
+
+It plays the driver's part faithfully: for every `Output` it persists the
+election state, flushes the log, then sends, then applies committed records
+to a toy state machine (a list of every record), exactly the order
+`quorum.raft.core` documents. Its `MemoryLog` and persisted election state
+are its disk; a crash keeps only those.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import TYPE_CHECKING
+
+from quorum.raft import ElectionState, Inbound, MemoryLog, Output, QuorumConfig, RaftCore
+from quorum.raft.leader import LeaderState
+from quorum.raft.messages import REQUEST_TYPES, SnapshotId
+
+from sim.network import Flight, RequestToken
+
+if TYPE_CHECKING:
+    from sim.cluster import SimCluster
+
+Entry = tuple[int, int, bool, bytes]  # offset, epoch, control, record
+
+
+class StateMachine:
+    """Applies committed records in order; its snapshot is every record so far."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.next_offset = 0
+
+    def load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        decoded = json.loads(data)
+        self.entries = [(o, e, c, bytes.fromhex(r)) for o, e, c, r in decoded]
+        self.next_offset = snapshot_id.end_offset
+        assert all(o < self.next_offset for o, *_ in self.entries)
+
+    def snapshot_bytes(self) -> bytes:
+        return json.dumps([[o, e, c, r.hex()] for o, e, c, r in self.entries]).encode()
+
+
+class SimLog(MemoryLog):
+    """The node's disk, with a tripwire on truncation: nobody may remove a
+    record below a high watermark it reported, and an observer (which only
+    ever receives committed records) never has anything to remove."""
+
+    def __init__(self, node: SimNode) -> None:
+        super().__init__()
+        self.node = node
+
+    def truncate_to(self, offset: int) -> None:
+        from sim.invariants import SafetyViolation
+
+        if offset < self.node.max_high_watermark:
+            raise SafetyViolation(
+                f"node {self.node.node_id} truncates to {offset}, below its high watermark {self.node.max_high_watermark}"
+            )
+        if not self.node.is_voter and offset < self.log_end_offset:
+            raise SafetyViolation(f"observer {self.node.node_id} truncates its log to {offset}")
+        super().truncate_to(offset)
+
+
+class SimNode:
+    def __init__(self, cluster: SimCluster, node_id: int, config: QuorumConfig, seed: int) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.config = config
+        self.seed = seed
+        self.log = SimLog(self)
+        self.disk_election: ElectionState | None = None
+        self.core: RaftCore | None = None
+        self.incarnation = 0
+        self.sm = StateMachine()
+        self.wake_at_ms = 0
+        self.max_high_watermark = -1  # over every life of this node
+        self.crash_mid_next_event = False
+        self.observer_checked_offset = 0
+        self.paused_until_ms = 0  # a paused process (SIGSTOP, a long GC) does nothing until then
+        self._ticks_at: tuple[int, int] = (-1, 0)
+
+    @property
+    def is_up(self) -> bool:
+        return self.core is not None
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.cluster.voters
+
+    # --- life cycle ---------------------------------------------------------
+
+    def start(self, now_ms: int) -> None:
+        assert self.core is None
+        self.incarnation += 1
+        self.sm = StateMachine()
+        snapshot = self.log.latest_snapshot_id
+        if snapshot is not None:
+            self.sm.load_snapshot(snapshot, self.log.snapshot_data(snapshot))
+            self.cluster.invariants.on_snapshot_loaded(self)
+        self.cluster.invariants.on_restart(self)
+        self.core = RaftCore(
+            node_id=self.node_id,
+            voters=self.cluster.voters,
+            log=self.log,
+            rng=random.Random(f"{self.seed}/{self.node_id}/{self.incarnation}"),
+            now_ms=now_ms,
+            config=self.config,
+            election_state=self.disk_election,
+            cluster_id="sim",
+        )
+        self.process(self.core.tick(now_ms), now_ms)
+
+    def crash(self, rng: random.Random) -> None:
+        """Lose memory and every unflushed write (some may reach the disk anyway)."""
+        self.core = None
+        self.log.crash(keep_unflushed_batches=rng.choice([0, 0, 1, 2]))
+
+    # --- the driver loop -------------------------------------------------------
+
+    def deliver(self, inbound: Inbound, now_ms: int) -> None:
+        assert self.core is not None
+        self.obey(self.core.handle(inbound, now_ms), now_ms)
+
+    def tick(self, now_ms: int) -> None:
+        assert self.core is not None
+        at, count = self._ticks_at
+        self._ticks_at = (now_ms, count + 1 if at == now_ms else 1)
+        assert self._ticks_at[1] < 50, f"node {self.node_id} asks for a tick again and again at {now_ms} ms"
+        self.obey(self.core.tick(now_ms), now_ms)
+
+    def obey(self, out: Output, now_ms: int) -> None:
+        if self.crash_mid_next_event:
+            # Crash after the core changed its mind, before anything reached disk or wire.
+            self.crash_mid_next_event = False
+            self.crash(self.cluster.rng)
+            return
+        self.process(out, now_ms)
+
+    def process(self, out: Output | None, now_ms: int) -> None:
+        while out is not None:
+            assert self.core is not None
+            # 1. persist
+            if out.persist_election_state is not None:
+                self.disk_election = out.persist_election_state
+            flushed = out.flush_log_to_offset is not None
+            if flushed:
+                self.log.flush(out.flush_log_to_offset)
+            # 2. send
+            for m in out.messages:
+                if m.is_request:
+                    self.cluster.network.send(
+                        now_ms,
+                        self.node_id,
+                        m.destination_id,
+                        m.message,
+                        m.correlation,
+                        source_incarnation=self.incarnation,
+                    )
+                else:
+                    token = m.correlation
+                    assert isinstance(token, RequestToken)
+                    self.cluster.network.send(
+                        now_ms,
+                        self.node_id,
+                        token.source_id,
+                        m.message,
+                        token.correlation,
+                        source_incarnation=self.incarnation,
+                        destination_incarnation=token.source_incarnation,
+                    )
+            # 3. apply
+            if out.snapshot_installed is not None:
+                self.sm.load_snapshot(out.snapshot_installed, self.log.snapshot_data(out.snapshot_installed))
+                self.cluster.invariants.on_snapshot_loaded(self)
+            if out.high_watermark is not None:
+                self.cluster.invariants.on_high_watermark(self, out.high_watermark)
+                self.apply_to(out.high_watermark)
+            self.wake_at_ms = out.wake_at_ms
+            # 4. a completed flush may move the leader's high watermark
+            if flushed:
+                out = self.core.tick(now_ms)
+            elif out.snapshot_suggested and self.sm.next_offset > self.log.log_start_offset:
+                _, out = self.core.create_snapshot(self.sm.next_offset, self.sm.snapshot_bytes(), now_ms)
+            else:
+                out = None
+
+    def apply_to(self, high_watermark: int) -> None:
+        if self.sm.next_offset >= high_watermark:
+            return
+        for batch in self.log.batches(self.sm.next_offset, high_watermark):
+            assert batch.base_offset == self.sm.next_offset, (batch.base_offset, self.sm.next_offset)
+            assert batch.end_offset <= high_watermark, "the high watermark falls inside a batch"
+            for i, record in enumerate(batch.records):
+                entry = (batch.base_offset + i, batch.epoch, batch.control, record)
+                self.cluster.invariants.on_apply(self, entry)
+                self.sm.entries.append(entry)
+            self.sm.next_offset = batch.end_offset
+        assert self.sm.next_offset == high_watermark, (self.sm.next_offset, high_watermark)
+
+    def is_leader(self) -> bool:
+        return self.core is not None and isinstance(self.core.state, LeaderState)
+
+    def receive(self, flight: Flight, now_ms: int) -> None:
+        """Deliver a message off the network (dropped if this node is down, or
+        if it is a response meant for an earlier life of this node)."""
+        if self.core is None:
+            return
+        if flight.destination_incarnation is not None and flight.destination_incarnation != self.incarnation:
+            return
+        correlation = flight.correlation
+        if isinstance(flight.message, REQUEST_TYPES):
+            correlation = RequestToken(flight.source_id, flight.source_incarnation, flight.correlation)
+        self.deliver(Inbound(flight.source_id, flight.message, correlation), now_ms)
