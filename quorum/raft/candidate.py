@@ -84,6 +84,8 @@ class _Election(EpochState):
             self.next_send_ms[voter] = now_ms + core.config.retry_backoff_ms
             return
         (self.granted if response.vote_granted else self.rejected).add(voter)
+        if not response.vote_granted and self.on_rejected(core, response, now_ms):
+            return
         if not self._tally(core, now_ms) and len(self.rejected) >= core.majority:
             self.on_lost(core, now_ms)
 
@@ -95,6 +97,10 @@ class _Election(EpochState):
 
     def on_won(self, core: RaftCore, now_ms: int) -> None:
         raise NotImplementedError
+
+    def on_rejected(self, core: RaftCore, response: VoteResponse, now_ms: int) -> bool:
+        """React to one rejection; True if that ended this role."""
+        return False
 
     def on_lost(self, core: RaftCore, now_ms: int) -> None:
         """A majority said no: wait for the election deadline."""
@@ -115,6 +121,14 @@ class ProspectiveState(_Election):
 
     def on_won(self, core: RaftCore, now_ms: int) -> None:
         core.become_candidate(now_ms)
+
+    def on_rejected(self, core: RaftCore, response: VoteResponse, now_ms: int) -> bool:
+        # The voter still fetches from the leader we gave up on: it is alive
+        # after all (we were cut off, or a fetch got lost). Follow it again.
+        if response.leader_id == self.leader_id and self.leader_id not in (None, core.node_id):
+            core.become_follower(self.epoch, response.leader_id, now_ms)
+            return True
+        return False
 
 
 class CandidateState(_Election):

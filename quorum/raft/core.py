@@ -142,8 +142,10 @@ class RaftCore:
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
         leader = self.state.leader_id
-        if isinstance(self.state, (ResignedState, ProspectiveState)) and leader == self.node_id:
-            leader = None  # it led this epoch, but no longer accepts appends
+        if isinstance(self.state, (ResignedState, ProspectiveState)):
+            # Resigned led this epoch but no longer accepts appends; a
+            # Prospective suspects the leader it remembers is gone.
+            leader = None
         return LeaderAndEpoch(leader, self.epoch)
 
     def describe(self, now_ms: int) -> QuorumStatus:
@@ -324,7 +326,9 @@ class RaftCore:
         st = self.state
         # Raft's Election Safety: one leader per epoch.
         assert st.leader_id in (None, leader_id), f"epoch {epoch} has leaders {st.leader_id} and {leader_id}"
-        if not isinstance(st, FollowerState) and leader_id in self.voters:
+        # A Prospective that already knows this leader timed out on it; only
+        # news of a leader it did not know makes it follow (see candidate.py).
+        if st.leader_id is None and leader_id in self.voters:
             self.become_follower(epoch, leader_id, now_ms)
 
     def _on_response(self, inbound: Inbound, now_ms: int) -> None:
