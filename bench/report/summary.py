@@ -1,0 +1,272 @@
+"""The Spark half of the report: result rows in, a small `Summary` out.
+
+See the package docstring for the statistics and their definitions. Every
+aggregation here runs in Spark SQL (no Python UDFs), so it scales with the
+cluster; only the per-key results are collected to the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from bench.histogram import PERCENTILES, percentile_key
+from bench.report import ReportError
+from bench.report.units import HIGHER, LOWER, LOWER_IS_BETTER_UNITS, RATE_SUFFIX
+from bench.results import SAMPLES_DIR
+
+ROWS_DDL = (
+    "run_id string, scenario string, mode string, params string, metric string, "
+    "value double, unit string, timestamp_ms bigint, git_sha string"
+)
+SAMPLES_DDL = "run_id string, scenario string, mode string, params string, metric string, value double, unit string"
+
+KEY = ["scenario", "mode", "metric", "params", "unit"]
+MODE_KEY = ["scenario", "metric", "params", "unit"]
+QUARTILES = [0.25, 0.5, 0.75]
+# Rank accuracy of percentile_approx: rank error at most n / SAMPLE_ACCURACY.
+SAMPLE_ACCURACY = 10_000
+# CDF points drawn per curve: every percent, then the tail.
+CDF_GRID = [i / 100 for i in range(100)] + [0.995, 0.999, 0.9995, 0.9999, 1.0]
+
+
+@dataclass
+class Settings:
+    baseline_run_id: str | None = None
+    noise_floor: float = 0.05
+    noise_iqr_factor: float = 1.0
+
+
+@dataclass
+class Summary:
+    """What the report shows; every list holds plain dicts (params decoded)."""
+
+    settings: Settings
+    runs: list[dict[str, Any]]
+    stats: list[dict[str, Any]]
+    mode_ratios: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]]
+    latency_samples: list[dict[str, Any]] = field(default_factory=list)
+    cdfs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summary:
+    rows = load_rows(spark, results_dir)
+    runs = run_table(rows)
+    run_list = sorted(_collect(runs), key=lambda r: (r["started_ms"], r["run_id"]))
+    if settings.baseline_run_id is not None and settings.baseline_run_id not in {r["run_id"] for r in run_list}:
+        raise ReportError(
+            f"--baseline {settings.baseline_run_id} is not a run in {results_dir}; "
+            f"pick a run id from the report's runs table, or omit it to compare with the previous run"
+        )
+    per_run = per_run_values(rows, runs)
+    stats = key_stats(per_run)
+    summary = Summary(
+        settings=settings,
+        runs=run_list,
+        stats=_collect(stats),
+        mode_ratios=_collect(mode_ratios(stats)),
+        comparisons=_collect(comparisons(per_run, settings)),
+    )
+    samples = load_samples(spark, results_dir)
+    if samples is not None:
+        summary.latency_samples = _collect(sample_stats(samples))
+        summary.cdfs = _collect(last_run_cdfs(samples, runs))
+    return summary
+
+
+def load_rows(spark: SparkSession, results_dir: str) -> DataFrame:
+    if "://" not in results_dir and not _has_parquet(results_dir):
+        raise ReportError(
+            f"no result rows in {results_dir!r}: run a bench first (`raftka bench SCENARIO --results "
+            f"{results_dir}`) or pass --results with the dir the bench wrote to"
+        )
+    # Only the top level: `_samples/` and other `_` folders are not rows.
+    return spark.read.schema(ROWS_DDL).parquet(os.path.join(results_dir, "*.parquet"))
+
+
+def load_samples(spark: SparkSession, results_dir: str) -> DataFrame | None:
+    samples_dir = os.path.join(results_dir, SAMPLES_DIR)
+    if "://" not in results_dir and not _has_parquet(samples_dir, recursive=True):
+        return None
+    return spark.read.schema(SAMPLES_DDL).option("recursiveFileLookup", "true").parquet(samples_dir)
+
+
+def run_table(rows: DataFrame) -> DataFrame:
+    """One row per run: when it started (its first row), its commit, its scenarios."""
+    return rows.groupBy("run_id").agg(
+        F.min("timestamp_ms").alias("started_ms"),
+        F.min("git_sha").alias("git_sha"),
+        F.sort_array(F.collect_set("scenario")).alias("scenarios"),
+        F.count(F.lit(1)).alias("n_rows"),
+    )
+
+
+def per_run_values(rows: DataFrame, runs: DataFrame) -> DataFrame:
+    """One value per (key, run): the median of the run's rows for the key."""
+    values = rows.groupBy(*KEY, "run_id").agg(F.percentile("value", 0.5).alias("value"))
+    return values.join(runs.select("run_id", "started_ms"), "run_id")
+
+
+def key_stats(per_run: DataFrame) -> DataFrame:
+    q = F.percentile("value", QUARTILES)
+    stats = per_run.groupBy(*KEY).agg(
+        F.count(F.lit(1)).alias("n_runs"),
+        q.alias("q"),
+        F.min("value").alias("min"),
+        F.max("value").alias("max"),
+    )
+    return stats.select(
+        *KEY,
+        "n_runs",
+        F.col("q")[1].alias("median"),
+        F.col("q")[0].alias("p25"),
+        F.col("q")[2].alias("p75"),
+        (F.col("q")[2] - F.col("q")[0]).alias("iqr"),
+        "min",
+        "max",
+        direction_column(F.col("unit")).alias("direction"),
+    )
+
+
+def mode_ratios(stats: DataFrame) -> DataFrame:
+    """kraft median / zk median where a key was measured in both modes."""
+
+    def side(mode: str) -> DataFrame:
+        return stats.where(F.col("mode") == mode).select(
+            *MODE_KEY, F.col("median").alias(f"{mode}_median"), F.col("n_runs").alias(f"{mode}_runs")
+        )
+
+    both = side("kraft").join(side("zk"), MODE_KEY)
+    return both.select(
+        *MODE_KEY,
+        "kraft_median",
+        "zk_median",
+        "kraft_runs",
+        "zk_runs",
+        F.when(F.col("zk_median") != 0, F.col("kraft_median") / F.col("zk_median")).alias("ratio"),
+        direction_column(F.col("unit")).alias("direction"),
+    )
+
+
+def comparisons(per_run: DataFrame, settings: Settings) -> DataFrame:
+    """The last run of each key against its baseline, with a verdict."""
+    newest_first = Window.partitionBy(*KEY).orderBy(F.desc("started_ms"), F.desc("run_id"))
+    ranked = per_run.withColumn("recency", F.row_number().over(newest_first))
+    last = ranked.where(F.col("recency") == 1).select(
+        *KEY, F.col("run_id").alias("last_run_id"), F.col("value").alias("last")
+    )
+    if settings.baseline_run_id is None:
+        base = ranked.where(F.col("recency") == 2)
+    else:
+        base = ranked.where(F.col("run_id") == settings.baseline_run_id)
+    base = base.select(*KEY, F.col("run_id").alias("baseline_run_id"), F.col("value").alias("baseline"))
+    hq = F.percentile("value", QUARTILES)
+    history = (
+        ranked.where(F.col("recency") > 1)
+        .groupBy(*KEY)
+        .agg(hq.alias("hq"), F.count(F.lit(1)).alias("history_runs"))
+        .select(
+            *KEY,
+            "history_runs",
+            F.when(F.col("hq")[1] != 0, (F.col("hq")[2] - F.col("hq")[0]) / F.abs(F.col("hq")[1])).alias("noise"),
+        )
+    )
+    joined = last.join(base, KEY).join(history, KEY, "left")
+    change = F.when(F.col("baseline") != 0, F.col("last") / F.col("baseline") - 1)
+    # greatest() skips nulls: no measurable noise leaves the floor.
+    band = F.greatest(F.lit(settings.noise_floor), F.lit(settings.noise_iqr_factor) * F.col("noise"))
+    direction = direction_column(F.col("unit"))
+    worse = F.when(direction == HIGHER, -F.col("change")).when(direction == LOWER, F.col("change"))
+    verdict = (
+        F.when(F.col("change").isNull(), "n/a")
+        .when(F.col("direction").isNull(), F.when(F.abs("change") > F.col("noise_band"), "changed").otherwise("within noise"))
+        .when(worse > F.col("noise_band"), "regression")
+        .when(worse < -F.col("noise_band"), "improvement")
+        .otherwise("within noise")
+    )
+    return (
+        joined.withColumn("change", change)
+        .withColumn("noise_band", band)
+        .withColumn("direction", direction)
+        .withColumn("verdict", verdict)
+        .select(
+            *KEY,
+            "last_run_id",
+            "baseline_run_id",
+            "last",
+            "baseline",
+            F.when(F.col("baseline") != 0, F.col("last") / F.col("baseline")).alias("ratio"),
+            "change",
+            F.coalesce(F.col("history_runs"), F.lit(0)).alias("history_runs"),
+            "noise",
+            "noise_band",
+            "direction",
+            "verdict",
+            (F.col("verdict") == "regression").alias("regression"),
+        )
+    )
+
+
+def sample_stats(samples: DataFrame) -> DataFrame:
+    fractions = [p / 100 for p in PERCENTILES]
+    stats = samples.groupBy("run_id", *KEY).agg(
+        F.count(F.lit(1)).alias("count"),
+        F.percentile_approx("value", fractions, SAMPLE_ACCURACY).alias("q"),
+        F.max("value").alias("max"),
+    )
+    quantiles = [F.col("q")[i].alias(percentile_key(p)) for i, p in enumerate(PERCENTILES)]
+    return stats.select("run_id", *KEY, "count", *quantiles, "max")
+
+
+def last_run_cdfs(samples: DataFrame, runs: DataFrame) -> DataFrame:
+    """CDF points (value at each fraction of CDF_GRID) of each key's last run."""
+    with_start = samples.join(runs.select("run_id", "started_ms"), "run_id", "left")
+    last_start = with_start.groupBy(*KEY).agg(F.max(F.struct("started_ms", "run_id")).alias("last"))
+    last = with_start.join(last_start, KEY).where(F.col("run_id") == F.col("last.run_id"))
+    return last.groupBy(*KEY, "run_id").agg(
+        F.count(F.lit(1)).alias("count"),
+        F.percentile_approx("value", CDF_GRID, SAMPLE_ACCURACY).alias("values"),
+    )
+
+
+def direction_column(unit: Column) -> Column:
+    """`units.direction` as a Spark expression (same constants)."""
+    return F.when(unit.endswith(RATE_SUFFIX), HIGHER).when(unit.isin(*LOWER_IS_BETTER_UNITS), LOWER)
+
+
+def _collect(df: DataFrame) -> list[dict[str, Any]]:
+    """The rows as dicts, params decoded, in reading order: by scenario,
+    metric, params (numbers by value: record_size 100 before 1000), mode."""
+    out = []
+    for row in df.collect():
+        item = row.asDict(recursive=True)
+        if "params" in item:
+            item["params"] = json.loads(item["params"]) if item["params"] else {}
+        out.append(item)
+    return sorted(out, key=_reading_order)
+
+
+def _reading_order(item: dict[str, Any]) -> tuple:
+    def natural(value: Any) -> tuple:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (0, float(value), "")
+        return (1, 0.0, str(value))
+
+    params = tuple((k, natural(v)) for k, v in sorted(item.get("params", {}).items()))
+    return tuple(str(item.get(f, "")) for f in ("scenario", "metric")) + (params,) + tuple(
+        str(item.get(f, "")) for f in ("mode", "unit", "run_id")
+    )
+
+
+def _has_parquet(path: str, recursive: bool = False) -> bool:
+    if not os.path.isdir(path):
+        return False
+    if not recursive:
+        return any(name.endswith(".parquet") for name in os.listdir(path))
+    return any(name.endswith(".parquet") for _, _, names in os.walk(path) for name in names)
