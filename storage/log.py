@@ -339,7 +339,8 @@ class Log:
         if offset == self._log_end_offset or (max_offset is not None and offset >= max_offset):
             return []
         segments = self._segments
-        i = bisect_right(self._base_offsets, offset) - 1
+        # Below the first segment only after a follower's gap: start there.
+        i = max(bisect_right(self._base_offsets, offset) - 1, 0)
         slices: list[FileSlice] = []
         budget = max_bytes
         while i < len(segments):

@@ -14,7 +14,7 @@ from raftka.errors import ConfigError
 from storage.batch import iter_records
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import CorruptCheckpointError
+from storage.errors import CorruptCheckpointError, CorruptRecordError
 from storage.fs import File
 from storage.recovery import load_segments
 from storage.segment import LogSegment
@@ -80,7 +80,13 @@ def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint
     log.epoch_cache = LeaderEpochCache(entries, checkpoint=epoch_file)
 
     segments, recovered = load_segments(
-        fs, dir_path, log.config, recovery_point, now_ms, None if rebuild_epochs else log.epoch_cache
+        fs,
+        dir_path,
+        log.config,
+        recovery_point,
+        now_ms,
+        None if rebuild_epochs else log.epoch_cache,
+        log_start_offset or 0,
     )
     if not segments:
         segments = [LogSegment(fs, dir_path, log_start_offset or 0, log.config, now_ms)]
@@ -91,11 +97,7 @@ def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint
     log._log_start_offset = max(log_start_offset or 0, segments[0].base_offset)
 
     if rebuild_epochs:
-        for segment in segments:
-            for _position, header in segment.scan_headers(0):
-                epoch = header.partition_leader_epoch
-                if epoch > log.epoch_cache.latest_epoch:
-                    log.epoch_cache._assign(epoch, header.base_offset)
+        _rebuild_epoch_cache(log)
         epoch_file.write(log.epoch_cache.entries)
     log.epoch_cache.truncate_from_end(log._log_end_offset)
     log.epoch_cache.truncate_from_start(log._log_start_offset)
@@ -124,6 +126,22 @@ def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint
         len(segments),
         len(recovered),
     )
+
+
+def _rebuild_epoch_cache(log: Log) -> None:
+    """Assign epochs from every batch header at or past the log start."""
+    cache = log.epoch_cache
+    for segment in log._segments:
+        try:
+            for _position, header in segment.scan_headers(0):
+                epoch = header.partition_leader_epoch
+                if epoch > cache.latest_epoch and header.last_offset >= log._log_start_offset:
+                    cache._assign(epoch, header.base_offset)
+        except CorruptRecordError as e:
+            # A damaged header inside a flushed segment: reads will report
+            # it; the cache keeps what was found before it.
+            logger.error("%s: %s; the leader epoch cache stops there", segment.path(".log"), e)
+            return
 
 
 def _parse_tp(name: str):

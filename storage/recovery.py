@@ -119,9 +119,16 @@ def load_trusted(segment: LogSegment, config: LogConfig) -> None:
         segment.set_first_batch_timestamp(parse_header(segment.log.pread(HEADER_SIZE, 0)).max_timestamp)
 
 
-def recover_segment(segment: LogSegment, epoch_cache: LeaderEpochCache | None) -> int:
+def recover_segment(
+    segment: LogSegment, epoch_cache: LeaderEpochCache | None, log_start_offset: int = 0
+) -> int:
     """Read the whole segment, validate every batch, rebuild the indexes
-    and cut the file at the first bad batch; return the bytes cut."""
+    and cut the file at the first bad batch; return the bytes cut.
+
+    Batches at or past `log_start_offset` with an epoch newer than the
+    cache's latest are assigned in `epoch_cache` (a crash can land between
+    an append and its checkpoint write); those below it are history the
+    cache has let go of."""
     segment.reset_state()
     f = segment.log
     size = f.size
@@ -158,7 +165,7 @@ def recover_segment(segment: LogSegment, epoch_cache: LeaderEpochCache | None) -
             break
         segment.record_batch(position, header.base_offset, header.next_offset, header.max_timestamp)
         epoch = header.partition_leader_epoch
-        if epoch_cache is not None and epoch >= 0 and epoch > epoch_cache.latest_epoch:
+        if epoch_cache is not None and epoch > epoch_cache.latest_epoch and header.last_offset >= log_start_offset:
             epoch_cache.assign(epoch, header.base_offset)
         position += batch_size
     if problem is None:
@@ -182,6 +189,7 @@ def load_segments(
     recovery_point: int,
     now_ms: int,
     epoch_cache: LeaderEpochCache | None,
+    log_start_offset: int = 0,
 ) -> tuple[list[LogSegment], list[LogSegment]]:
     """Open every segment of `dir_path` (see module docstring); return
     `(segments, recovered)`: the log's segments in order, and those that
@@ -220,7 +228,7 @@ def load_segments(
             logger.warning("%s: rebuilding, %s", segment.path(LOG_SUFFIX), reason)
         else:
             logger.info("%s: recovering, %s", segment.path(LOG_SUFFIX), reason)
-        cut = recover_segment(segment, epoch_cache)
+        cut = recover_segment(segment, epoch_cache, log_start_offset)
         recovered.append(segment)
         # Past the recovery point, a segment that ends before the next one
         # begins lost its unsynced tail while a newer segment kept its
