@@ -80,17 +80,18 @@ def build_sections(summary: Summary, plots: list[Plot], results_dir: str) -> lis
             f"{len(summary.runs)} runs read from `{results_dir}`. Each run counts once per measurement "
             f"(the median of its rows). Last run compared with {baseline}; a change is a regression when it "
             f"goes the wrong way by more than max({s.noise_floor:.0%}, {s.noise_iqr_factor:g} × IQR/median "
-            f"of the earlier runs)."
+            f"of the earlier runs). With fewer than 4 earlier runs the IQR says little about the noise: "
+            f"only the floor really applies, so repeat runs before trusting a flag."
         ),
     )
     head.tables.append(
         Table(
             f"Regressions ({len(regressions)})" if regressions else "Regressions: none",
-            ["scenario", "metric", "mode", "params", "last", "baseline", "change", "noise band"],
+            ["scenario", "metric", "mode", "params", "last", "baseline", "change", "noise band", "earlier runs"],
             [
                 [c["scenario"], c["metric"], c["mode"], params_label(c["params"]),
                  f"{fmt(c['last'])} {c['unit']}", f"{fmt(c['baseline'])} {c['unit']}", pct(c["change"]),
-                 f"±{c['noise_band']:.1%}"]
+                 f"±{c['noise_band']:.1%}", str(c["history_runs"])]
                 for c in regressions
             ],
         )
@@ -136,10 +137,11 @@ def _scenario_section(summary: Summary, plots: list[Plot], scenario: str) -> Sec
             Table(
                 "Last run against baseline",
                 ["metric", "mode", "params", "unit", "last run", "baseline run", "last", "baseline", "change",
-                 "noise band", "verdict"],
+                 "noise band", "earlier runs", "verdict"],
                 [[c["metric"], c["mode"], params_label(c["params"]), c["unit"], c["last_run_id"], c["baseline_run_id"],
                   fmt(c["last"]), fmt(c["baseline"]), pct(c["change"]), f"±{c['noise_band']:.1%}",
-                  f"**{c['verdict']}**" if c["regression"] else c["verdict"]] for c in comparisons],
+                  str(c["history_runs"]), f"**{c['verdict']}**" if c["regression"] else c["verdict"]]
+                 for c in comparisons],
             )
         )
     samples = [x for x in summary.latency_samples if x["scenario"] == scenario]

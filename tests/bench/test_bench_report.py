@@ -13,6 +13,7 @@ import pytest
 
 from bench.histogram import LatencyHistogram
 from bench.results import read_rows, read_samples, write_rows, write_samples
+from bench.report.units import direction
 from raftka import report_cli
 
 T0_MS = 1_800_000_000_000
@@ -108,7 +109,8 @@ def expected_from_rows(rows: list[dict], baseline: str | None = None):
             verdict = "changed" if abs(change) > band else "within noise"
         else:
             verdict = "regression" if worse > band else "improvement" if worse < -band else "within noise"
-        comparisons[key] = {"last_run_id": order[-1], "baseline_run_id": base_id, "last": runs[order[-1]],
+        comparisons[key] = {"last_run_id": order[-1], "baseline_run_id": base_id, "history_runs": len(history),
+                            "last": runs[order[-1]],
                             "baseline": runs[base_id], "change": change, "noise_band": band, "verdict": verdict}
     ratios = {}
     for (scenario, mode, metric, params, unit), st in stats.items():
@@ -149,6 +151,11 @@ def label(params_json: str) -> str:
 
 def number(cell: str) -> float:
     return float(cell.replace(",", "").rstrip("%"))
+
+
+def test_direction_of_units():
+    assert [direction(u) for u in ("MB/s", "records/s", "batches/s", "ms", "us", "s", "cpu_s", "ratio", "bytes")] == [
+        "higher", "higher", "higher", "lower", "lower", "lower", "lower", None, None]
 
 
 def test_report_numbers_equal_plain_python(spark, tmp_path):
