@@ -22,6 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     from bench import cli as bench_cli
 
     bench_cli.register(sub)
+
+    from raftka import report_cli
+
+    report_cli.register(sub)
     return parser
 
 
