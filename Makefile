@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: sysdeps setup demo test clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# ZooKeeper mode (quorum/zookeeper/) runs the Debian `zookeeper` package.
+sysdeps:
+	test -f /usr/share/java/zookeeper.jar || (apt-get update && apt-get install -y zookeeper)
+
+setup: sysdeps $(STAMP)
 
 demo: setup
 	$(BIN)/raftka bench storage --size-mb 256
