@@ -113,8 +113,11 @@ class Broker:
             self._loaded = True
         if delta is None:
             delta = image_delta(self.image, image, self.node_id)
+        configs_changed = image.configs is not self.image.configs
         self.image = image
         self.replicas.apply_delta(image, delta)
+        if configs_changed:
+            self.replicas.refresh_topic_configs(image)
         self._image_changed.set()
         self._image_changed = trio.Event()
 

@@ -34,7 +34,7 @@ from broker.log_manager import LogManager, TopicPartitionName, log_config_for
 from broker.partition import PartitionState
 from quorum.metadata import MetadataDelta, MetadataImage
 from quorum.metadata.topic_configs import TOPIC_CONFIGS
-from storage.batch import LOG_OVERHEAD
+from storage.batch import LOG_APPEND_TIME, LOG_OVERHEAD, set_max_timestamp, validate_batch
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -48,12 +48,14 @@ _log = logging.getLogger("broker.replica_manager")
 
 
 class HostedPartition:
-    __slots__ = ("state", "log", "waiters")
+    __slots__ = ("state", "log", "waiters", "log_append_time")
 
     def __init__(self, state: PartitionState, log: Log) -> None:
         self.state = state
         self.log = log
         self.waiters: set[trio.Event] = set()
+        #: `message.timestamp.type=LogAppendTime`: the broker stamps batches (KIP-32).
+        self.log_append_time = False
 
     def notify(self) -> None:
         """Wake every request parked on this partition."""
@@ -77,9 +79,8 @@ async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float
             hp.waiters.discard(event)
 
 
-def min_insync_replicas(image: MetadataImage, topic: str) -> int:
-    raw = image.topic_config(topic).get("min.insync.replicas", TOPIC_CONFIGS["min.insync.replicas"].default)
-    return int(raw)
+def _topic_config(image: MetadataImage, topic: str, key: str) -> str:
+    return image.topic_config(topic).get(key, TOPIC_CONFIGS[key].default)
 
 
 class ReplicaManager:
@@ -130,7 +131,7 @@ class ReplicaManager:
                 checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
             else:
                 checkpointed_hw = None
-            hp.state.min_insync_replicas = min_insync_replicas(image, local.topic_name)
+            self._apply_topic_configs(image, hp)
             was = (hp.state.role, hp.state.leader_epoch)
             hp.state.apply_registration(local.registration, hp.log.log_end_offset, checkpointed_hw)
             if hp.state.is_leader and hp.log.latest_epoch < hp.state.leader_epoch:
@@ -142,6 +143,18 @@ class ReplicaManager:
                           local.topic_name, local.partition, hp.state.role.value, hp.state.leader_epoch,
                           hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset, hp.state.high_watermark)
             hp.notify()
+
+    def refresh_topic_configs(self, image: MetadataImage) -> None:
+        """Adopt changed topic configs (`min.insync.replicas`,
+        `message.timestamp.type`) on every hosted partition."""
+        for hp in self.partitions.values():
+            self._apply_topic_configs(image, hp)
+
+    @staticmethod
+    def _apply_topic_configs(image: MetadataImage, hp: HostedPartition) -> None:
+        topic = hp.state.topic
+        hp.state.min_insync_replicas = int(_topic_config(image, topic, "min.insync.replicas"))
+        hp.log_append_time = _topic_config(image, topic, "message.timestamp.type") == "LogAppendTime"
 
     # --- produce -------------------------------------------------------
 
@@ -165,7 +178,15 @@ class ReplicaManager:
         if error is not ErrorCode.none:
             return ProducePartitionResult(partition, error, error_message=message), None, -1
         log = hp.log
+        append_time = -1
         try:
+            if hp.log_append_time:
+                # Validate before stamping: the stamp rewrites the CRC, which
+                # must not bless a corrupt batch. One copy, on these topics only.
+                validate_batch(records, 0, log.config.max_message_bytes, from_client=True)
+                records = bytearray(records)
+                set_max_timestamp(records, LOG_APPEND_TIME, now_ms)
+                append_time = now_ms
             base_offset = log.append(records, now_ms, leader_epoch=hp.state.leader_epoch)
         except InvalidRecordError as exc:
             return ProducePartitionResult(partition, ErrorCode.invalid_record, error_message=str(exc)), None, -1
@@ -181,7 +202,7 @@ class ReplicaManager:
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
         hp.state.on_leader_append(log.log_end_offset)
         hp.notify()
-        result = ProducePartitionResult(partition, ErrorCode.none, base_offset, -1, log.log_start_offset)
+        result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
 
     # --- background ----------------------------------------------------

@@ -5,7 +5,7 @@ the purgatory woken by a follower's fetch."""
 import trio
 from kio.schema.errors import ErrorCode
 
-from quorum.metadata import PartitionChangeRecord
+from quorum.metadata import ConfigRecord, ConfigResourceType, PartitionChangeRecord
 
 from broker_testing import batch, fetch_request, only_partition, produce_request, start_broker
 from storage.batch import iter_batch_headers
@@ -220,3 +220,28 @@ async def test_idle_connections_close_but_long_polls_do_not(nursery, tmp_path):
     assert trio.current_time() - start > 0.6 and response.error_code == ErrorCode.none
     with trio.fail_after(5):
         assert await idle.receive_some(10) == b""
+
+
+async def test_topic_configs_apply_to_hosted_partitions(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("stamped", configs={"message.timestamp.type": "LogAppendTime"})
+    await rb.create_topic("strict")
+    conn = await rb.connect(nursery)
+    before_ms = rb.broker.clock_ms()
+    stamped = only_partition(await conn.request(produce_request("stamped", 0, batch(3, base_timestamp=1000))))
+    assert stamped.error_code == ErrorCode.none
+    append_ms = int(stamped.log_append_time.timestamp() * 1000)
+    assert append_ms >= before_ms
+    (header,) = records_of(only_partition(await conn.request(fetch_request([("stamped", 0, 0, 1 << 20, -1)]))))
+    assert (header.timestamp_type, header.max_timestamp) == (1, append_ms)
+    corrupt = bytearray(batch(2))
+    corrupt[-1] ^= 1
+    refused = only_partition(await conn.request(produce_request("stamped", 0, bytes(corrupt))))
+    assert refused.error_code == ErrorCode.corrupt_message
+
+    # min.insync.replicas changed on a live topic takes effect at once.
+    rb.controller.append([ConfigRecord(ConfigResourceType.TOPIC, "strict", "min.insync.replicas", "2")])
+    refused = only_partition(await conn.request(produce_request("strict", 0, batch(1), acks=-1)))
+    assert refused.error_code == ErrorCode.not_enough_replicas
+    accepted = only_partition(await conn.request(produce_request("strict", 0, batch(1), acks=1)))
+    assert accepted.error_code == ErrorCode.none

@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from broker import Broker
 from broker.log_manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
-from broker_testing import Consumed, batch, check_round_trip, in_thread, produce_request, start_broker, workload
+from broker_testing import Consumed, batch, check_round_trip, produce_request, start_broker, workload
 from raftka.wire import connect
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.fs import OsFileSystem
@@ -125,4 +125,6 @@ async def test_clean_restart_in_process(nursery, tmp_path):
     await rb.controller.register_broker(1, "127.0.0.1", server.port)
     conn = await connect(nursery, "127.0.0.1", server.port)
     response = await conn.request(produce_request("t", 1, batch(1)))
-    assert response.responses[0].partition_responses[0].base_offset == 12
+    hp = again.replicas.partitions[("t", 1)]
+    assert response.responses[0].partition_responses[0].base_offset == 12, (
+        hp.state, again.image.topic("t").partitions[1], again.image.brokers[1], rb.controller.requests_seen)
