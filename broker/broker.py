@@ -41,8 +41,10 @@ from raftka.wire import ConnectionContext, DecodedRequest, Server, SupportedApis
 
 _log = logging.getLogger("broker")
 
-# api_key: (min version, max version, handler). See README in the report
-# for which client negotiates what.
+# api_key: (min version, max version, handler). What the clients negotiate:
+# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v8 (our max);
+# kafka-python 3.0 the same plus InitProducerId v4; aiokafka 0.14 Produce v7,
+# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3.
 _APIS = {
     0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),

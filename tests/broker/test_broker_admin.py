@@ -151,3 +151,11 @@ async def test_list_offsets_edge_cases(nursery, tmp_path):
     assert (await list_offset(-1, current_leader_epoch=3))[0] == ErrorCode.unknown_leader_epoch
     p = only_partition(await conn.request(list_offsets_request("nope", 0, -1)))
     assert p.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_broker_sends_the_versions_the_controller_decides():
+    from broker.controller_channel import CONTROLLER_VERSIONS
+    from quorum.controller import SUPPORTED_REQUESTS
+    from raftka.wire import api_codec
+    for api_key, version in CONTROLLER_VERSIONS.items():
+        assert api_codec(api_key, version).request_type in SUPPORTED_REQUESTS

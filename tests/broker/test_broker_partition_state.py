@@ -131,3 +131,4 @@ def test_pure_cores_do_no_io(module):
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & {"trio", "socket", "time", "os", "random", "asyncio"}
+
