@@ -18,12 +18,25 @@ from raftka.errors import ConfigError
 
 
 class MemoryLogModel(RuleBasedStateMachine):
-    """Drive MemoryLog and a list of (epoch, record) side by side; a crash
-    must bring back exactly what the last flush made durable."""
+    """Drive a ReplicatedLog and a list of (epoch, record) side by side; a
+    crash must bring back exactly what the last flush made durable.
+    Subclasses swap in another log (`new_log`, `crash_log`)."""
+
+    # MemoryLog: a truncation is durable only with the next flush.
+    truncation_is_durable = False
+
+    def new_log(self):  # noqa: ANN201
+        return MemoryLog()
+
+    def crash_log(self) -> None:
+        self.log.crash()
+
+    def decode(self, data: bytes) -> list[tuple[int, bytes]]:
+        return [(b.epoch, r) for b in decode_batches(data) for r in b.records]
 
     def __init__(self) -> None:
         super().__init__()
-        self.log = MemoryLog()
+        self.log = self.new_log()
         self.entries: list[tuple[int, bytes]] = []  # offset -> (epoch, record), from offset 0
         self.start = 0
         self.base_epoch = 0
@@ -55,6 +68,9 @@ class MemoryLogModel(RuleBasedStateMachine):
         self.log.truncate_to(offset)
         del self.entries[offset:]
         self.batch_ends = [e for e in self.batch_ends if e <= offset]
+        if self.truncation_is_durable:
+            del self.durable[offset:]
+            self.durable_batch_ends = [e for e in self.durable_batch_ends if e <= offset]
 
     @rule()
     def flush(self) -> None:
@@ -64,7 +80,7 @@ class MemoryLogModel(RuleBasedStateMachine):
 
     @rule()
     def crash(self) -> None:
-        self.log.crash()
+        self.crash_log()
         self.entries = list(self.durable)
         self.batch_ends = list(self.durable_batch_ends)
 
@@ -84,8 +100,7 @@ class MemoryLogModel(RuleBasedStateMachine):
         assert self.log.log_start_offset == self.start
         assert self.log.log_end_offset == max(len(self.entries), self.start)
         assert self.log.last_fetched_epoch == self.last_epoch()
-        read = decode_batches(self.log.read(self.start, 1 << 20))
-        assert [(b.epoch, r) for b in read for r in b.records] == self.entries[self.start :]
+        assert self.decode(self.log.read(self.start, 1 << 20)) == self.entries[self.start :]
 
     @invariant()
     def epochs_agree(self) -> None:
