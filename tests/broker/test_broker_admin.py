@@ -159,3 +159,24 @@ def test_broker_sends_the_versions_the_controller_decides():
     from raftka.wire import api_codec
     for api_key, version in CONTROLLER_VERSIONS.items():
         assert api_codec(api_key, version).request_type in SUPPORTED_REQUESTS
+
+
+class NoController:
+    """A ControllerChannel with no controller behind it (none elected)."""
+
+    async def send(self, request):
+        from broker import ControllerUnavailableError
+        raise ControllerUnavailableError("no active controller")
+
+
+async def test_admin_requests_without_a_controller_answer_retriably(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    rb.broker.controller = NoController()
+    conn = await rb.connect(nursery)
+    created = await conn.request(ct4.CreateTopicsRequest(topics=(ct4.CreatableTopic(
+        name="t", num_partitions=1, replication_factor=1, assignments=(), configs=()),),
+        timeout=datetime.timedelta(seconds=1), validate_only=False))
+    assert created.topics[0].error_code == ErrorCode.request_timed_out
+    pid = await conn.request(ip4.InitProducerIdRequest(transactional_id=None,
+                                                       transaction_timeout=datetime.timedelta(seconds=1)))
+    assert pid.error_code == ErrorCode.coordinator_not_available
