@@ -10,7 +10,7 @@ makes it Leader. A node cut off by a partition thus stays Prospective in its
 old epoch, and when the partition heals it does not force the healthy
 quorum into a new election.
 
-Unanswered (pre-)vote requests are sent again after `request_timeout_ms`;
+Unanswered (pre-)vote requests are sent again after `controller_quorum_request_timeout_ms`;
 at the election timeout (randomized in [T, 2T)) a new pre-vote round starts.
 """
 
@@ -61,7 +61,7 @@ class _Election(EpochState):
                 pre_vote=self.pre_vote,
             )
             self.in_flight[core.send_request(voter, request)] = voter
-            self.next_send_ms[voter] = now_ms + core.config.request_timeout_ms
+            self.next_send_ms[voter] = now_ms + core.config.controller_quorum_request_timeout_ms
 
     def on_tick(self, core: RaftCore, now_ms: int) -> None:
         if now_ms >= self.election_deadline_ms:
@@ -81,7 +81,7 @@ class _Election(EpochState):
         assert isinstance(response, VoteResponse)
         if response.error_code != ErrorCode.NONE or response.leader_epoch != self.epoch:
             # Ask again after the retry backoff, not a whole request timeout.
-            self.next_send_ms[voter] = now_ms + core.config.retry_backoff_ms
+            self.next_send_ms[voter] = now_ms + core.config.controller_quorum_retry_backoff_ms
             return
         (self.granted if response.vote_granted else self.rejected).add(voter)
         if not response.vote_granted and self.on_rejected(core, response, now_ms):
@@ -148,5 +148,5 @@ class CandidateState(_Election):
     def on_lost(self, core: RaftCore, now_ms: int) -> None:
         # Back off a random while, at most election.backoff.max.ms, then start
         # over with a pre-vote: a lost election should not be retried in lockstep.
-        backoff = core.rng.randrange(core.config.election_backoff_max_ms + 1)
+        backoff = core.rng.randrange(core.config.controller_quorum_election_backoff_max_ms + 1)
         self.election_deadline_ms = min(self.election_deadline_ms, now_ms + backoff)

@@ -148,6 +148,13 @@ class RaftCore:
             leader = None
         return LeaderAndEpoch(leader, self.epoch)
 
+    @property
+    def leader_epoch_start_offset(self) -> int | None:
+        """On the leader, the offset of its LeaderChange record: once the HW
+        passes it, every record before it is committed and applied state is
+        complete (the moment an active controller may start deciding)."""
+        return self.state.epoch_start_offset if isinstance(self.state, LeaderState) else None
+
     def describe(self, now_ms: int) -> QuorumStatus:
         return describe(self, now_ms)
 
@@ -222,7 +229,7 @@ class RaftCore:
         installed, self._snapshot_installed = self._snapshot_installed, None
         latest = log.latest_snapshot_id
         suggested = (
-            self._bytes_since_snapshot >= self.config.max_record_bytes_between_snapshots
+            self._bytes_since_snapshot >= self.config.metadata_log_max_record_bytes_between_snapshots
             and self.high_watermark is not None
             and self.high_watermark > (latest.end_offset if latest else 0)
         )
@@ -249,7 +256,7 @@ class RaftCore:
         self._messages.append(Outbound(destination_id, message, correlation))
 
     def random_election_timeout_ms(self) -> int:
-        timeout = self.config.election_timeout_ms
+        timeout = self.config.controller_quorum_election_timeout_ms
         return timeout + self.rng.randrange(timeout)
 
     def random_voter(self) -> int:
@@ -443,11 +450,11 @@ class RaftCore:
         """KIP-595: the first preferred successor stands at once, the next ones
         after exponentially longer pauses, so the most caught-up voter
         usually wins; a voter not listed waits a random backoff."""
-        cap = self.config.election_backoff_max_ms
+        cap = self.config.controller_quorum_election_backoff_max_ms
         if self.node_id not in preferred_successors:
             return self.rng.randrange(cap + 1)
         position = list(preferred_successors).index(self.node_id)
-        return 0 if position == 0 else min(cap, self.config.retry_backoff_ms << position)
+        return 0 if position == 0 else min(cap, self.config.controller_quorum_retry_backoff_ms << position)
 
     def _on_leader_only_request(self, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message

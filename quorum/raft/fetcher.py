@@ -54,7 +54,7 @@ class Fetcher:
 
     def wake_at_ms(self, core: RaftCore) -> int:
         if self.in_flight is not None:
-            return self.sent_ms + core.config.request_timeout_ms
+            return self.sent_ms + core.config.controller_quorum_request_timeout_ms
         return self.retry_at_ms
 
     def take(self, correlation: Hashable) -> bool:
@@ -65,11 +65,11 @@ class Fetcher:
         return True
 
     def back_off(self, core: RaftCore, now_ms: int) -> None:
-        self.retry_at_ms = now_ms + core.config.retry_backoff_ms
+        self.retry_at_ms = now_ms + core.config.controller_quorum_retry_backoff_ms
 
     def maybe_send(self, core: RaftCore, epoch: int, now_ms: int) -> None:
         if self.in_flight is not None:
-            if now_ms < self.sent_ms + core.config.request_timeout_ms:
+            if now_ms < self.sent_ms + core.config.controller_quorum_request_timeout_ms:
                 return
             self.in_flight = None  # timed out: the driver dropped it, or the network did
         if now_ms < self.retry_at_ms:

@@ -1,6 +1,6 @@
 """FollowerState: this node knows the leader of its epoch and fetches from it.
 
-A voter that hears nothing from its leader for `fetch_timeout_ms` becomes
+A voter that hears nothing from its leader for `controller_quorum_fetch_timeout_ms` becomes
 Prospective (KIP-996), so a voter cut off from the leader probes with a
 pre-vote instead of bumping the epoch; an observer becomes Unattached and
 looks for the leader again. While it has fetched from a live leader, a
@@ -29,7 +29,7 @@ class FollowerState(EpochState):
         super().__init__(epoch, leader_id=leader_id, voted_id=voted_id)
         self.leader_id: int = leader_id
         self.fetcher = Fetcher(leader_id, max_wait_ms=core.config.fetch_max_wait_ms)
-        self.fetch_deadline_ms = now_ms + core.config.fetch_timeout_ms
+        self.fetch_deadline_ms = now_ms + core.config.controller_quorum_fetch_timeout_ms
         self.has_fetched_from_leader = False
         self.leader_resigned = False
 
@@ -57,7 +57,7 @@ class FollowerState(EpochState):
     def _heard_from_leader(self, core: RaftCore, now_ms: int) -> None:
         self.has_fetched_from_leader = True
         if not self.leader_resigned:
-            self.fetch_deadline_ms = now_ms + core.config.fetch_timeout_ms
+            self.fetch_deadline_ms = now_ms + core.config.controller_quorum_fetch_timeout_ms
 
     def on_fetch_response(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         if not self.fetcher.take(inbound.correlation):

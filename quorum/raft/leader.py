@@ -11,7 +11,10 @@ only up to `log.flushed_offset`. The HW is the largest offset a majority of
 voters have reached (the "median"), and it moves only once that offset
 covers a record of the leader's own epoch, i.e. exceeds the epoch start
 offset (Raft §5.4.2: a leader cannot conclude an older-epoch record is
-committed by counting replicas). It never goes down. Observers are tracked
+committed by counting replicas). It never goes down. Until it first moves,
+Fetch answers say -1: the HW this node learned as a follower is true but
+may be lower than what a restarted follower had already seen, and HWs must
+not go backwards anywhere. Observers are tracked
 for `describe()` but do not count, and they are served only records below
 the HW, so an observer's log never holds anything that could be truncated.
 
@@ -20,7 +23,7 @@ token until records arrive, the HW moves past what that replica was last
 told, `max_wait_ms` passes, or this node stops being leader (then the
 parked fetches are answered with the error a non-leader gives).
 
-Check-quorum. If for `fetch_timeout_ms` fewer than a majority of voters
+Check-quorum. If for `controller_quorum_fetch_timeout_ms` fewer than a majority of voters
 (the leader included) have fetched, the leader resigns: it may be on the
 minority side of a partition, and it must not keep answering as leader.
 """
@@ -132,7 +135,7 @@ class LeaderState(EpochState):
         if needed == 0:
             return 2**62
         contacts = sorted((max(s.last_fetch_ms, self.start_ms) for s in self.voter_states.values()), reverse=True)
-        return contacts[needed - 1] + core.config.fetch_timeout_ms
+        return contacts[needed - 1] + core.config.controller_quorum_fetch_timeout_ms
 
     # --- BeginQuorumEpoch --------------------------------------------------------
 
@@ -144,7 +147,7 @@ class LeaderState(EpochState):
                 cluster_id=core.cluster_id, voter_id=voter, leader_id=core.node_id, leader_epoch=self.epoch
             )
             self.begin_epoch_in_flight[core.send_request(voter, request)] = voter
-            self.next_begin_epoch_ms[voter] = now_ms + core.config.request_timeout_ms
+            self.next_begin_epoch_ms[voter] = now_ms + core.config.controller_quorum_request_timeout_ms
 
     def on_begin_quorum_epoch_response(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         voter = self.begin_epoch_in_flight.pop(inbound.correlation, None)

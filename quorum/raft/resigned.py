@@ -60,7 +60,7 @@ class ResignedState(EpochState):
                 preferred_successors=self.preferred_successors,
             )
             self.in_flight[core.send_request(voter, request)] = voter
-            self.next_send_ms[voter] = now_ms + core.config.request_timeout_ms
+            self.next_send_ms[voter] = now_ms + core.config.controller_quorum_request_timeout_ms
 
     def on_end_quorum_epoch_response(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         voter = self.in_flight.pop(inbound.correlation, None)

@@ -20,7 +20,9 @@ from sim.harness import CONFIG, Harness, Node, outbound
 VOTERS = (1, 2, 3)
 
 
-def vote_request(candidate: int, epoch: int, last_epoch: int, last_offset: int, *, pre_vote: bool = False):  # noqa: ANN201
+def vote_request(
+    candidate: int, epoch: int, last_epoch: int, last_offset: int, *, pre_vote: bool = False
+) -> VoteRequest:
     return VoteRequest(
         cluster_id=None,
         voter_id=-1,
@@ -51,7 +53,7 @@ def test_election_timeout_starts_a_pre_vote_that_keeps_the_epoch() -> None:
     assert node.core.role == "Unattached"
     first = node.tick(0)
     assert first.persist_election_state == ElectionState(0, None, None, frozenset(VOTERS)), "the first start"
-    out = node.tick(CONFIG.election_timeout_ms * 2)
+    out = node.tick(CONFIG.controller_quorum_election_timeout_ms * 2)
     assert node.core.role == "Prospective"
     requests = [m.message for m in outbound(out, VoteRequest)]
     assert sorted(m.voter_id for m in requests) == [2, 3]
@@ -61,7 +63,7 @@ def test_election_timeout_starts_a_pre_vote_that_keeps_the_epoch() -> None:
 
 def test_pre_vote_majority_makes_a_candidate_that_persists_its_vote_before_asking() -> None:
     node = Node(1, VOTERS)
-    node.tick(CONFIG.election_timeout_ms * 2)
+    node.tick(CONFIG.controller_quorum_election_timeout_ms * 2)
     (req, _) = node.take(VoteRequest)
     out = node.handle(2, VoteResponse(error_code=ErrorCode.NONE, leader_id=-1, leader_epoch=0, vote_granted=True),
                       req.correlation, 300)
@@ -140,7 +142,8 @@ def test_a_follower_fetching_from_a_live_leader_rejects_pre_votes_until_the_lead
     assert not response.vote_granted and response.leader_id == leader.node_id
     assert follower.core.role == "Follower"
     # A real vote in the leader's epoch is refused too: it would elect a second leader.
-    assert not answer(follower.handle(other.node_id, vote_request(other.node_id, epoch, 0, 0), "v", h.now_ms)).vote_granted
+    vote = vote_request(other.node_id, epoch, 0, 0)
+    assert not answer(follower.handle(other.node_id, vote, "v", h.now_ms)).vote_granted
     out = follower.handle(
         leader.node_id,
         EndQuorumEpochRequest(cluster_id=None, leader_id=leader.node_id, leader_epoch=epoch,
@@ -198,7 +201,7 @@ def test_graceful_resign_lets_the_first_preferred_successor_win() -> None:
     (request, *_) = [m.message for m in outbound(out, EndQuorumEpochRequest)]
     successor = request.preferred_successors[0]
     h.flush_messages()
-    for _ in range(CONFIG.election_timeout_ms):
+    for _ in range(CONFIG.controller_quorum_election_timeout_ms):
         if h.leaders():
             break
         h.advance(1)
@@ -210,7 +213,7 @@ def test_a_leader_that_hears_from_no_majority_resigns() -> None:
     h = Harness(Node(i, VOTERS, seed=5) for i in VOTERS)
     leader = h.elect()
     cut = leader.node_id
-    h.advance(CONFIG.fetch_timeout_ms + 1, drop=lambda e: cut in (e.source_id, e.destination_id))
+    h.advance(CONFIG.controller_quorum_fetch_timeout_ms + 1, drop=lambda e: cut in (e.source_id, e.destination_id))
     assert leader.core.role == "Resigned", "check-quorum: a cut-off leader stops answering as leader"
     with pytest.raises(NotLeaderError) as raised:
         leader.core.propose([b"x"], h.now_ms)

@@ -146,7 +146,9 @@ def leader_log(epochs: list[int], snapshot_end: int | None = None) -> MemoryLog:
         (6, 5, DivergingEpoch(5, 5)),  # beyond our end
     ],
 )
-def test_fetch_verdicts_of_a_leader_without_snapshot(fetch_offset: int, last_fetched_epoch: int, verdict) -> None:  # noqa: ANN001
+def test_fetch_verdicts_of_a_leader_without_snapshot(
+    fetch_offset: int, last_fetched_epoch: int, verdict: object
+) -> None:
     log = leader_log([1, 1, 3, 3, 5])
     assert validate_fetch_position(log, fetch_offset, last_fetched_epoch) == verdict
 
@@ -161,7 +163,9 @@ def test_fetch_verdicts_of_a_leader_without_snapshot(fetch_offset: int, last_fet
         (3, 0, SnapshotId(2, 1)),  # an epoch older than the snapshot
     ],
 )
-def test_fetch_verdicts_of_a_leader_with_a_snapshot(fetch_offset: int, last_fetched_epoch: int, verdict) -> None:  # noqa: ANN001
+def test_fetch_verdicts_of_a_leader_with_a_snapshot(
+    fetch_offset: int, last_fetched_epoch: int, verdict: object
+) -> None:
     log = leader_log([1, 1, 3, 3, 5], snapshot_end=2)
     assert validate_fetch_position(log, fetch_offset, last_fetched_epoch) == verdict
 
@@ -198,9 +202,9 @@ def test_election_state_is_kafkas_quorum_state_json() -> None:
 
 def test_quorum_config_rejects_values_that_cannot_work() -> None:
     with pytest.raises(ConfigError, match="request.timeout"):
-        QuorumConfig(request_timeout_ms=100, fetch_max_wait_ms=500)
+        QuorumConfig(controller_quorum_request_timeout_ms=100, fetch_max_wait_ms=500)
     with pytest.raises(ConfigError):
-        QuorumConfig(election_timeout_ms=0)
+        QuorumConfig(controller_quorum_election_timeout_ms=0)
 
     class NodeConfigLike:
         controller_quorum_election_timeout_ms = 1500
@@ -209,5 +213,7 @@ def test_quorum_config_rejects_values_that_cannot_work() -> None:
         metadata_log_max_record_bytes_between_snapshots = 1 << 20
 
     config = QuorumConfig.from_node_config(NodeConfigLike())
-    assert (config.election_timeout_ms, config.fetch_timeout_ms, config.election_backoff_max_ms) == (1500, 3000, 800)
-    assert config.max_record_bytes_between_snapshots == 1 << 20
+    assert config.controller_quorum_election_timeout_ms == 1500
+    assert config.controller_quorum_fetch_timeout_ms == 3000
+    assert config.controller_quorum_election_backoff_max_ms == 800
+    assert config.metadata_log_max_record_bytes_between_snapshots == 1 << 20

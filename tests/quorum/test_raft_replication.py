@@ -88,7 +88,7 @@ def test_a_fetcher_below_the_log_start_loads_the_snapshot_in_chunks_then_fetches
     leader.obey(out)
     assert leader.log.log_start_offset == hw and late.log.log_end_offset < hw
     leader.propose([b"after-snapshot"], h.now_ms)
-    h.advance(CONFIG.fetch_timeout_ms * 3)
+    h.advance(CONFIG.controller_quorum_fetch_timeout_ms * 3)
     assert snapshot_id in [o.snapshot_installed for o in late.outputs]
     assert late.log.snapshot_data(snapshot_id) == b"state-machine-image-at-%d" % hw
     chunks = [m for out in leader.outputs for m in outbound(out, FetchSnapshotResponse)]
@@ -124,7 +124,7 @@ def test_the_hw_moves_only_through_a_record_of_the_leaders_epoch() -> None:
 
 def test_a_leader_counts_its_own_log_only_up_to_what_is_flushed() -> None:
     node = Node(1, (1,))
-    node.tick(CONFIG.election_timeout_ms * 2)
+    node.tick(CONFIG.controller_quorum_election_timeout_ms * 2)
     assert node.core.is_leader and node.core.high_watermark == 1
     result, out = node.core.propose([b"a", b"b"], 500)
     assert (result.base_offset, result.last_offset) == (1, 2)
@@ -248,7 +248,7 @@ def test_propose_on_a_follower_names_the_leader() -> None:
 
 
 def test_snapshots_only_of_committed_state_and_suggested_after_enough_bytes() -> None:
-    config = dataclasses.replace(CONFIG, max_record_bytes_between_snapshots=200)
+    config = dataclasses.replace(CONFIG, metadata_log_max_record_bytes_between_snapshots=200)
     h = Harness(Node(i, VOTERS, seed=9, config=config) for i in VOTERS)
     leader = h.elect()
     hw = leader.core.high_watermark

@@ -136,7 +136,7 @@ def test_a_quorum_on_storage_logs_replicates_survives_crashes_and_ships_snapshot
     reopened.log.truncate_to(0)  # make it need the snapshot
     snapshot_id, out = leader.core.create_snapshot(leader.core.high_watermark, b"the-image", h.now_ms)
     leader.obey(out)
-    h.advance(CONFIG.fetch_timeout_ms * 3)
+    h.advance(CONFIG.controller_quorum_fetch_timeout_ms * 3)
     assert reopened.log.latest_snapshot_id == snapshot_id
     assert reopened.log.snapshot_data(snapshot_id) == b"the-image"
     assert decode(reopened.log.read(snapshot_id.end_offset, 1 << 20)) == decode(

@@ -22,11 +22,11 @@ from sim.network import NetworkConditions, SimNetwork
 from sim.node import SimNode
 
 SIM_CONFIG = QuorumConfig(
-    election_timeout_ms=150,
-    fetch_timeout_ms=300,
-    election_backoff_max_ms=150,
-    request_timeout_ms=100,
-    retry_backoff_ms=10,
+    controller_quorum_election_timeout_ms=150,
+    controller_quorum_fetch_timeout_ms=300,
+    controller_quorum_election_backoff_max_ms=150,
+    controller_quorum_request_timeout_ms=100,
+    controller_quorum_retry_backoff_ms=10,
     fetch_max_wait_ms=40,
     fetch_max_bytes=600,
     fetch_snapshot_max_bytes=500,
@@ -73,7 +73,9 @@ class SimCluster:
         self.now_ms = 0
         self.voters = frozenset(range(1, scenario.voters + 1))
         ids = list(range(1, scenario.voters + 1)) + [100 + i for i in range(scenario.observers)]
-        config = dataclasses.replace(SIM_CONFIG, max_record_bytes_between_snapshots=scenario.snapshot_every_bytes)
+        config = dataclasses.replace(
+            SIM_CONFIG, metadata_log_max_record_bytes_between_snapshots=scenario.snapshot_every_bytes
+        )
         self.network = SimNetwork(random.Random(f"{scenario.seed}/net"), dataclasses.replace(scenario.conditions))
         self.invariants = Invariants()
         self.nodes = {i: SimNode(self, i, config, scenario.seed) for i in ids}

@@ -17,11 +17,11 @@ from quorum.raft import ElectionState, Inbound, MemoryLog, Outbound, Output, Quo
 from quorum.raft.messages import REQUEST_TYPES, Message
 
 CONFIG = QuorumConfig(
-    election_timeout_ms=100,
-    fetch_timeout_ms=200,
-    election_backoff_max_ms=100,
-    request_timeout_ms=50,
-    retry_backoff_ms=5,
+    controller_quorum_election_timeout_ms=100,
+    controller_quorum_fetch_timeout_ms=200,
+    controller_quorum_election_backoff_max_ms=100,
+    controller_quorum_request_timeout_ms=50,
+    controller_quorum_retry_backoff_ms=5,
     fetch_max_wait_ms=20,
 )
 

@@ -56,7 +56,8 @@ class SimLog(MemoryLog):
 
         if offset < self.node.max_high_watermark:
             raise SafetyViolation(
-                f"node {self.node.node_id} truncates to {offset}, below its high watermark {self.node.max_high_watermark}"
+                f"node {self.node.node_id} truncates to {offset}, "
+                f"below its high watermark {self.node.max_high_watermark}"
             )
         if not self.node.is_voter and offset < self.log_end_offset:
             raise SafetyViolation(f"observer {self.node.node_id} truncates its log to {offset}")
