@@ -193,6 +193,10 @@ class LogSegment:
         index = self.offset_index
         i = bisect_right(index.offsets, offset) - 1
         start = index.positions[i] if i >= 0 else 0
+        if i >= 0 and index.offsets[i] == offset:
+            # A sequential reader asks for a batch boundary, most often one
+            # with an index entry: the batch there starts at `offset`.
+            return start, parse_header(self.log.pread(HEADER_SIZE, start))
         for position, header in self.scan_headers(start):
             if header[0] + header[6] >= offset:
                 return position, header
@@ -206,8 +210,11 @@ class LogSegment:
         positions = self.offset_index.positions
         i = bisect_right(positions, limit) - 1
         end = positions[i] if i >= 0 and positions[i] > start else start
+        # First read only the framing of the batch there (often the last
+        # one that fits); then chunks holding several small batches' headers.
+        want = LOG_OVERHEAD
         while end + HEADER_SIZE <= limit:
-            chunk = f.pread(min(_SCAN_CHUNK, limit - end), end)
+            chunk = f.pread(min(want, limit - end), end)
             rel = 0
             while rel + LOG_OVERHEAD <= len(chunk):
                 size = _BATCH_LENGTH.unpack_from(chunk, rel + 8)[0] + LOG_OVERHEAD
@@ -216,7 +223,10 @@ class LogSegment:
                 if end + rel + size > limit:
                     return end + rel
                 rel += size
+            if rel == 0:
+                break
             end += rel
+            want = _SCAN_CHUNK
         return end
 
     # --- changing ---
