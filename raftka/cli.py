@@ -20,8 +20,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from bench import cli as bench_cli
+    from raftka import controller_cli, quorum_cli, storage_cli
 
     bench_cli.register(sub)
+    controller_cli.register(sub)
+    quorum_cli.register(sub)
+    storage_cli.register(sub)
 
     from raftka import report_cli
 

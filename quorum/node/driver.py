@@ -1,0 +1,537 @@
+"""RaftNode: the trio driver that runs a RaftCore as a voter or an observer.
+
+Theory of operation
+-------------------
+One task, the *driver loop*, owns the `RaftCore`, the metadata log and
+the applied `MetadataState`; nothing else touches them. Everything that
+happens reaches it as an event on one bounded channel: a Raft request from
+the server (`handle_request`), the answer to a request it sent (from
+`network.RaftChannel`), a proposal (`propose`), a function to run
+(`snapshots`, `resign`). Each turn of the loop:
+
+1. takes every event already waiting (at least one, or wakes at the core's
+   `wake_at_ms`) and feeds them to the core, in order; consecutive
+   proposals are coalesced into one `core.propose`, so N concurrent
+   writers cost one batch append and one fsync;
+2. **persists**: the newest election state to the `quorum-state` file and
+   the log up to the largest `flush_log_to_offset`, both fsynced, in a
+   worker thread while the loop task waits (events keep queueing meanwhile,
+   which is what makes the next turn's batch large: group commit);
+3. **sends** every message of those outputs, in order;
+4. **applies** committed records (below the high watermark) to the image,
+   publishes it to subscribers, and completes proposals whose records are
+   committed; a completed flush is followed by a `tick`, and the loop goes
+   back to 2 with its output (a leader counts its own log only up to what
+   is flushed).
+
+Durability
+----------
+- The quorum-state file (epoch, leader id, voted id) is fsynced before any
+  message of the step that changed it is sent: a vote is durable before it
+  is granted on the wire; a new epoch before anyone hears of it.
+- The log is flushed (fsync of the segments and, when segments were
+  created, the directory) up to `flush_log_to_offset` before any message of
+  that step is sent: a voter's Fetch names its log end offset, which the
+  leader counts toward the commit, so that offset must survive a crash; the
+  leader's own log counts only up to what is flushed.
+- Snapshots are written atomically (temp file, fsync, rename, fsync dir)
+  before the log prefix they replace is deleted.
+
+Proposals and the active controller
+-----------------------------------
+`propose_with(build)` runs `build(base_offset, epoch)` inside the loop,
+with the offset its records will get, so a caller (the controller) can
+decide against a working image that includes everything appended before
+it, at the right offsets. It returns once the records are committed, and
+raises `NotLeaderError` if this node is not, or stops being, the leader of
+that epoch first (Kafka fails a renounced controller's pending writes).
+Leadership listeners hear `on_leader_active(epoch, image)` once this node
+leads and has applied its own epoch's LeaderChange (so the image holds
+every record committed before the epoch: KIP-631's "the new active
+controller replays the log first"), and `on_leader_lost(epoch)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from quorum.metadata.delta import MetadataDelta, image_delta
+from quorum.metadata.image import MetadataImage
+from quorum.node.applier import MetadataState
+from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
+from quorum.node.network import RaftChannel
+from quorum.node.quorum_state import QuorumStateFile
+from quorum.node.snapshots import snapshot_of_image
+from quorum.raft import (
+    AppendResult,
+    ElectionState,
+    Inbound,
+    LeaderAndEpoch,
+    NotLeaderError,
+    Output,
+    QuorumConfig,
+    QuorumStatus,
+    RaftCore,
+    SnapshotId,
+)
+from quorum.raft.errors import RaftError
+from quorum.raft.leader import LeaderState
+from quorum.raft.storage_log import StorageReplicatedLog
+from quorum.raft.messages import Message
+from raftka.wire import ConnectionPool
+
+_log = logging.getLogger("quorum.node.driver")
+
+EVENT_QUEUE_SIZE = 1024
+COALESCE_BYTES = 2 * 1024 * 1024
+APPLY_READ_BYTES = 1024 * 1024
+APPLY_BYTES_PER_TURN = 8 * 1024 * 1024
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+MetadataListener = Callable[[MetadataImage, "MetadataDelta | None"], None]
+
+
+class ProposalTooLargeError(RaftError):
+    """A proposal's records exceed the 8 MiB a metadata batch may hold; split it."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Waiter:
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+    def finish(self, value: Any = None, error: BaseException | None = None) -> None:
+        if not self.done.is_set():
+            self.value, self.error = value, error
+            self.done.set()
+
+    async def wait(self) -> Any:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@dataclasses.dataclass(eq=False)
+class _Proposal(_Waiter):
+    build: Callable[[int, int], Sequence[bytes]] = lambda base, epoch: ()
+    base_offset: int = -1
+    last_offset: int = -1
+    epoch: int = -1
+
+
+@dataclasses.dataclass(eq=False)
+class _Call(_Waiter):
+    fn: Callable[[int], Output | None] = lambda now_ms: None
+
+
+@dataclasses.dataclass(eq=False)
+class _Subscriber:
+    callback: MetadataListener
+    broker_id: int | None
+
+
+class RaftNode:
+    """A member of the metadata quorum: a voter if `node_id` is in `voters`, else an observer.
+
+    Build it, then `await nursery.start(node.run)`; cancel to stop (or
+    `await node.resign()` first, for a leader's graceful hand-over).
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        voters: dict[int, tuple[str, int]],
+        log_dir: str,
+        cluster_id: str,
+        config: QuorumConfig | None = None,
+        rng: random.Random | None = None,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    ) -> None:
+        self.node_id = node_id
+        self.voter_addresses = dict(voters)
+        self.is_voter = node_id in voters
+        self.cluster_id = cluster_id
+        self.config = config or QuorumConfig()
+        self._rng = rng or random.Random()
+        self._log_dir = log_dir
+        self._segment_bytes = segment_bytes
+        self._send_events, self._events = trio.open_memory_channel[Any](EVENT_QUEUE_SIZE)
+        self._tokens = itertools.count()
+        self._waiters: dict[Any, _Waiter] = {}
+        self._proposals: list[_Proposal] = []
+        self._subscribers: list[_Subscriber] = []
+        self._leadership_listeners: list[Any] = []
+        self._active_epoch: int | None = None
+        self._changed = trio.Event()
+        self._snapshotting = False
+        self._wake_at_ms = 0
+        self.core: RaftCore | None = None
+        self.log: StorageReplicatedLog | None = None
+        self.state = MetadataState()
+        self._channel: RaftChannel | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # --- public views ----------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        """The committed metadata image (immutable; safe to keep)."""
+        return self.state.image
+
+    @property
+    def applied_offset(self) -> int:
+        """The next metadata log offset to apply: everything below is in `image`."""
+        return self.state.next_offset
+
+    @property
+    def leader(self) -> LeaderAndEpoch:
+        assert self.core is not None, "the node is not running"
+        return self.core.leader_and_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core is not None and self.core.is_leader
+
+    @property
+    def is_active(self) -> bool:
+        """Leader, with its epoch's LeaderChange applied (the active controller)."""
+        return self._active_epoch is not None
+
+    @property
+    def high_watermark(self) -> int | None:
+        return None if self.core is None else self.core.high_watermark
+
+    def describe(self) -> QuorumStatus:
+        assert self.core is not None, "the node is not running"
+        return self.core.describe(self.now_ms())
+
+    def subscribe(self, callback: MetadataListener, *, broker_id: int | None = None) -> None:
+        """Call `callback(image, delta)` after every change of the committed
+        image, in the driver task (be quick; start tasks for slow work).
+        `delta` is what changed for `broker_id`'s replicas (None without one)."""
+        self._subscribers.append(_Subscriber(callback, broker_id))
+
+    def add_leadership_listener(self, listener: Any) -> None:
+        """`listener.on_leader_active(epoch, image)` / `listener.on_leader_lost(epoch)`, in the driver task."""
+        self._leadership_listeners.append(listener)
+
+    async def wait_for_change(self) -> None:
+        """Return after the next turn of the loop that changed the node's view."""
+        await self._changed.wait()
+
+    async def wait_until_applied(self, offset: int) -> None:
+        """Wait until every record below `offset` is in `image`."""
+        while self.state.next_offset < offset:
+            await self.wait_for_change()
+
+    # --- entry points for other tasks ---------------------------------------------------
+
+    async def handle_request(self, source_id: int, message: Message) -> Message:
+        """Hand a Raft request to the core; its answer (a Fetch may be parked
+        up to its max wait first)."""
+        token = ("in", next(self._tokens))
+        waiter = _Waiter()
+        self._waiters[token] = waiter
+        try:
+            await self._send_events.send(Inbound(source_id, message, token))
+            return await waiter.wait()
+        finally:
+            self._waiters.pop(token, None)
+
+    async def propose(self, records: Sequence[bytes]) -> AppendResult:
+        """Append `records` as (part of) one batch; return once committed."""
+        records = list(records)
+        return await self.propose_with(lambda base_offset, epoch: records)
+
+    async def propose_with(self, build: Callable[[int, int], Sequence[bytes]]) -> AppendResult:
+        """Run `build(base_offset, epoch)` in the driver loop and append the
+        records it returns at base_offset; return once they are committed
+        (with no records: once everything appended before is committed)."""
+        proposal = _Proposal(build=build)
+        await self._send_events.send(proposal)
+        return await proposal.wait()
+
+    async def call(self, fn: Callable[[int], Output | None]) -> Any:
+        """Run `fn(now_ms)` in the driver loop; an Output it returns is obeyed."""
+        call = _Call(fn=fn)
+        await self._send_events.send(call)
+        return await call.wait()
+
+    async def resign(self) -> None:
+        """Graceful shutdown of a leader: hand over with EndQuorumEpoch (KIP-595)."""
+        assert self.core is not None
+        await self.call(lambda now_ms: self.core.resign(now_ms))  # type: ignore[union-attr]
+
+    # --- running ---------------------------------------------------------------------------
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(trio.current_time() * 1000)
+
+    async def run(self, *, task_status: trio.TaskStatus[RaftNode] = trio.TASK_STATUS_IGNORED) -> None:
+        log = self.log = await trio.to_thread.run_sync(lambda: open_metadata_log(
+            self._log_dir, clock_ms=wall_clock_ms, segment_bytes=self._segment_bytes))
+        quorum_state = QuorumStateFile(metadata_log_dir(self._log_dir), self.cluster_id)
+        try:
+            election = quorum_state.read() if self.is_voter else None
+            snapshot = log.latest_snapshot_id
+            if snapshot is not None:
+                self.state, _ = self.state.load_snapshot(log.snapshot_data(snapshot))
+            self.core = RaftCore(node_id=self.node_id, voters=set(self.voter_addresses), log=log, rng=self._rng,
+                                 now_ms=self.now_ms(), config=self.config, election_state=election,
+                                 cluster_id=self.cluster_id)
+            _log.info("node %d starts as %s in epoch %d (log %d..%d, snapshot %s, %s)", self.node_id,
+                      self.core.role, self.core.epoch, log.log_start_offset, log.log_end_offset, snapshot,
+                      "voter" if self.is_voter else "observer")
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                pool = ConnectionPool(nursery, {n: a for n, a in self.voter_addresses.items() if n != self.node_id},
+                                      client_id=f"raftka-quorum-{self.node_id}",
+                                      connect_timeout_ms=self.config.controller_quorum_request_timeout_ms)
+                self._channel = RaftChannel(
+                    node_id=self.node_id, cluster_id=self.cluster_id, voters=frozenset(self.voter_addresses),
+                    pool=pool, nursery=nursery, deliver=self._send_events.send,
+                    request_timeout_ms=self.config.controller_quorum_request_timeout_ms, followed_leader=self._followed_leader)
+                await self._obey([self.core.tick(self.now_ms())], quorum_state)
+                task_status.started(self)
+                await self._loop(quorum_state)
+        finally:
+            self._fail_proposals(NotLeaderError(None, self.core.epoch if self.core else 0))
+            log.storage_log.close()
+
+    def _followed_leader(self) -> tuple[int | None, int]:
+        core = self.core
+        assert core is not None
+        if core.role != "Follower":
+            return None, core.epoch
+        return core.leader_and_epoch.leader_id, core.epoch
+
+    async def _loop(self, quorum_state: QuorumStateFile) -> None:
+        core = self.core
+        assert core is not None
+        while True:
+            events: list[Any] = []
+            with trio.move_on_at(self._wake_at_ms / 1000):
+                events.append(await self._events.receive())
+            while len(events) < EVENT_QUEUE_SIZE:
+                try:
+                    events.append(self._events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            now_ms = self.now_ms()
+            outputs = self._feed(events, now_ms)
+            if now_ms >= self._wake_at_ms or not outputs:
+                outputs.append(core.tick(now_ms))
+            await self._obey(outputs, quorum_state)
+
+    def _feed(self, events: list[Any], now_ms: int) -> list[Output]:
+        core = self.core
+        assert core is not None and self.log is not None
+        outputs: list[Output] = []
+        batch: list[bytes] = []
+        batch_bytes = 0
+        proposals: list[_Proposal] = []
+
+        def append_batch() -> None:
+            nonlocal batch, batch_bytes, proposals
+            if batch:
+                result, out = core.propose(batch, now_ms)
+                assert result.base_offset == proposals[0].base_offset, (result, proposals[0].base_offset)
+                outputs.append(out)
+            self._proposals.extend(proposals)
+            batch, batch_bytes, proposals = [], 0, []
+
+        for event in events:
+            if isinstance(event, _Proposal):
+                if not core.is_leader or self._active_epoch != core.epoch:
+                    event.finish(error=NotLeaderError(core.leader_and_epoch.leader_id, core.epoch))
+                    continue
+                base = self.log.log_end_offset + len(batch)
+                try:
+                    records = [bytes(r) for r in event.build(base, core.epoch)]
+                except Exception as exc:  # the caller's decision failed: only its proposal does
+                    event.finish(error=exc)
+                    continue
+                size = sum(len(r) for r in records)
+                if size > MAX_BATCH_BYTES // 2:
+                    event.finish(error=ProposalTooLargeError(
+                        f"a proposal of {size} bytes exceeds the {MAX_BATCH_BYTES // 2} a metadata batch takes"))
+                    continue
+                event.base_offset, event.last_offset, event.epoch = base, base + len(records) - 1, core.epoch
+                batch += records
+                batch_bytes += size
+                proposals.append(event)
+                if batch_bytes >= COALESCE_BYTES:
+                    append_batch()
+                continue
+            append_batch()
+            if isinstance(event, Inbound):
+                if isinstance(event.correlation, tuple) and event.correlation[0] == "in" \
+                        and event.correlation not in self._waiters:
+                    continue  # its requester gave up
+                outputs.append(core.handle(event, now_ms))
+            elif isinstance(event, _Call):
+                try:
+                    result = event.fn(now_ms)
+                except Exception as exc:
+                    event.finish(error=exc)
+                    continue
+                if isinstance(result, Output):
+                    outputs.append(result)
+                event.finish(result)
+        append_batch()
+        return outputs
+
+    async def _obey(self, outputs: list[Output], quorum_state: QuorumStateFile) -> None:
+        core = self.core
+        log = self.log
+        assert core is not None and log is not None and self._channel is not None
+        while outputs:
+            # 1. persist (see "Durability")
+            election: ElectionState | None = None
+            flush_to: int | None = None
+            for out in outputs:
+                if out.persist_election_state is not None:
+                    election = out.persist_election_state
+                if out.flush_log_to_offset is not None:
+                    flush_to = max(flush_to or 0, out.flush_log_to_offset)
+            if election is not None or flush_to is not None:
+                await trio.to_thread.run_sync(self._persist, quorum_state, election, flush_to)
+            # 2. send
+            for out in outputs:
+                for message in out.messages:
+                    if message.is_request:
+                        self._channel.send(message)
+                    else:
+                        waiter = self._waiters.pop(message.correlation, None)
+                        if waiter is not None:
+                            waiter.finish(message.message)
+            # 3. apply
+            installed = [o.snapshot_installed for o in outputs if o.snapshot_installed is not None]
+            if installed:
+                self._load_snapshot(installed[-1])
+            more = self._apply_committed()
+            self._after_turn()
+            if any(o.snapshot_suggested for o in outputs):
+                self._maybe_snapshot()
+            self._wake_at_ms = self.now_ms() if more else outputs[-1].wake_at_ms
+            # 4. a completed flush may advance the leader's high watermark
+            outputs = [core.tick(self.now_ms())] if flush_to is not None else []
+
+    def _persist(self, quorum_state: QuorumStateFile, election: ElectionState | None, flush_to: int | None) -> None:
+        if election is not None:
+            quorum_state.write(election)
+        if flush_to is not None:
+            assert self.log is not None
+            self.log.flush(flush_to)
+
+    # --- applying ---------------------------------------------------------------------------
+
+    def _load_snapshot(self, snapshot_id: SnapshotId) -> None:
+        assert self.log is not None
+        old = self.state.image
+        self.state, _ = self.state.load_snapshot(self.log.snapshot_data(snapshot_id))
+        _log.info("node %d loaded snapshot %s", self.node_id, snapshot_id)
+        self._publish(old)
+
+    def _apply_committed(self) -> bool:
+        """Apply committed batches (a bounded amount per turn); True if more remain."""
+        core, log = self.core, self.log
+        assert core is not None and log is not None
+        hw = core.high_watermark
+        if hw is None:
+            return False
+        budget = APPLY_BYTES_PER_TURN
+        old = self.state.image
+        while self.state.next_offset < hw and budget > 0:
+            data = log.read(self.state.next_offset, APPLY_READ_BYTES, hw)
+            if not data:
+                break
+            self.state, _ = self.state.apply(data)
+            budget -= len(data)
+        if self.state.image is not old:
+            self._publish(old)
+        return self.state.next_offset < hw
+
+    def _publish(self, old: MetadataImage) -> None:
+        new = self.state.image
+        for s in self._subscribers:
+            delta = image_delta(old, new, s.broker_id) if s.broker_id is not None else None
+            s.callback(new, delta)
+
+    def _after_turn(self) -> None:
+        core = self.core
+        assert core is not None
+        # Proposals: committed ones complete; a lost leadership fails the rest.
+        if self._proposals:
+            if not core.is_leader or core.epoch != self._proposals[0].epoch:
+                self._fail_proposals(NotLeaderError(core.leader_and_epoch.leader_id, core.epoch))
+            else:
+                committed = min(core.high_watermark or 0, self.state.next_offset)
+                still = []
+                for p in self._proposals:
+                    if p.last_offset < committed:
+                        p.finish(AppendResult(p.base_offset, p.last_offset, p.epoch))
+                    else:
+                        still.append(p)
+                self._proposals = still
+        # Leadership listeners (the active controller).
+        if self._active_epoch is not None and (not core.is_leader or core.epoch != self._active_epoch):
+            lost, self._active_epoch = self._active_epoch, None
+            _log.info("node %d is no longer the active leader of epoch %d", self.node_id, lost)
+            for listener in self._leadership_listeners:
+                listener.on_leader_lost(lost)
+        state = core.state
+        if self._active_epoch is None and isinstance(state, LeaderState) \
+                and self.state.next_offset > state.epoch_start_offset:
+            self._active_epoch = core.epoch
+            _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch,
+                      state.epoch_start_offset)
+            for listener in self._leadership_listeners:
+                listener.on_leader_active(core.epoch, self.state.image)
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    def _fail_proposals(self, error: BaseException) -> None:
+        proposals, self._proposals = self._proposals, []
+        for p in proposals:
+            p.finish(error=error)
+
+    # --- snapshots ------------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        assert self.log is not None and self._nursery is not None
+        if self._snapshotting or self.state.next_offset <= self.log.log_start_offset:
+            return
+        self._snapshotting = True
+        self._nursery.start_soon(self._snapshot, self.state)
+
+    async def _snapshot(self, state: MetadataState) -> None:
+        """Encode the image off the loop (it is immutable), then have the loop store it."""
+        try:
+            snapshot_id = SnapshotId(state.next_offset, state.last_epoch)
+            blob = await trio.to_thread.run_sync(snapshot_of_image, state.image, snapshot_id)
+
+            def store(now_ms: int) -> Output:
+                assert self.core is not None
+                created, out = self.core.create_snapshot(state.next_offset, blob, now_ms)
+                _log.info("node %d wrote snapshot %s (%d bytes)", self.node_id, created, len(blob))
+                return out
+
+            await self.call(store)
+        finally:
+            self._snapshotting = False

@@ -1,0 +1,65 @@
+"""The controller listener: which Kafka APIs a quorum node serves, and where each goes.
+
+- Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot)
+  go to the `RaftNode` (voters and observers send them to voters);
+- DescribeQuorum is answered from the core's view (`describe_quorum`);
+- the controller APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
+  CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+  IncrementalAlterConfigs, ElectLeaders, AllocateProducerIds,
+  UnregisterBroker) go to the `ControllerService`, which answers
+  NOT_CONTROLLER unless this node is the active controller.
+
+Each API is served at the one version raftka speaks (the newest kio has
+for the controller APIs; the Raft versions in `rpc`), DescribeQuorum at
+v0..v2 for tools; ApiVersions tells clients which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quorum.controller import SUPPORTED_REQUESTS
+from quorum.node.controller_service import ControllerService
+from quorum.node.describe_quorum import DESCRIBE_QUORUM, VERSIONS, describe_quorum_response
+from quorum.node.driver import RaftNode
+from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
+from raftka.wire import ConnectionContext, DecodedRequest, SupportedApis
+
+
+def controller_apis(with_controller: bool = True) -> SupportedApis:
+    apis = SupportedApis()
+    for key, version in RAFT_API_VERSIONS.items():
+        apis.declare(key, version, version)
+    apis.declare(DESCRIBE_QUORUM, *VERSIONS)
+    if with_controller:
+        for request_type in SUPPORTED_REQUESTS:
+            apis.declare(request_type.__api_key__, request_type.__version__, request_type.__version__)
+    return apis
+
+
+class QuorumRequestHandler:
+    """`raftka.wire.serve` handler for a controller listener."""
+
+    def __init__(self, node: RaftNode, controller: ControllerService | None = None) -> None:
+        self.node = node
+        self.controller = controller
+        self.apis = controller_apis(controller is not None)
+
+    async def __call__(self, ctx: ConnectionContext, request: DecodedRequest) -> Any:
+        body = request.body
+        key = request.header.api_key
+        if key in RAFT_API_VERSIONS:
+            try:
+                source_id, message = request_from_kio(body)
+            except RpcShapeError:
+                return shape_error_response(body)
+            if source_id < 0:
+                # Anonymous fetchers (tools) each get their own id, so one
+                # does not cut another's long poll short.
+                source_id = -2 - ctx.connection_id
+            return response_to_kio(await self.node.handle_request(source_id, message))
+        if key == DESCRIBE_QUORUM:
+            return describe_quorum_response(request.header.api_version, self.node.describe(),
+                                            self.node.voter_addresses, self.node.now_ms())
+        assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
+        return await self.controller.handle(body)

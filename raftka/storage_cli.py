@@ -1,0 +1,56 @@
+"""`raftka storage format|random-uuid`: prepare log dirs, as Kafka's `kafka-storage` does.
+
+    raftka storage random-uuid
+    raftka storage format --config FILE --cluster-id ID [--ignore-formatted]
+
+`format` writes `meta.properties` (cluster id, node id) into every dir of
+the config's `log.dirs`. A dir already formatted for the same cluster and
+node is left alone with `--ignore-formatted` and refused without it; one
+formatted for another cluster or node is always refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from raftka.config import NodeConfig, read_properties
+from raftka.errors import RaftkaError
+from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    storage = sub.add_parser("storage", help="format log dirs / make a cluster id (like kafka-storage)",
+                             description=__doc__.splitlines()[0])
+    commands = storage.add_subparsers(dest="storage_command", metavar="COMMAND")
+    commands.required = True
+    uuid_parser = commands.add_parser("random-uuid", help="print a new cluster id")
+    uuid_parser.set_defaults(func=random_uuid)
+    fmt = commands.add_parser("format", help="write meta.properties into every log dir of a config")
+    fmt.add_argument("--config", required=True, metavar="FILE")
+    fmt.add_argument("--cluster-id", required=True, metavar="ID")
+    fmt.add_argument("--ignore-formatted", action="store_true",
+                     help="succeed for dirs already formatted with this cluster id and node id")
+    fmt.set_defaults(func=format_dirs)
+
+
+def random_uuid(args: argparse.Namespace) -> int:
+    print(random_cluster_id())
+    return 0
+
+
+def format_dirs(args: argparse.Namespace) -> int:
+    try:
+        config = NodeConfig.from_properties(read_properties(args.config))
+        for log_dir in config.log_dirs:
+            existing = read_meta(log_dir)
+            if existing is not None and not args.ignore_formatted:
+                raise RaftkaError(f"{log_dir}/meta.properties already exists (cluster.id="
+                                  f"{existing.get('cluster.id')}, node.id={existing.get('node.id')}): "
+                                  "use --ignore-formatted to accept dirs formatted for this node")
+            format_log_dir(log_dir, args.cluster_id, config.node_id)
+            print(f"Formatting {log_dir} with cluster.id {args.cluster_id} and node.id {config.node_id}")
+    except RaftkaError as exc:
+        print(f"raftka storage format: {exc}", file=sys.stderr)
+        return 2
+    return 0
