@@ -49,13 +49,19 @@ Durability
   written atomically: temp file, fsync, rename, directory fsync.
 - `truncate_to`, `truncate_fully_and_start_at`, retention and
   `maybe_increment_log_start_offset` make their change durable before
-  returning (fsync of the cut segment, directory
-  fsync, checkpoints when the recovery point moves down), so truncated
-  batches never come back after a crash. Kafka leaves that window open.
+  returning (fsync of the cut segment, directory fsync, checkpoints when
+  the recovery point moves down or the log start moves up), so truncated
+  batches never come back after a crash and the log start never goes
+  back. Kafka leaves both windows open until its next checkpoint.
 - The `leader-epoch-checkpoint` is rewritten atomically on every change.
+- A roll fsyncs nothing (Kafka flushes the old segment in the
+  background): a shell that wants the recovery point to follow rolls
+  calls `flush(active_segment.base_offset)` off the hot path.
 - `open` re-reads everything past the recovery point (see
   `storage.recovery`), fsyncs what it recovered, and moves the recovery
-  point to the LEO.
+  point to the LEO. Segments below the recovery point are trusted after a
+  cheap check (indexes, tail), not re-checksummed; a damaged batch header
+  in one surfaces as `CorruptRecordError` from `read`.
 
 `Log.open(..., recovery_point=None, log_start_offset=None)` reads those
 from the checkpoint files in the parent directory; a caller that keeps
