@@ -66,11 +66,13 @@ class MemoryLogModel(RuleBasedStateMachine):
         candidates = [self.start] + [e for e in self.batch_ends if e > self.start]
         offset = data.draw(st.sampled_from(candidates))
         self.log.truncate_to(offset)
+        cut = offset < len(self.entries)
         del self.entries[offset:]
         self.batch_ends = [e for e in self.batch_ends if e <= offset]
-        if self.truncation_is_durable:
-            del self.durable[offset:]
-            self.durable_batch_ends = [e for e in self.durable_batch_ends if e <= offset]
+        if self.truncation_is_durable and cut:
+            # storage.Log fsyncs the cut segment (the only one, in this model)
+            self.durable = list(self.entries)
+            self.durable_batch_ends = list(self.batch_ends)
 
     @rule()
     def flush(self) -> None:

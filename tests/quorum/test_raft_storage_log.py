@@ -34,7 +34,7 @@ def decode(data: bytes) -> list[tuple[int, bytes]]:
 
 
 class StorageLogModel(MemoryLogModel):
-    truncation_is_durable = True  # storage.Log fsyncs a truncation before returning
+    truncation_is_durable = True  # storage.Log fsyncs the cut segment before returning
 
     def new_log(self) -> StorageReplicatedLog:
         self.fs = SimFileSystem(seed=1)
