@@ -42,17 +42,17 @@ from raftka.wire import ConnectionContext, DecodedRequest, Server, SupportedApis
 _log = logging.getLogger("broker")
 
 # api_key: (min version, max version, handler). What the clients negotiate:
-# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v8 (our max);
+# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
 # kafka-python 3.0 the same plus InitProducerId v4; aiokafka 0.14 Produce v7,
 # Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3.
 _APIS = {
     0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
     2: (1, 7, list_offsets.handle_list_offsets),
-    # Metadata stops at v8: librdkafka 2.16 writes its "all topics" request
-    # at v9+ with a 4-byte placeholder where a 1-byte null count belongs;
-    # Kafka ignores the 3 trailing bytes, raftka.wire closes the connection.
-    3: (1, 8, metadata_api.handle_metadata),
+    # librdkafka 2.16 writes its Metadata v9+ "all topics" request with a
+    # 4-byte placeholder where a 1-byte null count belongs; the wire layer
+    # ignores the trailing bytes, as Kafka does.
+    3: (1, 12, metadata_api.handle_metadata),
     19: (2, 7, admin.handle_create_topics),
     20: (1, 6, admin.handle_delete_topics),
     22: (0, 5, admin.handle_init_producer_id),

@@ -200,11 +200,9 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
             f"{api_name(api_key)} v{api_version} request (correlation id "
             f"{header.correlation_id}): body does not decode: {type(exc).__name__}: {exc}"
         ) from None
-    if pos + size != frame.nbytes:
-        raise RemoteProtocolError(
-            f"{api_name(api_key)} v{api_version} request (correlation id "
-            f"{header.correlation_id}): {frame.nbytes - pos - size} bytes left over after the body"
-        )
+    # Bytes after a complete body are ignored, as Kafka's RequestContext does:
+    # librdkafka 2.16 sends a 4-byte null array count where Metadata v9+ has
+    # a 1-byte compact one, and Kafka brokers serve it.
     return DecodedRequest(header, body, frame.nbytes)
 
 
