@@ -163,15 +163,18 @@ def _bench_append(tmp: str, batch: bytes, n_batches: int, progress) -> tuple[flo
     try:
         while done < n_batches:
             k = min(per_round, n_batches - done)
-            t0 = perf()
-            for _ in range(k):
-                write(plain_fd, plain_buf)
-            t1 = perf()
-            for i in range(k):
-                append(log_buf, i)
-            t2 = perf()
-            t_plain += t1 - t0
-            t_log += t2 - t1
+            # Alternate which side goes first, so neither always runs on
+            # caches the other just warmed (or cooled).
+            for side in ("plain", "log") if done // per_round % 2 else ("log", "plain"):
+                t0 = perf()
+                if side == "plain":
+                    for _ in range(k):
+                        write(plain_fd, plain_buf)
+                    t_plain += perf() - t0
+                else:
+                    for _ in range(k):
+                        append(log_buf, 0)
+                    t_log += perf() - t0
             done += k
             progress.update(task, completed=done)
     finally:
@@ -197,23 +200,27 @@ def _bench_read(tmp: str, total_bytes: int, batch_bytes: int, progress) -> tuple
     log_done = plain_done = 0
     perf = time.perf_counter
     try:
+        rounds = 0
         while log_done < total_bytes:
-            t0 = perf()
             got = 0
-            for s in read(offset, FETCH_BYTES):
-                got += preadv(s.file.fileno(), [view[got : got + s.size]], s.position)
-            # The next fetch offset, as a consumer finds it: from the last
-            # batch (all batches here have the same size).
-            offset = parse_header(buf, got - batch_bytes).next_offset
-            t1 = perf()
-            # The same byte range from the plain file (same layout): reads
-            # of the same size at the same alignment cost the same to copy.
-            n = preadv(plain_fd, [view[:got]], plain_done)
-            t2 = perf()
-            t_log += t1 - t0
-            t_plain += t2 - t1
+            for side in ("plain", "log") if rounds % 2 else ("log", "plain"):
+                t0 = perf()
+                if side == "log":
+                    got = 0
+                    for s in read(offset, FETCH_BYTES):
+                        got += preadv(s.file.fileno(), [view[got : got + s.size]], s.position)
+                    # The next fetch offset, as a consumer finds it: from the
+                    # last batch (all batches here have the same size).
+                    offset = parse_header(buf, got - batch_bytes).next_offset
+                    t_log += perf() - t0
+                else:
+                    # The same byte range of the plain file (same layout):
+                    # reads of the same size and alignment cost the same.
+                    want = min(FETCH_BYTES // batch_bytes * batch_bytes, total_bytes - plain_done)
+                    plain_done += preadv(plain_fd, [view[:want]], plain_done)
+                    t_plain += perf() - t0
             log_done += got
-            plain_done += n
+            rounds += 1
             progress.update(task, completed=log_done)
     finally:
         os.close(plain_fd)
