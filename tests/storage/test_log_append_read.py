@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from crc32c import crc32c
 from log_testing import BASE_TS, as_stored, batch
 
 from raftka.errors import ConfigError
@@ -70,10 +71,7 @@ def test_refused_batches_leave_the_log_unchanged(log):
         small.append(too_big, now_ms=0)
     assert small.log_end_offset == 0
     small.close()
-    # CRC is not recomputed over a header edit, so rebuild the count check with
-    # a batch whose CRC covers the wrong count: rewrite and recompute.
-    from crc32c import crc32c
-
+    # The count is covered by the CRC: recompute it so only the count is wrong.
     mismatched[17:21] = crc32c(bytes(mismatched[21:])).to_bytes(4, "big")
     with pytest.raises(InvalidRecordError):
         log.append(mismatched, now_ms=0)
