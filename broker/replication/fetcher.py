@@ -1,0 +1,210 @@
+"""The follower's fetchers: one per source broker, one Fetch for all partitions it leads (Kafka's ReplicaFetcherThread, decisions only).
+
+Theory of operation
+-------------------
+A `FetcherManager` keeps, for every partition this broker follows, which
+broker it fetches from. When the metadata names a new leader
+(`RoleChange.follow`), `follow` moves the partition to that broker's
+`ReplicaFetcher` at once, so a follower switches leaders within one
+metadata update; leader -1 (none, or this broker leads) removes it.
+
+A `ReplicaFetcher` has at most one Fetch in flight. `build_fetch` puts
+every ready partition into one `FetchPlan`: fetch offset = our LEO, last
+fetched epoch = the newest epoch of our log, current leader epoch = the
+epoch we follow at. `handle_response` turns each partition's result into a
+`FollowerAction` for the shell:
+
+| result                         | action                                        |
+|--------------------------------|-----------------------------------------------|
+| records / none                 | append them; follower HW from the leader's HW |
+| DivergingEpoch(e >= 0, end)    | truncate to `divergence.truncation_offset`    |
+| DivergingEpoch(-1, start)      | start over, empty, at the leader's log start  |
+| OFFSET_OUT_OF_RANGE, leader's  | start over at the leader's log start          |
+|   log start above our LEO      |   (Kafka's truncateFullyAndStartAt)           |
+| FENCED_LEADER_EPOCH            | our metadata is stale: park the partition     |
+|                                |   until `follow` names a newer epoch          |
+| any other error, no response   | back off `replica.fetch.backoff.ms`           |
+
+A result is applied only if it still matches the partition's state: the
+same leader epoch and the same log end offset as when the Fetch was built;
+anything else is a leftover of an older leader or of a truncation. The
+leader's DivergingEpoch check needs no separate OffsetsForLeaderEpoch round
+trip (Kafka >= 2.7 validates on every Fetch, KIP-320/595), and the follower
+never truncates to its high watermark blindly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from kio.schema.errors import ErrorCode
+
+from broker.replication.config import ReplicationConfig
+from broker.replication.divergence import truncation_offset
+from broker.replication.messages import (
+    NO_EPOCH,
+    FetchPlan,
+    FollowerAction,
+    LogView,
+    PartitionFetch,
+    PartitionFetchResult,
+    TopicIdPartition,
+)
+from quorum.metadata import NO_LEADER
+
+
+@dataclasses.dataclass(slots=True)
+class FollowedPartition:
+    key: TopicIdPartition
+    topic: str
+    leader_epoch: int
+    #: No Fetch for it before this time (backoff after an error).
+    delayed_until_ms: int = 0
+    #: The leader said our epoch is old: wait for newer metadata.
+    fenced: bool = False
+
+
+class ReplicaFetcher:
+    """Fetch decisions for every partition followed from `source_broker_id`."""
+
+    def __init__(self, source_broker_id: int, replica_id: int, config: ReplicationConfig) -> None:
+        self.source_broker_id = source_broker_id
+        self.replica_id = replica_id
+        self.config = config
+        self.partitions: dict[TopicIdPartition, FollowedPartition] = {}
+        self.in_flight: FetchPlan | None = None
+
+    def add_partition(self, key: TopicIdPartition, topic: str, leader_epoch: int) -> None:
+        """Follow `key` from this broker at `leader_epoch` (ready at once)."""
+        self.partitions[key] = FollowedPartition(key, topic, leader_epoch)
+
+    def remove_partition(self, key: TopicIdPartition) -> None:
+        self.partitions.pop(key, None)
+
+    def build_fetch(self, logs: Mapping[TopicIdPartition, LogView], broker_epoch: int,
+                    now_ms: int) -> FetchPlan | None:
+        """The next Fetch to send, or None (one is in flight, or no
+        partition is ready: see `next_wakeup_ms`)."""
+        if self.in_flight is not None:
+            return None
+        config = self.config
+        parts = []
+        for p in self.partitions.values():
+            if p.fenced or p.delayed_until_ms > now_ms:
+                continue
+            log = logs[p.key]
+            parts.append(PartitionFetch(p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
+                                        log.log_start_offset, config.replica_fetch_max_bytes))
+        if not parts:
+            return None
+        self.in_flight = FetchPlan(self.source_broker_id, self.replica_id, broker_epoch,
+                                   config.replica_fetch_wait_max_ms, config.replica_fetch_min_bytes,
+                                   config.replica_fetch_response_max_bytes, tuple(parts))
+        return self.in_flight
+
+    def handle_response(self, plan: FetchPlan, results: Mapping[TopicIdPartition, PartitionFetchResult] | None,
+                        logs: Mapping[TopicIdPartition, LogView], now_ms: int) -> list[FollowerAction]:
+        """Turn the response to `plan` into actions (None: the Fetch failed
+        as a whole -- no connection, timeout, top-level error)."""
+        assert plan is self.in_flight, "a response to a Fetch that is not in flight"
+        self.in_flight = None
+        backoff_until = now_ms + self.config.replica_fetch_backoff_ms
+        actions = []
+        for sent in plan.partitions:
+            p = self.partitions.get(sent.key)
+            if p is None or p.leader_epoch != sent.current_leader_epoch:
+                continue  # moved to another leader or epoch meanwhile
+            log = logs.get(sent.key)
+            if log is None or log.log_end_offset != sent.fetch_offset:
+                continue  # the log changed meanwhile (a truncation)
+            result = None if results is None else results.get(sent.key)
+            if result is None:
+                if results is None:
+                    p.delayed_until_ms = backoff_until
+                continue
+            action = self._decide(p, sent, result, log, backoff_until)
+            if action is not None:
+                actions.append(action)
+        return actions
+
+    def _decide(self, p: FollowedPartition, sent: PartitionFetch, result: PartitionFetchResult, log: LogView,
+                backoff_until: int) -> FollowerAction | None:
+        error = result.error
+        if error == ErrorCode.none:
+            diverging = result.diverging_epoch
+            if diverging is None:
+                return FollowerAction(p.key, records=result.records, leader_high_watermark=result.high_watermark)
+            if diverging.epoch == NO_EPOCH:
+                return FollowerAction(p.key, start_at=max(diverging.end_offset, 0))
+            offset, _complete = truncation_offset(log, diverging)
+            # The leader's HW is not adopted here: until a Fetch succeeds,
+            # our log past the common prefix is not known to be the leader's.
+            return FollowerAction(p.key, truncate_to=offset)
+        if error == ErrorCode.offset_out_of_range and result.log_start_offset >= 0 and (
+                result.log_start_offset > sent.fetch_offset or sent.last_fetched_epoch == NO_EPOCH):
+            return FollowerAction(p.key, start_at=result.log_start_offset)
+        if error == ErrorCode.fenced_leader_epoch:
+            p.fenced = True
+        else:
+            p.delayed_until_ms = backoff_until
+        return FollowerAction(p.key, error=error)
+
+    def on_append_failed(self, key: TopicIdPartition, now_ms: int) -> None:
+        """The shell could not apply an action (a corrupt batch, an append
+        at the wrong offset, a disk error): back off."""
+        p = self.partitions.get(key)
+        if p is not None:
+            p.delayed_until_ms = now_ms + self.config.replica_fetch_backoff_ms
+
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        """When `build_fetch` may next return a Fetch (None: not before a
+        response or a change of partitions)."""
+        if self.in_flight is not None:
+            return None
+        times = [max(p.delayed_until_ms, now_ms) for p in self.partitions.values() if not p.fenced]
+        return min(times, default=None)
+
+
+class FetcherManager:
+    """Which source broker each followed partition is fetched from (Kafka's ReplicaFetcherManager)."""
+
+    def __init__(self, replica_id: int, config: ReplicationConfig | None = None) -> None:
+        self.replica_id = replica_id
+        self.config = config or ReplicationConfig()
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._source: dict[TopicIdPartition, int] = {}
+
+    def follow(self, key: TopicIdPartition, topic: str, leader_id: int, leader_epoch: int) -> tuple[int | None, int | None]:
+        """Fetch `key` from `leader_id` at `leader_epoch` (-1: fetch it from
+        nowhere). Returns (old source, new source) so the shell can wake or
+        stop those fetchers; a fetcher left with no partitions is dropped."""
+        old = self._source.pop(key, None)
+        if old is not None:
+            fetcher = self.fetchers[old]
+            fetcher.remove_partition(key)
+            if not fetcher.partitions and fetcher.in_flight is None:
+                del self.fetchers[old]
+        if leader_id == NO_LEADER or leader_id == self.replica_id:
+            return old, None
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id, self.replica_id, self.config)
+        fetcher.add_partition(key, topic, leader_epoch)
+        self._source[key] = leader_id
+        return old, leader_id
+
+    def unfollow(self, key: TopicIdPartition) -> int | None:
+        return self.follow(key, "", NO_LEADER, NO_EPOCH)[0]
+
+    def source_of(self, key: TopicIdPartition) -> int | None:
+        return self._source.get(key)
+
+    def fetcher(self, source_broker_id: int) -> ReplicaFetcher | None:
+        return self.fetchers.get(source_broker_id)
+
+    def on_response_done(self, source_broker_id: int) -> None:
+        """Drop a fetcher that was emptied while its Fetch was in flight."""
+        fetcher = self.fetchers.get(source_broker_id)
+        if fetcher is not None and not fetcher.partitions and fetcher.in_flight is None:
+            del self.fetchers[source_broker_id]
