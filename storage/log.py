@@ -66,6 +66,11 @@ Durability
 `Log.open(..., recovery_point=None, log_start_offset=None)` reads those
 from the checkpoint files in the parent directory; a caller that keeps
 them itself passes both and `checkpoint_files=False`.
+
+With `producer_state=True` the log keeps its idempotent producers' state
+(KIP-98, `storage.producer_snapshot`): appends update it, rolls and
+`close` snapshot it, truncation reloads it. `storage.cleaner` compacts
+logs; `truncations` counts truncations so a compaction pass can tell.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ from storage.checkpoint import (
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
 )
+from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
@@ -93,6 +99,8 @@ from storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from storage.fs import File, FileSystem, OsFileSystem
+from storage.producer_snapshot import ProducerStateManager
+from storage.producer_state import ProduceCheck, ProducerStateError
 from storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -143,6 +151,8 @@ class Log:
         self._checkpoint_files = False
         self.epoch_cache = LeaderEpochCache()
         self._closed = False
+        self.producer_state: ProducerStateManager | None = None
+        self.truncations = 0
 
     # --- opening ---
 
@@ -157,6 +167,7 @@ class Log:
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
         checkpoint_files: bool = True,
+        producer_state: bool = False,
     ) -> Log:
         """Open (or create) the log in `dir_path` and recover it.
 
@@ -164,10 +175,13 @@ class Log:
         `<topic>-<partition>`: its recovery point and log start offset are
         read from, and written to, the checkpoint files of the parent
         directory. Values passed here win over the files. Corruption found
-        on open is repaired and logged, never raised.
+        on open is repaired and logged, never raised. `producer_state`
+        turns on the idempotent producer checks (module doc).
         """
         log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
         log_ops.open_log(log, now_ms, recovery_point, log_start_offset, checkpoint_files)
+        if producer_state:
+            log.producer_state = ProducerStateManager.load(log)
         return log
 
     def _checkpoint_file(self, name: str) -> OffsetCheckpointFile:
@@ -217,8 +231,10 @@ class Log:
         """Append one client batch as leader; return its base offset.
 
         `leader_epoch`, if given, is stamped into the batch. Raises
-        `CorruptRecordError`, `InvalidRecordError` or `RecordTooLargeError`
-        (the log is unchanged then).
+        `CorruptRecordError`, `InvalidRecordError`, `RecordTooLargeError`
+        or `ProducerStateError` (the log is unchanged then). A duplicate of
+        one of an idempotent producer's last 5 batches is not written: the
+        base offset it got the first time comes back.
         """
         header = validate_batch(batch, 0, self._max_message_bytes, from_client=True)
         size = header[1] + LOG_OVERHEAD
@@ -227,6 +243,13 @@ class Log:
                 f"append takes one batch: the buffer holds {len(batch)} bytes, its batch {size}", size
             )
         base = self._log_end_offset
+        producer_state = self.producer_state
+        if producer_state is not None and header[9] >= 0:
+            checked = producer_state.check(header, base)
+            if checked.error is ProduceCheck.DUPLICATE_SEQUENCE_NUMBER:
+                return checked.first_offset
+            if checked.error:
+                raise ProducerStateError(checked)
         next_offset = base + header[6] + 1
         max_timestamp = header[8]
         segment = self._segments[-1]
@@ -255,6 +278,8 @@ class Log:
         segment.record_batch(position, base, next_offset, max_timestamp)
         segment.last_append_ms = now_ms
         self._log_end_offset = next_offset
+        if producer_state is not None and header[9] >= 0:
+            producer_state.update(header, base)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
         self._unflushed_messages += header[12]
@@ -290,8 +315,11 @@ class Log:
             self._segments[-1], len(records), first.max_timestamp, last_offset, now_ms, first.base_offset
         )
         start = log_ops.write(segment.log, records)
+        producer_state = self.producer_state
         for position, header in batches:
             segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
+            if producer_state is not None and header[9] >= 0:
+                producer_state.update(header)
             epoch = header.partition_leader_epoch
             if epoch > self.epoch_cache.latest_epoch:
                 self.epoch_cache.assign(epoch, header.base_offset)
@@ -323,6 +351,8 @@ class Log:
         else:
             old.finalize_time_index()
             old.write_indexes()
+        if self.producer_state is not None:
+            self.producer_state.take_snapshot(self._log_end_offset)
         segment = LogSegment(self.fs, self.dir_path, base, self.config, now_ms)
         self._segments.append(segment)
         self._base_offsets.append(base)
@@ -389,13 +419,25 @@ class Log:
         """Remove the batches at and after `offset` (a batch holding it
         goes whole, so the LEO may end up below `offset`). Durable on
         return. False if there was nothing to remove."""
-        return log_ops.truncate_to(self, offset)
+        if not log_ops.truncate_to(self, offset):
+            return False
+        self._truncated()
+        return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at `offset`
         (a follower too far behind the leader's log start). Durable on
         return."""
         log_ops.truncate_fully_and_start_at(self, offset)
+        if self.producer_state is not None:
+            self.producer_state.reset()
+        self._truncated()
+
+    def _truncated(self) -> None:
+        self.truncations += 1
+        if self.producer_state is not None:
+            self.producer_state.truncate_and_reload(self)
+        truncate_cleaner_checkpoint(self)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords, Raft
@@ -421,7 +463,10 @@ class Log:
         """Delete the oldest segments while `retention.ms`, `retention.bytes`
         or the log start offset says so; never the active segment. Return
         how many were deleted."""
-        return log_ops.delete_old_segments(self, now_ms)
+        deleted = log_ops.delete_old_segments(self, now_ms)
+        if deleted and self.producer_state is not None:
+            self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
+        return deleted
 
     # --- durability ---
 
@@ -471,6 +516,8 @@ class Log:
         self.flush()
         active.flush()
         self.write_checkpoints()
+        if self.producer_state is not None:
+            self.producer_state.take_snapshot(self._log_end_offset)
         for segment in self._segments:
             segment.close()
         self._closed = True
