@@ -32,7 +32,11 @@ whatever limit was in force when they were written.
 
 Files that are not segments are left alone, except the leftovers of an
 interrupted operation: `*.tmp` (a checkpoint being written), `*.deleted`,
-`*.cleaned`, `*.swap`, and index files whose segment is gone.
+`*.cleaned`, `*.swap`, and index files whose segment is gone. Before
+that, a compaction swap that reached its commit point (a `.log.swap`
+file) is finished (`storage.segment_swap.complete_swaps`). Below the
+recovery point a gap between a segment's end and the next segment's base
+is normal (compaction removes records, keeping offsets), not a hole.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from storage.errors import CorruptIndexError, CorruptRecordError
 from storage.fs import FileSystem
 from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_index
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from storage.segment_swap import complete_swaps
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +200,7 @@ def load_segments(
     `(segments, recovered)`: the log's segments in order, and those that
     were read in full and should be fsynced before the recovery point
     moves past them."""
+    complete_swaps(fs, dir_path, config)
     bases = segment_base_offsets(fs, dir_path)
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
@@ -233,7 +239,7 @@ def load_segments(
         # Past the recovery point, a segment that ends before the next one
         # begins lost its unsynced tail while a newer segment kept its
         # data: what follows the hole is not part of the log any more.
-        hole = i + 1 < len(bases) and segment.next_offset < bases[i + 1]
+        hole = i + 1 < len(bases) and segment.next_offset < bases[i + 1] and bases[i + 1] > recovery_point
         if (cut or hole) and i + 1 < len(bases):
             later = bases[i + 1 :]
             logger.warning(
