@@ -1,0 +1,129 @@
+"""The follower's fetchers: one Fetch per source broker, results into actions,
+stale results dropped, backoff, switching leaders within one metadata update."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from broker.replication import (
+    EpochEndOffset,
+    FetcherManager,
+    PartitionFetchResult,
+    TopicIdPartition,
+)
+from replication_testing import CONFIG, EpochLog
+
+A = TopicIdPartition(uuid.UUID(int=1), 0)
+B = TopicIdPartition(uuid.UUID(int=1), 1)
+C = TopicIdPartition(uuid.UUID(int=2), 0)
+
+
+def manager_following(*keys, leader: int = 1, epoch: int = 5) -> FetcherManager:
+    manager = FetcherManager(replica_id=3, config=CONFIG)
+    for key in keys:
+        manager.follow(key, "t", leader, epoch)
+    return manager
+
+
+def test_one_fetch_carries_every_partition_followed_from_a_leader():
+    logs = {A: EpochLog.of(0, 0, 2), B: EpochLog(), C: EpochLog.of(1)}
+    manager = manager_following(A, B)
+    manager.follow(C, "u", 2, 7)
+    plan = manager.fetcher(1).build_fetch(logs, broker_epoch=103, now_ms=0)
+    assert [(p.key, p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch) for p in plan.partitions] == [
+        (A, 3, 2, 5), (B, 0, -1, 5)]
+    assert (plan.source_broker_id, plan.replica_id, plan.broker_epoch) == (1, 3, 103)
+    assert manager.fetcher(1).build_fetch(logs, 103, 0) is None, "one Fetch in flight per source broker"
+    assert [p.key for p in manager.fetcher(2).build_fetch(logs, 103, 0).partitions] == [C]
+
+
+def test_records_are_appended_and_the_follower_learns_the_leaders_hw():
+    logs = {A: EpochLog.of(0, 0)}
+    manager = manager_following(A)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    (action,) = fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.none, 4, 0, None, b"xx")}, logs, 1)
+    assert (action.records, action.leader_high_watermark, action.truncate_to) == (b"xx", 4, None)
+    assert fetcher.next_wakeup_ms(1) == 1, "ready to fetch again at once"
+
+
+def test_diverging_epoch_becomes_a_truncation_and_the_next_fetch_starts_there():
+    logs = {A: EpochLog.of(0, 0, 0, 3, 3)}
+    manager = manager_following(A)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    result = PartitionFetchResult(ErrorCode.none, 2, 0, EpochEndOffset(2, 4))
+    (action,) = fetcher.handle_response(plan, {A: result}, logs, 1)
+    # We never had epoch 2: cut to where our epoch 0 ends, and ask again.
+    assert action.truncate_to == 3 and action.leader_high_watermark is None
+    logs[A].truncate_to(3)
+    plan = fetcher.build_fetch(logs, 103, 1)
+    assert (plan.partitions[0].fetch_offset, plan.partitions[0].last_fetched_epoch) == (3, 0)
+
+
+def test_a_result_for_an_older_epoch_or_an_older_log_end_is_dropped():
+    logs = {A: EpochLog.of(0, 0), B: EpochLog.of(0)}
+    manager = manager_following(A, B)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    manager.follow(A, "t", 1, 6)  # a new leader epoch while the Fetch was out
+    logs[B].truncate_to(0)          # and B's log changed
+    results = {A: PartitionFetchResult(ErrorCode.none, 9, 0, None, b"old"),
+               B: PartitionFetchResult(ErrorCode.none, 9, 0, None, b"old")}
+    assert fetcher.handle_response(plan, results, logs, 1) == []
+
+
+def test_a_fenced_epoch_parks_the_partition_until_newer_metadata():
+    logs = {A: EpochLog.of(0)}
+    manager = manager_following(A)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    (action,) = fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.fenced_leader_epoch)}, logs, 1)
+    assert action.error == ErrorCode.fenced_leader_epoch
+    assert fetcher.build_fetch(logs, 103, 10_000) is None and fetcher.next_wakeup_ms(10_000) is None
+    manager.follow(A, "t", 1, 6)
+    assert manager.fetcher(1).build_fetch(logs, 103, 2).partitions[0].current_leader_epoch == 6
+
+
+def test_errors_and_lost_responses_back_off():
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    manager = manager_following(A, B)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.not_leader_or_follower),
+                                   B: PartitionFetchResult(ErrorCode.none, 1, 0)}, logs, 100)
+    plan = fetcher.build_fetch(logs, 103, 100)
+    assert [p.key for p in plan.partitions] == [B]
+    assert fetcher.handle_response(plan, None, logs, 120) == []  # no answer at all
+    assert fetcher.build_fetch(logs, 103, 149) is None
+    assert fetcher.next_wakeup_ms(121) == 150 == 100 + CONFIG.replica_fetch_backoff_ms
+    assert [p.key for p in fetcher.build_fetch(logs, 103, 170).partitions] == [A, B]
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there():
+    logs = {A: EpochLog.of(0, 0)}
+    manager = manager_following(A)
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    (action,) = fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.offset_out_of_range, 90, 50)},
+                                        logs, 1)
+    assert action.start_at == 50
+
+
+def test_a_new_leader_takes_over_the_partition_within_one_metadata_update():
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    manager = manager_following(A, B, leader=1)
+    old = manager.fetcher(1)
+    plan = old.build_fetch(logs, 103, 0)
+    assert manager.follow(A, "t", 2, 6) == (1, 2)
+    new_plan = manager.fetcher(2).build_fetch(logs, 103, 0)
+    assert [(p.key, p.current_leader_epoch) for p in new_plan.partitions] == [(A, 6)]
+    # The old leader's late answer for A is ignored; B still follows broker 1.
+    results = {A: PartitionFetchResult(ErrorCode.none, 5, 0, None, b"stale"),
+               B: PartitionFetchResult(ErrorCode.none, 1, 0)}
+    assert [a.key for a in old.handle_response(plan, results, logs, 1)] == [B]
+    # Leading (or no leader) stops fetching; an emptied fetcher goes away.
+    assert manager.follow(B, "t", 3, 7) == (1, None)
+    assert manager.fetcher(1) is None and manager.source_of(B) is None
