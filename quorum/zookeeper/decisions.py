@@ -392,6 +392,11 @@ class ZkControllerCore:
             return False
         if fresh.controller_epoch > ctx.epoch:
             return True
+        if dataclasses.replace(fresh, zk_version=w.state.zk_version) == w.state:
+            # Our own write, whose answer was lost (the shell retried after a connection loss).
+            self._partition_written(dataclasses.replace(w, state=dataclasses.replace(
+                w.state, zk_version=fresh.zk_version - 1)))
+            return False
         ctx.states[w.tp] = fresh
         # The fresh state is news to brokers whatever we decide next.
         self._work.batch.update_metadata(ctx.live_brokers, (w.tp,))

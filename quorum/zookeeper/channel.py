@@ -1,0 +1,159 @@
+"""Delivering the controller's requests to brokers (Kafka's `ControllerChannelManager`).
+
+Theory of operation
+-------------------
+The controller never waits for a broker: `send` appends the request to that
+broker's queue and returns. One task per live broker (Kafka's
+`RequestSendThread`) sends its queue in order, one request at a time,
+waiting for each response, over the broker's inter-broker listener, as
+ordinary Kafka frames (`messages.encode_request`). A failed connection is
+re-opened with backoff and the unanswered request resent, until it is
+answered or the broker leaves the live set, which drops its queue: a
+broker that comes back gets a full LeaderAndIsr and UpdateMetadata anyway.
+
+The queues are unbounded, as Kafka's are: the controller produces a
+bounded number of requests per event (one of each kind per broker), and
+cannot stall its event loop behind one slow broker.
+
+`LocalBrokerSender` delivers in process to objects with a `handle(request)`
+(e.g. `broker_metadata.ZkMetadataCache`), for tests and single-process runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from quorum.zookeeper import messages as m
+from quorum.zookeeper.znodes import BrokerInfo
+from raftka.wire.errors import RemoteProtocolError
+from raftka.wire.framing import FrameBuffer
+
+_log = logging.getLogger("quorum.zookeeper.channel")
+
+OnResponse = Callable[[int, m.ControllerRequest, Any], None]
+
+
+class _BrokerQueue:
+    def __init__(self, info: BrokerInfo) -> None:
+        self.info = info
+        self.requests: collections.deque[m.ControllerRequest] = collections.deque()
+        self.ready = trio.Event()
+        self.cancel_scope = trio.CancelScope()
+
+
+class ControllerChannelManager:
+    """Sends controller requests to live brokers over the network."""
+
+    def __init__(self, nursery: trio.Nursery, listener_name: str = "PLAINTEXT", *, client_id: str = "controller",
+                 on_response: OnResponse | None = None, request_timeout_s: float = 30.0) -> None:
+        self._nursery = nursery
+        self._listener = listener_name
+        self._client_id = client_id
+        self._on_response = on_response
+        self._timeout_s = request_timeout_s
+        self._queues: dict[int, _BrokerQueue] = {}
+
+    def update_brokers(self, live: Mapping[int, BrokerInfo]) -> None:
+        for b in list(self._queues):
+            if b not in live or live[b] != self._queues[b].info:
+                self._queues.pop(b).cancel_scope.cancel()
+        for b, info in live.items():
+            if b not in self._queues:
+                queue = self._queues[b] = _BrokerQueue(info)
+                self._nursery.start_soon(self._send_loop, b, queue)
+
+    def send(self, broker_id: int, request: m.ControllerRequest) -> None:
+        queue = self._queues.get(broker_id)
+        if queue is None:
+            _log.debug("dropping %s for broker %d, which is not live", type(request).__name__, broker_id)
+            return
+        queue.requests.append(request)
+        queue.ready.set()
+
+    def queued(self, broker_id: int) -> int:
+        queue = self._queues.get(broker_id)
+        return 0 if queue is None else len(queue.requests)
+
+    def close(self) -> None:
+        for queue in self._queues.values():
+            queue.cancel_scope.cancel()
+        self._queues.clear()
+
+    async def _send_loop(self, broker_id: int, queue: _BrokerQueue) -> None:
+        endpoint = queue.info.endpoint(self._listener) or (queue.info.endpoints[0] if queue.info.endpoints else None)
+        if endpoint is None:
+            _log.warning("broker %d has no endpoint; the controller cannot reach it", broker_id)
+            return
+        with queue.cancel_scope:
+            stream = None
+            frames = FrameBuffer()
+            correlation_id = 0
+            backoff_s = 0.05
+            while True:
+                if not queue.requests:
+                    queue.ready = trio.Event()
+                    await queue.ready.wait()
+                    continue
+                request = queue.requests[0]
+                try:
+                    if stream is None:
+                        stream = await trio.open_tcp_stream(endpoint.host, endpoint.port)
+                        frames = FrameBuffer()
+                    correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+                    with trio.fail_after(self._timeout_s):
+                        await stream.send_all(m.encode_request(correlation_id, self._client_id, request))
+                        response = await self._read_response(stream, frames, request.__api_key__, correlation_id)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                        RemoteProtocolError) as e:
+                    _log.info("controller request to broker %d at %s:%d failed (%s); retrying", broker_id,
+                              endpoint.host, endpoint.port, e)
+                    if stream is not None:
+                        await trio.aclose_forcefully(stream)
+                        stream = None
+                    await trio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, 1.0)
+                    continue
+                backoff_s = 0.05
+                queue.requests.popleft()
+                if self._on_response is not None:
+                    self._on_response(broker_id, request, response)
+
+    @staticmethod
+    async def _read_response(stream: trio.SocketStream, frames: FrameBuffer, api_key: int,
+                             correlation_id: int) -> Any:
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise trio.BrokenResourceError("the broker closed the connection")
+            done = frames.feed(data)
+            if done:
+                assert len(done) == 1, "one request in flight, one response"
+                return m.decode_response(done[0], api_key, correlation_id)
+
+
+class LocalBrokerSender:
+    """Delivers requests in process, synchronously, to `brokers[broker_id].handle(request)`.
+
+    `brokers` is used as given (not copied), so brokers added to it later are reached.
+    """
+
+    def __init__(self, brokers: Mapping[int, Any] | None = None, on_response: OnResponse | None = None) -> None:
+        self.brokers: Mapping[int, Any] = brokers if brokers is not None else {}
+        self.live: set[int] = set()
+        self.on_response = on_response
+
+    def update_brokers(self, live: Mapping[int, BrokerInfo]) -> None:
+        self.live = set(live)
+
+    def send(self, broker_id: int, request: m.ControllerRequest) -> None:
+        target = self.brokers.get(broker_id)
+        if target is None or broker_id not in self.live:
+            return
+        response = target.handle(request)
+        if self.on_response is not None:
+            self.on_response(broker_id, request, response)
