@@ -162,6 +162,8 @@ class RaftCore:
 
     def tick(self, now_ms: int) -> Output:
         self.state.on_tick(self, now_ms)
+        if len(self.log.snapshot_ids) > 2:
+            self._retain_snapshots(now_ms)  # a download may have ended
         return self._finish(now_ms)
 
     def handle(self, inbound: Inbound, now_ms: int) -> Output:
@@ -200,8 +202,9 @@ class RaftCore:
         return self._finish(now_ms)
 
     def create_snapshot(self, end_offset: int, data: bytes, now_ms: int) -> tuple[SnapshotId, Output]:
-        """Store the state machine's image of [0, end_offset) and drop the log
-        before it. Only committed state may be snapshotted."""
+        """Store the state machine's image of [0, end_offset); only committed
+        state may be snapshotted. Older snapshots and log go as
+        `_retain_snapshots` says."""
         hw = self.high_watermark
         if hw is None or end_offset > hw:
             raise RaftUsageError(
@@ -214,9 +217,27 @@ class RaftCore:
         if end_offset < self.log.log_start_offset:
             raise RaftUsageError(f"snapshot end offset {end_offset} is below the log start offset")
         snapshot_id = self.log.create_snapshot(end_offset, data)
-        self.log.delete_before_snapshot()
+        self._retain_snapshots(now_ms)
         self._bytes_since_snapshot = 0
         return snapshot_id, self._finish(now_ms)
+
+    def _retain_snapshots(self, now_ms: int) -> None:
+        """Keep the two newest snapshots and any a fetcher is downloading
+        from this leader right now; delete the others, and the log below the
+        oldest one kept. So a fetcher that installs any kept snapshot can
+        fetch on from the log after it, and a download is not pulled from
+        under a slow fetcher by the next snapshot (which would make it chase
+        snapshots forever)."""
+        log = self.log
+        ids = log.snapshot_ids
+        if not ids:
+            return
+        in_use = self.state.snapshots_in_use(self, now_ms) if isinstance(self.state, LeaderState) else set()
+        keep = [s for s in ids if (s in ids[-2:] or s in in_use) and s.end_offset >= log.log_start_offset]
+        log.delete_before(min(keep))
+        for snapshot_id in ids:
+            if snapshot_id not in keep:
+                log.delete_snapshot(snapshot_id)
 
     def _finish(self, now_ms: int) -> Output:
         messages, self._messages = tuple(self._messages), []
@@ -271,12 +292,13 @@ class RaftCore:
             assert offset <= self.log.log_end_offset, (offset, self.log.log_end_offset)
             self.high_watermark = offset
 
-    def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+    def install_snapshot(self, snapshot_id: SnapshotId, data: bytes, now_ms: int) -> None:
         self.log.install_snapshot(snapshot_id, data)
         self._snapshot_installed = snapshot_id
         self._bytes_since_snapshot = 0
         # The leader only holds snapshots of committed records.
         self.learn_high_watermark(snapshot_id.end_offset)
+        self._retain_snapshots(now_ms)
 
     # --- transitions (see the table in state.py) -------------------------------
 

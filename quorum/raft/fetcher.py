@@ -141,5 +141,5 @@ class Fetcher:
             self.download = None  # the leader's answers disagree on the size: start over
             return
         if len(download.data) == response.size:
-            core.install_snapshot(download.snapshot_id, bytes(download.data))
+            core.install_snapshot(download.snapshot_id, bytes(download.data), now_ms)
             self.download = None

@@ -89,6 +89,7 @@ class LeaderState(EpochState):
         # others may have seen (a restarted follower would go backwards), so
         # Fetch answers carry the HW only once this epoch has advanced it.
         self.high_watermark_established = False
+        self.snapshot_reads: dict[SnapshotId, int] = {}  # snapshot -> last FetchSnapshot of it
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -265,6 +266,14 @@ class LeaderState(EpochState):
 
     # --- FetchSnapshot -------------------------------------------------------------
 
+    def snapshots_in_use(self, core: RaftCore, now_ms: int) -> set[SnapshotId]:
+        """Snapshots a fetcher asked a chunk of within the fetch timeout and
+        has not finished: deleting one would restart that download."""
+        horizon = now_ms - core.config.controller_quorum_fetch_timeout_ms
+        for snapshot_id in [s for s, t in self.snapshot_reads.items() if t < horizon]:
+            del self.snapshot_reads[snapshot_id]
+        return set(self.snapshot_reads)
+
     def on_fetch_snapshot_request(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message
         assert isinstance(request, FetchSnapshotRequest)
@@ -282,6 +291,10 @@ class LeaderState(EpochState):
         else:
             max_bytes = min(request.max_bytes, core.config.fetch_snapshot_max_bytes)
             chunk = core.log.read_snapshot(request.snapshot_id, request.position, max_bytes)
+            if request.position + len(chunk) < size:
+                self.snapshot_reads[request.snapshot_id] = now_ms
+            else:
+                self.snapshot_reads.pop(request.snapshot_id, None)  # the last chunk
         core.respond(
             inbound.source_id,
             FetchSnapshotResponse(

@@ -59,6 +59,10 @@ class ReplicatedLog(Protocol):
     @property
     def latest_snapshot_id(self) -> SnapshotId | None: ...
 
+    @property
+    def snapshot_ids(self) -> tuple[SnapshotId, ...]:
+        """Every stored snapshot, oldest first."""
+
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """Largest known epoch <= `epoch` and its end offset; (-1, -1) when
         `epoch` is older than everything this log still knows."""
@@ -97,8 +101,12 @@ class ReplicatedLog(Protocol):
         """Store a snapshot fetched from the leader and empty the log, so
         log_start_offset == log_end_offset == snapshot_id.end_offset."""
 
-    def delete_before_snapshot(self) -> None:
-        """Drop the log prefix below the latest snapshot (log start advances)."""
+    def delete_before(self, snapshot_id: SnapshotId) -> None:
+        """Drop the log prefix below a stored snapshot: the log start
+        advances to its end offset."""
+
+    def delete_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Remove a stored snapshot (never the one the log starts at)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

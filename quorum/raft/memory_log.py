@@ -263,9 +263,17 @@ class MemoryLog:
         self._durable_start = self._log_start
         self._flushed = self._log_start
 
-    def delete_before_snapshot(self) -> None:
-        snapshot = self.latest_snapshot_id
-        if snapshot is None or snapshot.end_offset <= self._log_start:
+    @property
+    def snapshot_ids(self) -> tuple[SnapshotId, ...]:
+        return tuple(sorted(self._snapshots))
+
+    def delete_snapshot(self, snapshot_id: SnapshotId) -> None:
+        assert snapshot_id != self._start_snapshot, "the log starts at this snapshot"
+        del self._snapshots[snapshot_id]
+
+    def delete_before(self, snapshot: SnapshotId) -> None:
+        assert snapshot in self._snapshots
+        if snapshot.end_offset <= self._log_start:
             return
         assert snapshot.end_offset <= self.log_end_offset
         i = bisect.bisect_left(self._bases, snapshot.end_offset)

@@ -268,18 +268,20 @@ class StorageReplicatedLog:
     def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._write_snapshot(snapshot_id, data)
         self._log.truncate_fully_and_start_at(snapshot_id.end_offset)
-        self._delete_snapshots_before(snapshot_id)
 
-    def delete_before_snapshot(self) -> None:
-        latest = self.latest_snapshot_id
-        if latest is None or latest.end_offset <= self._log.log_start_offset:
+    @property
+    def snapshot_ids(self) -> tuple[SnapshotId, ...]:
+        return tuple(sorted(self._snapshots))
+
+    def delete_before(self, snapshot_id: SnapshotId) -> None:
+        assert snapshot_id in self._snapshots
+        if snapshot_id.end_offset <= self._log.log_start_offset:
             return
-        self._log.maybe_increment_log_start_offset(latest.end_offset)
+        self._log.maybe_increment_log_start_offset(snapshot_id.end_offset)
         self._log.delete_old_segments(self._now_ms())
-        self._delete_snapshots_before(latest)
 
-    def _delete_snapshots_before(self, keep: SnapshotId) -> None:
-        for snapshot_id in [s for s in self._snapshots if s < keep]:
-            self._fs.remove(self._path(snapshot_file_name(snapshot_id)))
-            del self._snapshots[snapshot_id]
+    def delete_snapshot(self, snapshot_id: SnapshotId) -> None:
+        assert snapshot_id.end_offset != self._log.log_start_offset, "the log starts at this snapshot"
+        self._fs.remove(self._path(snapshot_file_name(snapshot_id)))
+        del self._snapshots[snapshot_id]
         self._fs.fsync_dir(self._dir)

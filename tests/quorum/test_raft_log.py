@@ -93,7 +93,7 @@ class MemoryLogModel(RuleBasedStateMachine):
         end = data.draw(st.sampled_from([e for e in self.batch_ends if e > self.start]))
         snapshot_id = self.log.create_snapshot(end, b"image")
         assert snapshot_id == SnapshotId(end, self.entries[end - 1][0])
-        self.log.delete_before_snapshot()
+        self.log.delete_before(snapshot_id)
         self.start = end
         self.base_epoch = snapshot_id.epoch
 
@@ -130,8 +130,7 @@ def leader_log(epochs: list[int], snapshot_end: int | None = None) -> MemoryLog:
     for i, epoch in enumerate(epochs):
         log.append_as_leader([b"r%d" % i], epoch)
     if snapshot_end is not None:
-        log.create_snapshot(snapshot_end, b"image")
-        log.delete_before_snapshot()
+        log.delete_before(log.create_snapshot(snapshot_end, b"image"))
     return log
 
 

@@ -279,3 +279,32 @@ def test_describe_shows_each_replicas_progress_on_the_leader() -> None:
     elsewhere = h[7].core.describe(h.now_ms)
     assert elsewhere.leader_id == leader.node_id
     assert all(v.log_end_offset == -1 for v in elsewhere.voters)
+
+
+def test_snapshot_retention_keeps_two_and_any_being_downloaded() -> None:
+    config = dataclasses.replace(CONFIG, fetch_snapshot_max_bytes=4)
+    h = Harness(Node(i, VOTERS, seed=11, config=config) for i in VOTERS)
+    leader = h.elect()
+    log = leader.log
+
+    def snapshot_now() -> object:
+        leader.propose([b"r"], h.now_ms)
+        h.advance(3)
+        snapshot_id, out = leader.core.create_snapshot(leader.core.high_watermark, b"image-0123456789", h.now_ms)
+        leader.obey(out)
+        return snapshot_id
+
+    first, second = snapshot_now(), snapshot_now()
+    assert log.snapshot_ids == (first, second) and log.log_start_offset == first.end_offset
+    # A fetcher starts downloading `first`; then two newer snapshots appear.
+    epoch = leader.core.epoch
+    chunk = FetchSnapshotRequest(
+        cluster_id=None, replica_id=7, current_leader_epoch=epoch, snapshot_id=first, position=0, max_bytes=4
+    )
+    leader.handle(7, chunk, "s0", h.now_ms)
+    third, fourth = snapshot_now(), snapshot_now()
+    assert log.snapshot_ids == (first, third, fourth), "the one being downloaded stays, the log after it too"
+    assert log.log_start_offset == first.end_offset
+    # The download stalls past the fetch timeout: it is given up.
+    h.advance(CONFIG.controller_quorum_fetch_timeout_ms + 1)
+    assert log.snapshot_ids == (third, fourth) and log.log_start_offset == third.end_offset

@@ -99,7 +99,7 @@ def test_a_crashed_leader_is_replaced_and_committed_records_survive() -> None:
     new_leader = new_leaders[0]
     assert new_leader.core is not None
     for offset, value in committed_before.items():
-        (batch,) = new_leader.log.batches(offset, offset + 1)
+        (batch,) = new_leader.disk.batches(offset, offset + 1)
         assert (batch.epoch, batch.control, batch.records[offset - batch.base_offset]) == value
     leader.start(cluster.now_ms)
     assert leader.core is not None and leader.core.role == "Resigned"

@@ -79,7 +79,7 @@ def test_snapshots_are_kafka_named_files_that_survive_a_crash_whole_or_not_at_al
     snapshot_id = log.create_snapshot(2, b"image")
     assert snapshot_id == SnapshotId(2, 2)
     assert snapshot_file_name(snapshot_id) in fs.listdir(DIR)
-    log.delete_before_snapshot()
+    log.delete_before(snapshot_id)
     # a half-written snapshot of a later install
     partial = fs.open(f"{DIR}/00000000000000000009-0000000004.checkpoint.tmp")
     partial.append(b"half")

@@ -53,6 +53,7 @@ class Scenario:
     faults: tuple[Fault, ...]
     snapshot_every_bytes: int
     propose_every_ms: int = 25
+    disk: str = "memory"  # or "storage": StorageReplicatedLog on the storage engine's sim disk
 
 
 @dataclasses.dataclass
@@ -78,7 +79,7 @@ class SimCluster:
         )
         self.network = SimNetwork(random.Random(f"{scenario.seed}/net"), dataclasses.replace(scenario.conditions))
         self.invariants = Invariants()
-        self.nodes = {i: SimNode(self, i, config, scenario.seed) for i in ids}
+        self.nodes = {i: SimNode(self, i, config, scenario.seed, scenario.disk) for i in ids}
         self._timers: list[tuple[int, int, Callable[[], None]]] = []
         self._timer_seq = 0
         self._partitions: dict[int, list[set[int]]] = {}

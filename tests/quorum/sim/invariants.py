@@ -63,7 +63,7 @@ class Invariants:
         self._check_log(node, log.log_start_offset, node.max_high_watermark, "still holds")
 
     def _check_log(self, node: SimNode, start: int, end: int, what: str) -> None:
-        for batch in node.log.batches(start, end):
+        for batch in node.disk.batches(start, end):
             for i, record in enumerate(batch.records):
                 offset = batch.base_offset + i
                 if start <= offset < end:
@@ -81,7 +81,7 @@ class Invariants:
             raise SafetyViolation(f"node {node.node_id} truncated below its high watermark")
         if not node.is_voter:
             start = max(node.observer_checked_offset, node.log.log_start_offset)
-            for batch in node.log.batches(start):
+            for batch in node.disk.batches(start):
                 for i, record in enumerate(batch.records):
                     offset = batch.base_offset + i
                     if offset < start:

@@ -3,8 +3,8 @@
 It plays the driver's part faithfully: for every `Output` it persists the
 election state, flushes the log, then sends, then applies committed records
 to a toy state machine (a list of every record), exactly the order
-`quorum.raft.core` documents. Its `MemoryLog` and persisted election state
-are its disk; a crash keeps only those.
+`quorum.raft.core` documents. Its log (see `disk.py`) and its persisted
+election state are its disk; a crash keeps only those.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import random
 from typing import TYPE_CHECKING
 
 from quorum.raft import ElectionState, Inbound, MemoryLog, Output, QuorumConfig, RaftCore
+from quorum.raft.storage_log import StorageReplicatedLog
 from quorum.raft.leader import LeaderState
 from quorum.raft.messages import REQUEST_TYPES, SnapshotId
 
+from sim.disk import MemoryDisk, StorageDisk
 from sim.network import Flight, RequestToken
 
 if TYPE_CHECKING:
@@ -42,45 +44,27 @@ class StateMachine:
         return json.dumps([[o, e, c, r.hex()] for o, e, c, r in self.entries]).encode()
 
 
-class SimLog(MemoryLog):
-    """The node's disk, with a tripwire on truncation: nobody may remove a
-    record below a high watermark it reported, and an observer (which only
-    ever receives committed records) never has anything to remove."""
-
-    def __init__(self, node: SimNode) -> None:
-        super().__init__()
-        self.node = node
-
-    def truncate_to(self, offset: int) -> None:
-        from sim.invariants import SafetyViolation
-
-        if offset < self.node.max_high_watermark:
-            raise SafetyViolation(
-                f"node {self.node.node_id} truncates to {offset}, "
-                f"below its high watermark {self.node.max_high_watermark}"
-            )
-        if not self.node.is_voter and offset < self.log_end_offset:
-            raise SafetyViolation(f"observer {self.node.node_id} truncates its log to {offset}")
-        super().truncate_to(offset)
-
-
 class SimNode:
-    def __init__(self, cluster: SimCluster, node_id: int, config: QuorumConfig, seed: int) -> None:
+    def __init__(self, cluster: SimCluster, node_id: int, config: QuorumConfig, seed: int, disk: str) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self.config = config
         self.seed = seed
-        self.log = SimLog(self)
+        self.max_high_watermark = -1  # over every life of this node
+        self.disk = (StorageDisk if disk == "storage" else MemoryDisk)(self, seed * 1000 + node_id)
         self.disk_election: ElectionState | None = None
         self.core: RaftCore | None = None
         self.incarnation = 0
         self.sm = StateMachine()
         self.wake_at_ms = 0
-        self.max_high_watermark = -1  # over every life of this node
         self.crash_mid_next_event = False
         self.observer_checked_offset = 0
         self.paused_until_ms = 0  # a paused process (SIGSTOP, a long GC) does nothing until then
         self._ticks_at: tuple[int, int] = (-1, 0)
+
+    @property
+    def log(self) -> MemoryLog | StorageReplicatedLog:
+        return self.disk.log
 
     @property
     def is_up(self) -> bool:
@@ -116,7 +100,7 @@ class SimNode:
     def crash(self, rng: random.Random) -> None:
         """Lose memory and every unflushed write (some may reach the disk anyway)."""
         self.core = None
-        self.log.crash(keep_unflushed_batches=rng.choice([0, 0, 1, 2]))
+        self.disk.crash(rng)
 
     # --- the driver loop -------------------------------------------------------
 
@@ -190,7 +174,7 @@ class SimNode:
     def apply_to(self, high_watermark: int) -> None:
         if self.sm.next_offset >= high_watermark:
             return
-        for batch in self.log.batches(self.sm.next_offset, high_watermark):
+        for batch in self.disk.batches(self.sm.next_offset, high_watermark):
             assert batch.base_offset == self.sm.next_offset, (batch.base_offset, self.sm.next_offset)
             assert batch.end_offset <= high_watermark, "the high watermark falls inside a batch"
             for i, record in enumerate(batch.records):

@@ -43,4 +43,5 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         ),
         faults=tuple(draw(st.lists(faults(), max_size=12))),
         snapshot_every_bytes=draw(st.sampled_from([10**9, 300, 2000])),
+        disk=draw(st.sampled_from(["memory", "memory", "memory", "storage"])),
     )
