@@ -1,0 +1,86 @@
+"""ZooKeeper mode: the baseline raftka's KRaft quorum is measured against and migrated from.
+
+Real ZooKeeper (the Debian `zookeeper` package) holds the metadata in
+Kafka's znode layout (`znodes`); a controller inside one broker, elected
+through the ephemeral `/controller` znode and fenced by `/controller_epoch`,
+pushes state to brokers with LeaderAndIsr / UpdateMetadata / StopReplica
+(`messages`).
+
+Pure cores: `znodes`, `messages`, `context`, `batch`, `decisions`
+(`ZkControllerCore`) and `broker_metadata` (`ZkMetadataCache`: controller
+requests -> `MetadataImage`). I/O shells: `ensemble` (start ZooKeeper),
+`store` (the controller's kazoo calls), `controller` (`ZkController`, trio),
+`channel` (requests to brokers), `broker_side` (registration, leader ISR
+writes) and `admin` (topic znodes).
+
+A broker in ZooKeeper mode, in short::
+
+    zk = KazooClient(zookeeper_connect, timeout=session_timeout_s); zk.start()
+    ensure_cluster_paths(zk); cluster_id = get_or_create_cluster_id(zk)
+    cache = ZkMetadataCache(broker_id)
+    ZkBrokerRegistration(zk, BrokerInfo(broker_id, endpoints, rack),
+                         on_epoch=lambda e: setattr(cache, "broker_epoch", e)).start()
+    channel = ControllerChannelManager(nursery, inter_broker_listener)
+    await nursery.start(ZkController(zk, ZkControllerConfig(broker_id), channel).run)
+    # serve api 4/5/6 with messages.decode_request -> cache.handle(request)
+    # -> messages.encode_response, then broker.on_metadata_update(cache.image)
+"""
+
+from quorum.zookeeper.admin import TopicAdminError, assign_replicas, create_topic, delete_topic, set_topic_config
+from quorum.zookeeper.broker_metadata import ZkMetadataCache, zk_state_to_image, zk_state_to_records
+from quorum.zookeeper.broker_side import (
+    BrokerIdInUseError,
+    ZkBrokerRegistration,
+    ensure_cluster_paths,
+    get_or_create_cluster_id,
+    notify_isr_changes,
+    register_broker,
+    write_isr_change,
+)
+from quorum.zookeeper.channel import ControllerChannelManager, LocalBrokerSender
+from quorum.zookeeper.controller import BrokerRequestSender, ZkController
+from quorum.zookeeper.decisions import ZkControllerConfig, ZkControllerCore
+from quorum.zookeeper.ensemble import ZooKeeperEnsemble, zookeeper_missing_reason
+from quorum.zookeeper.errors import (
+    ControllerMovedError,
+    EnsembleError,
+    MalformedZNodeError,
+    StaleZNodeVersionError,
+    ZooKeeperModeError,
+)
+from quorum.zookeeper.znodes import BrokerInfo, NamedPartition, PartitionState, TopicAssignment
+
+__all__ = [
+    "BrokerIdInUseError",
+    "BrokerInfo",
+    "BrokerRequestSender",
+    "ControllerChannelManager",
+    "ControllerMovedError",
+    "EnsembleError",
+    "LocalBrokerSender",
+    "MalformedZNodeError",
+    "NamedPartition",
+    "PartitionState",
+    "StaleZNodeVersionError",
+    "TopicAdminError",
+    "TopicAssignment",
+    "ZkBrokerRegistration",
+    "ZkController",
+    "ZkControllerConfig",
+    "ZkControllerCore",
+    "ZkMetadataCache",
+    "ZooKeeperEnsemble",
+    "ZooKeeperModeError",
+    "assign_replicas",
+    "create_topic",
+    "delete_topic",
+    "ensure_cluster_paths",
+    "get_or_create_cluster_id",
+    "notify_isr_changes",
+    "register_broker",
+    "set_topic_config",
+    "write_isr_change",
+    "zk_state_to_image",
+    "zk_state_to_records",
+    "zookeeper_missing_reason",
+]

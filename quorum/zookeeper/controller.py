@@ -51,7 +51,7 @@ from quorum.zookeeper.context import (
     TopicsChanged,
 )
 from quorum.zookeeper.decisions import ZkControllerConfig, ZkControllerCore
-from quorum.zookeeper.errors import ControllerMovedError
+from quorum.zookeeper.errors import ControllerMovedError, MalformedZNodeError
 from quorum.zookeeper.messages import ControllerRequest
 from quorum.zookeeper.znodes import DELETE_TOPICS_PATH, BrokerInfo
 
@@ -159,16 +159,23 @@ class ZkController:
                 self.epoch, self.epoch_zk_version = won
                 self.elections_won += 1
                 _log.info("broker %d is the controller at epoch %d", self.config.broker_id, self.epoch)
+                pause_s = 0.0
                 try:
                     await self._lead()
                 except (_Resign, ControllerMovedError, KazooException) as e:
                     _log.warning("controller %d (epoch %d) resigns: %s", self.config.broker_id, self.epoch, e)
+                except MalformedZNodeError as e:
+                    # Not ours to repair: step down and let an operator (or another broker) try.
+                    _log.error("controller %d (epoch %d) resigns on unreadable metadata: %s",
+                               self.config.broker_id, self.epoch, e)
+                    pause_s = 1.0
                 finally:
                     self.core = None
                     if self.on_change:
                         self.on_change(False, self.epoch)
                     with trio.CancelScope(shield=True):
                         await self._zk(self._step_down)
+                await trio.sleep(pause_s)
         finally:
             self.zk.remove_listener(self._session_listener)
 

@@ -253,3 +253,25 @@ class LocalNothing:
 
     def send(self, broker_id, request):
         raise AssertionError("broker 2 should not be the controller here")
+
+
+async def test_unclean_election_follows_the_topic_config_read_from_zookeeper(zk_hosts, nursery):
+    caches = {}
+    brokers = {b: await start_broker(nursery, zk_hosts, b, caches) for b in (1, 2, 3)}
+    b1 = brokers[1]
+    await eventually(lambda: b1.controller.active, what="controller")
+    await trio.to_thread.run_sync(lambda: admin.create_topic(b1.zk, "t", {0: (2, 3)}))
+    await eventually(lambda: _leader_seen(b1, "t", 0) == 2, what="online")
+    # Leader 2 drops 3 from the ISR (3 fell behind), then dies: no live ISR member is left.
+    state = await _state(b1.zk, "t", 0)
+    await trio.to_thread.run_sync(write_isr_change, brokers[2].zk, TP("t", 0), state, (2,))
+    await kill_session(brokers[2])
+    await eventually(lambda: _leader_seen(b1, "t", 0) == -1, what="offline (clean election only)")
+    assert (await _state(b1.zk, "t", 0)).isr == (2,)  # the ISR keeps its last member
+
+    # An operator allows unclean election for the topic: broker 3 leads, alone, and may have lost data.
+    await trio.to_thread.run_sync(admin.set_topic_config, b1.zk, "t", {"unclean.leader.election.enable": "true"})
+    await eventually(lambda: _leader_seen(brokers[3], "t", 0) == 3, what="unclean leader")
+    assert (await _state(b1.zk, "t", 0)).isr == (3,)
+    for b in (1, 3):
+        await kill_session(brokers[b])
