@@ -115,6 +115,8 @@ class _Work:
     outgoing: list[ZkTransaction] = field(default_factory=list)
     #: handed to the shell with the last decision, awaiting outcomes
     awaiting: frozenset[ZkTransaction] = frozenset()
+    #: partitions with a state write in flight
+    writing: set[NamedPartition] = field(default_factory=set)
     config_reads: set[str] = field(default_factory=set)
 
 
@@ -158,6 +160,7 @@ class ZkControllerCore:
         for outcome in outcomes:
             action = work.inflight.pop(outcome.transaction)
             if isinstance(action, _PartitionWrite):
+                work.writing.discard(action.tp)
                 if outcome.ok:
                     self._partition_written(action)
                 elif self._lost_race(action, outcome.fresh):
@@ -224,7 +227,7 @@ class ZkControllerCore:
         for b in sorted(started):
             batch.update_metadata((b,), ctx.all_partitions())
             batch.full_leader_and_isr(b)
-        self._make_online(tp for tp in ctx.partitions_on(started) if tp not in self._pending_partitions())
+        self._make_online(tp for tp in ctx.partitions_on(started) if tp not in self._work.writing)
         self._try_deleting_topics()
         return False
 
@@ -357,11 +360,9 @@ class ZkControllerCore:
         self._awaiting_config.setdefault(tp.topic, set()).add(tp)
         self._work.config_reads.add(tp.topic)
 
-    def _pending_partitions(self) -> set[NamedPartition]:
-        return {a.tp for a in self._work.inflight.values() if isinstance(a, _PartitionWrite)}
-
     def _write_partition(self, tp: NamedPartition, state: PartitionState, *, is_new: bool = False) -> None:
-        assert tp not in self._pending_partitions(), f"two writes of {tp} in flight"
+        assert tp not in self._work.writing, f"two writes of {tp} in flight"
+        self._work.writing.add(tp)
         path = z.partition_state_path(*tp)
         data = z.encode_partition_state(state)
         op = CreateZNode(path, data, make_parents=True) if state.zk_version < 0 else SetZNode(path, data,
