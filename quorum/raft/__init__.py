@@ -12,10 +12,12 @@ answers records, a DivergingEpoch to truncate to, or a SnapshotId to load.
 
 Modules: `core` (RaftCore), one module per role (`unattached`, `candidate`,
 `leader`, `follower`, `resigned`; `state` has the transition table),
-`fetcher` (the follower's side of Fetch), `messages` (the RPCs), `log` (the
-`ReplicatedLog` interface), `memory_log` (an in-memory log for tests),
-`election` (the persisted quorum-state), `output`, `status`, `config`,
-`errors`.
+`requests` (what every role answers alike), `fetcher` (the follower's side
+of Fetch), `messages` (the RPCs), `log` (the `ReplicatedLog` interface),
+`memory_log` (an in-memory log for tests), `storage_log` (the production log
+over `storage.Log`; imported on its own, it is the only module here that
+touches files), `election` (the persisted quorum-state), `output`,
+`status`, `config`, `errors`.
 """
 
 from quorum.raft.config import QuorumConfig

@@ -25,9 +25,10 @@ which voter an observer asks first), so one seed replays a whole run.
 
 The core holds one role object (`state.py` has the transition table); each
 role lives in its own module and handles what only it does. What is common
-to every role stays here: epochs (a message from a higher epoch moves any
-node to that epoch, Raft §5.1), request validation, and vote granting rules
-that depend on the epoch (§5.2, §5.4.1).
+to every role stays here: epochs and leaders learned from any message (a
+message from a higher epoch moves any node to that epoch, Raft §5.1), the
+transitions, and the Output. Requests every role answers alike (votes,
+Begin/EndQuorumEpoch, Fetch validation) are in `requests.py`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import random
 from collections.abc import Hashable, Sequence
 
+from quorum.raft import requests
 from quorum.raft.candidate import CandidateState, ProspectiveState
 from quorum.raft.config import QuorumConfig
 from quorum.raft.election import ElectionState
@@ -46,15 +48,14 @@ from quorum.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    RESPONSE_TYPES,
     EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Inbound,
     Message,
-    OffsetAndEpoch,
     Outbound,
     SnapshotId,
     VoteRequest,
@@ -168,20 +169,18 @@ class RaftCore:
 
     def handle(self, inbound: Inbound, now_ms: int) -> Output:
         message = inbound.message
-        if isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)) or isinstance(
-            message, (FetchResponse, FetchSnapshotResponse)
-        ):
+        if isinstance(message, RESPONSE_TYPES):
             self._on_response(inbound, now_ms)
         elif self.cluster_id is not None and message.cluster_id not in (None, self.cluster_id):
-            self._reply_error(inbound, ErrorCode.INCONSISTENT_CLUSTER_ID)
+            requests.reply(self, inbound, ErrorCode.INCONSISTENT_CLUSTER_ID)
         elif isinstance(message, VoteRequest):
-            self._on_vote_request(inbound, now_ms)
+            requests.on_vote_request(self, inbound, now_ms)
         elif isinstance(message, BeginQuorumEpochRequest):
-            self._on_begin_quorum_epoch(inbound, now_ms)
+            requests.on_begin_quorum_epoch(self, inbound, now_ms)
         elif isinstance(message, EndQuorumEpochRequest):
-            self._on_end_quorum_epoch(inbound, now_ms)
+            requests.on_end_quorum_epoch(self, inbound, now_ms)
         else:
-            self._on_leader_only_request(inbound, now_ms)
+            requests.on_leader_only_request(self, inbound, now_ms)
         return self._finish(now_ms)
 
     def propose(self, records: Sequence[bytes], now_ms: int) -> tuple[AppendResult, Output]:
@@ -342,7 +341,7 @@ class RaftCore:
 
     # --- epochs and leaders learned from any message ------------------------
 
-    def _learn_leader(self, leader_id: int, epoch: int, now_ms: int) -> None:
+    def learn_leader(self, leader_id: int, epoch: int, now_ms: int) -> None:
         """Someone reports `leader_id` (or NO_LEADER) leads `epoch`."""
         if epoch > self.epoch:
             if leader_id != NO_LEADER and leader_id in self.voters and leader_id != self.node_id:
@@ -363,7 +362,7 @@ class RaftCore:
     def _on_response(self, inbound: Inbound, now_ms: int) -> None:
         response = inbound.message
         before = self.state
-        self._learn_leader(response.leader_id, response.leader_epoch, now_ms)
+        self.learn_leader(response.leader_id, response.leader_epoch, now_ms)
         if self.state is not before:
             return  # the response belonged to the role just left
         if isinstance(response, VoteResponse):
@@ -377,132 +376,7 @@ class RaftCore:
         else:
             before.on_end_quorum_epoch_response(self, inbound, now_ms)
 
-    # --- requests ------------------------------------------------------------------
-
-    def _reply_error(self, inbound: Inbound, error: ErrorCode, *, vote_granted: bool = False) -> None:
-        request = inbound.message
-        leader = self.leader_and_epoch
-        leader_id = NO_LEADER if leader.leader_id is None else leader.leader_id
-        response: Message
-        if isinstance(request, VoteRequest):
-            response = VoteResponse(
-                error_code=error, leader_id=leader_id, leader_epoch=self.epoch, vote_granted=vote_granted
-            )
-        elif isinstance(request, BeginQuorumEpochRequest):
-            response = BeginQuorumEpochResponse(error_code=error, leader_id=leader_id, leader_epoch=self.epoch)
-        elif isinstance(request, EndQuorumEpochRequest):
-            response = EndQuorumEpochResponse(error_code=error, leader_id=leader_id, leader_epoch=self.epoch)
-        elif isinstance(request, FetchRequest):
-            response = FetchResponse(
-                error_code=error,
-                leader_id=leader_id,
-                leader_epoch=self.epoch,
-                high_watermark=-1,
-                log_start_offset=self.log.log_start_offset,
-            )
-        else:
-            assert isinstance(request, FetchSnapshotRequest)
-            response = FetchSnapshotResponse(
-                error_code=error,
-                leader_id=leader_id,
-                leader_epoch=self.epoch,
-                snapshot_id=request.snapshot_id,
-                size=-1,
-                position=request.position,
-                unaligned_records=b"",
-            )
-        self.respond(inbound.source_id, response, inbound.correlation)
-
-    def _voter_only_error(self, sender_id: int, receiver_id: int, sender_epoch: int) -> ErrorCode | None:
-        if not self.is_voter or sender_id not in self.voters:
-            return ErrorCode.INCONSISTENT_VOTER_SET
-        if receiver_id != NO_LEADER and receiver_id != self.node_id:
-            return ErrorCode.INVALID_VOTER_KEY
-        if sender_epoch < self.epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        return None
-
-    def _on_vote_request(self, inbound: Inbound, now_ms: int) -> None:
-        request = inbound.message
-        assert isinstance(request, VoteRequest)
-        # A candidate bumped its epoch past its log's; a pre-vote did not (KIP-996).
-        if request.pre_vote:
-            illegal_epoch = request.last_offset_epoch > request.replica_epoch
-        else:
-            illegal_epoch = request.last_offset_epoch >= request.replica_epoch
-        if request.last_offset < 0 or request.last_offset_epoch < 0 or illegal_epoch:
-            self._reply_error(inbound, ErrorCode.INVALID_REQUEST)
-            return
-        error = self._voter_only_error(request.replica_id, request.voter_id, request.replica_epoch)
-        if error is not None:
-            self._reply_error(inbound, error)
-            return
-        if request.replica_epoch > self.epoch:
-            self.become_unattached(request.replica_epoch, now_ms)
-        # Raft §5.4.1: vote only for a candidate whose log is at least as up to
-        # date as ours, so the winner holds every committed record.
-        candidate_log = OffsetAndEpoch(request.last_offset_epoch, request.last_offset)
-        our_log = OffsetAndEpoch(self.log.last_fetched_epoch, self.log.log_end_offset)
-        granted = self.state.grant_vote(self, request.replica_id, candidate_log >= our_log, request.pre_vote)
-        if granted and not request.pre_vote and self.state.voted_id is None:
-            self.become_voted(request.replica_id, now_ms)  # persisted before the answer leaves
-        self._reply_error(inbound, ErrorCode.NONE, vote_granted=granted)
-
-    def _on_begin_quorum_epoch(self, inbound: Inbound, now_ms: int) -> None:
-        request = inbound.message
-        assert isinstance(request, BeginQuorumEpochRequest)
-        error = self._voter_only_error(request.leader_id, request.voter_id, request.leader_epoch)
-        if error is None:
-            self._learn_leader(request.leader_id, request.leader_epoch, now_ms)
-        self._reply_error(inbound, error or ErrorCode.NONE)
-
-    def _on_end_quorum_epoch(self, inbound: Inbound, now_ms: int) -> None:
-        request = inbound.message
-        assert isinstance(request, EndQuorumEpochRequest)
-        error = self._voter_only_error(request.leader_id, NO_LEADER, request.leader_epoch)
-        if error is None:
-            delay = self._successor_delay_ms(request.preferred_successors)
-            if request.leader_epoch > self.epoch:
-                self.become_unattached(request.leader_epoch, now_ms, election_delay_ms=delay)
-            elif self.state.leader_id == request.leader_id != self.node_id:
-                self.state.on_leader_resigned(self, delay, now_ms)
-        self._reply_error(inbound, error or ErrorCode.NONE)
-
-    def _successor_delay_ms(self, preferred_successors: Sequence[int]) -> int:
-        """KIP-595: the first preferred successor stands at once, the next ones
-        after exponentially longer pauses, so the most caught-up voter
-        usually wins; a voter not listed waits a random backoff."""
-        cap = self.config.controller_quorum_election_backoff_max_ms
-        if self.node_id not in preferred_successors:
-            return self.rng.randrange(cap + 1)
-        position = list(preferred_successors).index(self.node_id)
-        return 0 if position == 0 else min(cap, self.config.controller_quorum_retry_backoff_ms << position)
-
-    def _on_leader_only_request(self, inbound: Inbound, now_ms: int) -> None:
-        request = inbound.message
-        assert isinstance(request, (FetchRequest, FetchSnapshotRequest))
-        if isinstance(request, FetchRequest) and (
-            request.fetch_offset < 0
-            or request.last_fetched_epoch < 0
-            or request.last_fetched_epoch > request.current_leader_epoch
-        ):
-            self._reply_error(inbound, ErrorCode.INVALID_REQUEST)
-            return
-        if request.current_leader_epoch != self.epoch or not isinstance(self.state, LeaderState):
-            self.answer_as_non_leader(inbound.source_id, request, inbound.correlation)
-        elif isinstance(request, FetchRequest):
-            self.state.on_fetch_request(self, inbound, now_ms)
-        else:
-            self.state.on_fetch_snapshot_request(self, inbound, now_ms)
-
     def answer_as_non_leader(
         self, source_id: int, request: FetchRequest | FetchSnapshotRequest, correlation: Hashable
     ) -> None:
-        """The error a Fetch gets from a node that is not its epoch's leader."""
-        if request.current_leader_epoch < self.epoch:
-            error = ErrorCode.FENCED_LEADER_EPOCH
-        elif request.current_leader_epoch > self.epoch:
-            error = ErrorCode.UNKNOWN_LEADER_EPOCH
-        else:
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        self._reply_error(Inbound(source_id, request, correlation), error)
+        requests.answer_as_non_leader(self, source_id, request, correlation)

@@ -171,6 +171,7 @@ Response = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | Fe
 Message = Request | Response
 
 REQUEST_TYPES = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
+RESPONSE_TYPES = (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse, FetchResponse, FetchSnapshotResponse)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
