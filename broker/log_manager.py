@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 
 from quorum.metadata import MetadataImage
+from quorum.node.metadata_log import METADATA_PARTITION_DIR
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, write_atomically
 from storage.config import LogConfig
 from storage.fs import OsFileSystem
@@ -102,8 +103,11 @@ class LogManager:
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            # The metadata log lives beside the partitions in the first log
+            # dir (Kafka's metadata.log.dir default) and belongs to the Raft node.
             partition_dirs = [n for n in os.listdir(log_dir)
-                              if parse_topic_partition(n) is not None and os.path.isdir(os.path.join(log_dir, n))]
+                              if n != METADATA_PARTITION_DIR and parse_topic_partition(n) is not None
+                              and os.path.isdir(os.path.join(log_dir, n))]
             if os.path.exists(marker):
                 os.remove(marker)
                 self._fs.fsync_dir(log_dir)

@@ -1,0 +1,40 @@
+"""`raftka broker --config FILE`: run one broker, or one combined broker+controller node.
+
+The config is a properties file with Kafka's keys. A broker needs
+`node.id`, `process.roles=broker` (or `broker,controller` for a combined
+node), `controller.quorum.voters`, `listeners` (e.g.
+`PLAINTEXT://0.0.0.0:9092`) and `log.dirs`, formatted first with `raftka
+storage format`; `broker.rack`, `broker.heartbeat.interval.ms`,
+`log.segment.bytes`, `num.partitions`, ... are read as Kafka reads them.
+Prints `READY node=<id> broker=<host>:<port>` once the controller has
+unfenced it; SIGTERM or Ctrl-C stop it cleanly (controlled shutdown first).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import trio
+
+from raftka.cli_errors import run_reporting
+from raftka.config import NodeConfig, read_properties
+from raftka.logs import setup_logging
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("broker", help="run one broker (or a combined broker+controller node)",
+                            description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, metavar="FILE", help="properties file with Kafka's key names")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from broker.process import run_broker
+
+    def start() -> None:
+        config = NodeConfig.from_properties(read_properties(args.config))
+        setup_logging(config.node_id)
+        trio.run(lambda: run_broker(config, on_ready=lambda ready: print(ready.line, flush=True)))
+
+    return run_reporting(f"raftka broker: {args.config}", start)

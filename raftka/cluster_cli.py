@@ -1,0 +1,135 @@
+"""`raftka cluster up`: a local cluster of separate controller and broker processes.
+
+    raftka cluster up --controllers 3 --brokers 3 [--base-port 9092] [--data-dir D]
+                      [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft]
+
+Prints exactly one line on stdout, `READY bootstrap=host:port,...`, once
+every broker is unfenced and every controller has caught up; progress and
+each node's log path go to stderr. Ctrl-C or SIGTERM stop the cluster
+cleanly: brokers first (controlled shutdown), then controllers; a process
+that has not exited after --stop-timeout seconds is killed. Without
+--data-dir the cluster lives in a temporary dir that is removed at the end;
+with it, the data stays and the next `cluster up` on the same dir resumes
+the same cluster. Brokers listen on P, P+1, ... and controllers on P+100,
+P+101, ... for --base-port P (0: free ports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import tempfile
+import time
+
+from raftka.errors import RaftkaError
+
+DEFAULT_BASE_PORT = 9092
+
+
+class _StopRequested(BaseException):
+    """SIGTERM or SIGINT reached the launcher."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    cluster = sub.add_parser("cluster", help="run a local cluster of separate processes",
+                             description=__doc__.splitlines()[0])
+    commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND")
+    commands.required = True
+    up = commands.add_parser("up", help="start controllers and brokers; stop them on Ctrl-C or SIGTERM",
+                             description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    up.add_argument("--controllers", type=int, default=3, metavar="N", help="quorum voters (1, 3 or 5; default 3)")
+    up.add_argument("--brokers", type=int, default=3, metavar="M", help="brokers (default 3)")
+    up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, metavar="P",
+                    help=f"first broker port (default {DEFAULT_BASE_PORT}; 0 picks free ports)")
+    up.add_argument("--host", default="127.0.0.1", help="address every node listens on (default loopback)")
+    up.add_argument("--data-dir", metavar="D", help="keep the cluster's data here (default: a temp dir, removed)")
+    up.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
+                    help="metadata mode (default kraft; zk is not available yet)")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
+    up.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up starting after S seconds")
+    up.add_argument("--stop-timeout", type=float, default=30.0, metavar="S",
+                    help="kill a process that has not stopped S seconds after SIGTERM (default 30)")
+    up.set_defaults(func=up_main)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RaftkaError(f"--set {item!r}: expected KEY=VALUE, e.g. --set log.segment.bytes=1048576")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def up_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from raftka.cluster import LocalCluster
+
+    console = Console(stderr=True)
+    if args.mode == "zk":
+        console.print("raftka cluster up: --mode zk is not available yet: the ZooKeeper-mode controller "
+                      "process is still being built (quorum/zookeeper/); use --mode kraft", style="red")
+        return 2
+    if args.controllers not in (1, 3, 5):
+        console.print(f"raftka cluster up: --controllers {args.controllers}: a quorum has 1, 3 or 5 voters",
+                      style="red")
+        return 2
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise _StopRequested(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    temp_dir = None if args.data_dir else tempfile.mkdtemp(prefix="raftka-cluster-")
+    data_dir = args.data_dir or temp_dir
+    cluster = None
+    code = 0
+    try:
+        try:
+            cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers,
+                                   base_port=args.base_port, host=args.host,
+                                   overrides=parse_overrides(args.set), die_with_parent=True)
+            console.print(f"cluster {cluster.cluster_id} in {cluster.base_dir} "
+                          f"({args.controllers} controllers, {args.brokers} brokers; logs: <node>.log there)")
+            cluster.start_all()
+            with console.status("starting") as status:
+                cluster.wait_ready(args.timeout, progress=status.update)
+            print(f"READY bootstrap={cluster.bootstrap}", flush=True)
+            console.print("serving; Ctrl-C or SIGTERM stops the cluster")
+            _watch(cluster, console)
+        except _StopRequested as stop:
+            console.print(f"received {stop}: stopping the cluster")
+        except RaftkaError as exc:
+            console.print(f"raftka cluster up: {exc}", style="red", markup=False, highlight=False)
+            code = 1
+        finally:
+            for s in previous:
+                signal.signal(s, signal.SIG_IGN)  # stopping: further signals must not cut it short
+            if cluster is not None:
+                clean = cluster.stop_all(args.stop_timeout)
+                console.print("stopped" if clean else
+                              f"stopped (some processes were killed after {args.stop_timeout:.0f} s)")
+    finally:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code
+
+
+def _watch(cluster, console) -> None:
+    """Serve until a signal; report nodes that exit on their own."""
+    reported: set[int] = set()
+    while True:
+        time.sleep(0.5)
+        for node in cluster.exited():
+            if node.node_id not in reported:
+                reported.add(node.node_id)
+                assert node.process is not None
+                console.print(f"{node.role} {node.node_id} exited with code {node.process.returncode}; "
+                              f"see {node.output_path}", style="red")
+

@@ -1,0 +1,81 @@
+"""`raftka dev`: one combined broker+controller node in the foreground, for development.
+
+    raftka dev [--data-dir D] [--port 9092] [--controller-port P] [--set KEY=VALUE ...]
+
+Formats the data dir on first start (a new cluster id) and reuses it after,
+so topics survive a restart. Prints `READY bootstrap=127.0.0.1:<port>` on
+stdout once the node serves; point any Kafka client at it. Ctrl-C or
+SIGTERM stop it cleanly. The controller listens on --controller-port
+(default: the broker port + 1, as Kafka's 9092/9093; a free port with --port 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import trio
+
+from raftka.cli_errors import run_reporting
+from raftka.config import NodeConfig
+from raftka.logs import setup_logging
+from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
+
+NODE_ID = 1
+
+
+def default_data_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), "raftka-dev")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("dev", help="run one combined broker+controller node in the foreground",
+                            description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=default_data_dir(), metavar="D",
+                        help=f"where the node keeps its data (default {default_data_dir()})")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default loopback)")
+    parser.add_argument("--port", type=int, default=9092, help="the Kafka listener (default 9092; 0: a free port)")
+    parser.add_argument("--controller-port", type=int, default=None, metavar="P",
+                        help="the controller listener (default: --port + 1)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other config key, with Kafka's names (e.g. num.partitions=3)")
+    parser.set_defaults(func=main)
+
+
+def dev_properties(args: argparse.Namespace) -> dict[str, str]:
+    from raftka.cluster import free_ports
+    from raftka.cluster_cli import parse_overrides
+
+    controller_port = args.controller_port
+    if controller_port is None:
+        controller_port = free_ports(1, args.host)[0] if args.port == 0 else args.port + 1
+    data_dir = Path(args.data_dir).resolve()
+    props = {
+        "node.id": str(NODE_ID),
+        "process.roles": "broker,controller",
+        "controller.quorum.voters": f"{NODE_ID}@{args.host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{args.host}:{args.port}",
+        "log.dirs": str(data_dir / "data"),
+    }
+    props.update(parse_overrides(args.set))
+    return props
+
+
+def main(args: argparse.Namespace) -> int:
+    from broker.process import run_broker
+
+    def start() -> None:
+        config = NodeConfig.from_properties(dev_properties(args))
+        for log_dir in config.log_dirs:
+            meta = read_meta(log_dir)
+            cluster_id = meta.get("cluster.id") if meta else None
+            format_log_dir(log_dir, cluster_id or random_cluster_id(), config.node_id)
+        setup_logging(config.node_id)
+
+        trio.run(lambda: run_broker(
+            config, on_ready=lambda ready: print(f"READY bootstrap={ready.host}:{ready.port}", flush=True)))
+
+    return run_reporting("raftka dev", start)
