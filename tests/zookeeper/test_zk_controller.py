@@ -275,3 +275,33 @@ async def test_unclean_election_follows_the_topic_config_read_from_zookeeper(zk_
     assert (await _state(b1.zk, "t", 0)).isr == (3,)
     for b in (1, 3):
         await kill_session(brokers[b])
+
+
+async def test_expired_session_re_registers_with_a_new_epoch_and_the_controller_resigns(zk_hosts, nursery):
+    from zk_testing import expire_session
+
+    caches = {}
+    b1 = await start_broker(nursery, zk_hosts, 1, caches)
+    b2 = await start_broker(nursery, zk_hosts, 2, caches)
+    await eventually(lambda: b1.controller.active, what="controller")
+    await trio.to_thread.run_sync(lambda: admin.create_topic(b1.zk, "t", {0: (1, 2)}))
+    await eventually(lambda: _leader_seen(b2, "t", 0) == 1, what="online")
+    old_epoch = b1.registration.broker_epoch
+
+    await expire_session(zk_hosts, b1.zk)
+    # A new controller is elected at epoch 2 (usually broker 2, which was watching); broker 1
+    # comes back in a new session with a larger broker epoch.
+    await eventually(lambda: len(active([b1, b2])) == 1 and active([b1, b2])[0].controller.epoch == 2,
+                     what="a controller at epoch 2")
+    await eventually(lambda: b1.registration.broker_epoch > old_epoch, what="broker 1 re-registered")
+    assert b1.cache.broker_epoch == b1.registration.broker_epoch
+    # Both brokers converge on the controller's state, from epoch 2.
+    def converged():
+        return all(b.cache.controller_epoch == 2 for b in (b1, b2)) and _leader_seen(b1, "t", 0) == _leader_seen(
+            b2, "t", 0) != -1
+
+    await eventually(converged, what="brokers caught up")
+    state = await _state(b2.zk, "t", 0)
+    assert state.leader == _leader_seen(b1, "t", 0)
+    for b in (b1, b2):
+        await kill_session(b)

@@ -112,3 +112,12 @@ def spawn_registered_broker(hosts: str, broker_id: int, session_timeout_s: float
     process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "registered"
     return process
+
+
+async def expire_session(hosts: str, zk: KazooClient) -> None:
+    """Expire `zk`'s session from outside (as ZooKeeper does to a broker cut off for too long):
+    a second client attaches to the same session and closes it."""
+    session_id, password = zk.client_id
+    twin = KazooClient(hosts, client_id=(session_id, password))
+    await trio.to_thread.run_sync(twin.start, 10)
+    await close(twin)
