@@ -164,6 +164,8 @@ class _Join:
         group.update_member(member, self.protocols, self.rebalance_timeout_ms, self.session_timeout_ms)
         if group.state is GroupState.STABLE:
             if group.protocol_name == group.select_protocol():
+                # Its subscription may have changed with the same protocol.
+                group.subscribed_topics = group.compute_subscribed_topics()
                 rebalance.store_group(group, fx)
                 if self.version >= SKIP_ASSIGNMENT_VERSION:
                     is_leader = group.is_leader(new_member_id)
