@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="run a benchmark scenario and write result rows")
     scenarios = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
     scenarios.required = True
-    from bench import storage_bench
+    from bench import consume_bench, produce_bench, quorum_bench, storage_bench
 
     storage_bench.register(scenarios)
+    quorum_bench.register(scenarios)
+    produce_bench.register(scenarios)
+    consume_bench.register(scenarios)

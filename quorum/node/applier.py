@@ -63,10 +63,13 @@ class MetadataState:
         return MetadataState(image, snapshot_id.end_offset, snapshot_id.epoch), snapshot_id
 
     def apply(self, data: bytes) -> tuple[MetadataState, list[BatchSpan]]:
-        """The state after the whole batches in `data`, which start at `next_offset`."""
+        """The state after the whole batches in `data`; the first holds
+        `next_offset` (records before it, already applied, are skipped)."""
         records, spans = committed_records(data)
         if not spans:
             return self, spans
-        assert spans[0].base_offset == self.next_offset, (spans[0].base_offset, self.next_offset)
+        assert spans[0].base_offset <= self.next_offset <= spans[0].last_offset, (spans[0], self.next_offset)
+        if spans[0].base_offset < self.next_offset:
+            records = [r for r in records if r.offset >= self.next_offset]
         image = self.image.apply(records) if records else self.image
         return MetadataState(image, spans[-1].last_offset + 1, spans[-1].epoch), spans

@@ -12,7 +12,9 @@ On activation the service builds a fresh `QuorumController` over the
 committed image: the soft state (broker heartbeats) starts over, and every
 registered broker gets a full session, as in Kafka after a failover. It
 keeps a *working image*: the committed image plus every record it has
-appended since, applied at the offsets they got.
+appended since, applied at the offsets they got; when they commit, the
+driver adopts that image as the committed one (`Staged`) instead of
+replaying the leader's own records a second time.
 
 A request is decided inside the Raft driver's loop (`propose_with`): the
 decision sees the working image including every earlier decision, its
@@ -40,7 +42,7 @@ from quorum.controller import SUPPORTED_REQUESTS, ControllerConfig, ControllerRe
 from quorum.metadata.image import LoggedRecord, MetadataImage
 from quorum.metadata.records import encode_record
 from quorum.node.controller_errors import error_response
-from quorum.node.driver import RaftNode
+from quorum.node.driver import RaftNode, Staged
 from quorum.node.metadata_log import MAX_BATCH_BYTES
 from quorum.raft import NotLeaderError
 from raftka.errors import RaftkaError
@@ -136,7 +138,7 @@ class ControllerService:
             return True
         return False
 
-    def _decide(self, request: Any, base_offset: int, epoch: int, holder: list[ControllerResult[Any]]) -> list[bytes]:
+    def _decide(self, request: Any, base_offset: int, epoch: int, holder: list[ControllerResult[Any]]) -> Staged:
         """Runs in the driver loop, with the offset the records will get."""
         controller, working = self._controller, self._working
         if controller is None or working is None or epoch != self._epoch:
@@ -145,7 +147,7 @@ class ControllerService:
         holder.append(result)
         return self._stage(result.records, base_offset, epoch)
 
-    def _stage(self, records: Any, base_offset: int, epoch: int) -> list[bytes]:
+    def _stage(self, records: Any, base_offset: int, epoch: int) -> Staged:
         encoded = [encode_record(r) for r in records]
         size = sum(len(e) for e in encoded)
         if size > MAX_BATCH_BYTES // 2:
@@ -155,7 +157,7 @@ class ControllerService:
             assert self._working is not None
             self._working = self._working.apply(
                 [LoggedRecord(base_offset + i, epoch, r) for i, r in enumerate(records)])
-        return encoded
+        return Staged(encoded, self._working)
 
     # --- session expiry ---------------------------------------------------------------
 
@@ -174,7 +176,7 @@ class ControllerService:
                 except (NotLeaderError, _NotActive):
                     return
 
-    def _tick(self, base_offset: int, epoch: int) -> list[bytes]:
+    def _tick(self, base_offset: int, epoch: int) -> Staged:
         controller, working = self._controller, self._working
         if controller is None or working is None or epoch != self._epoch:
             raise _NotActive(f"not the active controller in epoch {epoch}")

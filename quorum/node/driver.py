@@ -53,6 +53,7 @@ controller replays the log first"), and `on_leader_lost(epoch)`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -83,7 +84,6 @@ from quorum.raft import (
     SnapshotId,
 )
 from quorum.raft.errors import RaftError
-from quorum.raft.leader import LeaderState
 from quorum.raft.storage_log import StorageReplicatedLog
 from quorum.raft.messages import Message
 from raftka.wire import ConnectionPool
@@ -124,12 +124,27 @@ class _Waiter:
         return self.value
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Staged:
+    """What a `propose_with` build may return instead of bare records: the
+    records, and the image after them (applied at the offsets the build was
+    given). The leader then adopts that image when they commit instead of
+    decoding and replaying its own records again."""
+
+    records: Sequence[bytes]
+    image_after: MetadataImage | None = None
+
+
+Build = Callable[[int, int], "Sequence[bytes] | Staged"]
+
+
 @dataclasses.dataclass(eq=False)
 class _Proposal(_Waiter):
-    build: Callable[[int, int], Sequence[bytes]] = lambda base, epoch: ()
+    build: Build = lambda base, epoch: ()
     base_offset: int = -1
     last_offset: int = -1
     epoch: int = -1
+    image_after: MetadataImage | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -173,6 +188,7 @@ class RaftNode:
         self._tokens = itertools.count()
         self._waiters: dict[Any, _Waiter] = {}
         self._proposals: list[_Proposal] = []
+        self._precomputed: collections.deque[_Proposal] = collections.deque()
         self._subscribers: list[_Subscriber] = []
         self._leadership_listeners: list[Any] = []
         self._active_epoch: int | None = None
@@ -257,7 +273,7 @@ class RaftNode:
         records = list(records)
         return await self.propose_with(lambda base_offset, epoch: records)
 
-    async def propose_with(self, build: Callable[[int, int], Sequence[bytes]]) -> AppendResult:
+    async def propose_with(self, build: Build) -> AppendResult:
         """Run `build(base_offset, epoch)` in the driver loop and append the
         records it returns at base_offset; return once they are committed
         (with no records: once everything appended before is committed)."""
@@ -353,6 +369,7 @@ class RaftNode:
                 assert result.base_offset == proposals[0].base_offset, (result, proposals[0].base_offset)
                 outputs.append(out)
             self._proposals.extend(proposals)
+            self._precomputed.extend(p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
             batch, batch_bytes, proposals = [], 0, []
 
         for event in events:
@@ -362,10 +379,14 @@ class RaftNode:
                     continue
                 base = self.log.log_end_offset + len(batch)
                 try:
-                    records = [bytes(r) for r in event.build(base, core.epoch)]
+                    built = event.build(base, core.epoch)
                 except Exception as exc:  # the caller's decision failed: only its proposal does
                     event.finish(error=exc)
                     continue
+                if isinstance(built, Staged):
+                    records, event.image_after = [bytes(r) for r in built.records], built.image_after
+                else:
+                    records = [bytes(r) for r in built]
                 size = sum(len(r) for r in records)
                 if size > MAX_BATCH_BYTES // 2:
                     event.finish(error=ProposalTooLargeError(
@@ -457,7 +478,18 @@ class RaftNode:
             return False
         budget = APPLY_BYTES_PER_TURN
         old = self.state.image
+        precomputed = self._precomputed
         while self.state.next_offset < hw and budget > 0:
+            while precomputed and (precomputed[0].last_offset < self.state.next_offset
+                                   or not core.is_leader or core.epoch != precomputed[0].epoch):
+                precomputed.popleft()
+            if precomputed and precomputed[0].base_offset == self.state.next_offset \
+                    and precomputed[0].last_offset < hw:
+                # Our own records, decided on the working image: adopt its result.
+                p = precomputed.popleft()
+                assert p.image_after is not None
+                self.state = MetadataState(p.image_after, p.last_offset + 1, p.epoch)
+                continue
             data = log.read(self.state.next_offset, APPLY_READ_BYTES, hw)
             if not data:
                 break
@@ -495,18 +527,17 @@ class RaftNode:
             _log.info("node %d is no longer the active leader of epoch %d", self.node_id, lost)
             for listener in self._leadership_listeners:
                 listener.on_leader_lost(lost)
-        state = core.state
-        if self._active_epoch is None and isinstance(state, LeaderState) \
-                and self.state.next_offset > state.epoch_start_offset:
+        start = core.leader_epoch_start_offset
+        if self._active_epoch is None and start is not None and self.state.next_offset > start:
             self._active_epoch = core.epoch
-            _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch,
-                      state.epoch_start_offset)
+            _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch, start)
             for listener in self._leadership_listeners:
                 listener.on_leader_active(core.epoch, self.state.image)
         changed, self._changed = self._changed, trio.Event()
         changed.set()
 
     def _fail_proposals(self, error: BaseException) -> None:
+        self._precomputed.clear()
         proposals, self._proposals = self._proposals, []
         for p in proposals:
             p.finish(error=error)
