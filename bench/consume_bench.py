@@ -1,0 +1,143 @@
+"""`raftka bench consume`: confluent-kafka consumers reading a filled topic from a local cluster.
+
+What one run measures: a fresh `LocalCluster` (default one controller and
+one broker) and a topic of `--partitions`, filled with `--count` records of
+`--record-size` bytes by `--producers` processes (acks=1, librdkafka's
+batching; not measured), then read from the beginning by `--consumers`
+processes, each `assign()`ing its share of the partitions (no group
+protocol), until every record is in.
+
+Reported: records/s and payload MB/s consumed; broker CPU-seconds per GB
+served (utime+stime of the broker processes over the consume phase,
+divided by the bytes of the topic's segment files, which the consumers
+read exactly once); the CPU each side used and each side's ceiling with
+the CPU it could have (`bench.kafka_bench.verdict`), which names the
+bottleneck. The client ceiling is derived from the consumers' own CPU
+time: librdkafka's mock cluster serves fetches too slowly (thousands of
+records/s here) to show a consumer's ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+
+from bench.kafka_bench import GB, MB, add_cluster_options, bench_cluster, emit, row, verdict
+from bench.load_generator import aggregate, consume_worker, produce_worker, run_workers
+
+SCENARIO = "consume"
+TOPIC = "bench-consume"
+#: Target of the issue: broker CPU-seconds per GB served to consumers.
+TARGET_CPU_S_PER_GB = 0.5
+CONSUME_TIMEOUT_S = 600.0
+
+
+def register(scenarios: argparse._SubParsersAction) -> None:
+    p = scenarios.add_parser("consume", help="consumer throughput and broker CPU per GB served",
+                             description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--count", type=int, default=2_000_000, metavar="N",
+                   help="records to fill the topic with and read back (default 2,000,000)")
+    p.add_argument("--consumers", type=int, default=2, help="consumer processes (default 2)")
+    p.add_argument("--producers", type=int, default=2, help="processes that fill the topic (default 2)")
+    p.add_argument("--fetch-max-bytes", type=int, default=None, metavar="BYTES",
+                   help="librdkafka fetch.max.bytes (default: librdkafka's)")
+    add_cluster_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=args.json)
+    if min(args.count, args.consumers, args.producers, args.record_size, args.partitions) < 1:
+        console.print("raftka bench consume: --count, --consumers, --producers, --record-size and "
+                      "--partitions must be positive")
+        return 2
+    consumers = min(args.consumers, args.partitions)
+    params = {"record_size": args.record_size, "count": args.count, "consumers": consumers,
+              "partitions": args.partitions, "replication_factor": args.replication_factor,
+              "fetch_max_bytes": args.fetch_max_bytes, "brokers": args.brokers, "controllers": args.controllers}
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} records"),
+               TimeElapsedColumn())
+    with bench_cluster(args, console, TOPIC) as bc:
+        per_producer = [args.count // args.producers + (i < args.count % args.producers)
+                        for i in range(args.producers)]
+        fill = [{"topic": TOPIC, "record_size": args.record_size, "count": n, "duration_s": None,
+                 "sample_every": 1 << 30, "config": {"bootstrap.servers": bc.bootstrap, "acks": "1"}}
+                for n in per_producer]
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("filling the topic", total=args.count)
+            filled = aggregate(run_workers(produce_worker, fill,
+                                           on_progress=lambda n: progress.update(task, completed=n)))
+        if filled["failed"]:
+            console.print(f"[red]{filled['failed']} records were not written: {filled['errors']}[/red]")
+            return 1
+        served = bc.broker_log_bytes()
+        counts = _partition_counts(bc.bootstrap, args.partitions)
+        config = {} if args.fetch_max_bytes is None else {"fetch.max.bytes": args.fetch_max_bytes}
+        group = f"bench-{uuid.uuid4().hex[:8]}"
+        specs = []
+        for i in range(consumers):
+            mine = list(range(i, args.partitions, consumers))
+            specs.append({"bootstrap": bc.bootstrap, "topic": TOPIC, "partitions": mine, "group_id": group,
+                          "count": sum(counts[p] for p in mine), "timeout_s": CONSUME_TIMEOUT_S, "config": config})
+        before: dict[str, float] = {}
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("consuming", total=args.count)
+            result = aggregate(run_workers(consume_worker, specs,
+                                           on_start=lambda: before.update(cpu=bc.broker_cpu_seconds()),
+                                           on_progress=lambda n: progress.update(task, completed=n)))
+        broker_cpu_s = bc.broker_cpu_seconds() - before["cpu"]
+    elapsed = result["elapsed_s"]
+    records_per_s = result["records"] / elapsed
+    mb_per_s = result["records"] * args.record_size / MB / elapsed
+    broker_cores, client_cores = broker_cpu_s / elapsed, result["cpu_s"] / elapsed
+    cpu_per_gb = broker_cpu_s / (served / GB) if served else float("nan")
+    who, broker_ceiling, client_ceiling = verdict(records_per_s, broker_cores, client_cores, consumers,
+                                                  os.cpu_count() or 1)
+    missing = args.count - result["records"]
+    rows = [
+        row(SCENARIO, params, "consume_records_per_s", records_per_s, "records/s"),
+        row(SCENARIO, params, "consume_mb_per_s", mb_per_s, "MB/s"),
+        row(SCENARIO, params, "broker_cpu_s_per_gb", cpu_per_gb, "cpu_s"),
+        row(SCENARIO, params, "broker_cpu_cores", broker_cores, "cores"),
+        row(SCENARIO, params, "client_cpu_cores", client_cores, "cores"),
+        row(SCENARIO, params, "broker_ceiling_records_per_s", broker_ceiling, "records/s"),
+        row(SCENARIO, params, "client_cpu_ceiling_records_per_s", client_ceiling, "records/s"),
+        row(SCENARIO, params, "served_bytes", served, "bytes"),
+        row(SCENARIO, params, "missing_records", missing, "records"),
+    ]
+    from rich.table import Table
+
+    table = Table(title=f"consume: {consumers} consumers, {args.count:,} records of {args.record_size} B, "
+                        f"{args.partitions} partitions, {args.brokers} broker(s)")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_column("note")
+    table.add_row("records/s", f"{records_per_s:,.0f}", f"{result['records']:,} read")
+    table.add_row("MB/s (payload)", f"{mb_per_s:,.1f}", "")
+    table.add_row("broker CPU-s per GB served", f"{cpu_per_gb:.2f}",
+                  f"target ≤ {TARGET_CPU_S_PER_GB}; {broker_cpu_s:.2f} CPU-s for {served / MB:,.0f} MB")
+    table.add_row("broker CPU", f"{broker_cores:.2f} cores", f"ceiling ≈ {broker_ceiling:,.0f} records/s")
+    table.add_row("load generator CPU", f"{client_cores:.2f} cores", f"ceiling ≈ {client_ceiling:,.0f} records/s")
+    table.add_row("bottleneck", who, "the side with the lower ceiling")
+    console.print(table)
+    if missing or result["errors"]:
+        console.print(f"[red]{missing} records not read; errors: {result['errors']}[/red]")
+    emit(args, console, rows, {}, SCENARIO, params)
+    return 0 if not missing else 1
+
+
+def _partition_counts(bootstrap: str, partitions: int) -> dict[int, int]:
+    """Records per partition: its high watermark (the topic was empty before the fill)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()

@@ -1,0 +1,121 @@
+"""What the produce and consume benches share: a cluster to measure, its topic, result rows.
+
+`bench_cluster(args)` starts a `LocalCluster` (default one controller and
+one broker, as the targets are stated for one broker) in a temp dir and
+creates the bench topic with confluent-kafka's AdminClient. The broker's
+CPU time comes from /proc (`bench.proc_stats`), its appended bytes from the
+sizes of the topic's segment files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench.cli import add_common_options
+from bench.proc_stats import cpu_seconds, log_bytes
+
+GB = 1e9
+MB = 1e6
+
+
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--brokers", type=int, default=1, help="brokers in the measured cluster (default 1)")
+    p.add_argument("--controllers", type=int, default=1, help="controllers (default 1)")
+    p.add_argument("--partitions", type=int, default=6, help="partitions of the bench topic (default 6)")
+    p.add_argument("--replication-factor", type=int, default=1, help="default 1")
+    p.add_argument("--record-size", type=int, default=100, metavar="BYTES", help="value bytes (default 100)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker config key for every node, e.g. --set log.segment.bytes=1073741824")
+    p.add_argument("--dir", default=None, help="where the cluster's temp dir goes (default: system temp)")
+    add_common_options(p)
+
+
+class BenchCluster:
+    def __init__(self, cluster: Any, topic: str) -> None:
+        self.cluster = cluster
+        self.topic = topic
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    def broker_cpu_seconds(self) -> float:
+        return sum(cpu_seconds(b.pid) for b in self.cluster.brokers)
+
+    def broker_log_bytes(self) -> int:
+        return sum(log_bytes(str(b.log_dir), self.topic) for b in self.cluster.brokers)
+
+
+@contextlib.contextmanager
+def bench_cluster(args: argparse.Namespace, console: Any, topic: str) -> Iterator[BenchCluster]:
+    from raftka.cluster import LocalCluster
+    from raftka.cluster_cli import parse_overrides
+
+    with tempfile.TemporaryDirectory(prefix="raftka-bench-", dir=args.dir) as tmp:
+        cluster = LocalCluster(tmp, controllers=args.controllers, brokers=args.brokers,
+                               overrides=parse_overrides(args.set))
+        with cluster:
+            cluster.start_all()
+            with console.status("starting the cluster") as status:
+                cluster.wait_ready(120, progress=status.update)
+            create_topic(cluster.bootstrap, topic, args.partitions, args.replication_factor)
+            yield BenchCluster(cluster, topic)
+            console.print("stopping the cluster")
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, replication_factor)], operation_timeout=30)
+    futures[topic].result(60)
+    # Wait until every broker's metadata shows a leader for every partition.
+    for _ in range(100):
+        metadata = admin.list_topics(topic, timeout=10).topics[topic]
+        if len(metadata.partitions) == partitions and all(p.leader >= 0 for p in metadata.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic}: partitions have no leader after 10 s")
+
+
+def row(scenario: str, params: dict[str, Any], metric: str, value: float, unit: str) -> dict[str, Any]:
+    return {"scenario": scenario, "mode": "kraft", "params": params, "metric": metric, "value": value, "unit": unit}
+
+
+def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], samples: dict[str, list[float]],
+         scenario: str, params: dict[str, Any]) -> None:
+    """Write the rows (and latency samples) to --results; print them as JSON with --json."""
+    from bench.results import new_run_id, write_rows, write_samples
+
+    run_id = new_run_id()
+    path = write_rows(args.results, rows, run_id=run_id)
+    for metric, values in samples.items():
+        if values:
+            write_samples(args.results, run_id, scenario=scenario, mode="kraft", params=params, metric=metric,
+                          unit="ms", values=values)
+    console.print(f"rows appended to {path}")
+    if args.json:
+        for r in rows:
+            print(json.dumps({**{k: v for k, v in r.items() if k != "params"}, **r["params"]}))
+        sys.stdout.flush()
+
+
+def verdict(records_per_s: float, broker_cores: float, client_cores: float, client_processes: int,
+            cores: int) -> tuple[str, float, float]:
+    """Which side limits the rate: (who, broker ceiling, client ceiling), in records/s.
+
+    Each ceiling is the rate that side would reach with all the CPU it can
+    use: the broker is one Python thread (one core); the load generator
+    one core per process; both share `cores`. The side with the lower
+    ceiling is the bottleneck."""
+    broker_ceiling = records_per_s / max(broker_cores, 1e-9) * 1.0
+    client_ceiling = records_per_s / max(client_cores, 1e-9) * min(client_processes, cores)
+    who = "load generator" if client_ceiling <= broker_ceiling else "broker"
+    return who, broker_ceiling, client_ceiling

@@ -1,0 +1,222 @@
+"""Kafka load generators: confluent-kafka producers and consumers in worker processes.
+
+Theory of operation
+-------------------
+One Python process drives one librdkafka client at most as fast as one
+core lets it, so a bench runs `workers` processes (multiprocessing,
+*spawn*: no state inherited from the parent). `run_workers` starts them,
+waits until every one has connected (imports and client set-up are not
+measured), then releases them all at once and shows their progress from
+shared counters. Each worker returns a plain dict: how many records, its
+own start and end (CLOCK_MONOTONIC, comparable across processes), its
+CPU seconds, and its latency samples.
+
+- **produce_worker**: produces `record_size`-byte values (random,
+  incompressible) with no key, for `duration_s` or `count` records. Every
+  record's delivery report is counted (one Python callback each, also in
+  the ceiling runs, so both sides pay it); every `sample_every`-th record
+  also records its latency, from `produce()` to its delivery report. The
+  producer polls every 100 records, so a latency includes up to 100
+  `produce()` calls of delay.
+- **consume_worker**: `assign()`s its partitions from the beginning and
+  consumes until it has `count` records (or `timeout_s` passes).
+
+With `mock=True` a producer talks to librdkafka's own in-process mock
+cluster (`test.mock.num.brokers=1`) instead of a broker: the client's
+ceiling on this machine, with the mock broker's work in the same process
+(so a lower bound of the real ceiling).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable
+from typing import Any
+
+POLL_EVERY = 100
+READY_TIMEOUT_S = 60.0
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    sent = [0, 0]  # acked, failed
+    errors: list[str] = []
+    latencies_ms: list[float] = []
+    last_ack = [0.0]
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            sent[0] += 1
+            last_ack[0] = time.monotonic()
+        else:
+            sent[1] += 1
+            if len(errors) < 5:
+                errors.append(str(err))
+
+    def sampled(t0: float) -> Callable[[Any, Any], None]:
+        def on_sampled_delivery(err: Any, msg: Any) -> None:
+            on_delivery(err, msg)
+            if err is None:
+                latencies_ms.append((time.perf_counter() - t0) * 1000)
+        return on_sampled_delivery
+
+    config = {**spec["config"], "on_delivery": on_delivery}
+    if spec.get("mock"):
+        config = {**config, "test.mock.num.brokers": 1, "log_level": 3}
+    producer = Producer(config)
+    topic = spec["topic"]
+    try:
+        producer.list_topics(topic, timeout=30)  # connect (and, on a mock cluster, create the topic)
+    except KafkaException as exc:
+        results.put({"error": f"cannot reach the cluster: {exc}"})
+        return
+    value = os.urandom(spec["record_size"])
+    count = spec.get("count")
+    duration_s = spec.get("duration_s")
+    sample_every = spec["sample_every"]
+    ready.put(os.getpid())
+    start.wait()
+    cpu0, t0 = _cpu_seconds(), time.monotonic()
+    deadline = t0 + duration_s if duration_s else float("inf")
+    produce, poll, perf_counter = producer.produce, producer.poll, time.perf_counter
+    i = 0
+    while (count is None or i < count) and (i % POLL_EVERY or time.monotonic() < deadline):
+        try:
+            if i % sample_every == 0:
+                produce(topic, value, on_delivery=sampled(perf_counter()))
+            else:
+                produce(topic, value)
+        except BufferError:
+            poll(0.0005)
+            continue
+        i += 1
+        if i % POLL_EVERY == 0:
+            poll(0)
+            counter.value = sent[0]
+    unsent = producer.flush(60)
+    counter.value = sent[0]
+    results.put({"pid": os.getpid(), "records": sent[0], "failed": sent[1] + unsent, "errors": errors,
+                 "start": t0, "end": max(last_ack[0], t0), "cpu_s": _cpu_seconds() - cpu0,
+                 "latencies_ms": latencies_ms})
+
+
+def consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group_id"],
+                         "enable.auto.commit": False, "enable.auto.offset.store": False, **spec["config"]})
+    consumer.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING) for p in spec["partitions"]])
+    count = spec["count"]
+    ready.put(os.getpid())
+    start.wait()
+    cpu0, t0 = _cpu_seconds(), time.monotonic()
+    deadline = t0 + spec["timeout_s"]
+    got = 0
+    value_bytes = 0
+    errors: list[str] = []
+    last = t0
+    while got < count and time.monotonic() < deadline:
+        messages = consumer.consume(num_messages=10000, timeout=0.5)
+        for m in messages:
+            if m.error() is not None:
+                if len(errors) < 5:
+                    errors.append(str(m.error()))
+                continue
+            got += 1
+            value_bytes += len(m.value())
+        if messages:
+            last = time.monotonic()
+            counter.value = got
+    cpu_s = _cpu_seconds() - cpu0
+    consumer.close()
+    results.put({"pid": os.getpid(), "records": got, "value_bytes": value_bytes, "errors": errors,
+                 "failed": len(errors), "start": t0, "end": last, "cpu_s": cpu_s, "latencies_ms": []})
+
+
+def run_workers(
+    target: Callable[..., None],
+    specs: list[dict[str, Any]],
+    *,
+    on_start: Callable[[], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run one worker process per spec; release them together; their results.
+
+    `on_start()` runs just before the release (e.g. to read the broker's
+    CPU time); `on_progress(records)` every 0.1 s with the total so far."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+    counters = [ctx.Value("q", 0, lock=False) for _ in specs]
+    processes = [ctx.Process(target=target, args=(spec, ready, start, counter, results), daemon=True)
+                 for spec, counter in zip(specs, counters)]
+    for p in processes:
+        p.start()
+    out: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        waiting = len(processes)
+        while waiting:
+            try:
+                ready.get(timeout=0.2)
+                waiting -= 1
+            except queue.Empty:
+                early = _drain(results)
+                failed = [r for r in early if "error" in r]
+                if failed:
+                    raise RuntimeError(failed[0]["error"])
+                out += early
+                if time.monotonic() > deadline or not all(p.is_alive() for p in processes):
+                    raise RuntimeError("a load generator process did not start; see its output above")
+        if on_start is not None:
+            on_start()
+        start.set()
+        while len(out) < len(processes):
+            try:
+                out.append(results.get(timeout=0.1))
+            except queue.Empty:
+                if not any(p.is_alive() for p in processes) and results.empty():
+                    raise RuntimeError("a load generator process died; see its output above") from None
+            if on_progress is not None:
+                on_progress(sum(c.value for c in counters))
+        if on_progress is not None:
+            on_progress(sum(c.value for c in counters))
+        for p in processes:
+            p.join(10)
+        return out
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def _drain(q: Any) -> list[dict[str, Any]]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over the workers: records, failures, the wall-clock span, CPU."""
+    start = min(r["start"] for r in results)
+    end = max(r["end"] for r in results)
+    return {
+        "records": sum(r["records"] for r in results),
+        "failed": sum(r["failed"] for r in results),
+        "errors": [e for r in results for e in r["errors"]][:5],
+        "elapsed_s": max(end - start, 1e-9),
+        "cpu_s": sum(r["cpu_s"] for r in results),
+        "latencies_ms": [x for r in results for x in r["latencies_ms"]],
+    }
