@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import ModuleType
 
+from kio.schema.errors import ErrorCode
+
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
@@ -196,17 +198,17 @@ class ClassicGroup:
         votes = Counter(m.vote(candidates) for m in self.members.values())
         return min(votes, key=lambda name: (-votes[name], name))
 
-    def validate_member(self, member_id: str, group_instance_id: str | None) -> str | None:
-        """None if the request's identity is current; else the error name
-        (`fenced_instance_id` or `unknown_member_id`)."""
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """None if the request's identity is current; else FENCED_INSTANCE_ID
+        (a static member's older incarnation) or UNKNOWN_MEMBER_ID."""
         if group_instance_id is not None:
             holder = self.static_members.get(group_instance_id)
             if holder is None:
-                return "unknown_member_id"
+                return ErrorCode.unknown_member_id
             if holder != member_id:
-                return "fenced_instance_id"
+                return ErrorCode.fenced_instance_id
         if member_id not in self.members:
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         return None
 
     # --- changes -----------------------------------------------------------

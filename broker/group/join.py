@@ -200,7 +200,7 @@ class _Join:
             return self.add_member(group, self.member_id)
         error = group.validate_member(self.member_id, self.instance_id)
         if error is not None:
-            return self.fail(ErrorCode[error])
+            return self.fail(error)
         member = group.members[self.member_id]
         same_protocols = member.protocols == self.protocols
         if group.state is GroupState.PREPARING_REBALANCE:

@@ -52,7 +52,7 @@ def handle_sync_group(shard: GroupCoordinatorShard, ctx: RequestContext, request
         return fail(ErrorCode.unknown_member_id)
     error = group.validate_member(request.member_id, getattr(request, "group_instance_id", None))
     if error is not None:
-        return fail(ErrorCode[error])
+        return fail(error)
     if request.generation_id != group.generation_id:
         return fail(ErrorCode.illegal_generation)
     if (_inconsistent(getattr(request, "protocol_type", None), group.protocol_type)
@@ -91,7 +91,7 @@ def handle_heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request:
         return answer(ErrorCode.unknown_member_id)
     error = group.validate_member(request.member_id, getattr(request, "group_instance_id", None))
     if error is not None:
-        return answer(ErrorCode[error])
+        return answer(error)
     if request.generation_id != group.generation_id:
         return answer(ErrorCode.illegal_generation)
     if group.state is GroupState.EMPTY:
@@ -132,7 +132,7 @@ def handle_leave_group(shard: GroupCoordinatorShard, ctx: RequestContext, reques
         else:
             error = group.validate_member(member_id, instance_id)
             if error is not None:
-                results.append((member_id, instance_id, ErrorCode[error]))
+                results.append((member_id, instance_id, error))
                 continue
             rebalance.evict(group, group.members[member_id], fx)
             removed = True

@@ -120,7 +120,7 @@ def validate_offset_commit(group: ClassicGroup, member_id: str, instance_id: str
     if generation_id >= 0 or member_id or instance_id is not None:
         error = group.validate_member(member_id, instance_id)
         if error is not None:
-            return ErrorCode[error]
+            return error
         if generation_id != group.generation_id:
             return ErrorCode.illegal_generation
     elif group.state is not GroupState.EMPTY:
