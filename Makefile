@@ -18,8 +18,9 @@ sysdeps:
 
 setup: sysdeps $(STAMP)
 
+# A local 3+3 cluster; 1M records produced and consumed; stopped cleanly (bench/demo.py).
 demo: setup
-	$(BIN)/raftka bench storage --size-mb 256
+	$(BIN)/raftka demo
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -20,9 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     from bench import cli as bench_cli
+    from bench import demo
     from raftka import broker_cli, cluster_cli, controller_cli, dev_cli, quorum_cli, storage_cli, topics_cli
 
     bench_cli.register(sub)
+    demo.register(sub)
     broker_cli.register(sub)
     cluster_cli.register(sub)
     dev_cli.register(sub)
