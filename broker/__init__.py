@@ -12,18 +12,18 @@ Public API
 - `LocalController`: an in-process ControllerChannel and metadata source
   over the real `quorum.controller.QuorumController` (tests, `python -m broker`).
 
-Wiring the broker to the quorum (pending, for the integrator)
---------------------------------------------------------------
-1. Start `broker.run`; register with the active controller
-   (BrokerRegistration v4) using the bound port, heartbeat every
-   `broker.heartbeat.interval.ms`; on SIGTERM do the controlled shutdown
-   (heartbeats with want_shut_down) before cancelling `run`.
-2. As a Raft observer of `__cluster_metadata`, replay committed records
-   into `MetadataImage`s and call `on_metadata_update` with each; the first
-   call only once caught up with the metadata log's high watermark.
-3. Implement `ControllerChannel.send` with a `raftka.wire.KafkaConnection`
-   to the active controller, retrying NOT_CONTROLLER answers and raising
-   `ControllerUnavailableError` when no controller answers in time.
+Wiring to the quorum (`broker.process.run_broker`, `raftka broker`)
+--------------------------------------------------------------------
+- `broker.quorum_link.BrokerQuorumLink`: the process's `RaftNode` (an
+  observer of `__cluster_metadata`, or the voter of a combined node) feeds
+  `on_metadata_update`, the first image only once caught up with the
+  quorum's high watermark; registration and heartbeats follow
+  `broker.lifecycle.BrokerLifecycle` (the pure core), and SIGTERM runs the
+  controlled shutdown before `run` is cancelled.
+- `broker.quorum_link.QuorumControllerChannel`: the `ControllerChannel`
+  over `quorum.node.ControllerClient` (whichever voter is active;
+  NOT_CONTROLLER answers are retried, `ControllerUnavailableError` when
+  none answers in time).
 """
 
 from broker.broker import Broker

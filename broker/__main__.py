@@ -7,8 +7,8 @@ The metadata (broker registration, topics, configs) is kept by
 `LocalController` in `D/local-metadata.cbor` and replayed on start, so a
 restarted broker finds its topics again. Prints `READY port=<port>` once it
 serves and its topics exist; SIGTERM or Ctrl-C stop it cleanly. This is
-not the cluster entry point (`raftka broker`, with the Raft quorum, is the
-integrator's).
+not the cluster entry point: `raftka broker` (or `raftka dev`) runs the broker
+with the Raft quorum.
 """
 
 from __future__ import annotations

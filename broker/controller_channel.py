@@ -9,8 +9,8 @@ entity. The broker sends each API at one fixed version
 itself, so the channel never needs to negotiate.
 
 Implementations:
-- over the network: the integrator's, with `raftka.wire.KafkaConnection`
-  to the active controller (pending);
+- over the network: `broker.quorum_link.QuorumControllerChannel`, to
+  whichever voter is the active controller;
 - in process: `broker.local_controller.LocalController`, the controller's
   real decision functions applied to an image (tests, `python -m broker`).
 """

@@ -1,0 +1,124 @@
+"""The command line as users run it: `raftka dev`, `raftka topics`, `raftka cluster up`
+stopping on SIGTERM, and start-up errors that name what to fix."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from broker_testing import check_round_trip, workload
+from cluster_testing import (
+    ClusterUp,
+    ReadyLine,
+    confluent_consume,
+    confluent_produce,
+    pid_alive,
+    raftka_command,
+    run_cli,
+)
+from raftka.cluster import free_ports
+from raftka.meta_properties import format_log_dir
+
+
+def start_dev(data_dir):
+    process = subprocess.Popen(raftka_command("dev", "--data-dir", str(data_dir), "--port", "0"),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    reader = ReadyLine(process)
+    try:
+        bootstrap = reader.wait("READY bootstrap=", 60, process).split("=", 1)[1]
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process, bootstrap
+
+
+def stop(process) -> int:
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_dev_node_serves_clients_and_keeps_topics_across_restarts(tmp_path):
+    process, bootstrap = start_dev(tmp_path / "dev")
+    try:
+        created = run_cli("topics", "create", "--bootstrap-server", bootstrap, "--topic", "events",
+                          "--partitions", "2", "--config", "retention.ms=3600000")
+        assert created.returncode == 0, created.stderr
+        again = run_cli("topics", "create", "--bootstrap-server", bootstrap, "--topic", "events")
+        assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
+        records = workload(500)
+        confluent_produce(bootstrap, "events", records, "all")
+    finally:
+        assert stop(process) == 0
+    assert (tmp_path / "dev" / "data" / ".kafka_cleanshutdown").exists()
+
+    process, bootstrap = start_dev(tmp_path / "dev")
+    try:
+        listed = run_cli("topics", "list", "--bootstrap-server", bootstrap)
+        assert listed.stdout.split() == ["events"]
+        described = run_cli("topics", "describe", "--bootstrap-server", bootstrap, "--topic", "events")
+        assert "PartitionCount: 2" in described.stdout and "retention.ms=3600000" in described.stdout
+        check_round_trip(records, confluent_consume(bootstrap, "events", 2, len(records)), 2)
+        deleted = run_cli("topics", "delete", "--bootstrap-server", bootstrap, "--topic", "events")
+        assert deleted.returncode == 0, deleted.stderr
+        assert run_cli("topics", "list", "--bootstrap-server", bootstrap).stdout.split() == []
+    finally:
+        assert stop(process) == 0
+
+
+def test_sigterm_of_cluster_up_stops_every_process_cleanly(tmp_path):
+    up = ClusterUp(tmp_path / "data", 1, 2)
+    try:
+        up.start()
+        pids = up.node_pids()
+        assert len(pids) == 3
+        assert up.stop() == 0
+        assert [pid for pid in pids.values() if pid_alive(pid)] == []
+        for log_dir in up.broker_log_dirs():
+            assert (log_dir / ".kafka_cleanshutdown").exists(), f"{log_dir} was not shut down cleanly"
+        assert "stopped" in up.stderr_path.read_text()
+    finally:
+        up.kill_everything()
+
+
+def test_cluster_up_refuses_zookeeper_mode_for_now():
+    result = run_cli("cluster", "up", "--mode", "zk")
+    assert result.returncode == 2
+    assert "--mode zk is not available yet" in result.stderr
+
+
+def broker_config(tmp_path, **keys) -> str:
+    controller_port, broker_port = free_ports(2)
+    props = {"node.id": "4", "process.roles": "broker", "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+             "listeners": f"PLAINTEXT://127.0.0.1:{broker_port}", "log.dirs": str(tmp_path / "broker-4"), **keys}
+    path = tmp_path / "broker.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["bad value", "meta.properties of another node", "unformatted dir",
+                                  "heartbeat not below session"])
+def test_broker_start_up_errors_name_what_to_fix(tmp_path, case):
+    keys = {"bad value": {"num.partitions": "six"}, "heartbeat not below session":
+            {"broker.heartbeat.interval.ms": "9000"}}.get(case, {})
+    config = broker_config(tmp_path, **keys)
+    if case != "unformatted dir":
+        format_log_dir(tmp_path / "broker-4", "test-cluster", 5 if case.startswith("meta") else 4)
+    result = run_cli("broker", "--config", config, timeout=30)
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"raftka broker: {config}: ")
+    expected = {
+        "bad value": "num.partitions='six' is not an integer",
+        "meta.properties of another node": f"{tmp_path / 'broker-4' / 'meta.properties'} says node.id=5",
+        "unformatted dir": "raftka storage format",
+        "heartbeat not below session": "broker.heartbeat.interval.ms=9000 must be below broker.session.timeout.ms",
+    }[case]
+    assert expected in message
