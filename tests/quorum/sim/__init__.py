@@ -4,6 +4,8 @@ Everything (the network's delays, drops, duplicates and reordering, the
 partitions, the crashes, every node's election timeouts) derives from one
 seed, so a failing run replays exactly. `cluster.SimCluster` drives real
 `RaftCore`s over `network.SimNetwork` with a simulated clock; each node's
-`MemoryLog` loses unflushed batches on a crash. `invariants.Invariants`
-checks Raft's safety properties after every event.
+log (`disk.py`: a `MemoryLog`, or the production `StorageReplicatedLog` on
+the storage engine's simulated file system) loses unflushed writes on a
+crash. `invariants.Invariants` checks Raft's safety properties after every
+event.
 """
