@@ -22,7 +22,15 @@ least min.insync.replicas replicas that the controller counts in the ISR
 hold it). A follower whose LEO is unknown in this term holds the HW back.
 
 **ISR shrink** (`tick`). A follower in the ISR that is not at the leader's
-LEO and has not caught up for `replica.lag.time.max.ms` is proposed out.
+LEO and has not caught up for `replica.lag.time.max.ms` is proposed out --
+but never so that fewer than `min.insync.replicas` members remain (the
+least-lagging followers stay). Kafka before KIP-966 shrinks down to the
+leader alone; when that last replica then shuts down uncleanly, it loses
+unflushed records and the controller re-elects it (the only ISR member), so
+records acknowledged by min.insync.replicas replicas are lost after a single
+failure. Keeping the lagging follower costs nothing here: the HW could not
+advance below min.insync.replicas anyway, and it holds every acknowledged
+record. Fenced brokers still leave the ISR (the controller removes them).
 
 **ISR expansion** (on a follower fetch). A follower outside the ISR joins
 once its LEO reaches the HW and the start of this leader epoch (so it has
@@ -230,12 +238,18 @@ class LeaderState:
             return NO_UPDATE
         if now_ms < self._next_proposal_ms:
             return NO_UPDATE
-        lagging = [r for r in self.isr_state.isr if r != self.broker_id
+        isr = self.isr_state.isr
+        lagging = [r for r in isr if r != self.broker_id
                    and not self.followers[r].is_caught_up(self.log_end_offset, now_ms,
                                                           self.config.replica_lag_time_max_ms)]
+        # Never below min.insync.replicas: keep the least-lagging of them.
+        keep_lagging = max(0, self.min_insync_replicas - (len(isr) - len(lagging)))
+        if keep_lagging:
+            lagging.sort(key=lambda r: (-self.followers[r].log_end_offset, r))
+            lagging = lagging[keep_lagging:]
         if not lagging:
             return NO_UPDATE
-        new_isr = tuple(r for r in self.isr_state.isr if r not in lagging)
+        new_isr = tuple(r for r in isr if r not in lagging)
         # Members that stay are sent without a broker epoch: the controller
         # then only checks that they are still eligible.
         proposal = self._propose(tuple(BrokerState(r) for r in new_isr), "shrink")

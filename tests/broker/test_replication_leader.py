@@ -102,9 +102,22 @@ def test_caught_up_time_counts_the_previous_fetch_when_the_follower_reached_its_
 
 
 def test_a_follower_unknown_in_this_term_gets_the_lag_time_from_the_term_start():
-    p, log = leader_with_data(10, now_ms=1000)
+    p, log = leader_with_data(10, now_ms=1000, min_isr=1)
     assert p.tick(1000 + LAG_MS).alter_partition is None
     assert p.tick(1001 + LAG_MS).alter_partition.isr == (1,)
+
+
+def test_the_leader_never_shrinks_the_isr_below_min_insync_replicas():
+    """Unlike Kafka before KIP-966: with the leader alone in the ISR, its
+    unclean shutdown would lose records acknowledged by two replicas."""
+    p, log = leader_with_data(10, min_isr=2)
+    p.handle_replica_fetch(fetch(2, 6, log), log, now_ms=0)
+    p.handle_replica_fetch(fetch(3, 4, log), log, now_ms=0)
+    proposal = p.tick(LAG_MS + 1).alter_partition
+    assert proposal.isr == (1, 2), "the least-lagging follower stays"
+    p.on_alter_partition_result(proposal, committed(p, proposal), LAG_MS + 2)
+    assert p.tick(10 * LAG_MS).alter_partition is None
+    assert p.high_watermark == 6 and p.leader.isr == (1, 2)
 
 
 # --- ISR expansion ----------------------------------------------------------------
@@ -250,10 +263,24 @@ def test_acks_all_fails_after_append_when_the_isr_shrinks_below_min_isr_while_it
     required = log.append(1, 5)
     p.on_leader_append(required)
     assert p.acks_all_status(required, 5) is None
-    shrink = p.tick(LAG_MS + 1).alter_partition
-    assert shrink.isr == (1,)
+    # The controller fenced broker 2 and took it out of the ISR.
+    update = p.apply_registration(replicas_registration(isr=(1,), partition_epoch=11), log, 1,
+                                  eligible={1: 101, 3: 103}).update
+    assert update.isr_changed
     assert p.acks_all_status(required, 5) == ErrorCode.not_enough_replicas_after_append
     assert p.produce_error(-1) == ErrorCode.not_enough_replicas
+
+
+def test_a_pending_shrink_below_min_isr_fails_parked_produces_at_once():
+    p, log = leader_with_data(0, min_isr=3)
+    required = log.append(1, 5)
+    p.on_leader_append(required)
+    p.set_min_insync_replicas(2)
+    shrink = p.tick(LAG_MS + 1).alter_partition
+    assert shrink.isr == (1, 2)
+    assert p.acks_all_status(required, 5) is None, "two members are guaranteed: it may still commit"
+    p.set_min_insync_replicas(3)
+    assert p.acks_all_status(required, 5) == ErrorCode.not_enough_replicas_after_append
 
 
 def test_acks_all_fails_when_the_leader_epoch_changed_since_the_append():
