@@ -189,6 +189,9 @@ class Partition:
 
     def _become_leader(self, registration: PartitionRegistration, log: LogView, now_ms: int,
                        eligible: Mapping[int, int]) -> RoleChange:
+        if self.leader is not None:
+            # Leader again at a newer epoch: keep the HW of the last term.
+            self._high_watermark = self.leader.high_watermark
         log_end = log.log_end_offset
         self.leader = LeaderState(
             topic_id=self.topic_id, partition=self.partition, broker_id=self.broker_id,

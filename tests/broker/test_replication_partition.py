@@ -116,3 +116,13 @@ def test_an_unclean_leader_election_truncates_acknowledged_records_on_the_others
     assert (offset, complete) == (6, True)
     old_leader_log.truncate_to(offset)
     assert old_leader_log.epochs() == [5] * 6, "the records acknowledged at offsets 6..9 are lost"
+
+
+def test_a_leader_elected_again_at_a_newer_epoch_keeps_its_hw_and_starts_the_new_epoch():
+    log = EpochLog.of(5, 5, 5, 5)
+    p = leader_partition(log, isr=(1,), min_isr=1)
+    assert p.high_watermark == 4
+    change = p.apply_registration(registration(leader_epoch=7, isr=(1,), partition_epoch=12), log, 1,
+                                  eligible=ALL_ELIGIBLE)
+    assert change.epoch_start == (7, 4) and p.high_watermark == 4 and p.leader.leader_epoch == 7
+    assert p.acks_all_status(4, 5) == ErrorCode.not_leader_or_follower, "appended in the older epoch"

@@ -441,16 +441,18 @@ class SimBroker(Node):
                 if action.truncate_to is not None:
                     self.cluster.note(f"broker {self.broker_id} {p}: truncate to {action.truncate_to} "
                                       f"(LEO {log.log_end_offset}, HW {part.high_watermark})")
+                    before = log.log_end_offset
                     log.truncate_to(action.truncate_to)
                     # Kafka's truncateTo also drops epoch entries at the log end
                     # when no record goes (see FollowerAction); storage.Log does not.
                     log.epoch_cache.truncate_from_end(action.truncate_to)
                     mirror.truncate(log.log_end_offset)
-                    self.cluster.invariants.on_truncate(self, p)
+                    self.cluster.invariants.on_truncate(self, p, before - log.log_end_offset)
                 if action.start_at is not None:
+                    before = log.log_end_offset
                     log.truncate_fully_and_start_at(action.start_at)
                     mirror.reset(action.start_at)
-                    self.cluster.invariants.on_truncate(self, p)
+                    self.cluster.invariants.on_truncate(self, p, before)
                 if action.records:
                     log.append_as_follower(action.records, now)
                     mirror.append(decode(action.records))

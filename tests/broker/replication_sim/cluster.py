@@ -73,6 +73,9 @@ class Result:
     checked: int
     exempt: int
     danger_windows: int
+    leader_changes: int
+    unclean_elections: int
+    truncations: int
     errors: dict[int, int]
 
 
@@ -224,7 +227,8 @@ def run_scenario(scenario: Scenario) -> Result:
                               f"replay: run_scenario({scenario!r})") from None
     inv = cluster.invariants
     return Result(cluster.loop.events, cluster.producer.acked, cluster.consumer.consumed, inv.checked_acks,
-                  inv.exempt_acks, inv.danger_windows, dict(cluster.producer.errors))
+                  inv.exempt_acks, inv.danger_windows, inv.leader_changes, inv.unclean_elections, inv.truncations,
+                  dict(cluster.producer.errors))
 
 
 __all__ = ["Fault", "Scenario", "Result", "SimCluster", "run_scenario", "ErrorCode"]

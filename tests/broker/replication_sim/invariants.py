@@ -68,6 +68,10 @@ class Invariants:
         #: events that cannot (heartbeats, timeouts of answered requests) skip the checks.
         self.dirty = True
         self.was_usable: set[int] = set()
+        self.leader_changes = 0
+        self.unclean_elections = 0
+        #: Follower truncations that removed records.
+        self.truncations = 0
         self.checked_acks = 0
         self.exempt_acks = 0
         self.danger_windows = 0
@@ -81,7 +85,14 @@ class Invariants:
         self.image = image
         self.dirty = True
         topic = image.topic("t")
-        self.registrations = {} if topic is None else dict(topic.partitions.items())
+        registrations = {} if topic is None else dict(topic.partitions.items())
+        for p, now in registrations.items():
+            was = self.registrations.get(p)
+            if was is not None and now.leader_epoch != was.leader_epoch and now.leader >= 0:
+                self.leader_changes += 1
+                if now.leader not in was.isr:
+                    self.unclean_elections += 1
+        self.registrations = registrations
         for b in self.brokers:
             reg = image.brokers.get(b)
             if reg is not None and reg.usable:
@@ -115,7 +126,8 @@ class Invariants:
             self.fail(f"a consumer got {p}/{offset}, at or above the HW {high_watermark}")
         self._commit(p, offset, value, "consumed")
 
-    def on_truncate(self, broker: SimBroker, p: int) -> None:
+    def on_truncate(self, broker: SimBroker, p: int, removed: int) -> None:
+        self.truncations += removed > 0
         part = broker.partitions[p]
         if part.is_leader:
             self.fail(f"leader {broker.broker_id} truncated {p}")
