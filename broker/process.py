@@ -9,7 +9,9 @@ one nursery:
   `ControllerService` and the controller listener at this node's address in
   `controller.quorum.voters`, as `raftka controller` runs them);
 - the `Broker` on `listeners`, with a `QuorumControllerChannel` to the
-  active controller;
+  active controller; it registers `advertised.listeners` (default: the
+  listener, a wildcard host replaced by this machine's name), which is
+  where clients are sent;
 - the `BrokerQuorumLink`: first image once caught up, registration,
   heartbeats.
 
@@ -30,12 +32,14 @@ import functools
 import logging
 import random
 import signal
+import socket
 from collections.abc import Callable
 
 import trio
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.lifecycle import ListenerSpec
 from broker.quorum_link import BrokerQuorumLink, QuorumControllerChannel
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
@@ -44,7 +48,7 @@ from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.node.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
-from raftka.config import NodeConfig
+from raftka.config import NodeConfig, parse_listener
 from raftka.errors import ConfigError
 from raftka.wire import ConnectionPool, serve
 
@@ -62,6 +66,21 @@ def _int_key(config: NodeConfig, key: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{key}={value} is below the minimum {minimum}")
     return value
+
+
+def advertised_listener(config: NodeConfig, bound_port: int) -> ListenerSpec:
+    """The endpoint registered for clients: `advertised.listeners` if set,
+    else the listener itself (a wildcard host becomes this machine's name,
+    as Kafka advertises it)."""
+    raw = config.raw.get("advertised.listeners")
+    if raw:
+        name, host, port = parse_listener(raw, "advertised.listeners")
+        return ListenerSpec(name, host, port or bound_port)
+    assert config.listener is not None
+    name, host, _port = config.listener
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return ListenerSpec(name, host, bound_port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,20 +162,20 @@ async def run_broker(
                 broker_stopped.set()
 
         server = await nursery.start(serve_broker)
+        advertised = advertised_listener(config, server.port)
         link_scope = trio.CancelScope()
 
         async def run_link(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
             with link_scope:
-                await link.run(server.port, task_status=task_status)
+                await link.run(advertised, task_status=task_status)
 
         await nursery.start(run_link)
         if handle_signals:
             nursery.start_soon(_stop_on_signals, nursery.cancel_scope, link, broker_scope, broker_stopped,
                                link_scope, node, shutdown_timeout_ms / 1000)
         await link.wait_serving()
-        assert config.listener is not None
         controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
-        ready = NodeReady(config.node_id, config.listener[1], server.port,
+        ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")
         _log.info("%s (cluster %s)", ready.line, cluster_id)
         if on_ready is not None:

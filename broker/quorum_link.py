@@ -127,13 +127,15 @@ class BrokerQuorumLink:
             lifecycle.poll_now()
         self._poke.set()
 
-    async def run(self, port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Register with the broker's bound `port`; heartbeat until the
-        controlled shutdown is over. Also publishes the first image."""
+    async def run(self, advertised: ListenerSpec, *,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register with the `advertised` endpoint (what clients are told to
+        connect to); heartbeat until the controlled shutdown is over. Also
+        publishes the first image."""
         config = self.broker.config
         self.lifecycle = BrokerLifecycle(
             broker_id=self.broker.node_id, cluster_id=self.cluster_id, incarnation_id=uuid.uuid4(),
-            listeners=(ListenerSpec(config.listener_name, config.host, port),), rack=config.rack,
+            listeners=(advertised,), rack=config.rack,
             heartbeat_interval_ms=self.heartbeat_interval_ms, now_ms=self._now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_first_image)

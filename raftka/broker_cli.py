@@ -4,10 +4,12 @@ The config is a properties file with Kafka's keys. A broker needs
 `node.id`, `process.roles=broker` (or `broker,controller` for a combined
 node), `controller.quorum.voters`, `listeners` (e.g.
 `PLAINTEXT://0.0.0.0:9092`) and `log.dirs`, formatted first with `raftka
-storage format`; `broker.rack`, `broker.heartbeat.interval.ms`,
-`log.segment.bytes`, `num.partitions`, ... are read as Kafka reads them.
-Prints `READY node=<id> broker=<host>:<port>` once the controller has
-unfenced it; SIGTERM or Ctrl-C stop it cleanly (controlled shutdown first).
+storage format`. Clients are sent to `advertised.listeners` (default: the
+listener, with this machine's name for a wildcard host). `broker.rack`,
+`broker.heartbeat.interval.ms`, `log.segment.bytes`, `num.partitions`, ...
+are read as Kafka reads them. Prints `READY node=<id> broker=<host>:<port>`
+once the controller has unfenced it; SIGTERM or Ctrl-C stop it cleanly
+(controlled shutdown first).
 """
 
 from __future__ import annotations

@@ -173,3 +173,20 @@ def test_lifecycle_core_does_no_io():
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & {"trio", "socket", "time", "os", "random", "asyncio"}
+
+
+def test_broker_registers_the_advertised_endpoint_clients_can_reach():
+    import socket
+
+    from broker.process import advertised_listener
+    from raftka.config import NodeConfig
+
+    base = {"node.id": "4", "process.roles": "broker", "controller.quorum.voters": "1@10.0.0.1:9093",
+            "log.dirs": "/data"}
+    wildcard = NodeConfig.from_properties({**base, "listeners": "PLAINTEXT://0.0.0.0:9092"})
+    assert advertised_listener(wildcard, 9092) == ListenerSpec("PLAINTEXT", socket.getfqdn(), 9092)
+    advertised = NodeConfig.from_properties({**base, "listeners": "PLAINTEXT://0.0.0.0:9092",
+                                             "advertised.listeners": "PLAINTEXT://kafka-4.example:19092"})
+    assert advertised_listener(advertised, 9092) == ListenerSpec("PLAINTEXT", "kafka-4.example", 19092)
+    ephemeral = NodeConfig.from_properties({**base, "listeners": "PLAINTEXT://127.0.0.1:0"})
+    assert advertised_listener(ephemeral, 41234) == ListenerSpec("PLAINTEXT", "127.0.0.1", 41234)
