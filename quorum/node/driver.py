@@ -92,8 +92,11 @@ _log = logging.getLogger("quorum.node.driver")
 
 EVENT_QUEUE_SIZE = 1024
 COALESCE_BYTES = 2 * 1024 * 1024
-APPLY_READ_BYTES = 1024 * 1024
-APPLY_BYTES_PER_TURN = 8 * 1024 * 1024
+#: Record bytes decided per turn; later proposals wait for the next turn.
+TURN_PROPOSAL_BYTES = 256 * 1024
+#: Committed bytes applied per turn of the loop: large enough that one replay
+#: covers many batches, small enough that a turn stays short (~0.1 s).
+APPLY_BYTES_PER_TURN = 512 * 1024
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -189,6 +192,7 @@ class RaftNode:
         self._waiters: dict[Any, _Waiter] = {}
         self._proposals: list[_Proposal] = []
         self._precomputed: collections.deque[_Proposal] = collections.deque()
+        self._deferred: list[Any] = []
         self._subscribers: list[_Subscriber] = []
         self._leadership_listeners: list[Any] = []
         self._active_epoch: int | None = None
@@ -326,7 +330,10 @@ class RaftNode:
                 task_status.started(self)
                 await self._loop(quorum_state)
         finally:
-            self._fail_proposals(NotLeaderError(None, self.core.epoch if self.core else 0))
+            stopped = NotLeaderError(None, self.core.epoch if self.core else 0)
+            self._fail_proposals(stopped)
+            for event in self._deferred:
+                event.finish(error=stopped)
             log.storage_log.close()
 
     def _followed_leader(self) -> tuple[int | None, int]:
@@ -340,9 +347,11 @@ class RaftNode:
         core = self.core
         assert core is not None
         while True:
-            events: list[Any] = []
-            with trio.move_on_at(self._wake_at_ms / 1000):
-                events.append(await self._events.receive())
+            events: list[Any] = list(self._deferred)
+            self._deferred.clear()
+            if not events:
+                with trio.move_on_at(self._wake_at_ms / 1000):
+                    events.append(await self._events.receive())
             while len(events) < EVENT_QUEUE_SIZE:
                 try:
                     events.append(self._events.receive_nowait())
@@ -372,8 +381,14 @@ class RaftNode:
             self._precomputed.extend(p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
             batch, batch_bytes, proposals = [], 0, []
 
+        turn_bytes = 0
         for event in events:
             if isinstance(event, _Proposal):
+                if turn_bytes >= TURN_PROPOSAL_BYTES:
+                    # Enough decisions for one turn: let the followers have these
+                    # records (and the loop its Fetches) before deciding more.
+                    self._deferred.append(event)
+                    continue
                 if not core.is_leader or self._active_epoch != core.epoch:
                     event.finish(error=NotLeaderError(core.leader_and_epoch.leader_id, core.epoch))
                     continue
@@ -395,6 +410,7 @@ class RaftNode:
                 event.base_offset, event.last_offset, event.epoch = base, base + len(records) - 1, core.epoch
                 batch += records
                 batch_bytes += size
+                turn_bytes += size
                 proposals.append(event)
                 if batch_bytes >= COALESCE_BYTES:
                     append_batch()
@@ -490,10 +506,10 @@ class RaftNode:
                 assert p.image_after is not None
                 self.state = MetadataState(p.image_after, p.last_offset + 1, p.epoch)
                 continue
-            data = log.read(self.state.next_offset, APPLY_READ_BYTES, hw)
+            data = log.read(self.state.next_offset, budget, hw)
             if not data:
                 break
-            self.state, _ = self.state.apply(data)
+            self.state, _ = self.state.apply(data)  # one replay for the whole chunk
             budget -= len(data)
         if self.state.image is not old:
             self._publish(old)
