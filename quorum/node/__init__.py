@@ -3,6 +3,8 @@
 - `driver.RaftNode`: runs a `RaftCore` as a voter or an observer; persists
   before it sends; applies committed records to the `MetadataImage` and
   publishes it; `propose` / `propose_with` for the active controller.
+- `events`, `publish`: what callers wait on; who hears of new images and
+  leadership.
 - `network.RaftChannel`: outbound Raft requests (ConnectionPool), failed
   requests as error responses, dead-leader detection.
 - `handler.QuorumRequestHandler`: the controller listener's dispatch.
@@ -16,6 +18,8 @@
 - `process.run_controller`: the `raftka controller` process.
 """
 
-from quorum.node.driver import MetadataListener, RaftNode
+from quorum.node.driver import RaftNode
+from quorum.node.events import MetadataListener, Staged
+from quorum.node.publish import LeadershipListener
 
-__all__ = ["MetadataListener", "RaftNode"]
+__all__ = ["LeadershipListener", "MetadataListener", "RaftNode", "Staged"]

@@ -42,7 +42,8 @@ from quorum.controller import SUPPORTED_REQUESTS, ControllerConfig, ControllerRe
 from quorum.metadata.image import LoggedRecord, MetadataImage
 from quorum.metadata.records import encode_record
 from quorum.node.controller_errors import error_response
-from quorum.node.driver import RaftNode, Staged
+from quorum.node.driver import RaftNode
+from quorum.node.events import Staged
 from quorum.node.metadata_log import MAX_BATCH_BYTES
 from quorum.raft import NotLeaderError
 from raftka.errors import RaftkaError

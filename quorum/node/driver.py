@@ -54,7 +54,6 @@ controller replays the log first"), and `on_leader_lost(epoch)`.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import logging
 import random
@@ -64,11 +63,12 @@ from typing import Any
 
 import trio
 
-from quorum.metadata.delta import MetadataDelta, image_delta
 from quorum.metadata.image import MetadataImage
 from quorum.node.applier import MetadataState
+from quorum.node.events import Build, Call, MetadataListener, Proposal, ProposalTooLargeError, Staged, Waiter
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
 from quorum.node.network import RaftChannel
+from quorum.node.publish import LeadershipListener, Publisher
 from quorum.node.quorum_state import QuorumStateFile
 from quorum.node.snapshots import snapshot_of_image
 from quorum.raft import (
@@ -83,9 +83,8 @@ from quorum.raft import (
     RaftCore,
     SnapshotId,
 )
-from quorum.raft.errors import RaftError
-from quorum.raft.storage_log import StorageReplicatedLog
 from quorum.raft.messages import Message
+from quorum.raft.storage_log import StorageReplicatedLog
 from raftka.wire import ConnectionPool
 
 _log = logging.getLogger("quorum.node.driver")
@@ -98,68 +97,10 @@ TURN_PROPOSAL_BYTES = 256 * 1024
 #: covers many batches, small enough that a turn stays short (~0.1 s).
 APPLY_BYTES_PER_TURN = 512 * 1024
 
+
 def wall_clock_ms() -> int:
+    """Record batch timestamps are wall-clock time; timers use trio's monotonic clock."""
     return time.time_ns() // 1_000_000
-
-
-MetadataListener = Callable[[MetadataImage, "MetadataDelta | None"], None]
-
-
-class ProposalTooLargeError(RaftError):
-    """A proposal's records exceed the 8 MiB a metadata batch may hold; split it."""
-
-
-@dataclasses.dataclass(eq=False)
-class _Waiter:
-    done: trio.Event = dataclasses.field(default_factory=trio.Event)
-    value: Any = None
-    error: BaseException | None = None
-
-    def finish(self, value: Any = None, error: BaseException | None = None) -> None:
-        if not self.done.is_set():
-            self.value, self.error = value, error
-            self.done.set()
-
-    async def wait(self) -> Any:
-        await self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Staged:
-    """What a `propose_with` build may return instead of bare records: the
-    records, and the image after them (applied at the offsets the build was
-    given). The leader then adopts that image when they commit instead of
-    decoding and replaying its own records again."""
-
-    records: Sequence[bytes]
-    image_after: MetadataImage | None = None
-
-
-Build = Callable[[int, int], "Sequence[bytes] | Staged"]
-
-
-@dataclasses.dataclass(eq=False)
-class _Proposal(_Waiter):
-    build: Build = lambda base, epoch: ()
-    base_offset: int = -1
-    last_offset: int = -1
-    epoch: int = -1
-    image_after: MetadataImage | None = None
-
-
-@dataclasses.dataclass(eq=False)
-class _Call(_Waiter):
-    fn: Callable[[int], Output | None] = lambda now_ms: None
-
-
-@dataclasses.dataclass(eq=False)
-class _Subscriber:
-    callback: MetadataListener
-    broker_id: int | None
-
 
 class RaftNode:
     """A member of the metadata quorum: a voter if `node_id` is in `voters`, else an observer.
@@ -189,14 +130,12 @@ class RaftNode:
         self._segment_bytes = segment_bytes
         self._send_events, self._events = trio.open_memory_channel[Any](EVENT_QUEUE_SIZE)
         self._tokens = itertools.count()
-        self._waiters: dict[Any, _Waiter] = {}
-        self._proposals: list[_Proposal] = []
-        self._precomputed: collections.deque[_Proposal] = collections.deque()
+        self._waiters: dict[Any, Waiter] = {}
+        self._proposals: list[Proposal] = []
+        self._precomputed: collections.deque[Proposal] = collections.deque()
         self._deferred: list[Any] = []
-        self._subscribers: list[_Subscriber] = []
-        self._leadership_listeners: list[Any] = []
+        self._publisher = Publisher()
         self._active_epoch: int | None = None
-        self._changed = trio.Event()
         self._snapshotting = False
         self._wake_at_ms = 0
         self.core: RaftCore | None = None
@@ -243,15 +182,15 @@ class RaftNode:
         """Call `callback(image, delta)` after every change of the committed
         image, in the driver task (be quick; start tasks for slow work).
         `delta` is what changed for `broker_id`'s replicas (None without one)."""
-        self._subscribers.append(_Subscriber(callback, broker_id))
+        self._publisher.subscribe(callback, broker_id)
 
-    def add_leadership_listener(self, listener: Any) -> None:
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """`listener.on_leader_active(epoch, image)` / `listener.on_leader_lost(epoch)`, in the driver task."""
-        self._leadership_listeners.append(listener)
+        self._publisher.add_leadership_listener(listener)
 
     async def wait_for_change(self) -> None:
         """Return after the next turn of the loop that changed the node's view."""
-        await self._changed.wait()
+        await self._publisher.wait_for_change()
 
     async def wait_until_applied(self, offset: int) -> None:
         """Wait until every record below `offset` is in `image`."""
@@ -264,7 +203,7 @@ class RaftNode:
         """Hand a Raft request to the core; its answer (a Fetch may be parked
         up to its max wait first)."""
         token = ("in", next(self._tokens))
-        waiter = _Waiter()
+        waiter = Waiter()
         self._waiters[token] = waiter
         try:
             await self._send_events.send(Inbound(source_id, message, token))
@@ -281,13 +220,13 @@ class RaftNode:
         """Run `build(base_offset, epoch)` in the driver loop and append the
         records it returns at base_offset; return once they are committed
         (with no records: once everything appended before is committed)."""
-        proposal = _Proposal(build=build)
+        proposal = Proposal(build=build)
         await self._send_events.send(proposal)
         return await proposal.wait()
 
     async def call(self, fn: Callable[[int], Output | None]) -> Any:
         """Run `fn(now_ms)` in the driver loop; an Output it returns is obeyed."""
-        call = _Call(fn=fn)
+        call = Call(fn=fn)
         await self._send_events.send(call)
         return await call.wait()
 
@@ -369,7 +308,7 @@ class RaftNode:
         outputs: list[Output] = []
         batch: list[bytes] = []
         batch_bytes = 0
-        proposals: list[_Proposal] = []
+        proposals: list[Proposal] = []
 
         def append_batch() -> None:
             nonlocal batch, batch_bytes, proposals
@@ -383,7 +322,7 @@ class RaftNode:
 
         turn_bytes = 0
         for event in events:
-            if isinstance(event, _Proposal):
+            if isinstance(event, Proposal):
                 if turn_bytes >= TURN_PROPOSAL_BYTES:
                     # Enough decisions for one turn: let the followers have these
                     # records (and the loop its Fetches) before deciding more.
@@ -421,7 +360,7 @@ class RaftNode:
                         and event.correlation not in self._waiters:
                     continue  # its requester gave up
                 outputs.append(core.handle(event, now_ms))
-            elif isinstance(event, _Call):
+            elif isinstance(event, Call):
                 try:
                     result = event.fn(now_ms)
                 except Exception as exc:
@@ -516,10 +455,7 @@ class RaftNode:
         return self.state.next_offset < hw
 
     def _publish(self, old: MetadataImage) -> None:
-        new = self.state.image
-        for s in self._subscribers:
-            delta = image_delta(old, new, s.broker_id) if s.broker_id is not None else None
-            s.callback(new, delta)
+        self._publisher.image_changed(old, self.state.image)
 
     def _after_turn(self) -> None:
         core = self.core
@@ -541,16 +477,13 @@ class RaftNode:
         if self._active_epoch is not None and (not core.is_leader or core.epoch != self._active_epoch):
             lost, self._active_epoch = self._active_epoch, None
             _log.info("node %d is no longer the active leader of epoch %d", self.node_id, lost)
-            for listener in self._leadership_listeners:
-                listener.on_leader_lost(lost)
+            self._publisher.leader_lost(lost)
         start = core.leader_epoch_start_offset
         if self._active_epoch is None and start is not None and self.state.next_offset > start:
             self._active_epoch = core.epoch
             _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch, start)
-            for listener in self._leadership_listeners:
-                listener.on_leader_active(core.epoch, self.state.image)
-        changed, self._changed = self._changed, trio.Event()
-        changed.set()
+            self._publisher.leader_active(core.epoch, self.state.image)
+        self._publisher.changed()
 
     def _fail_proposals(self, error: BaseException) -> None:
         self._precomputed.clear()
