@@ -70,7 +70,7 @@ def up_main(args: argparse.Namespace) -> int:
 
     from raftka.cluster import LocalCluster
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if args.mode == "zk":
         console.print("raftka cluster up: --mode zk is not available yet: the ZooKeeper-mode controller "
                       "process is still being built (quorum/zookeeper/); use --mode kraft", style="red")

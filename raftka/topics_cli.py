@@ -15,6 +15,7 @@ an unreachable cluster.
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -57,13 +58,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _admin(args: argparse.Namespace) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": args.bootstrap_server, "socket.timeout.ms": int(args.timeout * 1000)})
+    # librdkafka's own log lines (one per failed connect) would bury our message.
+    quiet = logging.getLogger("raftka.topics.librdkafka")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    return AdminClient({"bootstrap.servers": args.bootstrap_server, "socket.timeout.ms": int(args.timeout * 1000),
+                        "logger": quiet})
 
 
 def _fail(message: str, code: int) -> int:
     from rich.console import Console
 
-    Console(stderr=True).print(f"raftka topics: {message}", style="red", markup=False, highlight=False)
+    Console(stderr=True).print(f"raftka topics: {message}", style="red", markup=False, highlight=False,
+                               soft_wrap=True)
     return code
 
 
@@ -86,6 +93,10 @@ def _wrap(fn: Any) -> Any:
             return fn(args)
         except _Unreachable as exc:
             return _fail(str(exc), 2)
+        except ModuleNotFoundError as exc:
+            if exc.name != "confluent_kafka":
+                raise
+            return _fail("needs confluent-kafka: pip install confluent-kafka (or raftka[test])", 2)
     return run
 
 
