@@ -18,12 +18,14 @@ unclean leader election; thorough (RAFTKA_HYPOTHESIS_PROFILE=thorough):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 from hypothesis import example, given, settings
 
 from replication_sim.cluster import Fault, Scenario, SimCluster, run_scenario
+from replication_sim.invariants import SafetyViolation
 from replication_sim.network import NetworkConditions
 from replication_sim.schedule import scenarios
 
@@ -99,3 +101,31 @@ def test_a_leader_cut_off_from_the_controller_is_fenced_and_replaced() -> None:
     cluster.loop.run_until(1800)
     assert not cluster.brokers[1].partitions[0].is_leader
     cluster.invariants.check()
+
+
+def test_the_same_scenario_replays_the_same_run() -> None:
+    scenario = Scenario(seed=21, partitions=2, conditions=NetworkConditions(max_delay_ms=20, drop_rate=0.05),
+                        faults=(Fault(100, "crash", 0, 300, 1), Fault(500, "cut_brokers", 1, 300, 0)))
+    traces = []
+    for _ in range(2):
+        cluster = SimCluster(scenario)
+        cluster.start()
+        for fault in scenario.faults:
+            cluster.schedule(fault)
+        cluster.produce_until(200, 1500)
+        cluster.loop.run_until(1500)
+        traces.append((cluster.trace, cluster.loop.events, cluster.producer.acked))
+    assert traces[0] == traces[1] and len(traces[0][0]) > 10
+
+
+def test_a_broker_acting_on_metadata_from_before_its_registration_is_caught() -> None:
+    """Why the shell applies partition metadata only from an image that holds
+    its own new registration (KIP-631): broker 1 led at epoch 0, crashed
+    (losing its unflushed log) and restarted cut off from the controller.
+    Acting on its replayed metadata, it leads epoch 0 again with an empty log;
+    its followers would truncate to it. The invariants see the lost records."""
+    scenario = Scenario(seed=0, partitions=1, publish_before_registration=True,
+                        faults=(Fault(100, "crash", 0, 20, 0), Fault(100, "cut_controller", 0, 100, 0)))
+    with pytest.raises(SafetyViolation, match="is lost: leader 1 \\(epoch 0\\)"):
+        run_scenario(scenario)
+    run_scenario(dataclasses.replace(scenario, publish_before_registration=False))

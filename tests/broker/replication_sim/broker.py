@@ -79,6 +79,9 @@ class SimBroker(Node):
         self.network = cluster.network
         self.fs = SimFileSystem(fs_seed)
         self.fs.makedirs(DATA_DIR)
+        #: The newest image applied, kept across crashes: the broker's local
+        #: copy of the metadata log, which it replays on start.
+        self.disk_image: MetadataImage | None = None
         self.alive = False
         self._reset()
 
@@ -103,6 +106,11 @@ class SimBroker(Node):
         self.alive = True
         self.incarnation += 1
         self._reset()
+        if self.cluster.scenario.publish_before_registration and self.disk_image is not None:
+            # The mistake the KIP-631 rule prevents: act on the replayed local
+            # metadata before the image holds this process's registration.
+            self.latest_image = self.disk_image
+            self._apply_latest()
         self._register()
         self._every(HEARTBEAT_MS, self._heartbeat)
         self._every(METADATA_PULL_MS, self._pull_metadata)
@@ -180,11 +188,13 @@ class SimBroker(Node):
 
     def _apply_latest(self) -> None:
         image = self.latest_image
-        if image is None or self.broker_epoch < 0 or image.offset < self.broker_epoch:
+        gated = not self.cluster.scenario.publish_before_registration
+        if image is None or (gated and (self.broker_epoch < 0 or image.offset < self.broker_epoch)):
             return  # KIP-631: not before the image holds our own registration
         if image.offset <= self.image.offset:
             return
         old, self.image = self.image, image
+        self.disk_image = image
         now = self.loop.now_ms
         eligible = eligible_brokers(image)
         delta = image_delta(old, image, self.broker_id)

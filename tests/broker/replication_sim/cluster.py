@@ -63,6 +63,9 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     flush_interval_ms: int = 0
     produce_every_ms: int = 20
+    #: Brokers act on their replayed metadata before it holds their new
+    #: registration (a shell bug; tests show the invariants catch it).
+    publish_before_registration: bool = False
 
 
 @dataclasses.dataclass
