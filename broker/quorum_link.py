@@ -11,14 +11,17 @@ the `Broker`:
   the node has caught up: it has heard the quorum's high watermark and
   applied everything below it (Kafka's broker waits for the same before
   its first publish, so that `LogManager.load` judges stray logs against a
-  complete image). Every later image goes through at once, with the
-  node's delta for this broker.
+  complete image). Later images are handed over by the link's own task,
+  not in the Raft driver's callback: opening or deleting logs must not
+  stall the driver (a voter, on a combined node). The broker computes the
+  delta from the image it has, so images that arrive meanwhile fold into
+  one delta.
 - **Lifecycle out.** `broker.lifecycle.BrokerLifecycle` decides when to
   register and heartbeat; this shell sends through the `ControllerClient`
   (to whichever voter is the active controller) and feeds answers back.
   Heartbeats say want_fence until the first image is published, then
-  carry the applied metadata offset, so the controller unfences the broker
-  once it has caught up (KIP-631).
+  carry the offset of the broker's image, so the controller unfences the
+  broker once it has seen its own registration (KIP-631).
 - **Controlled shutdown.** `controlled_shutdown(timeout_s)` heartbeats
   want_shut_down until the controller answers should_shut_down (its
   leaderships have moved), or until the timeout; the caller then stops
@@ -86,7 +89,8 @@ class BrokerQuorumLink:
         self.published = False
         self._poke = trio.Event()
         self._progress = trio.Event()
-        node.subscribe(self._on_image, broker_id=broker.node_id)
+        self._new_image = trio.Event()
+        node.subscribe(self._on_image)
 
     # --- metadata in -----------------------------------------------------------------
 
@@ -95,27 +99,33 @@ class BrokerQuorumLink:
         return hw is not None and self.node.applied_offset >= hw
 
     def _on_image(self, image: MetadataImage, delta: MetadataDelta | None) -> None:
-        # In the driver task: after the first publish, every image goes through.
-        if self.published:
-            self.broker.on_metadata_update(image, delta)
-            self._wake()
+        # In the Raft driver's task, which must not wait for the broker's
+        # log work (opening, deleting): only wake the publisher.
+        self._new_image.set()
 
-    async def _publish_first_image(self) -> None:
+    async def _publish_images(self) -> None:
         while not self.caught_up():
             await self.node.wait_for_change()
-        image = self.node.image
         _log.info("broker %d caught up with the metadata log at offset %d: publishing %r",
-                  self.broker.node_id, self.node.applied_offset, image)
-        self.broker.on_metadata_update(image)
-        self.published = True
-        self._wake()
+                  self.broker.node_id, self.node.applied_offset, self.node.image)
+        while True:
+            self._new_image = trio.Event()
+            image = self.node.image
+            if image.offset > self.broker.image.offset or not self.published:
+                # The broker computes the delta from the image it has, so
+                # images that came while it worked fold into one delta.
+                self.broker.on_metadata_update(image)
+                self.published = True
+                self._wake()
+            await self._new_image.wait()
 
     # --- lifecycle out --------------------------------------------------------------------
 
     @property
     def metadata_offset(self) -> int:
-        """The offset of the newest metadata record applied (control records included)."""
-        return self.node.applied_offset - 1
+        """The offset of the newest metadata record in the broker's image: the
+        controller unfences the broker once it has seen its own registration."""
+        return self.broker.image.offset
 
     def _now_ms(self) -> int:
         return int(trio.current_time() * 1000)
@@ -138,7 +148,7 @@ class BrokerQuorumLink:
             listeners=(advertised,), rack=config.rack,
             heartbeat_interval_ms=self.heartbeat_interval_ms, now_ms=self._now_ms())
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._publish_first_image)
+            nursery.start_soon(self._publish_images)
             task_status.started()
             await self._heartbeat_loop()
             nursery.cancel_scope.cancel()

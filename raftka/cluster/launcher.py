@@ -272,7 +272,7 @@ class LocalCluster:
             for n in running:
                 self._check_alive(n)
             for n in list(waiting):
-                if "READY " in n.output_since_start():
+                if any(line.startswith("READY ") for line in n.output_since_start().splitlines()):
                     waiting.remove(n)
             self._check_deadline(deadline, "nodes did not print READY: "
                                  + ", ".join(f"{n.role} {n.node_id} (see {n.output_path})" for n in waiting))
