@@ -86,6 +86,8 @@ class ControllerService:
         """Host the session timer; runs until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self._epoch is not None:  # activated before this task ran
+                nursery.start_soon(self._session_timer, self._epoch)
             task_status.started()
             await trio.sleep_forever()
 

@@ -1,7 +1,8 @@
 """A quorum of RaftNodes inside one trio run: real sockets on loopback, real
 files under tmp_path, short timeouts. Each node serves its controller
 listener like a `raftka controller` process does; `stop` cancels a node
-(its files stay, like a crash after the last fsync), `start` brings it back.
+abruptly (no resignation, no goodbye; its files stay), `start` brings it
+back on the same files and port.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class InProcessQuorum:
                 task_status.started(Member(node, controller, scope, finished))
 
     async def stop(self, node_id: int) -> None:
-        """Cancel the node (a crash that keeps what was fsynced) and wait until it is gone."""
+        """Cancel the node abruptly and wait until it is gone (its files stay)."""
         member = self.members.pop(node_id)
         member.scope.cancel()
         await member.finished.wait()
