@@ -18,11 +18,10 @@ from __future__ import annotations
 import time
 from typing import Iterator, Mapping
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bench.spark_source.offsets import OffsetRange, PartitionBounds, SparkSourceError
-from bench.spark_source.rows import Record
 
 LIST_TIMEOUT_S = 30.0
 # How long one consume() call blocks; the range's own deadline is pollTimeoutMs.
@@ -79,57 +78,79 @@ def _list_offsets(admin: AdminClient, partitions: list[TopicPartition], spec: Of
     return offsets
 
 
-def read_range(config: Mapping[str, str | bool], rng: OffsetRange, poll_timeout_ms: int) -> Iterator[list[Record]]:
+def read_range(config: Mapping[str, str | bool], rng: OffsetRange, poll_timeout_ms: int) -> Iterator[list[Message]]:
     """Yield the records of `rng` in offset order, in lists of at most BATCH_RECORDS / about BATCH_BYTES."""
     consumer = Consumer(dict(config))
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start_offset)])
-        next_offset = rng.start_offset
+        reading = RangeReading(rng)
         deadline = time.monotonic() + poll_timeout_ms / 1000
-        batch: list[Record] = []
+        batch: list[Message] = []
         batch_bytes = 0
-        last_error: KafkaError | None = None
-        while next_offset < rng.end_offset:
-            messages = consumer.consume(min(BATCH_RECORDS, rng.end_offset - next_offset), CONSUME_WAIT_S)
-            progressed = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() in _PASSING_ERRORS or (error.retriable() and not error.fatal()):
-                        last_error = error  # the client retries; pollTimeoutMs bounds the wait
-                        continue
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise SparkSourceError(_read_error(rng, next_offset, error))
-                    if message.offset() >= rng.end_offset:
-                        next_offset = rng.end_offset
-                        break
-                    continue
-                offset = message.offset()
-                if offset >= rng.end_offset:
-                    next_offset = rng.end_offset
-                    break
-                # Within a partition offsets only go up (ARCHITECTURE.md invariants).
-                assert offset >= next_offset, (rng, offset, next_offset)
-                key, value = message.key(), message.value()
-                batch.append((key, value, offset, message.timestamp(), message.headers()))
-                batch_bytes += len(key or b"") + len(value or b"")
-                next_offset = offset + 1
-                progressed = True
-            if progressed:
+        while not reading.done:
+            messages = consumer.consume(min(BATCH_RECORDS, rng.end_offset - reading.next_offset), CONSUME_WAIT_S)
+            records = reading.accept(messages)
+            if records:
+                batch += records
+                batch_bytes += sum(map(len, records))  # value bytes
                 deadline = time.monotonic() + poll_timeout_ms / 1000
-            elif next_offset < rng.end_offset and time.monotonic() > deadline:
+            elif not reading.done and time.monotonic() > deadline:
+                last = reading.last_error.str() if reading.last_error else "none"
                 raise SparkSourceError(
-                    f"{rng.topic}-{rng.partition}: no record at or after offset {next_offset} within "
+                    f"{rng.topic}-{rng.partition}: no record at or after offset {reading.next_offset} within "
                     f"pollTimeoutMs={poll_timeout_ms}, though the range planned reaches {rng.end_offset}; "
-                    f"is the partition's leader up? (last client error: {last_error.str() if last_error else 'none'}; "
+                    f"is the partition's leader up? (last client error: {last}; "
                     "raise pollTimeoutMs for a slow cluster)")
-            if batch and (len(batch) >= BATCH_RECORDS or batch_bytes >= BATCH_BYTES or next_offset >= rng.end_offset):
+            if batch and (len(batch) >= BATCH_RECORDS or batch_bytes >= BATCH_BYTES or reading.done):
                 yield batch
                 batch, batch_bytes = [], 0
-        if batch:
-            yield batch
     finally:
         consumer.close()
+
+
+class RangeReading:
+    """Which consumed messages belong to the range, and whether it is complete."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        self.rng = rng
+        self.next_offset = rng.start_offset
+        self.last_error: KafkaError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.next_offset >= self.rng.end_offset
+
+    def accept(self, messages: list[Message]) -> list[Message]:
+        if not messages:
+            return []
+        last = messages[-1]
+        # The common case, checked in bulk: records only, all inside the range.
+        if (last.error() is None and last.offset() < self.rng.end_offset
+                and all(m.error() is None for m in messages)):
+            # Within a partition offsets only go up (ARCHITECTURE.md invariants).
+            assert messages[0].offset() >= self.next_offset, (self.rng, messages[0].offset(), self.next_offset)
+            self.next_offset = last.offset() + 1
+            return messages
+        records = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                if message.offset() >= self.rng.end_offset:
+                    self.next_offset = self.rng.end_offset
+                    break
+                assert message.offset() >= self.next_offset, (self.rng, message.offset(), self.next_offset)
+                records.append(message)
+                self.next_offset = message.offset() + 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                # Past the last record of the range there may be offsets without one.
+                if message.offset() >= self.rng.end_offset:
+                    self.next_offset = self.rng.end_offset
+                    break
+            elif error.code() in _PASSING_ERRORS or (error.retriable() and not error.fatal()):
+                self.last_error = error  # the client retries; pollTimeoutMs bounds the wait
+            else:
+                raise SparkSourceError(_read_error(self.rng, self.next_offset, error))
+        return records
 
 
 def _read_error(rng: OffsetRange, offset: int, error: KafkaError) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import pyarrow as pa
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
 SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, "
@@ -29,10 +29,6 @@ SCHEMA_DDL = (
 # librdkafka's timestamp type constants -> Kafka's `TimestampType.id`, as
 # Spark's Kafka source reports them.
 _KAFKA_TIMESTAMP_TYPE = {TIMESTAMP_NOT_AVAILABLE: -1, TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
-
-# One consumed record: key, value, offset, (librdkafka timestamp type, ms), headers.
-Record = tuple[bytes | None, bytes | None, int, tuple[int, int], Sequence[tuple[str, bytes | None]] | None]
-
 
 def spark_schema():
     """The source's Spark schema (a StructType)."""
@@ -59,20 +55,18 @@ def arrow_schema(schema) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def record_batch(topic: str, partition: int, records: Sequence[Record], schema: pa.Schema) -> pa.RecordBatch:
-    n = len(records)
-    keys, values, offsets, timestamps_us, timestamp_types = [], [], [], [], []
-    header_offsets, header_keys, header_values = [0], [], []
-    for key, value, offset, (ts_type, ts_ms), headers in records:
-        keys.append(key)
-        values.append(value)
-        offsets.append(offset)
-        timestamps_us.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms * 1000)
-        timestamp_types.append(_KAFKA_TIMESTAMP_TYPE[ts_type])
-        for header_key, header_value in headers or ():
-            header_keys.append(header_key)
-            header_values.append(header_value)
-        header_offsets.append(len(header_keys))
+def record_batch(topic: str, partition: int, messages: Sequence[Message], schema: pa.Schema) -> pa.RecordBatch:
+    """The records (confluent-kafka `Message`s without error) of one partition as Spark rows."""
+    n = len(messages)
+    stamps = [m.timestamp() for m in messages]
+    headers = [m.headers() for m in messages]
+    header_offsets, header_keys, header_values = [0] * (n + 1), [], []
+    if any(headers):
+        for i, record_headers in enumerate(headers):
+            for header_key, header_value in record_headers or ():
+                header_keys.append(header_key)
+                header_values.append(header_value)
+            header_offsets[i + 1] = len(header_keys)
 
     def column(name: str, data: list) -> pa.Array:
         return pa.array(data, schema.field(name).type)
@@ -83,13 +77,13 @@ def record_batch(topic: str, partition: int, records: Sequence[Record], schema: 
          pa.array(header_values, headers_type.value_type.field("value").type)],
         fields=list(headers_type.value_type))
     columns = [
-        column("key", keys),
-        column("value", values),
+        column("key", [m.key() for m in messages]),
+        column("value", [m.value() for m in messages]),
         column("topic", [topic] * n),
         column("partition", [partition] * n),
-        column("offset", offsets),
-        column("timestamp", timestamps_us),
-        column("timestampType", timestamp_types),
+        column("offset", [m.offset() for m in messages]),
+        column("timestamp", [None if kind == TIMESTAMP_NOT_AVAILABLE else ms * 1000 for kind, ms in stamps]),
+        column("timestampType", [_KAFKA_TIMESTAMP_TYPE[kind] for kind, _ in stamps]),
         _list_array(header_offsets, header_struct, headers_type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

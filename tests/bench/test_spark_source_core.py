@@ -1,13 +1,22 @@
-"""The `raftka` Spark source's pure parts: offset planning, the micro-batch
-limit, options, and the Arrow rows (no cluster, no SparkSession)."""
+"""The `raftka` Spark source without a cluster or a SparkSession: offset
+planning, the micro-batch limit, options, which consumed messages make up
+a range, and the Arrow rows."""
 
 import math
 import re
 
 import pytest
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    Message,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.spark_source.kafka_io import RangeReading
 from bench.spark_source.offsets import (
     OffsetRange,
     PartitionBounds,
@@ -151,15 +160,14 @@ def test_bad_options_name_the_option(options, streaming, message):
 
 
 def test_rows_are_arrow_batches_in_the_schema_spark_checks():
-    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
-
     from bench.spark_source import rows
 
     schema = rows.arrow_schema(rows.spark_schema())
     batch = rows.record_batch("t", 2, [
-        (b"k", b"v", 7, (TIMESTAMP_CREATE_TIME, 1_700_000_000_123), [("a", b"1"), ("a", None)]),
-        (None, None, 9, (TIMESTAMP_NOT_AVAILABLE, -1), None),
-        (b"", b"x", 10, (TIMESTAMP_LOG_APPEND_TIME, 5), []),
+        Message(offset=7, key=b"k", value=b"v", timestamp=(TIMESTAMP_CREATE_TIME, 1_700_000_000_123),
+                headers=[("a", b"1"), ("a", None)]),
+        Message(offset=9, timestamp=(TIMESTAMP_NOT_AVAILABLE, -1)),
+        Message(offset=10, key=b"", value=b"x", timestamp=(TIMESTAMP_LOG_APPEND_TIME, 5), headers=[]),
     ], schema)
     assert batch.schema.equals(schema)
     got = batch.to_pylist()
@@ -167,3 +175,37 @@ def test_rows_are_arrow_batches_in_the_schema_spark_checks():
         (b"k", b"v", "t", 2, 7, 0), (None, None, "t", 2, 9, -1), (b"", b"x", "t", 2, 10, 1)]
     assert [r["timestamp"] and int(r["timestamp"].timestamp() * 1000) for r in got] == [1_700_000_000_123, None, 5]
     assert [r["headers"] for r in got] == [[{"key": "a", "value": b"1"}, {"key": "a", "value": None}], [], []]
+
+
+def record(offset):
+    return Message(topic="t", partition=0, offset=offset, value=b"v")
+
+
+def event(code, offset=-1):
+    return Message(topic="t", partition=0, offset=offset, error=KafkaError(code, "from the test"))
+
+
+@pytest.mark.parametrize("polls, offsets, done", [
+    # records up to the end: done without waiting for more
+    ([[record(3), record(4)], [record(5)]], [3, 4, 5], True),
+    # a gap inside the range (compaction) is fine
+    ([[record(3), record(5)]], [3, 5], True),
+    # the range's last offsets hold no record: the EOF past them ends it
+    ([[record(3)], [event(KafkaError._PARTITION_EOF, 8)]], [3], True),
+    # an EOF before the end means the rest is not readable yet: keep polling
+    ([[record(3), event(KafkaError._PARTITION_EOF, 4)]], [3], False),
+    # prefetched records past the end are not the range's
+    ([[record(4), record(5), record(6), record(7)]], [4, 5], True),
+    # a broker that went away is waited for (up to pollTimeoutMs)
+    ([[event(KafkaError._TRANSPORT)], [record(3)]], [3], False),
+])
+def test_a_range_read_takes_exactly_its_offsets(polls, offsets, done):
+    reading = RangeReading(OffsetRange("t", 0, 3, 6))
+    got = [m.offset() for batch in polls for m in reading.accept(batch)]
+    assert got == offsets and reading.done is done
+
+
+def test_a_range_whose_offsets_are_gone_fails_the_task():
+    reading = RangeReading(OffsetRange("t", 0, 3, 6))
+    with pytest.raises(SparkSourceError, match="t-0 at offset 3 .* no longer on the broker"):
+        reading.accept([event(KafkaError._AUTO_OFFSET_RESET, 3)])
