@@ -18,7 +18,7 @@ log that needs cleaning most and starts one. Per log, with
 
 - `first_uncleanable` is the lowest of: the active segment's base offset
   (the active segment is never cleaned); the high watermark the caller
-  passes (Kafka uses the last stable offset: a record above it may still
+  passes, or the start of the batch holding it, (Kafka uses the last stable offset: a record above it may still
   be truncated, and the older records it superseded must not be gone by
   then); and the base of the first segment holding a record newer than
   `min.compaction.lag.ms`.
@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from storage.checkpoint import OffsetCheckpointFile
@@ -135,6 +136,17 @@ def truncate_cleaner_checkpoint(log: Log) -> None:
         checkpoint.update({log.topic_partition: log.log_end_offset})
 
 
+def _batch_start(log: Log, offset: int) -> int:
+    """`offset`, or the base offset of the batch holding it: a pass maps
+    whole batches only."""
+    segments = log.segments
+    i = max(bisect_right([s.base_offset for s in segments], offset) - 1, 0)
+    found = segments[i].find_batch(offset)
+    if found is not None and found[1].base_offset < offset:
+        return found[1].base_offset
+    return offset
+
+
 # --- the cleaner ---
 
 
@@ -168,8 +180,8 @@ class LogCleaner:
         segments = log.segments
         first_dirty = self.first_dirty_offset(log)
         end = log.active_segment.base_offset
-        if c.high_watermark is not None:
-            end = min(end, c.high_watermark)
+        if c.high_watermark is not None and c.high_watermark < end:
+            end = _batch_start(log, c.high_watermark)
         if config.min_compaction_lag_ms > 0:
             for s in segments[:-1]:
                 if s.next_offset > first_dirty and s.largest_timestamp() > now_ms - config.min_compaction_lag_ms:
