@@ -25,7 +25,7 @@ def test_bench_produce_reports_throughput_latency_cpu_and_ceiling(tmp_path):
     assert rows["produce_records_per_s"]["value"] > 0 and rows["produce_records_per_s"]["unit"] == "records/s"
     assert rows["failed_records"]["value"] == 0
     assert rows["appended_bytes"]["value"] >= 3000 * 100  # every record's value reached the log
-    assert rows["broker_cpu_s_per_gb"]["value"] > 0
+    assert rows["broker_cpu_s_per_gb"]["value"] >= 0  # /proc counts 10 ms ticks: a short run may see none
     assert rows["produce_latency_p99"]["value"] >= rows["produce_latency_p50"]["value"] > 0
     assert rows["client_ceiling_records_per_s"]["value"] > 0
     assert rows["produce_records_per_s"]["partitions"] == 2 and rows["produce_records_per_s"]["acks"] == "1"
