@@ -16,6 +16,22 @@
   `quorum_state`: the quorum-state file.
 - `rpc`: Raft messages <-> kio; `describe_quorum`: API 55.
 - `process.run_controller`: the `raftka controller` process.
+- `local_quorum.LocalQuorum`, `workload`: N controller processes and
+  metadata write workloads, for tests and `raftka bench quorum`.
+
+A broker follows the metadata as an observer (or, in a combined process,
+through its own voter) like this:
+
+    node = RaftNode(node_id=broker_id, voters=config.controller_quorum_voters,
+                    log_dir=config.log_dirs[0], cluster_id=cluster_id,
+                    config=quorum.node.process.quorum_config(config))
+    node.subscribe(on_image, broker_id=broker_id)   # on_image(image, delta)
+    await nursery.start(node.run)
+    ...node.image, node.applied_offset, node.high_watermark, node.leader...
+    await node.wait_until_applied(offset); await node.wait_for_change()
+
+and reaches the active controller with
+`ControllerClient(pool, voters, leader_hint=lambda: node.leader.leader_id)`.
 """
 
 from quorum.node.driver import RaftNode

@@ -12,7 +12,8 @@ the server (`handle_request`), the answer to a request it sent (from
 1. takes every event already waiting (at least one, or wakes at the core's
    `wake_at_ms`) and feeds them to the core, in order; consecutive
    proposals are coalesced into one `core.propose`, so N concurrent
-   writers cost one batch append and one fsync;
+   writers cost one batch append and one fsync (a turn decides a bounded
+   amount, see TURN_PROPOSAL_BYTES; the rest wait for the next turn);
 2. **persists**: the newest election state to the `quorum-state` file and
    the log up to the largest `flush_log_to_offset`, both fsynced, in a
    worker thread while the loop task waits (events keep queueing meanwhile,
@@ -90,12 +91,14 @@ from raftka.wire import ConnectionPool
 _log = logging.getLogger("quorum.node.driver")
 
 EVENT_QUEUE_SIZE = 1024
-COALESCE_BYTES = 2 * 1024 * 1024
-#: Record bytes decided per turn; later proposals wait for the next turn.
-TURN_PROPOSAL_BYTES = 256 * 1024
-#: Committed bytes applied per turn of the loop: large enough that one replay
-#: covers many batches, small enough that a turn stays short (~0.1 s).
-APPLY_BYTES_PER_TURN = 512 * 1024
+# A turn of the loop must stay short: while it runs, no Fetch or vote is
+# handled, and a turn that outlasts controller.quorum.fetch.timeout.ms on a
+# busy machine looks like a dead leader. So a turn decides proposals worth
+# at most TURN_PROPOSAL_BYTES of records (always at least one; the rest
+# wait a turn) and applies at most APPLY_BYTES_PER_TURN of committed
+# records (in one replay, which is cheaper per record than many small ones).
+TURN_PROPOSAL_BYTES = 64 * 1024
+APPLY_BYTES_PER_TURN = 128 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -307,18 +310,17 @@ class RaftNode:
         assert core is not None and self.log is not None
         outputs: list[Output] = []
         batch: list[bytes] = []
-        batch_bytes = 0
         proposals: list[Proposal] = []
 
         def append_batch() -> None:
-            nonlocal batch, batch_bytes, proposals
+            nonlocal batch, proposals
             if batch:
                 result, out = core.propose(batch, now_ms)
                 assert result.base_offset == proposals[0].base_offset, (result, proposals[0].base_offset)
                 outputs.append(out)
             self._proposals.extend(proposals)
             self._precomputed.extend(p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
-            batch, batch_bytes, proposals = [], 0, []
+            batch, proposals = [], []
 
         turn_bytes = 0
         for event in events:
@@ -348,11 +350,8 @@ class RaftNode:
                     continue
                 event.base_offset, event.last_offset, event.epoch = base, base + len(records) - 1, core.epoch
                 batch += records
-                batch_bytes += size
                 turn_bytes += size
                 proposals.append(event)
-                if batch_bytes >= COALESCE_BYTES:
-                    append_batch()
                 continue
             append_batch()
             if isinstance(event, Inbound):
