@@ -26,10 +26,11 @@ log that needs cleaning most and starts one. Per log, with
   in `[log start, first_uncleanable)`, counted by whole segments.
 - A log is due when its ratio exceeds `min.cleanable.dirty.ratio`, or its
   oldest dirty segment began longer ago than `max.compaction.lag.ms`
-  (KIP-354), or a tombstone's delete horizon has passed (KIP-534; learnt
-  from the last pass over the log, so forgotten by a restart until the
-  next pass). The due log with the highest ratio goes first; a log is
-  started at most once per call.
+  (KIP-354), or a tombstone's delete horizon has passed (KIP-534). The
+  earliest horizon is learnt from each pass; a cleaner that has not seen
+  a log yet first reads the batch headers of its clean section for it
+  (`HorizonScan`). The due log with the highest ratio goes first; a log
+  is started at most once per call.
 
 A pass that completes moves the log's first dirty offset to its
 `map_end`. The offsets are kept in `cleaner-offset-checkpoint` in the log
@@ -56,7 +57,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from storage.checkpoint import OffsetCheckpointFile
 from storage.cleaner_config import CleanerConfig, CompactionConfig
-from storage.cleaner_job import DONE, CleaningAborted, CleaningJob
+from storage.cleaner_job import DONE, CleaningAborted, CleaningJob, HorizonScan
 from storage.errors import CorruptCheckpointError, CorruptRecordError, StorageError
 from storage.segment_swap import RetiredSegment
 
@@ -155,11 +156,13 @@ class LogCleaner:
 
     def __init__(self, config: CleanerConfig | None = None) -> None:
         self.config = config or CleanerConfig()
-        self.job: CleaningJob | None = None
+        self.job: CleaningJob | HorizonScan | None = None
         self._job_config: CompactionConfig | None = None
         # log -> (its truncations counter when read, first dirty offset)
         self._first_dirty: dict[Log, tuple[int, int | None]] = {}
-        self._delete_horizons: dict[Log, int] = {}
+        # log -> the earliest delete horizon of its tombstones (None: none);
+        # a log not in here was not scanned yet.
+        self._delete_horizons: dict[Log, int | None] = {}
         self._uncleanable: set[Log] = set()
         self._retired: list[RetiredSegment] = []
 
@@ -203,6 +206,13 @@ class LogCleaner:
             log = c.log
             if not c.config.compact or log in self._uncleanable or log in started:
                 continue
+            if log not in self._delete_horizons:
+                first_dirty = self.first_dirty_offset(log)
+                if first_dirty > log.log_start_offset:
+                    started.add(log)
+                    self.job = HorizonScan(log, first_dirty)
+                    return c
+                self._delete_horizons[log] = None
             ltc = self.log_to_clean(c, now_ms)
             horizon = self._delete_horizons.get(log)
             tombstones_due = horizon is not None and horizon <= now_ms and ltc.first_dirty > log.log_start_offset
@@ -272,7 +282,10 @@ class LogCleaner:
                 self._uncleanable.add(job.log)
                 self._abort(None)
                 continue
-            if job.phase == DONE:
+            if job.phase == DONE and isinstance(job, HorizonScan):
+                self._delete_horizons[job.log] = job.delete_horizon_ms
+                self.job = None
+            elif job.phase == DONE:
                 self._finish(job)
                 completed += 1
         return CleanStep(used, self.job is not None, completed)
@@ -284,10 +297,7 @@ class LogCleaner:
         checkpoint = _checkpoint_file(log)
         if checkpoint is not None:
             checkpoint.update({log.topic_partition: job.map_end})
-        if job.delete_horizon_ms is None:
-            self._delete_horizons.pop(log, None)
-        else:
-            self._delete_horizons[log] = job.delete_horizon_ms
+        self._delete_horizons[log] = job.delete_horizon_ms
         logger.info(
             "%s: compaction pass done up to offset %d: %d records removed, %d bytes read, %d written",
             log.dir_path,

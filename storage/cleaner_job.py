@@ -47,7 +47,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from storage.batch import HEADER_SIZE, iter_batch_headers, iter_records, parse_header
-from storage.batch_filter import filter_batch
+from storage.batch_filter import delete_horizon_ms, filter_batch
 from storage.cleaner_config import CompactionConfig
 from storage.errors import StorageError
 from storage.index import MAX_RELATIVE_OFFSET
@@ -291,3 +291,44 @@ def group_segments(segments: list[LogSegment], max_bytes: int, index_bytes: int)
     if current:
         groups.append(current)
     return groups
+
+
+class HorizonScan:
+    """Reads the batch headers of a log's clean section for the earliest
+    delete horizon of its tombstones (KIP-534): what a cleaner that just
+    started must learn once per log, or tombstones whose horizon passed
+    would wait for the next pass the dirty ratio triggers. Headers only:
+    one 61-byte read per batch, no record decoded."""
+
+    def __init__(self, log: Log, first_dirty: int) -> None:
+        self.log = log
+        self.truncations = log.truncations
+        self._segments = [s for s in log.segments[:-1] if s.base_offset < first_dirty]
+        self._index = 0
+        self._position = 0
+        self.phase = MAP
+        self.delete_horizon_ms: int | None = None
+        self.retired: list[RetiredSegment] = []
+
+    def step(self, max_bytes: int, now_ms: int) -> int:
+        if self.log.truncations != self.truncations:
+            raise CleaningAborted(f"{self.log.dir_path} was truncated during a scan for tombstones")
+        done = 0
+        while done < max_bytes and self._index < len(self._segments):
+            segment = self._segments[self._index]
+            if self._position + HEADER_SIZE > segment.size:
+                self._index += 1
+                self._position = 0
+                continue
+            header = parse_header(segment.log.pread(HEADER_SIZE, self._position))
+            horizon = delete_horizon_ms(header)
+            if horizon is not None and (self.delete_horizon_ms is None or horizon < self.delete_horizon_ms):
+                self.delete_horizon_ms = horizon
+            self._position += header.size_in_bytes
+            done += HEADER_SIZE
+        if self._index >= len(self._segments):
+            self.phase = DONE
+        return done
+
+    def abort(self) -> None:
+        self.phase = DONE

@@ -170,12 +170,10 @@ class _SwapSegment(LogSegment):
 def complete_swaps(fs: FileSystem, dir_path: str, config: LogConfig) -> int:
     """Finish the swaps a crash interrupted (module doc); return how many."""
     names = set(fs.listdir(dir_path))
-    swaps = sorted(
-        int(n[:20]) for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX) and n[:20].isdigit() and len(n) == 28
-    )
+    swaps = sorted(int(n[:20]) for n in names if n[:20].isdigit() and n[20:] == LOG_SUFFIX + SWAP_SUFFIX)
     if not swaps:
         return 0
-    bases = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit())
+    bases = sorted(int(n[:20]) for n in names if n[:20].isdigit() and n[20:] == LOG_SUFFIX)
     for base in swaps:
         end = _swap_end(fs, dir_path, base, config)
         replaced = [b for b in bases if base <= b < max(end, base + 1)]
