@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
     props = read_properties(args.config) if args.config else {}
+    # One broker: `__consumer_offsets` can have one replica only (Kafka's
+    # single-node example config says the same).
+    props.setdefault("offsets.topic.replication.factor", "1")
     for item in args.set:
         key, _, value = item.partition("=")
         props[key.strip()] = value.strip()

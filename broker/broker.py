@@ -16,9 +16,14 @@ exactly two doors to the rest of the cluster:
   requests (forwarded) and the broker's own AllocateProducerIds.
 
 Request handlers live in `broker.produce`, `broker.fetch`,
-`broker.list_offsets`, `broker.metadata_api` and `broker.admin`; each is
-`async def handle_x(broker, ctx, request)`. `run` serves until cancelled
-and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
+`broker.list_offsets`, `broker.metadata_api`, `broker.admin`,
+`broker.find_coordinator` and `broker.coordinator_runtime` (the group
+APIs); each is `async def handle_x(broker, ctx, request)`. Beside serving,
+`run` keeps the group coordinator (`GroupCoordinatorRuntime`: shards of
+the `__consumer_offsets` partitions led here, loaded and unloaded as
+metadata changes leadership) and the log cleaner (`broker.cleaner_runtime`)
+going. `run` serves until cancelled and then shuts down cleanly
+(checkpoints, `.kafka_cleanshutdown`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from collections.abc import Callable
 
 import trio
 
-from broker import admin, fetch, list_offsets, metadata_api, produce
+from broker import admin, fetch, find_coordinator, list_offsets, metadata_api, produce
+from broker.cleaner_runtime import run_log_cleaner
 from broker.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
+from broker.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
+from broker.group import GROUP_API_VERSIONS
 from broker.log_manager import LogManager
 from broker.replica_manager import ReplicaManager
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
@@ -53,6 +61,8 @@ _APIS = {
     # 4-byte placeholder where a 1-byte null count belongs; the wire layer
     # ignores the trailing bytes, as Kafka does.
     3: (1, 12, metadata_api.handle_metadata),
+    10: (find_coordinator.FIND_COORDINATOR_MIN_VERSION, find_coordinator.FIND_COORDINATOR_MAX_VERSION,
+         find_coordinator.handle_find_coordinator),
     19: (2, 7, admin.handle_create_topics),
     20: (1, 6, admin.handle_delete_topics),
     22: (0, 5, admin.handle_init_producer_id),
@@ -61,6 +71,9 @@ _APIS = {
     37: (0, 3, admin.handle_create_partitions),
     44: (0, 1, admin.handle_incremental_alter_configs),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+    # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+    **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},
 }
 
 
@@ -81,7 +94,8 @@ class Broker:
         self.controller = controller
         self.clock_ms = clock_ms
         self.image = MetadataImage()
-        self.log_manager = LogManager(config.log_dirs, clock_ms)
+        self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
+                                      producer_id_expiration_ms=config.producer_id_expiration_ms)
         log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
         self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults)
         self.apis = SupportedApis()
@@ -94,6 +108,7 @@ class Broker:
         self.server: Server | None = None
         #: Producer ids handed out from the current controller-allocated block.
         self.producer_ids = admin.ProducerIdBlock()
+        self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
 
     # --- metadata in ---------------------------------------------------
 
@@ -120,8 +135,14 @@ class Broker:
         self.replicas.apply_delta(image, delta)
         if configs_changed:
             self.replicas.refresh_topic_configs(image)
+        self.coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the first metadata image arrived (the logs are ready)."""
+        return self._loaded and not self._closed
 
     async def wait_for_image(self, predicate: Callable[[MetadataImage], bool], deadline: float) -> bool:
         """Wait until `predicate(self.image)` holds or trio time `deadline`; whether it holds."""
@@ -156,6 +177,9 @@ class Broker:
                 ))
                 _log.info("broker %d listening on %s:%d", self.node_id, config.host, self.server.port)
                 nursery.start_soon(self._background)
+                await nursery.start(self.coordinator.run)
+                if config.log_cleaner_enable:
+                    nursery.start_soon(run_log_cleaner, self)
                 task_status.started(self.server)
             clean = True
         except BaseException as exc:
@@ -184,6 +208,7 @@ class Broker:
             "recovery": min(config.log_flush_offset_checkpoint_interval_ms,
                             config.log_flush_start_offset_checkpoint_interval_ms),
             "retention": config.log_retention_check_interval_ms,
+            "producers": config.producer_id_expiration_check_interval_ms,
         }
         last = {name: self.clock_ms() for name in due}
         tick_s = min(1.0, min(due.values()) / 1000)
@@ -202,6 +227,9 @@ class Broker:
             if now - last["retention"] >= due["retention"]:
                 self.replicas.enforce_retention(now)
                 last["retention"] = now
+            if now - last["producers"] >= due["producers"]:
+                self.log_manager.remove_expired_producers(now)
+                last["producers"] = now
 
 
 def _is_stop(exc: BaseException) -> bool:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from broker.group import GroupCoordinatorConfig
 from raftka.config import parse_listener
 from raftka.errors import ConfigError
+from storage.cleaner_config import CleanerConfig
 
 _FILE_TRANSFERS = ("auto", "sendfile", "pread")
 
@@ -52,6 +54,18 @@ class BrokerConfig:
     #: Bound on the wait of admin requests for this broker's image to show
     #: the change when the request carries no timeout (Metadata auto-create).
     metadata_wait_ms: int = 1000
+    #: `group.*`, `offsets.*`: the group coordinator and `__consumer_offsets`.
+    group_coordinator: GroupCoordinatorConfig = dataclasses.field(default_factory=GroupCoordinatorConfig)
+    #: `log.cleaner.enable` and the `log.cleaner.*` keys: log compaction.
+    log_cleaner_enable: bool = True
+    log_cleaner: CleanerConfig = dataclasses.field(default_factory=CleanerConfig)
+    #: `raftka.log.cleaner.cpu.fraction`: the share of one core the cleaner
+    #: may use (it sleeps between steps to stay under it), on top of
+    #: `log.cleaner.io.max.bytes.per.second`, which Kafka leaves unlimited.
+    log_cleaner_cpu_fraction: float = 0.25
+    #: `producer.id.expiration.ms` and `producer.id.expiration.check.interval.ms`.
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if self.fetch_file_transfer not in _FILE_TRANSFERS:
@@ -61,6 +75,9 @@ class BrokerConfig:
             )
         if not self.log_dirs:
             raise ConfigError("log.dirs is empty: give the broker a directory for its partitions")
+        if not 0 < self.log_cleaner_cpu_fraction <= 1:
+            raise ConfigError(f"raftka.log.cleaner.cpu.fraction={self.log_cleaner_cpu_fraction} must be a "
+                              "fraction above 0 and at most 1")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], *, cluster_id: str) -> BrokerConfig:
@@ -80,6 +97,11 @@ class BrokerConfig:
             "log.index.size.max.bytes": "segment.index.bytes",
             "log.flush.interval.messages": "flush.messages",
             "log.flush.interval.ms": "flush.ms",
+            "log.cleanup.policy": "cleanup.policy",
+            "log.cleaner.delete.retention.ms": "delete.retention.ms",
+            "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+            "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
         }
         log_defaults = {topic_key: props[k] for k, topic_key in log_keys.items() if k in props}
         return cls(
@@ -105,6 +127,13 @@ class BrokerConfig:
             log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300000, 1),
             log_defaults=log_defaults,
             fetch_file_transfer=props.get("raftka.fetch.file.transfer", "auto"),
+            group_coordinator=GroupCoordinatorConfig.from_properties(props),
+            log_cleaner_enable=_bool(props, "log.cleaner.enable", True),
+            log_cleaner=CleanerConfig.from_properties(props),
+            log_cleaner_cpu_fraction=_float(props, "raftka.log.cleaner.cpu.fraction", 0.25),
+            producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", 86_400_000, 1),
+            producer_id_expiration_check_interval_ms=_int(
+                props, "producer.id.expiration.check.interval.ms", 600_000, 1),
         )
 
 
@@ -119,6 +148,16 @@ def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{key}={value} is below the minimum {minimum}")
     return value
+
+
+def _float(props: Mapping[str, str], key: str, default: float) -> float:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number") from None
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:

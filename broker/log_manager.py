@@ -23,6 +23,13 @@ goes away (or the broker leaves the replica list).
   `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint`, all
   in Kafka's text format (`storage.checkpoint`), written on a timer and at
   clean shutdown.
+- **Compaction and producer state.** Every partition log keeps its
+  idempotent producers' state (`storage.producer_snapshot`: snapshots per
+  segment, rebuilt from the log when missing). The `LogCleaner` (`cleaner`)
+  compacts the logs of `cleanup.policy=compact` topics; its trio task is
+  `broker.cleaner_runtime`. A compacted topic without `delete` in its
+  policy keeps every segment whatever `retention.ms`/`retention.bytes` say
+  (Kafka's rule: only the cleaner removes its records).
 - **Clean shutdown.** `shutdown` flushes every log, writes every
   checkpoint and then the `.kafka_cleanshutdown` marker in each log dir.
   `load` removes the marker: its absence at the next start means the
@@ -42,6 +49,8 @@ from collections.abc import Callable, Iterable, Mapping
 from quorum.metadata import MetadataImage
 from quorum.node.metadata_log import METADATA_PARTITION_DIR
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, write_atomically
+from storage.cleaner import LogCleaner
+from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.fs import OsFileSystem
 from storage.log import Log, parse_topic_partition
@@ -67,6 +76,12 @@ def log_config_for(topic_configs: Mapping[str, str], broker_defaults: Mapping[st
     """The `LogConfig` of a topic: its explicit configs over the broker's defaults."""
     merged = {**broker_defaults, **topic_configs}
     props = {k: v for k, v in merged.items() if k in _LOG_CONFIG_KEYS}
+    policies = {p.strip() for p in str(merged.get("cleanup.policy", "delete")).split(",")}
+    if "delete" not in policies:
+        # A compact-only topic loses records to the cleaner alone (Kafka's
+        # LogManager skips retention for it).
+        props["retention.ms"] = "-1"
+        props["retention.bytes"] = "-1"
     for key in ("flush.messages", "flush.ms"):
         # Kafka spells "never" as Long.MAX_VALUE; the log engine as unset.
         if props.get(key) == _LONG_MAX:
@@ -77,9 +92,19 @@ def log_config_for(topic_configs: Mapping[str, str], broker_defaults: Mapping[st
 class LogManager:
     """Owns the `Log`s of the partitions this broker hosts."""
 
-    def __init__(self, log_dirs: Iterable[str], clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        log_dirs: Iterable[str],
+        clock_ms: Callable[[], int],
+        *,
+        cleaner_config: CleanerConfig | None = None,
+        producer_id_expiration_ms: int | None = None,
+    ) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._clock_ms = clock_ms
+        #: Compacts the logs of compacted topics (driven by `broker.cleaner_runtime`).
+        self.cleaner = LogCleaner(cleaner_config)
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._fs = OsFileSystem()
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
@@ -156,7 +181,9 @@ class LogManager:
         stored_id = _read_topic_id(path) if os.path.isdir(path) else None
         if stored_id is not None and stored_id != topic_id:
             self._move_aside(path, f"the topic now has id {topic_id}")
-        log = Log.open(path, config, now_ms=self._clock_ms())
+        log = Log.open(path, config, now_ms=self._clock_ms(), producer_state=True)
+        if self._producer_id_expiration_ms is not None and log.producer_state is not None:
+            log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
         if stored_id != topic_id:
             write_atomically(self._fs, os.path.join(path, PARTITION_METADATA_FILE),
                              f"version: 0\ntopic_id: {topic_id}\n".encode())
@@ -171,6 +198,7 @@ class LogManager:
         log_dir = self._dir_of.pop(tp, None)
         self._checkpointed_hws.pop(tp, None)
         if log is not None:
+            self.cleaner.abort(log)
             log.close()
         if log_dir is None:
             return
@@ -215,9 +243,15 @@ class LogManager:
         """Delete segments by `retention.ms` / `retention.bytes`; the count deleted."""
         return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
 
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget idempotent producers idle for `producer.id.expiration.ms`; how many."""
+        return sum(len(log.producer_state.remove_expired_producers(now_ms))
+                   for log in self._logs.values() if log.producer_state is not None)
+
     def shutdown(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
         """Clean shutdown: flush and close every log, write every
         checkpoint, then the clean shutdown marker (fsynced)."""
+        self.cleaner.close()
         for log in self._logs.values():
             log.close()
         self._logs.clear()
@@ -230,6 +264,7 @@ class LogManager:
 
     def close_without_marker(self) -> None:
         """Release the files (tests that simulate a crash after this)."""
+        self.cleaner.close()
         for log in self._logs.values():
             log.close()
         self._logs.clear()

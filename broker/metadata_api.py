@@ -28,6 +28,7 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerUnavailableError
+from broker.group import OFFSETS_TOPIC_NAME
 from broker.kio_util import build, response_module
 from quorum.metadata import MetadataImage
 from raftka.wire import ConnectionFailedError
@@ -125,8 +126,9 @@ def _topic(mod, image: MetadataImage, name: str | None, live_ids: set[int], auto
             isr_nodes=p.isr,
             offline_replicas=tuple(r for r in p.replicas if r not in live_ids),
         ))
+    # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
     return build(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id,
-                 is_internal=False, partitions=tuple(partitions), topic_authorized_operations=_NO_OPERATIONS)
+                 is_internal=name == OFFSETS_TOPIC_NAME, partitions=tuple(partitions), topic_authorized_operations=_NO_OPERATIONS)
 
 
 async def _auto_create(broker, names: list[str]) -> None:

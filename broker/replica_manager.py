@@ -42,6 +42,7 @@ from storage.errors import (
     UnsupportedCompressionError,
 )
 from storage.log import Log
+from storage.producer_state import ProducerStateError
 
 _BATCH_LENGTH = struct.Struct(">i")
 _log = logging.getLogger("broker.replica_manager")
@@ -197,6 +198,11 @@ class ReplicaManager:
         except UnsupportedCompressionError as exc:
             return (ProducePartitionResult(partition, ErrorCode.unsupported_compression_type,
                                            error_message=str(exc)), None, -1)
+        except ProducerStateError as exc:
+            # OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH (KIP-98);
+            # a duplicate is no error: `append` returned its first offset.
+            return (ProducePartitionResult(partition, ErrorCode(exc.error_code), error_message=str(exc)),
+                    None, -1)
         except OSError as exc:
             _log.error("%s-%d: append failed: %s", topic, partition, exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1

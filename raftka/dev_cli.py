@@ -59,6 +59,9 @@ def dev_properties(args: argparse.Namespace) -> dict[str, str]:
         "controller.quorum.voters": f"{NODE_ID}@{args.host}:{controller_port}",
         "listeners": f"PLAINTEXT://{args.host}:{args.port}",
         "log.dirs": str(data_dir / "data"),
+        # One broker: `__consumer_offsets` can have one replica only (Kafka's
+        # single-node example config says the same).
+        "offsets.topic.replication.factor": "1",
     }
     props.update(parse_overrides(args.set))
     return props

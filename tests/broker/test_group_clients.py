@@ -1,124 +1,56 @@
 """Real consumer groups (kafka-python, confluent-kafka/librdkafka, aiokafka)
-against the pure coordinator, served by a real broker.
+against a real broker's group coordinator, in process.
 
-The broker's own wiring of the coordinator (over `__consumer_offsets`
-partitions) belongs to the integrator; here a small test shell stands in:
-it declares the group APIs and FindCoordinator on a live `Broker`, keeps
-one shard per `__consumer_offsets` partition, treats every append as
-committed at once, parks requests until a later step answers them and
-ticks the shards. What is checked is what users see: three consumers of
-one group split a topic's partitions disjointly and completely, commits
-are read back, a consumer that leaves hands its partitions on."""
+The broker serves FindCoordinator and the group APIs itself
+(`broker.coordinator_runtime`): `__consumer_offsets` is created on first
+use, each of its partitions led here gets a shard loaded from its log, and
+every group write is a record in that log, answered once committed. What is
+checked is what users see: three consumers of one group split a topic's
+partitions disjointly and completely, commits are read back, a consumer
+that leaves hands its partitions on, and the partition's records alone
+rebuild the committed offsets (what a coordinator that takes over does)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import threading
 import time
-from datetime import timedelta
 
 import pytest
 import trio
-from kio.schema.errors import ErrorCode
 
-from broker.group import (
-    GROUP_API_VERSIONS,
-    GroupCoordinatorConfig,
-    GroupCoordinatorShard,
-    RequestContext,
-    is_multi_group,
-    merge_responses,
-    split_by_partition,
-)
-from broker.group.responses import build, response_module
+from broker.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_testing import in_thread, start_broker
+from storage.batch import iter_batch_headers, iter_records
 
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
-FIND_COORDINATOR = 10
-
-
-class GroupShell:
-    """A stand-in for the broker's coordinator wiring (see broker.group)."""
-
-    def __init__(self, running) -> None:
-        self.running = running
-        self.config = GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300,
-                                             offsets_topic_num_partitions=OFFSETS_PARTITIONS)
-        now = self.now_ms()
-        self.shards = {}
-        for p in range(OFFSETS_PARTITIONS):
-            shard = GroupCoordinatorShard(p, self.config, random.Random(p))
-            shard.on_loaded(now)
-            self.shards[p] = shard
-        self.log: dict[int, list] = {p: [] for p in self.shards}
-        self.waiting: dict[int, trio.Event] = {}
-        self.answers: dict[int, object] = {}
-        self.tokens = itertools.count(1)
-
-    @staticmethod
-    def now_ms() -> int:
-        return int(trio.current_time() * 1000)
-
-    def install(self) -> None:
-        broker = self.running.broker
-        for api_key, (lo, hi) in GROUP_API_VERSIONS.items():
-            broker.apis.declare(api_key, lo, hi)
-            broker._handlers[api_key] = self.handle
-        broker.apis.declare(FIND_COORDINATOR, 0, 4)
-        broker._handlers[FIND_COORDINATOR] = self.find_coordinator
-
-    async def find_coordinator(self, broker, ctx, request):
-        body = request.body
-        mod = response_module(body)
-        me = dict(node_id=broker.node_id, host="127.0.0.1", port=self.running.port)
-        if hasattr(body, "coordinator_keys"):
-            return mod.FindCoordinatorResponse(throttle_time=timedelta(0), coordinators=tuple(
-                build(mod.Coordinator, key=k, error_code=ErrorCode.none, error_message=None, **me)
-                for k in body.coordinator_keys))
-        return build(mod.FindCoordinatorResponse, throttle_time=timedelta(0), error_code=ErrorCode.none,
-                     error_message=None, **me)
-
-    async def handle(self, broker, ctx, request):
-        body = request.body
-        client_id = request.header.client_id or ""
-        if type(body).__name__ == "ListGroupsRequest":
-            parts = {p: body for p in self.shards}
-        else:
-            parts = split_by_partition(body, OFFSETS_PARTITIONS)
-        answers = [await self.one(p, part, client_id) for p, part in parts.items()]
-        return merge_responses(body, answers) if is_multi_group(body) else answers[0]
-
-    async def one(self, partition: int, request, client_id: str):
-        token = next(self.tokens)
-        done = self.waiting[token] = trio.Event()
-        self.absorb(partition, self.shards[partition].handle(
-            RequestContext(token, client_id, "/127.0.0.1"), request, self.now_ms()))
-        await done.wait()
-        return self.answers.pop(token)
-
-    def absorb(self, partition: int, result) -> None:
-        self.log[partition].extend(result.records)  # "committed" at once
-        for token, response in result.responses:
-            self.answers[token] = response
-            self.waiting.pop(token).set()
-
-    async def tick_forever(self) -> None:
-        while True:
-            await trio.sleep(0.05)
-            for p, shard in self.shards.items():
-                self.absorb(p, shard.tick(self.now_ms()))
+GROUP_CONFIG = GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300,
+                                      offsets_topic_num_partitions=OFFSETS_PARTITIONS,
+                                      offsets_topic_replication_factor=1)
 
 
 async def group_broker(nursery, tmp_path):
-    running = await start_broker(nursery, tmp_path)
-    shell = GroupShell(running)
-    shell.install()
-    nursery.start_soon(shell.tick_forever)
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG)
     await running.create_topic("t", partitions=PARTITIONS)
-    return running, shell
+    return running
+
+
+def shard_of(running, group_id: str) -> GroupCoordinatorShard:
+    (shard,) = [r.shard for r in running.broker.coordinator.shards.values() if group_id in r.shard.groups]
+    return shard
+
+
+def replayed(running, partition: int) -> GroupCoordinatorShard:
+    """A fresh shard loaded from the partition's log, as a new coordinator would."""
+    log = running.partition(OFFSETS_TOPIC_NAME, partition).log
+    rebuilt = GroupCoordinatorShard(partition, GROUP_CONFIG, random.Random(0))
+    data = log.read_bytes(log.log_start_offset, 1 << 30)
+    for position, header in iter_batch_headers(data):
+        for record in iter_records(data, position):
+            rebuilt.replay(record.key, record.value)
+    return rebuilt
 
 
 def wait_for_split(assignments: dict[str, frozenset], names: list[str], timeout_s: float = 60.0) -> dict:
@@ -170,7 +102,7 @@ def kafka_python_committed(bootstrap: str) -> dict[int, int | None]:
 
 
 async def test_kafka_python_group_splits_partitions_and_commits(nursery, tmp_path) -> None:
-    running, shell = await group_broker(nursery, tmp_path)
+    running = await group_broker(nursery, tmp_path)
     names = ["kp-0", "kp-1", "kp-2"]
     stop = threading.Event()
     assignments: dict[str, frozenset] = {}
@@ -183,11 +115,8 @@ async def test_kafka_python_group_splits_partitions_and_commits(nursery, tmp_pat
     committed = await in_thread(kafka_python_committed, running.bootstrap)
     assert committed == {p: 100 + p for p in range(PARTITIONS)}
     # A coordinator that takes over replays the same offsets from the log.
-    p = next(p for p, s in shell.shards.items() if "kp" in s.groups)
-    rebuilt = GroupCoordinatorShard(p, shell.config, random.Random(0))
-    for record in shell.log[p]:
-        rebuilt.replay(record.key, record.value)
-    assert rebuilt.offsets.of_group("kp") == shell.shards[p].offsets.of_group("kp")
+    shard = shard_of(running, "kp")
+    assert replayed(running, shard.partition).offsets.of_group("kp") == shard.offsets.of_group("kp")
 
 
 # --- confluent-kafka (librdkafka) ------------------------------------------------------------
@@ -225,7 +154,7 @@ def confluent_committed(bootstrap: str) -> dict[int, int]:
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 async def test_librdkafka_group_splits_partitions_commits_and_rebalances_on_leave(nursery, tmp_path, static) -> None:
-    running, shell = await group_broker(nursery, tmp_path)
+    running = await group_broker(nursery, tmp_path)
     names = ["ck-0", "ck-1", "ck-2"]
     stop = {n: threading.Event() for n in names}
     assignments: dict[str, frozenset] = {}
@@ -242,7 +171,7 @@ async def test_librdkafka_group_splits_partitions_commits_and_rebalances_on_leav
             event.set()
     committed = await in_thread(confluent_committed, running.bootstrap)
     assert committed == {p: 200 + p for p in range(PARTITIONS)}
-    group = next(s.groups["ck"] for s in shell.shards.values() if "ck" in s.groups)
+    group = shard_of(running, "ck").groups["ck"]
     if static:
         # KIP-345: static members do not leave on close; they keep their
         # places (until their sessions expire).
@@ -278,7 +207,7 @@ def aiokafka_members(bootstrap: str, names: list[str], assignments: dict, stop: 
 
 
 async def test_aiokafka_group_splits_partitions_and_commits(nursery, tmp_path) -> None:
-    running, shell = await group_broker(nursery, tmp_path)
+    running = await group_broker(nursery, tmp_path)
     names = ["ak-0", "ak-1", "ak-2"]
     stop = threading.Event()
     assignments: dict[str, frozenset] = {}
@@ -286,8 +215,7 @@ async def test_aiokafka_group_splits_partitions_and_commits(nursery, tmp_path) -
         members.start_soon(in_thread, aiokafka_members, running.bootstrap, names, assignments, stop)
         await in_thread(wait_for_split, assignments, names)
         stop.set()
-    offsets = {}
-    for shard in shell.shards.values():
-        for (topic, p), o in shard.offsets.of_group("ak").items():
-            offsets[p] = o.offset
+    shard = shard_of(running, "ak")
+    offsets = {p: o.offset for (topic, p), o in shard.offsets.of_group("ak").items()}
     assert offsets == {p: 300 + p for p in range(PARTITIONS)}
+    assert replayed(running, shard.partition).offsets.of_group("ak") == shard.offsets.of_group("ak")
