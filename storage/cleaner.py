@@ -209,7 +209,6 @@ class LogCleaner:
             if log not in self._delete_horizons:
                 first_dirty = self.first_dirty_offset(log)
                 if first_dirty > log.log_start_offset:
-                    started.add(log)
                     self.job = HorizonScan(log, first_dirty)
                     return c
                 self._delete_horizons[log] = None

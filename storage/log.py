@@ -419,9 +419,10 @@ class Log:
         """Remove the batches at and after `offset` (a batch holding it
         goes whole, so the LEO may end up below `offset`). Durable on
         return. False if there was nothing to remove."""
+        fully = offset < self._segments[0].base_offset
         if not log_ops.truncate_to(self, offset):
             return False
-        self._truncated()
+        self._truncated(fully)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -429,14 +430,15 @@ class Log:
         (a follower too far behind the leader's log start). Durable on
         return."""
         log_ops.truncate_fully_and_start_at(self, offset)
-        if self.producer_state is not None:
-            self.producer_state.reset()
-        self._truncated()
+        self._truncated(fully=True)
 
-    def _truncated(self) -> None:
+    def _truncated(self, fully: bool) -> None:
         self.truncations += 1
         if self.producer_state is not None:
-            self.producer_state.truncate_and_reload(self)
+            if fully:
+                self.producer_state.reset()
+            else:
+                self.producer_state.truncate_and_reload(self)
         truncate_cleaner_checkpoint(self)
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
