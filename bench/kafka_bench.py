@@ -1,7 +1,8 @@
 """What the produce and consume benches share: a cluster to measure, its topic, result rows.
 
 `bench_cluster(args)` starts a `LocalCluster` (default one controller and
-one broker, as the targets are stated for one broker) in a temp dir and
+one broker, as the targets are stated for one broker) through
+`bench.runner.Runner` (which stops it on Ctrl-C or SIGTERM too) and
 creates the bench topic with confluent-kafka's AdminClient. The broker's
 CPU time comes from /proc (`bench.proc_stats`), its appended bytes from the
 sizes of the topic's segment files.
@@ -13,7 +14,6 @@ import argparse
 import contextlib
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +34,8 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker config key for every node, e.g. --set log.segment.bytes=1073741824")
     p.add_argument("--dir", default=None, help="where the cluster's temp dir goes (default: system temp)")
+    p.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
+                   help="metadata mode of the cluster (default kraft; zk is not available yet)")
     add_common_options(p)
 
 
@@ -55,19 +57,16 @@ class BenchCluster:
 
 @contextlib.contextmanager
 def bench_cluster(args: argparse.Namespace, console: Any, topic: str) -> Iterator[BenchCluster]:
-    from raftka.cluster import LocalCluster
+    """The cluster, on `bench.runner.Runner` (temp dir, --mode, stopped on Ctrl-C/SIGTERM too)."""
+    from bench.runner import Runner
     from raftka.cluster_cli import parse_overrides
 
-    with tempfile.TemporaryDirectory(prefix="raftka-bench-", dir=args.dir) as tmp:
-        cluster = LocalCluster(tmp, controllers=args.controllers, brokers=args.brokers,
-                               overrides=parse_overrides(args.set))
-        with cluster:
-            cluster.start_all()
-            with console.status("starting the cluster") as status:
-                cluster.wait_ready(120, progress=status.update)
-            create_topic(cluster.bootstrap, topic, args.partitions, args.replication_factor)
-            yield BenchCluster(cluster, topic)
-            console.print("stopping the cluster")
+    with Runner(topic, args, {}, console) as runner:
+        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers,
+                                 overrides=parse_overrides(args.set))
+        create_topic(cluster.bootstrap, topic, args.partitions, args.replication_factor)
+        args.environment = runner.env  # emit() writes it beside the rows
+        yield BenchCluster(cluster, topic)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int) -> None:
@@ -93,13 +92,21 @@ def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], sam
          scenario: str, params: dict[str, Any]) -> None:
     """Write the rows (and latency samples) to --results; print them as JSON with --json."""
     from bench.results import new_run_id, write_rows, write_samples
+    from bench.runner import environment, write_environment
 
     run_id = new_run_id()
+    mode = getattr(args, "mode", "kraft")
+    rows = [{**r, "mode": mode} for r in rows]
     path = write_rows(args.results, rows, run_id=run_id)
     for metric, values in samples.items():
         if values:
-            write_samples(args.results, run_id, scenario=scenario, mode="kraft", params=params, metric=metric,
+            write_samples(args.results, run_id, scenario=scenario, mode=mode, params=params, metric=metric,
                           unit="ms", values=values)
+    env = getattr(args, "environment", None) or environment()
+    if getattr(args, "suite_id", None):
+        env["suite_id"] = args.suite_id
+    write_environment(args.results, run_id, {**env, "run_id": run_id, "scenario": scenario, "mode": mode,
+                                             "params": params, "ended_ms": int(time.time() * 1000)})
     console.print(f"rows appended to {path}")
     if args.json:
         for r in rows:

@@ -1,0 +1,99 @@
+"""What the fault and metadata scenarios ask a running cluster, over the Kafka protocol (raftka.wire).
+
+Each call opens its own short connection with short timeouts, so a probe
+aimed at a node that was just killed or paused fails fast (an exception, or
+None) instead of hanging; the callers poll.
+
+- `topic_partitions(host, port, topics)`: per (topic, partition) the leader
+  one broker's Metadata answer names (its own image's view).
+- `live_brokers(host, port)`: the unfenced brokers it lists.
+- `quorum_leader(controllers)`: (leader id, epoch) as the first controller
+  that answers DescribeQuorum knows it.
+- `create_topics(host, port, {topic: partitions}, ...)`: CreateTopics through a broker
+  (forwarded to the active controller); the error code per topic.
+- `produce_one(host, port, topic, partition, acks)`: one record in a
+  Produce request; the partition's error code (0: appended, and with
+  acks=-1 committed).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+from kio.schema.create_topics.v7 import request as ct_req
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9 import request as produce_req
+
+from raftka.wire import ConnectionFailedError, RequestTimeoutError, open_connection
+
+PROBE_TIMEOUT_MS = 2000
+#: What a probe of a dead, paused or overloaded node may raise.
+PROBE_ERRORS = (ConnectionFailedError, RequestTimeoutError, OSError, trio.TooSlowError)
+
+
+async def _request(host: str, port: int, body: Any, timeout_ms: int = PROBE_TIMEOUT_MS) -> Any:
+    with trio.fail_after(timeout_ms / 1000 + 1):
+        async with open_connection(host, port, connect_timeout_ms=min(timeout_ms, PROBE_TIMEOUT_MS)) as conn:
+            return await conn.request(body, timeout_ms=timeout_ms)
+
+
+async def topic_partitions(host: str, port: int, topics: list[str],
+                           timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
+    """{(topic, partition): leader id (-1: none)} for the listed topics this broker knows."""
+    response = await _request(host, port, MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False), timeout_ms)
+    return {(str(t.name), int(p.partition_index)): int(p.leader_id)
+            for t in response.topics if t.error_code == 0 for p in t.partitions}
+
+
+async def live_brokers(host: str, port: int) -> set[int]:
+    response = await _request(host, port, MetadataRequest(
+        topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    return {int(b.node_id) for b in response.brokers}
+
+
+async def quorum_leader(controllers: list[tuple[str, int]]) -> tuple[int, int] | None:
+    from quorum.node.describe_quorum import describe_quorum_request, parse_describe_quorum
+
+    for host, port in controllers:
+        try:
+            d = parse_describe_quorum(await _request(host, port, describe_quorum_request(2), 500))
+        except PROBE_ERRORS:
+            continue
+        if d.leader_id >= 0:
+            return d.leader_id, d.leader_epoch
+    return None
+
+
+def create_topics_request(partitions_by_topic: Mapping[str, int], replication_factor: int,
+                          timeout_ms: int) -> ct_req.CreateTopicsRequest:
+    return ct_req.CreateTopicsRequest(
+        topics=tuple(ct_req.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor,
+                                           assignments=(), configs=()) for n, p in partitions_by_topic.items()),
+        timeout=datetime.timedelta(milliseconds=timeout_ms), validate_only=False)
+
+
+async def create_topics(host: str, port: int, partitions_by_topic: Mapping[str, int], *,
+                        replication_factor: int = 1, timeout_ms: int = 30_000) -> dict[str, int]:
+    """{topic: error code} of one CreateTopics, sent to the broker at host:port."""
+    request = create_topics_request(partitions_by_topic, replication_factor, timeout_ms)
+    response = await _request(host, port, request, timeout_ms + 5000)
+    return {str(t.name): int(t.error_code) for t in response.topics}
+
+
+async def produce_one(host: str, port: int, topic: str, partition: int, *, acks: int = 1,
+                      timeout_ms: int = PROBE_TIMEOUT_MS) -> int:
+    """The error code of one record produced to (topic, partition) at the broker host:port."""
+    from storage.batch import build_batch
+
+    batch = build_batch([(None, b"probe", (), int(time.time() * 1000))])
+    response = await _request(host, port, produce_req.ProduceRequest(
+        transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topic_data=(produce_req.TopicProduceData(name=topic, partition_data=(
+            produce_req.PartitionProduceData(index=partition, records=batch),)),)), timeout_ms)
+    return int(response.responses[0].partition_responses[0].error_code)
