@@ -26,9 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="run a benchmark scenario and write result rows")
     scenarios = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
     scenarios.required = True
-    from bench import consume_bench, produce_bench, quorum_bench, storage_bench
+    from bench import (consume_bench, controller_failover_bench, failover_bench, latency_bench,
+                       metadata_scale_bench, produce_bench, quorum_bench, storage_bench, suite)
 
     storage_bench.register(scenarios)
     quorum_bench.register(scenarios)
     produce_bench.register(scenarios)
     consume_bench.register(scenarios)
+    latency_bench.register(scenarios)
+    failover_bench.register(scenarios)
+    controller_failover_bench.register(scenarios)
+    metadata_scale_bench.register(scenarios)
+    suite.register(scenarios)

@@ -1,0 +1,184 @@
+"""`raftka bench metadata-scale`: many partitions at once; a broker restart and its catch-up.
+
+What one run measures, on a fresh cluster (default 3 controllers, 3
+brokers):
+
+1. **create**: one CreateTopics request, sent to the first broker, for
+   `--topics` topics holding `--partitions` partitions in all (replication
+   factor `--replication-factor`). Clocks from the send: until its answer
+   (`create_topics_ms`: the controller committed them and that broker's
+   image shows them), and, per broker, until its Metadata answer lists
+   every partition with a leader (each broker polled every 20 ms);
+   `metadata_propagation_ms` is the slowest broker: the time until every
+   broker sees them.
+2. **restart**: the last broker gets `--restart-fault` (term: a controlled
+   shutdown, timed as `broker_shutdown_ms`; kill: SIGKILL) and is started
+   again at once. Clocks from the start: until it prints READY
+   (`broker_restart_ready_ms`: log recovery and listeners), until another
+   broker lists it as live (`broker_restart_unfenced_ms`: registered with
+   the controller and caught up enough to be unfenced), and until its own
+   Metadata answer shows every partition with a leader
+   (`broker_catchup_ms`: its metadata image has caught up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from bench.runner import BenchError, Runner, add_run_options, parse_sets
+
+SCENARIO = "metadata-scale"
+POLL_S = 0.02
+
+
+def register(scenarios: argparse._SubParsersAction) -> None:
+    p = scenarios.add_parser(SCENARIO, help="create N partitions, time until every broker sees them; "
+                                            "broker restart and catch-up",
+                             description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--partitions", type=int, default=1000, help="partitions created, in all (default 1000)")
+    p.add_argument("--topics", type=int, default=10, help="topics they are spread over (default 10)")
+    p.add_argument("--replication-factor", type=int, default=1, help="default 1")
+    p.add_argument("--restart-fault", choices=("term", "kill", "none"), default="term",
+                   help="how the restarted broker stops (default term; none skips the restart)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S s (default 300)")
+    add_run_options(p, controllers=3, brokers=3)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.topics < 1 or args.partitions < args.topics:
+        raise SystemExit("raftka bench metadata-scale: need --topics >= 1 and --partitions >= --topics")
+    params = {"partitions": args.partitions, "topics": args.topics, "replication_factor": args.replication_factor,
+              "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault,
+              "sets": sorted(args.set)}
+    per_topic = [args.partitions // args.topics + (i < args.partitions % args.topics) for i in range(args.topics)]
+    with Runner(SCENARIO, args, params) as runner:
+        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))
+        names = [f"scale-{runner.run_id[-8:]}-{i}" for i in range(args.topics)]
+        runner.phase("warm-up", "one small topic through every broker's path")
+        runner.trio_run(_create, cluster, [f"warm-up-{runner.run_id[-8:]}"], [1], 1, args.timeout, None)
+        runner.phase("measure", f"create {args.partitions:,} partitions in {args.topics} topic(s)")
+        with runner.progress("brokers see them all") as progress:
+            task = progress.add_task("create", total=len(cluster.brokers))
+            created = runner.trio_run(_create, cluster, names, per_topic, args.replication_factor, args.timeout,
+                                      lambda n: progress.update(task, completed=n))
+        seen = created["seen"]
+        if len(seen) < len(cluster.brokers):
+            raise BenchError(f"after {args.timeout:.0f} s only brokers {sorted(seen)} list every partition")
+        runner.row("create_topics_ms", created["answered"] * 1000, "ms")
+        runner.row("metadata_propagation_ms", max(seen.values()) * 1000, "ms")
+        runner.samples("metadata_visible", "ms", [v * 1000 for v in seen.values()])
+        lines = [("CreateTopics answered", f"{created['answered'] * 1000:,.0f} ms", f"by broker {cluster.brokers[0].node_id}")]
+        lines += [(f"broker {b} lists them all", f"{seen[b] * 1000:,.0f} ms", "") for b in sorted(seen)]
+        if args.restart_fault != "none":
+            victim = cluster.brokers[-1]
+            runner.phase("restart", f"{args.restart_fault} broker {victim.node_id}, start it again")
+            t_fault = runner.inject(cluster, victim.node_id, args.restart_fault)
+            if args.restart_fault == "term":
+                assert victim.process is not None
+                victim.process.wait()
+                runner.row("broker_shutdown_ms", (time.monotonic() - t_fault) * 1000, "ms")
+                lines.append(("controlled shutdown", f"{(time.monotonic() - t_fault) * 1000:,.0f} ms", ""))
+            t0 = time.monotonic()
+            cluster.start(victim.node_id)
+            restart = runner.trio_run(_restart, cluster, victim, names, args.partitions, t0, args.timeout)
+            for metric, key, what in (("broker_restart_ready_ms", "ready", "prints READY"),
+                                      ("broker_restart_unfenced_ms", "unfenced", "is listed live (unfenced)"),
+                                      ("broker_catchup_ms", "caught_up", "lists every partition")):
+                if key not in restart:
+                    raise BenchError(f"the restarted broker {victim.node_id} never {what} within {args.timeout:.0f} s")
+                runner.row(metric, restart[key] * 1000, "ms")
+                lines.append((f"restarted broker {what}", f"{restart[key] * 1000:,.0f} ms", "from its start"))
+        runner.table(f"metadata scale: {args.partitions:,} partitions in {args.topics} topic(s), "
+                     f"{len(cluster.brokers)} brokers", lines)
+        runner.finish()
+    return 0
+
+
+async def _create(cluster: Any, names: list[str], per_topic: list[int], replication_factor: int, timeout_s: float,
+                  on_seen: Any) -> dict[str, Any]:
+    """Create the topics through the first broker; seconds until its answer and until each broker lists them."""
+    import trio
+
+    from bench.cluster_probes import PROBE_ERRORS, create_topics, topic_partitions
+
+    out: dict[str, Any] = {"seen": {}}
+    expected = sum(per_topic)
+    first = cluster.brokers[0]
+    t0 = time.monotonic()
+
+    async def create() -> None:
+        codes = await create_topics(first.host, first.port, dict(zip(names, per_topic)),
+                                    replication_factor=replication_factor, timeout_ms=int(timeout_s * 1000))
+        out["answered"] = time.monotonic() - t0
+        bad = {name: code for name, code in codes.items() if code != 0}
+        if bad:
+            raise BenchError(f"CreateTopics failed: error codes {bad}")
+
+    async def watch(broker: Any) -> None:
+        while True:
+            try:
+                leaders = await topic_partitions(broker.host, broker.port, names, 10_000)
+            except PROBE_ERRORS:
+                leaders = {}
+            if len(leaders) == expected and all(leader >= 0 for leader in leaders.values()):
+                out["seen"][broker.node_id] = time.monotonic() - t0
+                if on_seen is not None:
+                    on_seen(len(out["seen"]))
+                return
+            await trio.sleep(POLL_S)
+
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(create)
+            for b in cluster.brokers:
+                nursery.start_soon(watch, b)
+    return out
+
+
+async def _restart(cluster: Any, victim: Any, names: list[str], expected: int, t0: float,
+                   timeout_s: float) -> dict[str, float]:
+    import trio
+
+    from bench.cluster_probes import PROBE_ERRORS, live_brokers, topic_partitions
+
+    out: dict[str, float] = {}
+    others = [b for b in cluster.brokers if b.node_id != victim.node_id]
+
+    async def ready() -> None:
+        while not any(line.startswith("READY ") for line in victim.output_since_start().splitlines()):
+            if not victim.is_running():
+                raise BenchError(f"broker {victim.node_id} exited on restart; see {victim.output_path}")
+            await trio.sleep(POLL_S)
+        out["ready"] = time.monotonic() - t0
+
+    async def unfenced() -> None:
+        while True:
+            for b in others or [victim]:
+                try:
+                    if victim.node_id in await live_brokers(b.host, b.port):
+                        out["unfenced"] = time.monotonic() - t0
+                        return
+                except PROBE_ERRORS:
+                    pass
+            await trio.sleep(POLL_S)
+
+    async def caught_up() -> None:
+        while True:
+            try:
+                leaders = await topic_partitions(victim.host, victim.port, names, 10_000)
+                if len(leaders) == expected and all(leader >= 0 for leader in leaders.values()):
+                    out["caught_up"] = time.monotonic() - t0
+                    return
+            except PROBE_ERRORS:
+                pass
+            await trio.sleep(POLL_S)
+
+    with trio.move_on_after(max(0.0, t0 + timeout_s - time.monotonic())):
+        async with trio.open_nursery() as nursery:
+            for task in (ready, unfenced, caught_up):
+                nursery.start_soon(task)
+    return out
