@@ -51,10 +51,12 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p = scenarios.add_parser("quorum", help="KRaft quorum: metadata write rate and latency, failover, catch-up")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per write measurement (default 5)")
     p.add_argument("--writers", type=int, default=64, help="concurrent single-record writers (default 64)")
-    p.add_argument("--batch-writers", type=int, default=8, help="concurrent 1,000-record writers (default 8)")
+    p.add_argument("--batch-writers", type=int, default=24, help="concurrent 1,000-record writers (default 24)")
     p.add_argument("--failover-runs", type=int, default=5, help="kill -9 rounds (default 5; median reported)")
     p.add_argument("--catchup-records", type=int, default=1_000_000,
                    help="records in the log before the observer starts (default 1,000,000)")
+    p.add_argument("--snapshot-bytes", type=int, default=None,
+                   help="metadata.log.max.record.bytes.between.snapshots for the controllers (default Kafka's 20 MiB)")
     p.add_argument("--only", default="writes,failover,catchup", help="comma-separated subset of the three")
     p.add_argument("--dir", default=None, help="where the controllers' data dirs go (default: system temp)")
     add_common_options(p)
@@ -90,7 +92,10 @@ async def _bench(args: argparse.Namespace, phases: set[str], tmp: str, console: 
 
     rows: list[dict] = []
     samples: list[tuple[dict, str, list[float]]] = []
-    with LocalQuorum(tmp, 3) as quorum:
+    overrides = {}
+    if args.snapshot_bytes is not None:
+        overrides["metadata.log.max.record.bytes.between.snapshots"] = str(args.snapshot_bytes)
+    with LocalQuorum(tmp, 3, overrides) as quorum:
         quorum.start_all()
         for node_id in quorum.voters:
             await trio.to_thread.run_sync(quorum.wait_listening, node_id)
@@ -293,6 +298,7 @@ async def _catchup(args: argparse.Namespace, quorum: Any, topics: list[str], row
         console.print("[red]the observer caught up without a snapshot: the leader had not taken one[/red]")
     snapshot_offset = snapshot.end_offset if snapshot else 0
     params = {"records_in_log": target, "voters": 3, "observer": "fresh RaftNode, empty log dir",
+              "snapshot_bytes": args.snapshot_bytes or 20 * 1024 * 1024,
               "snapshot_end_offset": snapshot_offset, "records_replayed_after_snapshot": target - snapshot_offset,
               "image_topics": len(observer.image.topics_by_id)}
     rows.append(_row(params, "observer_catch_up", seconds, "s"))

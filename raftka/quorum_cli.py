@@ -105,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"CurrentVoters:          {summary['current_voters']}")
     print(f"CurrentObservers:       {summary['current_observers']}")
     print()
-    print(f"{'NodeId':<8}{'LogEndOffset':>14}{'Lag':>8}  {'LastFetchTimestamp':>20}  {'LastCaughtUpTimestamp':>22}  Status")
+    header = ("NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp")
+    print(f"{header[0]:<8}{header[1]:>14}{header[2]:>8}  {header[3]:>20}  {header[4]:>22}  Status")
     for r in rows:
         print(f"{r['node_id']:<8}{r['log_end_offset']:>14}{r['lag']:>8}  {r['last_fetch_timestamp']:>20}  "
               f"{r['last_caught_up_timestamp']:>22}  {r['status']}")

@@ -98,7 +98,7 @@ EVENT_QUEUE_SIZE = 1024
 # wait a turn) and applies at most APPLY_BYTES_PER_TURN of committed
 # records (in one replay, which is cheaper per record than many small ones).
 TURN_PROPOSAL_BYTES = 64 * 1024
-APPLY_BYTES_PER_TURN = 128 * 1024
+APPLY_BYTES_PER_TURN = 32 * 1024
 
 
 def wall_clock_ms() -> int:
@@ -261,13 +261,15 @@ class RaftNode:
                       "voter" if self.is_voter else "observer")
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                pool = ConnectionPool(nursery, {n: a for n, a in self.voter_addresses.items() if n != self.node_id},
-                                      client_id=f"raftka-quorum-{self.node_id}",
-                                      connect_timeout_ms=self.config.controller_quorum_request_timeout_ms)
+                request_timeout_ms = self.config.controller_quorum_request_timeout_ms
+                peers = {n: a for n, a in self.voter_addresses.items() if n != self.node_id}
+                pool = ConnectionPool(nursery, peers, client_id=f"raftka-quorum-{self.node_id}",
+                                      connect_timeout_ms=request_timeout_ms)
                 self._channel = RaftChannel(
                     node_id=self.node_id, cluster_id=self.cluster_id, voters=frozenset(self.voter_addresses),
                     pool=pool, nursery=nursery, deliver=self._send_events.send,
-                    request_timeout_ms=self.config.controller_quorum_request_timeout_ms, followed_leader=self._followed_leader)
+                    request_timeout_ms=request_timeout_ms, followed_leader=self._followed_leader,
+                    replay_backlog=self._replay_backlog)
                 await self._obey([self.core.tick(self.now_ms())], quorum_state)
                 task_status.started(self)
                 await self._loop(quorum_state)
@@ -284,6 +286,11 @@ class RaftNode:
         if core.role != "Follower":
             return None, core.epoch
         return core.leader_and_epoch.leader_id, core.epoch
+
+    def _replay_backlog(self) -> int | None:
+        """Committed records not yet applied (None while the HW is unknown)."""
+        hw = self.high_watermark
+        return None if hw is None else max(0, hw - self.state.next_offset)
 
     async def _loop(self, quorum_state: QuorumStateFile) -> None:
         core = self.core
@@ -319,7 +326,8 @@ class RaftNode:
                 assert result.base_offset == proposals[0].base_offset, (result, proposals[0].base_offset)
                 outputs.append(out)
             self._proposals.extend(proposals)
-            self._precomputed.extend(p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
+            self._precomputed.extend(
+                p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
             batch, proposals = [], []
 
         turn_bytes = 0
