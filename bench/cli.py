@@ -2,10 +2,14 @@
 
 Scenarios register here; each takes `--results DIR` (a Parquet dataset the
 rows are appended to) and `--json` (one JSON object per measurement on
-stdout).
+stdout). A `RaftkaError` out of a scenario is printed as one line
+(`raftka bench NAME: ...`, exit 2); the cluster scenarios share
+`bench.runner`.
 """
 
 import argparse
+import sys
+from collections.abc import Callable
 
 DEFAULT_RESULTS_DIR = "bench/results"
 
@@ -38,3 +42,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     controller_failover_bench.register(scenarios)
     metadata_scale_bench.register(scenarios)
     suite.register(scenarios)
+    for name, parser in scenarios.choices.items():
+        parser.set_defaults(func=_reporting(name, parser.get_default("func")))
+
+
+def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`func`, with a RaftkaError (whose message says what to change) printed as one line, exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        from raftka.errors import RaftkaError
+
+        try:
+            return func(args)
+        except RaftkaError as exc:
+            print(f"raftka bench {name}: {exc}", file=sys.stderr)
+            return 2
+
+    return run

@@ -64,7 +64,10 @@ def producer_config(args: argparse.Namespace) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from bench.runner import require_mode
+
     console = Console(stderr=args.json)
+    require_mode(args.mode)  # before the client-ceiling run, which needs no cluster
     if args.producers < 1 or args.record_size < 1 or (args.count is None and args.duration <= 0):
         console.print("raftka bench produce: --producers, --record-size and --duration/--count must be positive")
         return 2

@@ -97,6 +97,21 @@ def add_run_options(p: argparse.ArgumentParser, *, controllers: int, brokers: in
     add_common_options(p)
 
 
+def require_mode(mode: str) -> bool:
+    """Raise ModeNotAvailableError unless the launcher can start `mode`; whether it takes a `mode` argument."""
+    import inspect
+
+    from raftka.cluster import LocalCluster
+
+    if "mode" in inspect.signature(LocalCluster).parameters:
+        return True
+    if mode != "kraft":
+        raise ModeNotAvailableError(
+            f"--mode {mode} is not available yet: the local cluster launcher starts KRaft clusters only "
+            "(the ZooKeeper-mode controller is still being built); use --mode kraft")
+    return False
+
+
 def parse_sets(items: list[str]) -> dict[str, str]:
     from raftka.cluster_cli import parse_overrides
 
@@ -245,17 +260,9 @@ class Runner:
     def cluster(self, *, controllers: int, brokers: int, overrides: Mapping[str, str] | None = None,
                 broker_overrides: Mapping[str, str] | None = None) -> Any:
         """A started `LocalCluster` in this runner's mode, ready (READY, caught up, unfenced)."""
-        import inspect
-
         from raftka.cluster import ClusterError, LocalCluster
 
-        kwargs: dict[str, Any] = {}
-        if "mode" in inspect.signature(LocalCluster).parameters:
-            kwargs["mode"] = self.mode
-        elif self.mode != "kraft":
-            raise ModeNotAvailableError(
-                f"--mode {self.mode} is not available yet: the local cluster launcher starts KRaft "
-                "clusters only (the ZooKeeper-mode controller is still being built); use --mode kraft")
+        kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
         if self._tmp is None:
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))
         base = Path(self._tmp) / f"cluster-{len(self._clusters)}"

@@ -1,0 +1,106 @@
+"""The cluster scenarios end to end on tiny parameters, each against a real local cluster.
+
+Each must start its cluster, measure, write rows with every required field
+(and raw samples where it keeps them) to the Parquet dataset, print the
+same rows with --json, record its environment, and stop what it started.
+"""
+
+import json
+
+import pytest
+
+from bench.runner import read_environment
+from bench.suite import QUICK, plan
+from scenarios_testing import by_metric, json_rows, run_bench, stored
+
+FAST_SESSION = ["--set", "broker.session.timeout.ms=1500", "--set", "broker.heartbeat.interval.ms=300"]
+
+
+def test_suite_repeats_latency_runs_with_percentiles_samples_and_environment(tmp_path):
+    results = str(tmp_path / "results")
+    out = run_bench("suite", "--quick", "--only", "latency", "--repeats", "2", "--results", results, "--json",
+                    timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = json_rows(out.stdout)
+    rows, samples = stored(results, "latency")
+    run_ids = {r["run_id"] for r in rows}
+    assert len(run_ids) == 2, "two repeats are two runs: the report's noise figures need both"
+    assert {r["run_id"] for r in printed} == run_ids and len(printed) == len(rows)
+    for run_id in run_ids:
+        metrics = {r["metric"]: r for r in rows if r["run_id"] == run_id}
+        p = [metrics[f"e2e_latency_{k}"]["value"] for k in ("p50", "p95", "p99", "p99_9", "max")]
+        assert 0 < p[0] <= p[1] <= p[2] <= p[3] <= p[4] < 5000, p
+        assert all(metrics[f"e2e_latency_{k}"]["unit"] == "ms" for k in ("p50", "p99_9", "max"))
+        assert metrics["records_lost"]["value"] == 0 and metrics["delivery_failures"]["value"] == 0
+        assert json.loads(metrics["e2e_latency_p50"]["params"])["rate"] == 500
+        # Every measured record (3 s at 500/s; the 1 s warm-up excluded) has its raw sample.
+        mine = [s for s in samples if s["run_id"] == run_id]
+        assert len(mine) == 1500 and {s["metric"] for s in mine} == {"e2e_latency"}
+        assert max(s["value"] for s in mine) == metrics["e2e_latency_max"]["value"]
+        env = read_environment(results, run_id)
+        assert env["cpu_count"] >= 1 and env["python_version"].count(".") == 2
+        assert len(env["git_sha"]) == 40 and env["scenario"] == "latency" and env["params"]["rate"] == 500
+        assert env["suite_id"] and "librdkafka" in env
+        (cluster,) = env["clusters"]
+        assert cluster["controllers"] == 1 and "process.roles=broker" in cluster["configs"]["broker-2"]
+
+
+def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
+    results = str(tmp_path / "results")
+    out = run_bench("failover", "--brokers", "2", "--replication-factor", "2", "--partitions", "2",
+                    *FAST_SESSION, "--results", results, "--json", timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = by_metric(json_rows(out.stdout))
+    assert metrics["partitions_without_leader"]["value"] == 0
+    for clock in ("metadata", "produce", "client"):
+        worst = metrics[f"leader_failover_{clock}_ms_max"]
+        assert worst["unit"] == "ms" and worst["fault"] == "kill" and worst["broker_session_timeout_ms"] == 1500
+        # The controller learns of a SIGKILLed broker only when its session expires.
+        assert 1000 < worst["value"] < 30_000, worst
+        assert metrics[f"leader_failover_{clock}_ms_min"]["value"] <= worst["value"]
+    rows, samples = stored(results, "failover")
+    assert {r["metric"] for r in rows} == set(metrics)
+    moved = {s["metric"] for s in samples}
+    assert moved == {"leader_failover_metadata", "leader_failover_produce", "leader_failover_client"}
+
+
+def test_controller_failover_times_the_election_and_the_first_write_after_it(tmp_path):
+    results = str(tmp_path / "results")
+    out = run_bench("controller-failover", "--results", results, "--json", timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = by_metric(json_rows(out.stdout))
+    election, write = metrics["controller_election_ms"]["value"], metrics["controller_failover_ms"]["value"]
+    assert 0 < election < 30_000 and 0 < write < 30_000
+    assert metrics["controller_failover_ms"]["controllers"] == 3
+    rows, _ = stored(results, "controller-failover")
+    assert len(rows) == 2
+
+
+def test_metadata_scale_sees_every_partition_on_every_broker_and_times_a_restart(tmp_path):
+    results = str(tmp_path / "results")
+    out = run_bench("metadata-scale", "--controllers", "1", "--brokers", "2", "--partitions", "30", "--topics", "3",
+                    "--results", results, "--json", timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = by_metric(json_rows(out.stdout))
+    assert 0 < metrics["create_topics_ms"]["value"] <= metrics["metadata_propagation_ms"]["value"] + 1000
+    assert metrics["metadata_propagation_ms"]["partitions"] == 30
+    restart = [metrics[m]["value"] for m in ("broker_restart_ready_ms", "broker_restart_unfenced_ms",
+                                              "broker_catchup_ms")]
+    assert all(0 < v < 120_000 for v in restart) and metrics["broker_shutdown_ms"]["value"] > 0
+    _, samples = stored(results, "metadata-scale")
+    assert len(samples) == 2  # one per broker: when it listed every partition
+
+
+def test_the_quick_suite_runs_each_entry_round_robin():
+    runs = plan(quick=True, repeats=3, only=None)
+    assert len(runs) == 3 * len(QUICK) and runs[: len(QUICK)] == runs[len(QUICK): 2 * len(QUICK)]
+    assert [name for name, _ in plan(quick=True, repeats=2, only={"latency", "failover"})] == [
+        "latency", "failover", "latency", "failover"]
+
+
+@pytest.mark.parametrize("scenario", ["latency", "failover", "controller-failover", "metadata-scale", "produce"])
+def test_zk_mode_is_refused_clearly_until_the_launcher_has_it(tmp_path, scenario):
+    out = run_bench(scenario, "--mode", "zk", "--results", str(tmp_path / "results"), timeout=60)
+    assert out.returncode != 0
+    assert "--mode zk is not available yet" in out.stdout + out.stderr
+    assert not (tmp_path / "results").exists()
