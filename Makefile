@@ -18,10 +18,15 @@ sysdeps:
 
 setup: sysdeps $(STAMP)
 
-# A local 3+3 cluster; 1M records produced and consumed; stopped cleanly (bench/demo.py).
+# A local 3+3 cluster; 1M records produced and consumed; stopped cleanly (bench/demo.py);
+# its throughput rows go to bench/results/ (ignored by git), and the demo ends with
+# `raftka report` of that dataset (Spark, needs a Java runtime) in bench/results/_report/.
 # KRaft only, so it needs the venv but not the ZooKeeper package.
+RESULTS ?= bench/results
+
 demo: $(STAMP)
-	$(BIN)/raftka demo
+	$(BIN)/raftka demo --results $(RESULTS)
+	$(BIN)/raftka report --results $(RESULTS) --out $(RESULTS)/_report
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -4,7 +4,10 @@
 2. creates a topic with 6 partitions;
 3. produces, then consumes, 1,000,000 records of 100 bytes with confluent-kafka;
 4. prints the throughput of both;
-5. stops the cluster cleanly (brokers' controlled shutdown, then controllers).
+5. stops the cluster cleanly (brokers' controlled shutdown, then controllers);
+6. with `--results DIR`, appends its throughput rows (scenario `demo`) to
+   that bench results dataset, so `raftka report --results DIR` shows this
+   run beside the earlier ones (`make demo` does both).
 
 The topic has replication factor 1: follower replication is still being
 built; `--replication-factor` changes it once it lands.
@@ -30,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replication-factor", type=int, default=1, help="default 1")
     p.add_argument("--controllers", type=int, default=3, help="default 3")
     p.add_argument("--brokers", type=int, default=3, help="default 3")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="append the throughput rows to this bench results dataset (default: none written)")
     p.set_defaults(func=run)
 
 
@@ -72,7 +77,30 @@ def run(args: argparse.Namespace) -> int:
     ok = produced[0] == consumed[0] == args.records
     if not ok:
         console.print(f"[red]produced {produced[0]:,} and consumed {consumed[0]:,} of {args.records:,}[/red]")
+    if args.results and ok:
+        write_results(console, args, produced, consumed)
     return 0 if ok and clean else 1
+
+
+def write_results(console, args: argparse.Namespace, produced: tuple[int, float],
+                  consumed: tuple[int, float]) -> None:
+    """The demo's throughput as bench rows (scenario `demo`), with its environment sidecar."""
+    from bench.results import new_run_id, write_rows
+    from bench.runner import environment, write_environment
+
+    params = {"records": args.records, "record_size": args.record_size, "partitions": args.partitions,
+              "replication_factor": args.replication_factor, "controllers": args.controllers,
+              "brokers": args.brokers, "acks": "all"}
+    rows = []
+    for side, (count, seconds) in (("produce", produced), ("consume", consumed)):
+        rows.append({"metric": f"{side}_records_per_s", "value": count / seconds, "unit": "records/s"})
+        rows.append({"metric": f"{side}_mb_per_s", "value": count * args.record_size / 1e6 / seconds, "unit": "MB/s"})
+    run_id = new_run_id()
+    path = write_rows(args.results, [{"scenario": "demo", "mode": "kraft", "params": params, **r} for r in rows],
+                      run_id=run_id)
+    write_environment(args.results, run_id, {**environment(), "run_id": run_id, "scenario": "demo",
+                                             "mode": "kraft", "params": params})
+    console.print(f"[green]✓[/green] run {run_id}: throughput rows appended to {path}")
 
 
 def _progress(console):
