@@ -261,6 +261,7 @@ class LogCleaner:
         for table in (self._first_dirty, self._delete_horizons):
             for log in [k for k in table if k not in hosted]:
                 del table[log]
+        self._uncleanable &= hosted
         if self.job is not None and self.job.log not in hosted:
             self._abort("the log is no longer hosted or no longer compacted")
         used = 0

@@ -186,3 +186,53 @@ def test_power_cut_at_every_step_of_a_pass(tear):
         clean_fully(recovered)
         assert log_records(recovered) == AFTER, where
         recovered.close()
+
+
+def append_unflushed(log):
+    """Batches past the recovery point, over several segments: the pass
+    must flush what it compacts against before it swaps."""
+    for i in range(40, 70):
+        key = b"key-%d" % (i % 6)
+        log.append(build_batch([(key, None if i % 11 == 0 else b"late-%03d" % i, (), BASE_TS + i)]), BASE_TS + i)
+
+
+@pytest.mark.parametrize("tear", [False, True])
+def test_power_cut_during_a_pass_over_unflushed_batches(tear):
+    sim = build()
+    log = Log.open(DIR, CONFIG, now_ms=NOW, fs=sim)
+    append_unflushed(log)
+    before = log_records(log)
+    sim = build()
+    counting = CuttingFs(sim)
+    log = Log.open(DIR, CONFIG, now_ms=NOW, fs=counting)
+    append_unflushed(log)
+    ops = counting.ops
+    clean_fully(log)
+    total = counting.ops - ops
+    ends = set()
+    for cut in range(1, total + 1, 3):
+        sim = build(sim_seed=cut)
+        fs = CuttingFs(sim)
+        log = Log.open(DIR, CONFIG, now_ms=NOW, fs=fs)
+        append_unflushed(log)
+        fs.cut_at = fs.ops + cut
+        with pytest.raises(PowerCut):
+            clean_fully(log)
+        sim.crash(tear=tear)
+
+        recovered = Log.open(DIR, CONFIG, now_ms=NOW, fs=sim)
+        records = log_records(recovered)
+        end = recovered.log_end_offset
+        where = f"power cut at op {cut} of {total}, log end offset {end}"
+        assert set(records) <= set(before), where
+        # Whatever tail the crash took, what is left reads as the
+        # uncompacted prefix up to the same offset: nothing was removed
+        # for a newer record that did not survive.
+        assert replay(records) == replay([r for r in before if r[0] < end]), where
+        assert end >= BEFORE[-1][0] + 1, where  # the flushed part stays
+        ends.add((end, len(records) < len([r for r in before if r[0] < end])))
+        recovered.close()
+    # Both fates were met: tails lost to the crash, and compaction that
+    # reached the disk.
+    assert min(e for e, _ in ends) < before[-1][0] + 1
+    assert any(compacted for _, compacted in ends)
