@@ -35,7 +35,7 @@ class _Wire:
     """Just enough of the Kafka protocol to produce and fetch raw batches."""
 
     def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock = socket.create_connection((host, port), timeout=60)
         self.correlation_id = 0
 
     def close(self) -> None:
@@ -86,7 +86,7 @@ class _Wire:
 @pytest.fixture(scope="module")
 def mock_cluster():
     owner = ck.Producer({"test.mock.num.brokers": 1, "log_level": 3})
-    (broker,) = owner.list_topics(timeout=10).brokers.values()
+    (broker,) = owner.list_topics(timeout=60).brokers.values()
     yield f"{broker.host}:{broker.port}"
     owner.flush(1)
 
@@ -125,7 +125,7 @@ def test_we_read_librdkafka_batches(mock_cluster, wire, codec):
     )
     for key, value, headers, ts in records:
         producer.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=0)
-    assert producer.flush(10) == 0
+    assert producer.flush(60) == 0
     raw = wire.fetch(topic, 0)
     got = []
     for pos, header in iter_batch_headers(raw):
@@ -139,7 +139,7 @@ def test_we_read_librdkafka_batches(mock_cluster, wire, codec):
 def _create_topic(bootstrap, topic):
     """The mock cluster creates a topic when a client asks for its metadata."""
     client = ck.Producer({"bootstrap.servers": bootstrap, "log_level": 3})
-    partitions = client.list_topics(topic, timeout=10).topics[topic].partitions
+    partitions = client.list_topics(topic, timeout=60).topics[topic].partitions
     assert 0 in partitions, partitions
 
 
@@ -155,7 +155,7 @@ def _consume(bootstrap, topic, count):
     )
     consumer.assign([ck.TopicPartition(topic, 0, 0)])
     got = []
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     try:
         while len(got) < count and time.monotonic() < deadline:
             m = consumer.poll(0.5)
