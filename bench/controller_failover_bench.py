@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("raftka bench controller-failover: a quorum that survives a lost leader needs "
                          "--controllers 3 or 5; --rounds must be >= 1")
     overrides = parse_sets(args.set)
-    params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault, "sets": sorted(args.set)}
+    params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault}
     failed = 0
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                          "that many --brokers, and --rounds >= 1")
     overrides = parse_sets(args.set)
     params = {"partitions": args.partitions, "replication_factor": args.replication_factor, "fault": args.fault,
-              "acks": args.acks, "brokers": args.brokers, "controllers": args.controllers, "sets": sorted(args.set),
+              "acks": args.acks, "brokers": args.brokers, "controllers": args.controllers,
               "broker_session_timeout_ms": int(overrides.get("broker.session.timeout.ms", 9000))}
     stuck = 0
     with Runner(SCENARIO, args, params) as runner:

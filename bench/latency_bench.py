@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     params = {"rate": args.rate, "duration_s": args.duration, "warmup_s": args.warmup,
               "record_size": args.record_size, "partitions": args.partitions,
               "replication_factor": args.replication_factor, "acks": args.acks, "linger_ms": args.linger_ms,
-              "brokers": args.brokers, "controllers": args.controllers, "sets": sorted(args.set)}
+              "brokers": args.brokers, "controllers": args.controllers}
     warm, measured = round(args.rate * args.warmup), round(args.rate * args.duration)
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))

@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.topics < 1 or args.partitions < args.topics:
         raise SystemExit("raftka bench metadata-scale: need --topics >= 1 and --partitions >= --topics")
     params = {"partitions": args.partitions, "topics": args.topics, "replication_factor": args.replication_factor,
-              "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault,
-              "sets": sorted(args.set)}
+              "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault}
     per_topic = [args.partitions // args.topics + (i < args.partitions % args.topics) for i in range(args.topics)]
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))

@@ -189,7 +189,8 @@ class Runner:
         self.scenario = scenario
         self.args = args
         self.mode = getattr(args, "mode", "kraft")
-        self.params = dict(params)
+        # The config keys set on the cluster's nodes (--set) are parameters too.
+        self.params = {**params, **({"sets": ",".join(sorted(args.set))} if getattr(args, "set", None) else {})}
         self.console = console or Console(stderr=bool(getattr(args, "json", False)))
         self.run_id = new_run_id()
         self.env = environment()

@@ -35,7 +35,9 @@ QUICK: list[tuple[str, list[str]]] = [
     ("failover", ["--partitions", "3", *FAST_SESSION]),
     ("controller-failover", []),
     ("metadata-scale", ["--partitions", "100", "--topics", "2", "--brokers", "2"]),
-    ("storage", ["--size-mb", "16"]),
+    ("storage", ["--size-mb", "64"]),
+    ("quorum", ["--only", "writes,failover", "--duration", "1", "--failover-runs", "1", "--writers", "8",
+                "--batch-writers", "2"]),
 ]
 
 FULL: list[tuple[str, list[str]]] = [
