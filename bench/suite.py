@@ -7,7 +7,7 @@ several runs per measurement and shows their spread (IQR) as the noise
 figure, and slow drift on a shared machine spreads over every scenario
 instead of biasing the one that ran last.
 
-`--quick` is a smoke-sized suite (about 5 minutes on 2 cores): small
+`--quick` is a smoke-sized suite (about 4 minutes on 2 busy cores): small
 counts, short phases, short session timeouts; the full suite sweeps the
 issue's parameters (record size, acks, RF 1/3, partitions, producers,
 fault kinds) at realistic sizes and takes about an hour. `--only
@@ -67,7 +67,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p = scenarios.add_parser(SCENARIO, help="run a set of scenarios with repeats (noise figures for the report)",
                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="the smoke-sized suite (about 5 minutes)")
+    p.add_argument("--quick", action="store_true", help="the smoke-sized suite (about 4 minutes)")
     p.add_argument("--repeats", type=int, default=None, help="runs of each entry (default 3; 2 with --quick)")
     p.add_argument("--only", default=None, metavar="NAMES", help="comma-separated scenarios to keep")
     p.add_argument("--list", action="store_true", help="print the runs the suite would do, and exit")
