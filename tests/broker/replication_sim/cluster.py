@@ -1,5 +1,12 @@
 """SimCluster: three brokers, the controller, clients, a network, a clock, a fault schedule.
 
+Faults: `crash` (power cut: unsynced writes lost, `arg` odd tears the last
+one; restart at the end), `isolate` (cut from everyone), `cut_controller`,
+`cut_brokers` (from the other brokers only), `zombie` (cut from the
+controller and the other brokers, still reached by a producer that cannot
+reach the controller: a deposed leader keeps appending), `lossy` (`arg`%
+of its messages lost).
+
 `run_scenario(scenario)` sets up a topic (replication factor 3, the
 scenario's `min.insync.replicas` and unclean election setting), runs the
 fault phase (faults fire at their times while the producer and the
@@ -32,7 +39,7 @@ SETUP_MS = 200
 FAULT_WINDOW_MS = 1500
 LIVENESS_MS = 1500
 TRACE_LINES = 60
-FAULT_KINDS = ("crash", "isolate", "cut_controller", "cut_brokers", "lossy")
+FAULT_KINDS = ("crash", "isolate", "cut_controller", "cut_brokers", "zombie", "lossy")
 
 SIM_REPLICATION = ReplicationConfig(
     replica_lag_time_max_ms=200,
@@ -164,6 +171,13 @@ class SimCluster:
             cut = lambda: self.network.cut(broker.name, self.controller.name)  # noqa: E731
         elif fault.kind == "cut_brokers":
             cut = lambda: self.network.isolate(broker.name, [b.name for b in self.brokers.values()])  # noqa: E731
+        elif fault.kind == "zombie":
+            # Cut off with the producer: the controller fences the broker and
+            # elects another leader, while the producer, which cannot reach the
+            # controller either, keeps writing to the deposed one.
+            def cut() -> None:
+                self.network.isolate(broker.name, [b.name for b in self.brokers.values()] + [self.controller.name])
+                self.network.cut(self.producer.name, self.controller.name)
         else:
             assert fault.kind == "lossy"
             cut = lambda: self.network.lossy.__setitem__(broker.name, fault.arg / 100)  # noqa: E731
