@@ -91,6 +91,16 @@ def test_metadata_scale_sees_every_partition_on_every_broker_and_times_a_restart
     assert len(samples) == 2  # one per broker: when it listed every partition
 
 
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_suite_entry_is_a_valid_command_line(quick):
+    from raftka.cli import build_parser
+
+    parser = build_parser()
+    for name, argv in plan(quick=quick, repeats=1, only=None):
+        args = parser.parse_args(["bench", name, *argv])
+        assert args.scenario == name and callable(args.func)
+
+
 def test_the_quick_suite_runs_each_entry_round_robin():
     runs = plan(quick=True, repeats=3, only=None)
     assert len(runs) == 3 * len(QUICK) and runs[: len(QUICK)] == runs[len(QUICK): 2 * len(QUICK)]
