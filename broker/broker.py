@@ -43,6 +43,7 @@ from broker.controller_channel import ControllerChannel
 from broker.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.group import GROUP_API_VERSIONS
 from broker.log_manager import LogManager
+from broker.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.replica_manager import ReplicaManager
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from raftka.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
@@ -97,7 +98,12 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms)
         log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
-        self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults)
+        self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults,
+                                       config.replication)
+        #: Replication: follower fetchers, and the leaders' ISR changes to the controller.
+        self.fetchers = ReplicaFetchers(self)
+        self.replicas.on_follow = self.fetchers.follow
+        self.isr_sender = IsrSender(self)
         self.apis = SupportedApis()
         for api_key, (lo, hi, _handler) in _APIS.items():
             self.apis.declare(api_key, lo, hi)
@@ -177,6 +183,8 @@ class Broker:
                 ))
                 _log.info("broker %d listening on %s:%d", self.node_id, config.host, self.server.port)
                 nursery.start_soon(self._background)
+                await nursery.start(self.fetchers.run)
+                await nursery.start(self.isr_sender.run)
                 await nursery.start(self.coordinator.run)
                 if config.log_cleaner_enable:
                     nursery.start_soon(run_log_cleaner, self)

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from broker.group import GroupCoordinatorConfig
+from broker.replication import ReplicationConfig
 from raftka.config import parse_listener
 from raftka.errors import ConfigError
 from storage.cleaner_config import CleanerConfig
@@ -66,6 +67,8 @@ class BrokerConfig:
     #: `producer.id.expiration.ms` and `producer.id.expiration.check.interval.ms`.
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    #: `replica.lag.time.max.ms`, `replica.fetch.*`: replication of data partitions.
+    replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
     def __post_init__(self) -> None:
         if self.fetch_file_transfer not in _FILE_TRANSFERS:
@@ -134,6 +137,14 @@ class BrokerConfig:
             producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", 86_400_000, 1),
             producer_id_expiration_check_interval_ms=_int(
                 props, "producer.id.expiration.check.interval.ms", 600_000, 1),
+            replication=ReplicationConfig(
+                replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 30000, 1),
+                replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 1000, 0),
+                replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms", 500, 0),
+                replica_fetch_min_bytes=_int(props, "replica.fetch.min.bytes", 1, 0),
+                replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes", 1048576, 1),
+                replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 10485760, 1),
+            ),
         )
 
 

@@ -21,7 +21,8 @@ The records go out as `FileSlice`s of the segment files (sent with
 Long poll (Kafka's DelayedFetch): if the response would carry fewer than
 `min_bytes` bytes and no partition errored, the request parks on its
 partitions (`wait_for_change`) until one changes (an append moving the HW,
-a leadership change) or `max_wait_ms` passes, and then reads again.
+a leadership change) or `max_wait_ms` passes, and then reads again. Only
+then is the handler a coroutine; a fetch with data is answered at once.
 
 Fetch sessions (KIP-227): the broker does not create sessions. A request
 with session id 0 is a full fetch and gets session id 0 back, which tells
@@ -44,7 +45,8 @@ from storage.errors import OffsetOutOfRangeError
 READ_COMMITTED = 1
 
 
-async def handle_fetch(broker, ctx, request):
+def handle_fetch(broker, ctx, request):
+    """The response, or (long poll) a coroutine giving it."""
     body = request.body
     header = request.header
     session_id = getattr(body, "session_id", 0)
@@ -57,12 +59,20 @@ async def handle_fetch(broker, ctx, request):
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = int(body.max_wait.total_seconds() * 1000)
     deadline = trio.current_time() + max_wait_ms / 1000
+    topics, size, errored, _hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+    if size >= body.min_bytes or errored or max_wait_ms <= 0:
+        return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    return _long_poll(broker, body, header, replica_id, read_committed, deadline)
+
+
+async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
     while True:
+        # Read again first: an append may have come between the handler's
+        # read and this task's start, and it would not wake the wait below.
         topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
-        if size >= body.min_bytes or errored or max_wait_ms <= 0 or trio.current_time() >= deadline:
-            break
+        if size >= body.min_bytes or errored or trio.current_time() >= deadline:
+            return encode_fetch_response(header, ErrorCode.none, 0, topics)
         await wait_for_change(hosted, deadline)
-    return encode_fetch_response(header, ErrorCode.none, 0, topics)
 
 
 def _read(broker, body, replica_id: int, read_committed: bool, version: int):
@@ -106,10 +116,10 @@ def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bo
     if error is not ErrorCode.none:
         leader = (state.leader_id, state.leader_epoch) if version >= 12 else None
         return FetchPartitionResult(fp.partition, error, current_leader=leader)
+    if replica_id >= 0:
+        return _read_for_follower(hp, fp, replica_id, budget, first, now_ms)
     log = hp.log
     offset = fp.fetch_offset
-    if replica_id >= 0 and state.on_follower_fetch(replica_id, offset, now_ms):
-        hp.notify()
     hw = state.high_watermark
     lso = state.last_stable_offset
     log_start = log.log_start_offset
@@ -129,3 +139,30 @@ def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bo
         # Only the response's first partition with data may overshoot (KIP-74).
         records = []
     return FetchPartitionResult(fp.partition, ErrorCode.none, hw, lso, log_start, records, aborted)
+
+
+def _read_for_follower(hp: HostedPartition, fp, replica_id: int, budget: int, first: bool,
+                       now_ms: int) -> FetchPartitionResult:
+    """A follower's fetch: the replication core validates its position
+    (DivergingEpoch, KIP-595) and records its LEO; reads go up to our LEO."""
+    decision = hp.replicas.serve_replica_fetch(hp, replica_id, fp, now_ms)
+    hw = decision.high_watermark
+    log_start = decision.log_start_offset
+    if decision.error != ErrorCode.none:
+        state = hp.state
+        return FetchPartitionResult(fp.partition, decision.error, hw, hw, log_start,
+                                    current_leader=(state.leader_id, state.leader_epoch))
+    if decision.diverging_epoch is not None:
+        return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start,
+                                    diverging_epoch=tuple(decision.diverging_epoch))
+    limit = min(fp.partition_max_bytes, budget)
+    if decision.read_offset < 0 or (limit <= 0 and not first):
+        return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start, ())
+    try:
+        slices = hp.log.read(decision.read_offset, max(limit, 1), max_offset=decision.read_max_offset)
+    except OffsetOutOfRangeError:
+        return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, hw, log_start)
+    records = [FileSlice(s.file, s.position, s.size) for s in slices]
+    if not first and records_size(records) > limit:
+        records = []
+    return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start, records)

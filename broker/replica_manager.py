@@ -2,17 +2,22 @@
 
 Theory of operation
 -------------------
-A `HostedPartition` pairs the pure `PartitionState` (role, epochs, ISR,
-HW) with its `storage.Log` and with the requests parked on it. The
-`ReplicaManager` keeps them, changes them when a metadata delta arrives
-(`apply_delta`) and appends client batches to leaders (`append_to_leader`).
+A `HostedPartition` pairs the pure partition state (`ReplicaState`, the
+replication core's `Partition`: role, epochs, ISR, HW) with its
+`storage.Log` and with the requests parked on it. The `ReplicaManager`
+keeps them, changes them when a metadata delta arrives (`apply_delta`:
+become leader, become follower, stop), appends client batches to leaders
+(`append_to_leader`) and acts on what the core decides (`act`): wake parked
+requests, queue an AlterPartition for `broker.replica_fetcher.IsrSender`,
+move a follower's fetching to its new leader (`on_follow`, the
+`ReplicaFetchers`).
 
 Parked requests ("purgatory", Kafka's DelayedProduce and DelayedFetch):
 a long-polling Fetch and an acks=all Produce wait for *something to change*
 on the partitions they touch, then re-check their own condition (enough
 bytes below the HW; the HW past their last offset). Every change a parked
-request could be waiting for -- an append (LEO), a HW move (an append
-today, a follower's fetch once replication lands), a leadership change or
+request could be waiting for -- an append (LEO), a HW move (an append, a
+follower's fetch), an ISR change, a leadership change or
 the replica stopping -- calls `HostedPartition.notify`, which sets every
 parked request's `trio.Event`. A waiter registers one event with each
 partition it touches (`wait_for_change`), so a Fetch over many partitions
@@ -31,7 +36,15 @@ from kio.schema.errors import ErrorCode
 
 from broker.codec import ProducePartitionResult
 from broker.log_manager import LogManager, TopicPartitionName, log_config_for
-from broker.partition import PartitionState
+from broker.replica_state import ReplicaState
+from broker.replication import (
+    AlterPartitionProposal,
+    LeaderUpdate,
+    ReplicaFetch,
+    ReplicationConfig,
+    TopicIdPartition,
+    eligible_brokers,
+)
 from quorum.metadata import MetadataDelta, MetadataImage
 from quorum.metadata.topic_configs import TOPIC_CONFIGS
 from storage.batch import LOG_APPEND_TIME, LOG_OVERHEAD, set_max_timestamp, validate_batch
@@ -49,11 +62,13 @@ _log = logging.getLogger("broker.replica_manager")
 
 
 class HostedPartition:
-    __slots__ = ("state", "log", "waiters", "log_append_time")
+    __slots__ = ("state", "log", "waiters", "log_append_time", "replicas")
 
-    def __init__(self, state: PartitionState, log: Log) -> None:
+    def __init__(self, state: ReplicaState, log: Log, replicas: ReplicaManager | None = None) -> None:
         self.state = state
         self.log = log
+        #: The manager that acts on this partition's replication decisions.
+        self.replicas = replicas
         self.waiters: set[trio.Event] = set()
         #: `message.timestamp.type=LogAppendTime`: the broker stamps batches (KIP-32).
         self.log_append_time = False
@@ -91,17 +106,57 @@ class ReplicaManager:
         log_manager: LogManager,
         clock_ms: Callable[[], int],
         log_defaults: Mapping[str, str],
+        replication: ReplicationConfig | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.clock_ms = clock_ms
         self.log_defaults = dict(log_defaults)
+        self.replication = replication or ReplicationConfig()
         self.partitions: dict[TopicPartitionName, HostedPartition] = {}
+        #: ISR changes to send to the controller, newest per partition.
+        self.alter_partition_queue: dict[TopicIdPartition, AlterPartitionProposal] = {}
+        self.alter_partition_pending = trio.Event()
+        #: `(topic, partition, topic_id, leader_id, leader_epoch)` -> None:
+        #: fetch the partition from `leader_id` (-1: from nowhere).
+        self.on_follow: Callable[[str, int, object, int, int], None] = lambda *_: None
+
+    # --- the core's decisions --------------------------------------------
+
+    def act(self, hp: HostedPartition, update: LeaderUpdate) -> None:
+        """Do what a `LeaderUpdate` asks: wake parked requests, queue the ISR change."""
+        if update.alter_partition is not None:
+            proposal = update.alter_partition
+            self.alter_partition_queue[TopicIdPartition(proposal.topic_id, proposal.partition)] = proposal
+            self.alter_partition_pending.set()
+        if update.wake:
+            hp.notify()
+
+    def tick(self, now_ms: int) -> None:
+        """Time passed: ISR shrink of lagging followers, AlterPartition retries."""
+        for hp in list(self.partitions.values()):
+            if hp.state.leader is not None:
+                self.act(hp, hp.state.tick(now_ms))
+
+    def by_topic_id(self, key: TopicIdPartition) -> HostedPartition | None:
+        for hp in self.partitions.values():
+            if hp.state.topic_id == key.topic_id and hp.state.partition == key.partition:
+                return hp
+        return None
+
+    def serve_replica_fetch(self, hp: HostedPartition, replica_id: int, fp, now_ms: int):
+        """One partition of a follower's Fetch on this leader: the core's decision, acted on."""
+        fetch = ReplicaFetch(replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1),
+                             getattr(fp, "current_leader_epoch", -1))
+        decision = hp.state.handle_replica_fetch(fetch, hp.log, now_ms)
+        self.act(hp, decision.update)
+        return decision
 
     # --- metadata ------------------------------------------------------
 
     def apply_delta(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Make the hosted replicas match `image` (KIP-631's delta publishing)."""
+        now_ms = self.clock_ms()
         for stopped in delta.stopped:
             hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
             if hp is not None:
@@ -109,16 +164,22 @@ class ReplicaManager:
                     # A newer topic of the same name already took the slot.
                     self.partitions[(stopped.topic_name, stopped.partition)] = hp
                     continue
+                self.on_follow(stopped.topic_name, stopped.partition, hp.state.topic_id, -1, -1)
                 hp.state.stop()
                 hp.notify()
             if stopped.delete:
                 self.log_manager.delete(stopped.topic_name, stopped.partition)
             _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
+        eligible = eligible_brokers(image)
+        touched = set()
         for local in (*delta.leaders, *delta.followers):
             key = (local.topic_name, local.partition)
+            touched.add(key)
             hp = self.partitions.get(key)
             if hp is not None and hp.state.topic_id != local.topic_id:
                 # The topic was deleted and re-created in one delta.
+                self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
+                hp.state.stop()
                 self.partitions.pop(key)
                 self.log_manager.delete(*key)
                 hp.notify()
@@ -126,24 +187,32 @@ class ReplicaManager:
             if hp is None:
                 config = log_config_for(image.topic_config(local.topic_name), self.log_defaults)
                 log = self.log_manager.get_or_create(local.topic_name, local.partition, local.topic_id, config)
-                state = PartitionState(local.topic_name, local.partition, local.topic_id, self.broker_id,
-                                       log_start_offset=log.log_start_offset)
-                hp = self.partitions[key] = HostedPartition(state, log)
+                state = ReplicaState(local.topic_name, local.partition, local.topic_id, self.broker_id, log,
+                                     self.replication)
+                hp = self.partitions[key] = HostedPartition(state, log, self)
                 checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
             else:
                 checkpointed_hw = None
             self._apply_topic_configs(image, hp)
             was = (hp.state.role, hp.state.leader_epoch)
-            hp.state.apply_registration(local.registration, hp.log.log_end_offset, checkpointed_hw)
-            if hp.state.is_leader and hp.log.latest_epoch < hp.state.leader_epoch:
+            change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
+                                                 checkpointed_high_watermark=checkpointed_hw)
+            if change.epoch_start is not None:
                 # A new leader starts its epoch at its LEO (KIP-101), so
                 # OffsetForLeaderEpoch for the previous epoch ends there.
-                hp.log.epoch_cache.assign(hp.state.leader_epoch, hp.log.log_end_offset)
+                hp.log.epoch_cache.assign(*change.epoch_start)
+            if change.follow is not None:
+                self.on_follow(local.topic_name, local.partition, local.topic_id, *change.follow)
+            self.act(hp, change.update)
             if was != (hp.state.role, hp.state.leader_epoch):
                 _log.info("%s-%d: %s at leader epoch %d (leader %d, ISR %s, LEO %d, HW %d)",
                           local.topic_name, local.partition, hp.state.role.value, hp.state.leader_epoch,
                           hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset, hp.state.high_watermark)
             hp.notify()
+        # Brokers fenced, unfenced or shutting down change who may join an ISR (KIP-841).
+        for key, hp in self.partitions.items():
+            if key not in touched and hp.state.leader is not None:
+                hp.state.update_eligibility(eligible)
 
     def refresh_topic_configs(self, image: MetadataImage) -> None:
         """Adopt changed topic configs (`min.insync.replicas`,
@@ -154,7 +223,10 @@ class ReplicaManager:
     @staticmethod
     def _apply_topic_configs(image: MetadataImage, hp: HostedPartition) -> None:
         topic = hp.state.topic
-        hp.state.min_insync_replicas = int(_topic_config(image, topic, "min.insync.replicas"))
+        min_isr = int(_topic_config(image, topic, "min.insync.replicas"))
+        if min_isr != hp.state.min_insync_replicas:
+            hp.state.set_min_insync_replicas(min_isr)
+            hp.notify()
         hp.log_append_time = _topic_config(image, topic, "message.timestamp.type") == "LogAppendTime"
 
     # --- produce -------------------------------------------------------
@@ -206,7 +278,7 @@ class ReplicaManager:
         except OSError as exc:
             _log.error("%s-%d: append failed: %s", topic, partition, exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
-        hp.state.on_leader_append(log.log_end_offset)
+        self.act(hp, hp.state.on_leader_append(log.log_end_offset))
         hp.notify()
         result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
@@ -217,9 +289,7 @@ class ReplicaManager:
         return {tp: hp.state.high_watermark for tp, hp in self.partitions.items()}
 
     def enforce_retention(self, now_ms: int) -> None:
-        if self.log_manager.enforce_retention(now_ms):
-            for hp in self.partitions.values():
-                hp.state.on_log_start_offset(hp.log.log_start_offset)
+        self.log_manager.enforce_retention(now_ms)
 
 
 def _check_one_batch(records) -> tuple[ErrorCode, str | None]:

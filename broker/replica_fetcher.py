@@ -1,0 +1,255 @@
+"""Follower fetchers and the leader's ISR sender (I/O shell over `broker.replication`).
+
+Theory of operation
+-------------------
+`ReplicaFetchers` runs one trio task per source broker (Kafka's
+ReplicaFetcherThread). The pure `FetcherManager` decides which partitions
+each source serves and what each Fetch carries (replica id = this broker,
+fetch offset = our LEO, last fetched epoch, current leader epoch); the
+task sends it as one Fetch v12 over a `raftka.wire` connection to the
+source's listener, applies each partition's `FollowerAction` to the log
+(truncate by DivergingEpoch, start over at the leader's log start, append
+as follower) and tells the partition (`on_follower_log_changed`). A failed
+connection backs off `replica.fetch.backoff.ms`. `follow` (called from the
+metadata delta) moves a partition to its new leader's fetcher at once.
+
+`IsrSender` sends the queued ISR changes of the partitions led here (one
+AlterPartition v3 per batch, KIP-497) to the active controller through the
+broker's `ControllerChannel`, and ticks the leaders so lagging followers
+leave the ISR after `replica.lag.time.max.ms`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_req
+
+from broker.replication import (
+    EpochEndOffset,
+    FetcherManager,
+    FetchPlan,
+    PartitionFetchResult,
+    TopicIdPartition,
+    build_request,
+    failed,
+    split_response,
+)
+from raftka.wire import ConnectionFailedError
+from raftka.wire.client import open_connection
+
+_log = logging.getLogger("broker.replica_fetcher")
+FETCH_VERSION = 12
+#: How often leaders are ticked (ISR shrink checks, AlterPartition retries).
+TICK_S = 0.1
+
+
+class ReplicaFetchers:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.manager = FetcherManager(broker.node_id, broker.replicas.replication)
+        self._wake: dict[int, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def follow(self, topic: str, partition: int, topic_id, leader_id: int, leader_epoch: int) -> None:
+        old, new = self.manager.follow(TopicIdPartition(topic_id, partition), topic, leader_id, leader_epoch)
+        for source in (old, new):
+            if source is not None:
+                self._poke(source)
+        if new is not None and new not in self._wake and self._nursery is not None:
+            self._wake[new] = trio.Event()
+            self._nursery.start_soon(self._run_source, new)
+
+    def _poke(self, source: int) -> None:
+        event = self._wake.get(source)
+        if event is not None:
+            event.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for source in list(self.manager.fetchers):
+                if source not in self._wake:
+                    self._wake[source] = trio.Event()
+                    nursery.start_soon(self._run_source, source)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def _logs(self):
+        return {TopicIdPartition(hp.state.topic_id, hp.state.partition): hp.log
+                for hp in self.broker.replicas.partitions.values()}
+
+    def _address(self, source: int) -> tuple[str, int] | None:
+        registration = self.broker.image.brokers.get(source)
+        if registration is None or not registration.endpoints:
+            return None
+        for endpoint in registration.endpoints:
+            if endpoint.name == self.broker.config.listener_name:
+                return endpoint.host, endpoint.port
+        return registration.endpoints[0].host, registration.endpoints[0].port
+
+    async def _run_source(self, source: int) -> None:
+        """Fetch from `source` until no partition is followed from it."""
+        config = self.manager.config
+        try:
+            while self.manager.fetcher(source) is not None:
+                address = self._address(source)
+                if address is None:
+                    await self._sleep(source, config.replica_fetch_backoff_ms)
+                    continue
+                try:
+                    async with open_connection(*address, client_id=f"replica-fetcher-{self.broker.node_id}",
+                                               log=_log) as conn:
+                        await self._fetch_loop(source, conn)
+                except (ConnectionFailedError, OSError) as exc:
+                    _log.info("fetcher from broker %d: %s; retrying in %d ms", source, exc,
+                              config.replica_fetch_backoff_ms)
+                    await self._sleep(source, config.replica_fetch_backoff_ms)
+        finally:
+            self._wake.pop(source, None)
+
+    async def _sleep(self, source: int, ms: float) -> None:
+        event = self._wake.get(source)
+        if event is None:
+            event = self._wake[source] = trio.Event()
+        with trio.move_on_after(max(ms, 0) / 1000):
+            await event.wait()
+        if event.is_set():
+            self._wake[source] = trio.Event()
+
+    async def _fetch_loop(self, source: int, conn) -> None:
+        broker = self.broker
+        while True:
+            fetcher = self.manager.fetcher(source)
+            if fetcher is None:
+                return
+            now = broker.clock_ms()
+            me = broker.image.brokers.get(broker.node_id)
+            plan = fetcher.build_fetch(self._logs(), me.epoch if me is not None else -1, now)
+            if plan is None:
+                wakeup = fetcher.next_wakeup_ms(now)
+                await self._sleep(source, 1000 if wakeup is None else wakeup - now)
+                continue
+            try:
+                response = await conn.request(_fetch_request(plan), timeout_ms=plan.max_wait_ms + 30000)
+            except BaseException:
+                fetcher.handle_response(plan, None, self._logs(), broker.clock_ms())
+                self.manager.on_response_done(source)
+                raise
+            results = None
+            if response.error_code == ErrorCode.none:
+                results = _results(plan, response)
+            actions = fetcher.handle_response(plan, results, self._logs(), broker.clock_ms())
+            self.manager.on_response_done(source)
+            for action in actions:
+                self._apply(fetcher, action)
+            if results is None:
+                await self._sleep(source, self.manager.config.replica_fetch_backoff_ms)
+
+    def _apply(self, fetcher, action) -> None:
+        hp = self.broker.replicas.by_topic_id(action.key)
+        if hp is None or hp.state.leader is not None:
+            return
+        log = hp.log
+        changed = False
+        try:
+            if action.truncate_to is not None:
+                _log.info("%s-%d: truncating to %d (DivergingEpoch)", hp.state.topic, hp.state.partition,
+                          action.truncate_to)
+                log.truncate_to(action.truncate_to)
+                log.epoch_cache.truncate_from_end(action.truncate_to)
+                changed = True
+            if action.start_at is not None:
+                _log.info("%s-%d: starting over at the leader's log start %d", hp.state.topic,
+                          hp.state.partition, action.start_at)
+                log.truncate_fully_and_start_at(action.start_at)
+                changed = True
+            if len(action.records):
+                log.append_as_follower(action.records, self.broker.clock_ms())
+                changed = True
+        except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
+            _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
+            fetcher.on_append_failed(action.key, self.broker.clock_ms())
+            return
+        if changed or action.leader_high_watermark is not None:
+            if hp.state.on_follower_log_changed(log.log_end_offset, action.leader_high_watermark) or changed:
+                hp.notify()
+
+
+def _fetch_request(plan: FetchPlan) -> fetch_req.FetchRequest:
+    topics: dict[str, list] = {}
+    for p in plan.partitions:
+        topics.setdefault(p.topic, []).append(fetch_req.FetchPartition(
+            partition=p.key.partition, current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
+            last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
+            partition_max_bytes=p.partition_max_bytes))
+    return fetch_req.FetchRequest(
+        replica_id=plan.replica_id, max_wait=datetime.timedelta(milliseconds=plan.max_wait_ms),
+        min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+        forgotten_topics_data=(), rack_id="")
+
+
+def _results(plan: FetchPlan, response) -> dict[TopicIdPartition, PartitionFetchResult]:
+    keys = {(p.topic, p.key.partition): p.key for p in plan.partitions}
+    out = {}
+    for topic in response.responses:
+        for p in topic.partitions:
+            key = keys.get((topic.topic, p.partition_index))
+            if key is None:
+                continue
+            de = p.diverging_epoch
+            diverging = None if de.epoch == -1 and de.end_offset == -1 else EpochEndOffset(de.epoch, de.end_offset)
+            out[key] = PartitionFetchResult(ErrorCode(p.error_code), p.high_watermark, p.log_start_offset,
+                                            diverging, p.records or b"")
+    return out
+
+
+class IsrSender:
+    """Ticks the leaders and sends their ISR changes to the controller."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._tick_loop)
+            task_status.started()
+            await self._send_loop()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK_S)
+            if self.broker.loaded:
+                self.broker.replicas.tick(self.broker.clock_ms())
+
+    async def _send_loop(self) -> None:
+        replicas = self.broker.replicas
+        while True:
+            await replicas.alter_partition_pending.wait()
+            replicas.alter_partition_pending = trio.Event()
+            proposals = list(replicas.alter_partition_queue.values())
+            replicas.alter_partition_queue.clear()
+            if not proposals:
+                continue
+            me = self.broker.image.brokers.get(self.broker.node_id)
+            request = build_request(self.broker.node_id, me.epoch if me is not None else -1, proposals)
+            try:
+                response = await self.broker.controller.send(request)
+                results = split_response(response, proposals)
+            except Exception as exc:  # no controller now: the leaders retry after their backoff
+                _log.info("AlterPartition of %d partitions failed: %s", len(proposals), exc)
+                results = failed(proposals, ErrorCode.request_timed_out)
+            now = self.broker.clock_ms()
+            for proposal in proposals:
+                key = TopicIdPartition(proposal.topic_id, proposal.partition)
+                hp = replicas.by_topic_id(key)
+                result = results.get(key)
+                if hp is None or result is None:
+                    continue
+                _log.info("%s-%d: ISR %s %s -> %s", hp.state.topic, hp.state.partition, proposal.kind,
+                          list(proposal.isr), result.error.name if result.error else list(result.isr))
+                replicas.act(hp, hp.state.on_alter_partition_result(proposal, result, now))
