@@ -31,10 +31,6 @@ its own `end_offset_for_epoch(e)` = `(fe, fend)`:
 |                         |                            | about the older epoch fe   |
 | follower knows no epoch | min(end, LEO)              | yes                        |
 
-A DivergingEpoch with epoch -1 (the leader knows no epoch at or below the
-follower's) makes the follower start over, empty, at the offset given: the
-leader's log start.
-
 "Not done" needs no state of its own: the next Fetch carries the new last
 epoch and the leader validates again. The follower never truncates to its
 high watermark blindly (the KIP-101 bug: a follower restarting after a crash
@@ -48,18 +44,19 @@ from broker.replication.messages import NO_EPOCH, EpochEndOffset, LogView
 
 def validate_fetch_position(log: LogView, fetch_offset: int, last_fetched_epoch: int) -> EpochEndOffset | None:
     """The DivergingEpoch the leader answers a follower's Fetch with, or None
-    when the follower's log is a prefix of the leader's up to `fetch_offset`."""
+    when the follower's log is a prefix of the leader's up to `fetch_offset`.
+
+    The caller refuses a `last_fetched_epoch` newer than the log's latest
+    epoch first (the follower then knows of a newer leader than we do), so
+    the answer always names an epoch: on the wire an epoch of -1 means "no
+    divergence"."""
     if last_fetched_epoch == NO_EPOCH:
         # An empty follower log (or an old request): nothing to validate;
         # the offset range check applies instead.
         return None
+    assert last_fetched_epoch <= log.latest_epoch, (last_fetched_epoch, log.latest_epoch)
     epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
-    if epoch == NO_EPOCH:
-        # The leader knows no epoch at all (an empty log whose epoch was
-        # never recorded) or none as new as the follower's (the caller
-        # refuses that case first). Nothing is known to be shared: the
-        # follower starts over at the leader's log start.
-        return EpochEndOffset(NO_EPOCH, log.log_start_offset)
+    assert epoch != NO_EPOCH, "a non-empty epoch cache knows an epoch at or below its latest"
     if epoch < last_fetched_epoch or end_offset < fetch_offset:
         return EpochEndOffset(epoch, end_offset)
     return None
@@ -68,9 +65,7 @@ def validate_fetch_position(log: LogView, fetch_offset: int, last_fetched_epoch:
 def truncation_offset(log: LogView, diverging: EpochEndOffset) -> tuple[int, bool]:
     """Where a follower truncates on `diverging`, and whether that finds the
     common prefix (True) or the next Fetch must ask again (False). See the
-    table in the module docstring. A DivergingEpoch without an epoch is not
-    for this function: the follower starts over at the leader's log start
-    (`FollowerAction.start_at`)."""
+    table in the module docstring."""
     assert diverging.epoch >= 0 and diverging.end_offset >= 0, diverging
     log_end = log.log_end_offset
     own_epoch, own_end = log.end_offset_for_epoch(diverging.epoch)

@@ -18,7 +18,6 @@ epoch we follow at. `handle_response` turns each partition's result into a
 |--------------------------------|-----------------------------------------------|
 | records / none                 | append them; follower HW from the leader's HW |
 | DivergingEpoch(e >= 0, end)    | truncate to `divergence.truncation_offset`    |
-| DivergingEpoch(-1, start)      | start over, empty, at the leader's log start  |
 | OFFSET_OUT_OF_RANGE, leader's  | start over at the leader's log start          |
 |   log start above our LEO      |   (Kafka's truncateFullyAndStartAt)           |
 | FENCED_LEADER_EPOCH            | our metadata is stale: park the partition     |
@@ -135,8 +134,6 @@ class ReplicaFetcher:
             diverging = result.diverging_epoch
             if diverging is None:
                 return FollowerAction(p.key, records=result.records, leader_high_watermark=result.high_watermark)
-            if diverging.epoch == NO_EPOCH:
-                return FollowerAction(p.key, start_at=max(diverging.end_offset, 0))
             offset, _complete = truncation_offset(log, diverging)
             # The leader's HW is not adopted here: until a Fetch succeeds,
             # our log past the common prefix is not known to be the leader's.

@@ -202,6 +202,7 @@ class PartitionFetchResult:
     error: ErrorCode
     high_watermark: int = UNKNOWN_OFFSET
     log_start_offset: int = UNKNOWN_OFFSET
+    #: None when the wire's `diverging_epoch.epoch` is -1 (its default: no divergence).
     diverging_epoch: EpochEndOffset | None = None
     #: Record batches (bytes-like; empty when none).
     records: bytes | memoryview | bytearray = b""

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kio.schema.errors import ErrorCode
+
 from broker.replication import EpochEndOffset, truncation_offset, validate_fetch_position
-from replication_testing import EpochLog
+from replication_testing import EpochLog, fetch, leader_partition
 
 LEADER = (0, 0, 0, 2, 2, 4, 4, 4)  # epoch of each offset: 0 at 0..2, 2 at 3..4, 4 at 5..7
 
@@ -33,8 +35,12 @@ def test_leader_answer(fetch_offset, last_epoch, expected):
     assert validate_fetch_position(EpochLog.of(*LEADER), fetch_offset, last_epoch) == expected
 
 
-def test_a_leader_that_knows_no_epoch_sends_the_follower_back_to_its_log_start():
-    assert validate_fetch_position(EpochLog(log_start_offset=40, log_end_offset=40), 50, 3) == (-1, 40)
+def test_a_follower_with_an_epoch_newer_than_the_leaders_is_told_the_leader_is_behind():
+    """It followed a newer leader: our metadata is stale, the follower retries."""
+    log = EpochLog.of(0, 0, 2)
+    p = leader_partition(log, leader_epoch=5)
+    decision = p.handle_replica_fetch(fetch(2, 3, last_epoch=6, leader_epoch=5), log, 0)
+    assert decision.error == ErrorCode.unknown_leader_epoch and decision.diverging_epoch is None
 
 
 @pytest.mark.parametrize("follower, diverging, expected", [

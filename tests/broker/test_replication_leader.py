@@ -6,13 +6,18 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from broker.replication import AlterPartitionResult, BrokerState, PendingProduce
-from replication_testing import LAG_MS, EpochLog, fetch, leader_partition
+from replication_testing import LAG_MS, EpochLog, fetch, leader_partition, registration
 
 
 def leader_with_data(n: int = 10, **kw):
     log = EpochLog.of(*[3] * n)
     p = leader_partition(log, **kw)
     return p, log
+
+
+def replicas_registration(isr, partition_epoch, leader_epoch=5):
+    """The registration of the leader's partition after a controller change."""
+    return registration(isr=isr, partition_epoch=partition_epoch, leader_epoch=leader_epoch)
 
 
 def committed(p, proposal, isr=None) -> AlterPartitionResult:
@@ -320,9 +325,3 @@ def test_a_diverged_follower_gets_diverging_epoch_and_is_not_counted():
 def test_a_fetch_past_the_log_end_without_an_epoch_is_out_of_range():
     p, log = leader_with_data(10)
     assert p.handle_replica_fetch(fetch(2, 11, last_epoch=-1), log, 1).error == ErrorCode.offset_out_of_range
-
-
-def replicas_registration(isr, partition_epoch, leader_epoch=5):
-    from replication_testing import registration
-
-    return registration(isr=isr, partition_epoch=partition_epoch, leader_epoch=leader_epoch)

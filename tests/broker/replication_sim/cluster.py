@@ -23,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from kio.schema.errors import ErrorCode
-
 from broker.replication import ReplicationConfig
 from quorum.controller import ControllerConfig
 
@@ -246,6 +244,3 @@ def run_scenario(scenario: Scenario) -> Result:
     return Result(cluster.loop.events, cluster.producer.acked, cluster.consumer.consumed, inv.checked_acks,
                   inv.exempt_acks, inv.danger_windows, inv.leader_changes, inv.unclean_elections, inv.truncations,
                   dict(cluster.producer.errors))
-
-
-__all__ = ["Fault", "Scenario", "Result", "SimCluster", "run_scenario", "ErrorCode"]
