@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# ZooKeeper mode (quorum/zookeeper/) runs the Debian `zookeeper` package.
+# ZooKeeper mode (quorum/zookeeper/) runs the Debian `zookeeper` package; the
+# Spark report needs a Java runtime. Both are installed only when missing.
 sysdeps:
+	command -v java >/dev/null || (apt-get update && apt-get install -y default-jre-headless)
 	test -f /usr/share/java/zookeeper.jar || (apt-get update && apt-get install -y zookeeper)
 
 setup: sysdeps $(STAMP)
@@ -21,10 +23,9 @@ setup: sysdeps $(STAMP)
 # A local 3+3 cluster; 1M records produced and consumed; stopped cleanly (bench/demo.py);
 # its throughput rows go to bench/results/ (ignored by git), and the demo ends with
 # `raftka report` of that dataset (Spark, needs a Java runtime) in bench/results/_report/.
-# KRaft only, so it needs the venv but not the ZooKeeper package.
 RESULTS ?= bench/results
 
-demo: $(STAMP)
+demo: setup
 	$(BIN)/raftka demo --results $(RESULTS)
 	$(BIN)/raftka report --results $(RESULTS) --out $(RESULTS)/_report
 
