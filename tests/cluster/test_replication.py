@@ -1,0 +1,137 @@
+"""Replication on real processes: 3 controllers, 3 brokers, RF=3,
+min.insync.replicas=2, an idempotent acks=all confluent-kafka producer.
+
+Faults: SIGKILL of a partition leader (and its return), a follower down
+while data is written (and its return), a SIGSTOPped follower, two
+followers down. The checker reads every partition back: each acknowledged
+record is there exactly once, at its acknowledged offset, in order.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from confluent_kafka import KafkaError, Producer
+
+from raftka.cluster import LocalCluster
+from replication_testing import (
+    SETTINGS,
+    BackgroundProducer,
+    check_no_loss,
+    create_topic,
+    partition_state,
+    read_all,
+    wait_for,
+    wait_for_isr,
+)
+
+PARTITIONS = 3
+ALL = (4, 5, 6)  # broker ids: node ids after the three controllers
+
+
+def _started(tmp_path) -> LocalCluster:
+    cluster = LocalCluster(tmp_path, controllers=3, brokers=3, overrides=SETTINGS)
+    cluster.start_all()
+    cluster.wait_ready(120)
+    return cluster
+
+
+def test_leader_killed_and_restarted_loses_no_acknowledged_record(tmp_path) -> None:
+    with _started(tmp_path) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "orders", PARTITIONS)
+        wait_for_isr(bootstrap, "orders", PARTITIONS, ALL)
+        producer = BackgroundProducer(bootstrap, "orders", PARTITIONS)
+        wait_for("records acknowledged", lambda: producer.acked_count() > 200)
+        victim = partition_state(bootstrap, "orders")[0][0]
+        cluster.kill(victim)
+        acked_at_kill = producer.acked_count()
+        # A new leader takes over from the ISR and acks=all goes on with two replicas.
+        wait_for("a new leader of partition 0",
+                 lambda: partition_state(bootstrap, "orders")[0][0] not in (victim, -1))
+        wait_for("records acknowledged by the new leaders", lambda: producer.acked_count() > acked_at_kill + 200)
+        cluster.start(victim)
+        cluster.wait_ready(120)
+        wait_for_isr(bootstrap, "orders", PARTITIONS, ALL)
+        wait_for("records acknowledged with the ISR whole again",
+                 lambda: producer.acked_count() > acked_at_kill + 400)
+        producer.stop()
+        assert not producer.errors, producer.errors[:3]
+        check_no_loss(producer.acked, read_all(bootstrap, "orders", PARTITIONS, len(producer.acked)))
+
+
+def test_follower_returns_catches_up_and_rejoins_the_isr(tmp_path) -> None:
+    with _started(tmp_path) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "events", PARTITIONS)
+        wait_for_isr(bootstrap, "events", PARTITIONS, ALL)
+        leaders = {leader for leader, _ in partition_state(bootstrap, "events").values()}
+        follower = next(b for b in ALL if b not in leaders) if len(leaders) < 3 else ALL[-1]
+        cluster.kill(follower)
+        rest = tuple(b for b in ALL if b != follower)
+        wait_for_isr(bootstrap, "events", PARTITIONS, rest)
+        producer = BackgroundProducer(bootstrap, "events", PARTITIONS)
+        wait_for("records acknowledged without the follower", lambda: producer.acked_count() > 500)
+        cluster.start(follower)
+        cluster.wait_ready(120)
+        wait_for_isr(bootstrap, "events", PARTITIONS, ALL)
+        producer.stop()
+        assert not producer.errors, producer.errors[:3]
+        # Every replica now holds the same data: read once more with the
+        # returned follower leading, after the others hand leadership over.
+        check_no_loss(producer.acked, read_all(bootstrap, "events", PARTITIONS, len(producer.acked)))
+
+
+def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(tmp_path) -> None:
+    with _started(tmp_path) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "clicks", 1)
+        wait_for_isr(bootstrap, "clicks", 1, ALL)
+        leader = partition_state(bootstrap, "clicks")[0][0]
+        follower = next(b for b in ALL if b != leader)
+        producer = BackgroundProducer(bootstrap, "clicks", 1)
+        wait_for("records acknowledged", lambda: producer.acked_count() > 100)
+        cluster.kill(follower, signal.SIGSTOP)
+        try:
+            rest = tuple(b for b in ALL if b != follower)
+            # The leader shrinks the ISR after replica.lag.time.max.ms (the
+            # broker is not fenced for good: the controller fences it only
+            # for missed heartbeats), and acks=all goes on with min ISR 2.
+            wait_for_isr(bootstrap, "clicks", 1, rest, timeout_s=30)
+            acked = producer.acked_count()
+            wait_for("records acknowledged with the ISR shrunk", lambda: producer.acked_count() > acked + 200)
+        finally:
+            cluster.kill(follower, signal.SIGCONT)
+        wait_for_isr(bootstrap, "clicks", 1, ALL)
+        producer.stop()
+        assert not producer.errors, producer.errors[:3]
+        check_no_loss(producer.acked, read_all(bootstrap, "clicks", 1, len(producer.acked)))
+
+
+def test_two_followers_down_refuse_acks_all_with_not_enough_replicas(tmp_path) -> None:
+    with _started(tmp_path) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "audit", 1)
+        wait_for_isr(bootstrap, "audit", 1, ALL)
+        leader = partition_state(bootstrap, "audit")[0][0]
+        followers = [b for b in ALL if b != leader]
+        for b in followers:
+            cluster.kill(b)
+        wait_for_isr(bootstrap, "audit", 1, (leader,))
+        outcomes: list = []
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 5000,
+                             "retries": 0})
+        for i in range(5):
+            producer.produce("audit", value=f"lonely-{i}".encode(), partition=0,
+                             on_delivery=lambda err, msg: outcomes.append(err))
+        producer.flush(30)
+        assert len(outcomes) == 5
+        assert all(err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS for err in outcomes), outcomes
+        # Nothing refused was written: the log holds no record.
+        assert read_all(bootstrap, "audit", 1, 0, timeout_s=10) == {0: []}
+        for b in followers:
+            cluster.start(b)
+        cluster.wait_ready(120)
+        wait_for_isr(bootstrap, "audit", 1, ALL)
+        time.sleep(0.1)
