@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from kio.schema.errors import ErrorCode
 
 from broker.replication import EpochEndOffset, truncation_offset, validate_fetch_position
