@@ -132,3 +132,23 @@ def check_no_loss(acked: list[tuple[int, int, bytes]], read: dict[int, list[tupl
     at = {(p, o): v for p, records in read.items() for o, v in records}
     missing = [(p, o, v) for p, o, v in acked if at.get((p, o)) != v]
     assert not missing, f"{len(missing)} acknowledged records lost or moved, e.g. {missing[:5]}"
+
+
+def wait_for_identical_replicas(cluster, topic: str, partitions: int, brokers, timeout_s: float = 30) -> None:
+    """Every replica of each partition holds byte-for-byte the same batches
+    (segments concatenated): followers truncated what diverged and caught up."""
+
+    def log_bytes(broker: int, partition: int) -> bytes:
+        directory = cluster.node(broker).log_dir / f"{topic}-{partition}"
+        return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+    def identical():
+        sizes = {}
+        for p in range(partitions):
+            copies = {b: log_bytes(b, p) for b in brokers}
+            sizes[p] = {b: len(c) for b, c in copies.items()}
+            if len(set(copies.values())) != 1 or not copies[brokers[0]]:
+                return False
+        return sizes
+
+    wait_for(f"identical replicas of {topic}", identical, timeout_s)

@@ -10,7 +10,6 @@ record is there exactly once, at its acknowledged offset, in order.
 from __future__ import annotations
 
 import signal
-import time
 
 from confluent_kafka import KafkaError, Producer
 
@@ -23,6 +22,7 @@ from replication_testing import (
     partition_state,
     read_all,
     wait_for,
+    wait_for_identical_replicas,
     wait_for_isr,
 )
 
@@ -59,6 +59,9 @@ def test_leader_killed_and_restarted_loses_no_acknowledged_record(tmp_path) -> N
         producer.stop()
         assert not producer.errors, producer.errors[:3]
         check_no_loss(producer.acked, read_all(bootstrap, "orders", PARTITIONS, len(producer.acked)))
+        # The restarted leader re-validated its log by DivergingEpoch (what it
+        # had past the new leader's epoch start is gone) and caught up.
+        wait_for_identical_replicas(cluster, "orders", PARTITIONS, ALL)
 
 
 def test_follower_returns_catches_up_and_rejoins_the_isr(tmp_path) -> None:
@@ -78,9 +81,8 @@ def test_follower_returns_catches_up_and_rejoins_the_isr(tmp_path) -> None:
         wait_for_isr(bootstrap, "events", PARTITIONS, ALL)
         producer.stop()
         assert not producer.errors, producer.errors[:3]
-        # Every replica now holds the same data: read once more with the
-        # returned follower leading, after the others hand leadership over.
         check_no_loss(producer.acked, read_all(bootstrap, "events", PARTITIONS, len(producer.acked)))
+        wait_for_identical_replicas(cluster, "events", PARTITIONS, ALL)
 
 
 def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(tmp_path) -> None:
@@ -107,6 +109,7 @@ def test_stopped_follower_leaves_the_isr_and_rejoins_after_sigcont(tmp_path) -> 
         producer.stop()
         assert not producer.errors, producer.errors[:3]
         check_no_loss(producer.acked, read_all(bootstrap, "clicks", 1, len(producer.acked)))
+        wait_for_identical_replicas(cluster, "clicks", 1, ALL)
 
 
 def test_two_followers_down_refuse_acks_all_with_not_enough_replicas(tmp_path) -> None:
@@ -134,4 +137,3 @@ def test_two_followers_down_refuse_acks_all_with_not_enough_replicas(tmp_path) -
             cluster.start(b)
         cluster.wait_ready(120)
         wait_for_isr(bootstrap, "audit", 1, ALL)
-        time.sleep(0.1)
