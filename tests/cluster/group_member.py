@@ -8,7 +8,10 @@ report each, and every COMMIT_INTERVAL_S commit the next offsets of the
 partitions it read since the last commit (synchronously), reporting the
 commit if it succeeded. So at any moment the records read since the last
 commit form the member's uncommitted window, which a member that takes its
-partitions over reads again. SIGTERM ends the loop
+partitions over reads again. A rebalance (partitions revoked, lost or
+assigned) forgets the offsets not yet committed: they were positions of
+an assignment that is over, and committing them later would skip records
+(the consumer restarts from the committed offsets). SIGTERM ends the loop
 and closes the consumer (a dynamic member leaves the group); SIGKILL is
 the test's other way to end it. Reports are JSON lines on stdout:
 
@@ -41,6 +44,9 @@ class Reporter:
         self.pending: dict = {}
         self.last_commit = time.monotonic()
 
+    def rebalanced(self, *_args) -> None:
+        self.pending = {}
+
     def read(self, key, next_offset: int) -> dict | None:
         """Note a read; the offsets to commit now, if it is time."""
         self.pending[key] = next_offset
@@ -63,8 +69,9 @@ def run_confluent(bootstrap, group, topic, name, session_ms, heartbeat_ms, stopp
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "session.timeout.ms": session_ms, "heartbeat.interval.ms": heartbeat_ms})
-    consumer.subscribe([topic])
     reporter = Reporter()
+    consumer.subscribe([topic], on_assign=reporter.rebalanced, on_revoke=reporter.rebalanced,
+                       on_lost=reporter.rebalanced)
     try:
         while not stopping():
             messages = consumer.consume(num_messages=MAX_RECORDS, timeout=0.1)
@@ -93,10 +100,21 @@ def run_kafka_python(bootstrap, group, topic, name, session_ms, heartbeat_ms, st
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+    from kafka import ConsumerRebalanceListener
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=name,
                              enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=session_ms,
                              heartbeat_interval_ms=heartbeat_ms, max_poll_records=MAX_RECORDS)
     reporter = Reporter()
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked) -> None:
+            reporter.rebalanced()
+
+        def on_partitions_assigned(self, assigned) -> None:
+            reporter.rebalanced()
+
+    consumer.subscribe([topic], listener=Listener())
     try:
         while not stopping():
             polled = consumer.poll(timeout_ms=100)
@@ -122,15 +140,24 @@ def run_kafka_python(bootstrap, group, topic, name, session_ms, heartbeat_ms, st
 def run_aiokafka(bootstrap, group, topic, name, session_ms, heartbeat_ms, stopping) -> None:
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from aiokafka.errors import KafkaError
 
+    reporter = Reporter()
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            reporter.rebalanced()
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            reporter.rebalanced()
+
     async def main() -> None:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, client_id=name,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms)
+        consumer.subscribe([topic], listener=Listener())
         await consumer.start()
-        reporter = Reporter()
         try:
             while not stopping():
                 polled = await consumer.getmany(timeout_ms=100, max_records=MAX_RECORDS)

@@ -64,8 +64,10 @@ class Member:
     """A group member process and everything it reported."""
 
     def __init__(self, client: str, bootstrap: str, group: str, topic: str, name: str,
-                 session_ms: int = 6000, heartbeat_ms: int = 500) -> None:
+                 session_ms: int = 6000, heartbeat_ms: int = 500, report_dir: Path | None = None) -> None:
         self.name = name
+        #: Where its reports are kept, with arrival times (to read after a failure).
+        self.report_path = None if report_dir is None else report_dir / f"{name}.jsonl"
         self.process = subprocess.Popen(
             [PYTHON, MEMBER_SCRIPT, client, bootstrap, group, topic, name, str(session_ms), str(heartbeat_ms)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -83,8 +85,12 @@ class Member:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            arrived = time.monotonic()
+            if self.report_path is not None:
+                with open(self.report_path, "a") as f:
+                    f.write(json.dumps([arrived, event]) + "\n")
             with self.lock:
-                self.events.append((time.monotonic(), event))
+                self.events.append((arrived, event))
                 if event["ev"] == "assigned":
                     self.assigned = frozenset(event["partitions"])
 

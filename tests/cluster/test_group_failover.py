@@ -62,7 +62,7 @@ def test_group_recovers_its_committed_offsets_when_its_coordinator_is_killed(tmp
         bootstrap = cluster.bootstrap
         create_topic(bootstrap, TOPIC)
         producer = BackgroundProducer(bootstrap, TOPIC, PARTITIONS)
-        members = [Member("confluent-kafka", bootstrap, GROUP, TOPIC, f"m{i}") for i in range(2)]
+        members = [Member("confluent-kafka", bootstrap, GROUP, TOPIC, f"m{i}", report_dir=tmp_path) for i in range(2)]
         everyone = list(members)
         try:
             wait_for_split(members, PARTITIONS)
@@ -88,7 +88,7 @@ def test_group_recovers_its_committed_offsets_when_its_coordinator_is_killed(tmp
             committed = committed_offsets("confluent-kafka", bootstrap, GROUP, TOPIC)
             assert committed == last_commits(everyone)
 
-            resumer = Member("confluent-kafka", bootstrap, GROUP, TOPIC, "resumer")
+            resumer = Member("confluent-kafka", bootstrap, GROUP, TOPIC, "resumer", report_dir=tmp_path)
             everyone.append(resumer)
             wait_for_split([resumer], PARTITIONS)
             time.sleep(0.5)
