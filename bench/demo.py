@@ -9,8 +9,9 @@
    that bench results dataset, so `raftka report --results DIR` shows this
    run beside the earlier ones (`make demo` does both).
 
-The topic has replication factor 1: follower replication is still being
-built; `--replication-factor` changes it once it lands.
+The topic has replication factor 3 (at most the number of brokers): every
+record is copied to two followers by their replica fetchers while the demo
+produces; `--replication-factor` changes it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records", type=int, default=1_000_000, help="default 1,000,000")
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES", help="default 100")
     p.add_argument("--partitions", type=int, default=6, help="default 6")
-    p.add_argument("--replication-factor", type=int, default=1, help="default 1")
+    p.add_argument("--replication-factor", type=int, default=None,
+                   help="default 3 (at most --brokers)")
     p.add_argument("--controllers", type=int, default=3, help="default 3")
     p.add_argument("--brokers", type=int, default=3, help="default 3")
     p.add_argument("--results", default=None, metavar="DIR",
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from bench.kafka_bench import create_topic
     from raftka.cluster import LocalCluster
 
+    if args.replication_factor is None:
+        args.replication_factor = min(3, args.brokers)
     console = Console()
     console.rule("[bold]raftka demo")
     with tempfile.TemporaryDirectory(prefix="raftka-demo-") as tmp:
