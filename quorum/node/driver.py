@@ -99,6 +99,7 @@ EVENT_QUEUE_SIZE = 1024
 # records (in one replay, which is cheaper per record than many small ones).
 TURN_PROPOSAL_BYTES = 64 * 1024
 APPLY_BYTES_PER_TURN = 32 * 1024
+SLOW_TURN_MS = 500
 
 
 def wall_clock_ms() -> int:
@@ -136,9 +137,12 @@ class RaftNode:
         self._waiters: dict[Any, Waiter] = {}
         self._proposals: list[Proposal] = []
         self._precomputed: collections.deque[Proposal] = collections.deque()
+        self._adopt_staged = True
         self._deferred: list[Any] = []
         self._publisher = Publisher()
         self._active_epoch: int | None = None
+        self._role: tuple[str, int, int | None] = ("none", -1, None)
+        self._turn_fsync_s = 0.0
         self._snapshotting = False
         self._wake_at_ms = 0
         self.core: RaftCore | None = None
@@ -310,7 +314,14 @@ class RaftNode:
             outputs = self._feed(events, now_ms)
             if now_ms >= self._wake_at_ms or not outputs:
                 outputs.append(core.tick(now_ms))
+            self._turn_fsync_s = 0.0
             await self._obey(outputs, quorum_state)
+            turn_ms = self.now_ms() - now_ms
+            if turn_ms > SLOW_TURN_MS:
+                _log.warning("node %d: a turn of the Raft loop took %d ms (%d events, %d ms waiting for fsync): the "
+                             "machine is short of CPU or disk; turns beyond controller.quorum.fetch.timeout.ms "
+                             "(%d ms) make peers start elections", self.node_id, turn_ms, len(events),
+                             self._turn_fsync_s * 1000, self.config.controller_quorum_fetch_timeout_ms)
 
     def _feed(self, events: list[Any], now_ms: int) -> list[Output]:
         core = self.core
@@ -326,8 +337,14 @@ class RaftNode:
                 assert result.base_offset == proposals[0].base_offset, (result, proposals[0].base_offset)
                 outputs.append(out)
             self._proposals.extend(proposals)
-            self._precomputed.extend(
-                p for p in proposals if p.image_after is not None and p.last_offset >= p.base_offset)
+            with_records = [p for p in proposals if p.last_offset >= p.base_offset]
+            if any(p.image_after is None for p in with_records):
+                # A staged image covers every record before it only while all
+                # of this epoch's records are staged; stop adopting for good.
+                self._adopt_staged = False
+                self._precomputed.clear()
+            if self._adopt_staged:
+                self._precomputed.extend(with_records)
             batch, proposals = [], []
 
         turn_bytes = 0
@@ -393,7 +410,9 @@ class RaftNode:
                 if out.flush_log_to_offset is not None:
                     flush_to = max(flush_to or 0, out.flush_log_to_offset)
             if election is not None or flush_to is not None:
+                started = trio.current_time()
                 await trio.to_thread.run_sync(self._persist, quorum_state, election, flush_to)
+                self._turn_fsync_s += trio.current_time() - started
             # 2. send
             for out in outputs:
                 for message in out.messages:
@@ -409,7 +428,7 @@ class RaftNode:
                 self._load_snapshot(installed[-1])
             more = self._apply_committed()
             self._after_turn()
-            if any(o.snapshot_suggested for o in outputs):
+            if outputs[-1].snapshot_suggested:  # the newest view: a snapshot stored this turn reset it
                 self._maybe_snapshot()
             self._wake_at_ms = self.now_ms() if more else outputs[-1].wake_at_ms
             # 4. a completed flush may advance the leader's high watermark
@@ -480,6 +499,11 @@ class RaftNode:
                     else:
                         still.append(p)
                 self._proposals = still
+        role = (core.role, core.epoch, core.leader_and_epoch.leader_id)
+        if role != self._role:
+            _log.info("node %d: %s in epoch %d (leader %s), was %s in epoch %d", self.node_id, role[0], role[1],
+                      role[2], self._role[0], self._role[1])
+            self._role = role
         # Leadership listeners (the active controller).
         if self._active_epoch is not None and (not core.is_leader or core.epoch != self._active_epoch):
             lost, self._active_epoch = self._active_epoch, None
@@ -488,6 +512,7 @@ class RaftNode:
         start = core.leader_epoch_start_offset
         if self._active_epoch is None and start is not None and self.state.next_offset > start:
             self._active_epoch = core.epoch
+            self._adopt_staged = True
             _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch, start)
             self._publisher.leader_active(core.epoch, self.state.image)
         self._publisher.changed()

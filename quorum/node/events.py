@@ -49,8 +49,10 @@ class Waiter:
 class Staged:
     """What a `propose_with` build may return instead of bare records: the
     records, and the image after them (applied at the offsets the build was
-    given). The leader then adopts that image when they commit instead of
-    decoding and replaying its own records again."""
+    given, on top of everything appended before). The leader then adopts
+    that image when they commit instead of decoding and replaying its own
+    records again, as long as every record it appends in its epoch comes
+    staged (a bare-record proposal turns adoption off for the epoch)."""
 
     records: Sequence[bytes]
     image_after: MetadataImage | None = None

@@ -24,11 +24,13 @@ from raftka.wire import serve
 
 CLUSTER_ID = "node-test-cluster"
 
+# Short election timers, so tests start fast; a fetch timeout that an fsync
+# stalled by a busy shared disk (seen: 0.8 s) does not mistake for a dead leader.
 FAST = QuorumConfig(
     controller_quorum_election_timeout_ms=150,
-    controller_quorum_fetch_timeout_ms=400,
+    controller_quorum_fetch_timeout_ms=2000,
     controller_quorum_election_backoff_max_ms=150,
-    controller_quorum_request_timeout_ms=500,
+    controller_quorum_request_timeout_ms=1000,
     controller_quorum_retry_backoff_ms=10,
     fetch_max_wait_ms=200,
 )

@@ -8,8 +8,10 @@ import uuid
 import pytest
 import trio
 
+from quorum.metadata.image import LoggedRecord
 from quorum.metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord, encode_record
 from quorum.node.applier import committed_records
+from quorum.node.events import Staged
 from quorum.node.metadata_log import metadata_log_dir
 from quorum.node.quorum_state import QuorumStateFile
 from quorum.raft import NotLeaderError, QuorumConfig
@@ -210,3 +212,30 @@ async def test_votes_and_fetch_offsets_are_on_disk_before_they_are_sent(tmp_path
     assert checked["votes"] >= 2 and checked["fetches"] >= 10, checked
 
 
+
+
+async def test_a_bare_proposal_between_staged_ones_stays_in_the_leader_image(tmp_path, nursery):
+    """A staged image covers what its builder knew; once a bare-record
+    proposal is appended in the epoch, the leader replays from its log."""
+    quorum = InProcessQuorum(tmp_path, nursery)
+    await quorum.start_all()
+    leader = quorum.node(await quorum.active_leader())
+
+    def staged(name):
+        def build(base, epoch):
+            record = TopicRecord(name=name, topic_id=uuid.uuid4())
+            # Built on the committed image only: it knows nothing uncommitted.
+            image = leader.image.apply([LoggedRecord(base, epoch, record)])
+            return Staged([encode_record(record)], image)
+        return build
+
+    await leader.propose_with(staged("a"))
+    bare = [f"b{i}" for i in range(3000)]  # more than one turn decides: "c" comes a turn later
+    async with trio.open_nursery() as proposers:
+        proposers.start_soon(leader.propose, [topic(n) for n in bare])
+        await trio.sleep(0)
+        proposers.start_soon(leader.propose_with, staged("c"))
+    await quorum.wait_applied_everywhere(leader.high_watermark)
+    expected = {"a", "c", *bare}
+    assert topic_names(leader) == expected
+    assert all(topic_names(quorum.node(n)) == expected for n in quorum.voters)

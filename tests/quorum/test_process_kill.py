@@ -28,7 +28,7 @@ SOAK = os.environ.get("RAFTKA_SOAK") == "1"
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.fetch.timeout.ms": "1500",
     "controller.quorum.election.backoff.max.ms": "300",
     "controller.quorum.request.timeout.ms": "1000",
 }

@@ -14,7 +14,7 @@ from quorum.node.local_quorum import LocalQuorum, free_ports
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.fetch.timeout.ms": "1500",
     "controller.quorum.election.backoff.max.ms": "300",
     "controller.quorum.request.timeout.ms": "1000",
 }
