@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -78,9 +79,8 @@ class ReplicaFetchers:
             task_status.started()
             await trio.sleep_forever()
 
-    def _logs(self):
-        return {TopicIdPartition(hp.state.topic_id, hp.state.partition): hp.log
-                for hp in self.broker.replicas.partitions.values()}
+    def _logs(self) -> _Logs:
+        return _Logs(self.broker.replicas.by_id)
 
     def _address(self, source: int) -> tuple[str, int] | None:
         registration = self.broker.image.brokers.get(source)
@@ -107,6 +107,10 @@ class ReplicaFetchers:
                 except (ConnectionFailedError, OSError) as exc:
                     _log.info("fetcher from broker %d: %s; retrying in %d ms", source, exc,
                               config.replica_fetch_backoff_ms)
+                    await self._sleep(source, config.replica_fetch_backoff_ms)
+                except Exception as exc:  # a malformed answer, say: never take the broker down
+                    _log.warning("fetcher from broker %d failed: %r; retrying in %d ms", source, exc,
+                                 config.replica_fetch_backoff_ms)
                     await self._sleep(source, config.replica_fetch_backoff_ms)
         finally:
             self._wake.pop(source, None)
@@ -177,6 +181,22 @@ class ReplicaFetchers:
         if changed or action.leader_high_watermark is not None:
             if hp.state.on_follower_log_changed(log.log_end_offset, action.leader_high_watermark) or changed:
                 hp.notify()
+
+
+class _Logs(Mapping):
+    """The hosted logs by topic id, as the fetcher core reads them."""
+
+    def __init__(self, by_id) -> None:
+        self._by_id = by_id
+
+    def __getitem__(self, key):
+        return self._by_id[key].log
+
+    def __iter__(self):
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
 
 
 def _fetch_request(plan: FetchPlan) -> fetch_req.FetchRequest:

@@ -114,6 +114,8 @@ class ReplicaManager:
         self.log_defaults = dict(log_defaults)
         self.replication = replication or ReplicationConfig()
         self.partitions: dict[TopicPartitionName, HostedPartition] = {}
+        #: The same partitions by topic id (the replication core's key).
+        self.by_id: dict[TopicIdPartition, HostedPartition] = {}
         #: ISR changes to send to the controller, newest per partition.
         self.alter_partition_queue: dict[TopicIdPartition, AlterPartitionProposal] = {}
         self.alter_partition_pending = trio.Event()
@@ -139,10 +141,10 @@ class ReplicaManager:
                 self.act(hp, hp.state.tick(now_ms))
 
     def by_topic_id(self, key: TopicIdPartition) -> HostedPartition | None:
-        for hp in self.partitions.values():
-            if hp.state.topic_id == key.topic_id and hp.state.partition == key.partition:
-                return hp
-        return None
+        return self.by_id.get(key)
+
+    def _drop(self, hp: HostedPartition) -> None:
+        self.by_id.pop(TopicIdPartition(hp.state.topic_id, hp.state.partition), None)
 
     def serve_replica_fetch(self, hp: HostedPartition, replica_id: int, fp, now_ms: int):
         """One partition of a follower's Fetch on this leader: the core's decision, acted on."""
@@ -165,6 +167,7 @@ class ReplicaManager:
                     self.partitions[(stopped.topic_name, stopped.partition)] = hp
                     continue
                 self.on_follow(stopped.topic_name, stopped.partition, hp.state.topic_id, -1, -1)
+                self._drop(hp)
                 hp.state.stop()
                 hp.notify()
             if stopped.delete:
@@ -179,6 +182,7 @@ class ReplicaManager:
             if hp is not None and hp.state.topic_id != local.topic_id:
                 # The topic was deleted and re-created in one delta.
                 self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
+                self._drop(hp)
                 hp.state.stop()
                 self.partitions.pop(key)
                 self.log_manager.delete(*key)
@@ -190,6 +194,7 @@ class ReplicaManager:
                 state = ReplicaState(local.topic_name, local.partition, local.topic_id, self.broker_id, log,
                                      self.replication)
                 hp = self.partitions[key] = HostedPartition(state, log, self)
+                self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
                 checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
             else:
                 checkpointed_hw = None

@@ -46,9 +46,16 @@ def wait_for(what: str, predicate, timeout_s: float = 60):
 
 
 def wait_for_isr(bootstrap: str, topic: str, partitions: int, isr: tuple[int, ...], timeout_s: float = 60):
-    return wait_for(f"ISR {isr} on every partition of {topic}",
-                    lambda: (s := partition_state(bootstrap, topic)) and len(s) == partitions
-                    and all(i == isr for _, i in s.values()) and s, timeout_s)
+    seen = {}
+
+    def whole():
+        seen["state"] = state = partition_state(bootstrap, topic)
+        return len(state) == partitions and all(i == isr for _, i in state.values()) and state
+
+    try:
+        return wait_for(f"ISR {isr} on every partition of {topic}", whole, timeout_s)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; (leader, ISR) by partition: {seen.get('state')}") from None
 
 
 class BackgroundProducer:
