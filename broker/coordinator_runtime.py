@@ -119,7 +119,8 @@ class HeldResponse:
         hp = self.runner.hp
         while True:
             state = hp.state
-            if not state.is_leader:
+            if not state.is_leader or state.leader_epoch != self.runner.leader_epoch:
+                # Another leader may have truncated what was appended.
                 return error_response(self.request, ErrorCode.not_coordinator)
             if state.high_watermark >= self.barrier:
                 return self.response
