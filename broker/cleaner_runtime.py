@@ -9,8 +9,11 @@ partition and any topic configured so), with each topic's compaction
 settings (its configs over the broker's `log.cleaner.*` defaults) and the
 partition's high watermark (nothing at or above it is compacted: a record
 there may still be truncated away), and calls `maybe_clean` for about
-`log.cleaner.io.buffer.size` bytes of work. The call runs on the event
-loop, so it is short; between calls the task sleeps for the longest of:
+`STEP_BYTES` bytes of work (or `log.cleaner.io.buffer.size` if smaller).
+The call runs on the event loop and costs Python work per record (about 5
+ms per 64 KiB of small records here), so steps are kept that small: the
+broker's requests wait at most one step. Between calls the task sleeps
+for the longest of:
 
 - what `Throttler` says for `log.cleaner.io.max.bytes.per.second`
   (Kafka's knob; unlimited by default);
@@ -37,6 +40,9 @@ from storage.throttler import Throttler, duty_cycle_sleep_ms
 
 _log = logging.getLogger("broker.cleaner")
 
+#: Bytes read and written per call into the cleaner: one event-loop stall.
+STEP_BYTES = 64 * 1024
+
 #: Broker keys whose values are the defaults of compaction topic configs.
 _BROKER_DEFAULTS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
                     "min.cleanable.dirty.ratio")
@@ -47,18 +53,28 @@ def compaction_config(broker, topic: str) -> CompactionConfig:
     return CompactionConfig.from_properties({**defaults, **broker.image.topic_config(topic)})
 
 
-def compacted_logs(broker) -> list[CompactedLog]:
-    """The hosted logs of compacted topics, with their settings and HWs."""
-    configs: dict[str, CompactionConfig] = {}
-    out = []
-    hosted: HostedPartition
-    for (topic, _partition), hosted in broker.replicas.partitions.items():
-        config = configs.get(topic)
-        if config is None:
-            config = configs[topic] = compaction_config(broker, topic)
-        if config.compact:
-            out.append(CompactedLog(hosted.log, config, hosted.state.high_watermark))
-    return out
+class CompactedLogs:
+    """The hosted logs of compacted topics, with their settings and HWs;
+    the list of partitions is recomputed only when the image changes."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self._image = None
+        self._hosted: list[tuple[HostedPartition, CompactionConfig]] = []
+
+    def current(self) -> list[CompactedLog]:
+        broker = self.broker
+        if broker.image is not self._image:
+            self._image = broker.image
+            configs: dict[str, CompactionConfig] = {}
+            self._hosted = []
+            for (topic, _partition), hosted in broker.replicas.partitions.items():
+                config = configs.get(topic)
+                if config is None:
+                    config = configs[topic] = compaction_config(broker, topic)
+                if config.compact:
+                    self._hosted.append((hosted, config))
+        return [CompactedLog(hp.log, config, hp.state.high_watermark) for hp, config in self._hosted]
 
 
 async def run_log_cleaner(broker) -> None:
@@ -68,12 +84,14 @@ async def run_log_cleaner(broker) -> None:
     cleaner_config = cleaner.config
     throttler = Throttler(cleaner_config.io_max_bytes_per_second, broker.clock_ms())
     fraction = config.log_cleaner_cpu_fraction
+    step_bytes = min(cleaner_config.io_buffer_size, STEP_BYTES)
+    logs = CompactedLogs(broker)
     while True:
         if not broker.loaded:
             await trio.sleep(cleaner_config.backoff_ms / 1000)
             continue
         started = time.perf_counter()
-        step = cleaner.maybe_clean(compacted_logs(broker), broker.clock_ms(), cleaner_config.io_buffer_size)
+        step = cleaner.maybe_clean(logs.current(), broker.clock_ms(), step_bytes)
         busy_ms = (time.perf_counter() - started) * 1000
         if step.passes_completed:
             _log.debug("%d compaction pass(es) completed", step.passes_completed)
