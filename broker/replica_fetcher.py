@@ -16,7 +16,11 @@ metadata delta) moves a partition to its new leader's fetcher at once.
 `IsrSender` sends the queued ISR changes of the partitions led here (one
 AlterPartition v3 per batch, KIP-497) to the active controller through the
 broker's `ControllerChannel`, and ticks the leaders so lagging followers
-leave the ISR after `replica.lag.time.max.ms`.
+leave the ISR after `replica.lag.time.max.ms`: every leader each quarter of
+it (Kafka checks each half), and the few partitions with an ISR change
+under way (retries after `alter_partition_retry_backoff_ms`) every 100 ms,
+so a broker leading thousands of partitions does not scan them all 10
+times a second.
 """
 
 from __future__ import annotations
@@ -233,6 +237,8 @@ class IsrSender:
 
     def __init__(self, broker) -> None:
         self.broker = broker
+        #: Partitions whose ISR change is under way: ticked often for retries.
+        self._changing: set[TopicIdPartition] = set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -241,10 +247,24 @@ class IsrSender:
             await self._send_loop()
 
     async def _tick_loop(self) -> None:
+        replicas = self.broker.replicas
+        every_ms = max(TICK_S * 1000, replicas.replication.replica_lag_time_max_ms / 4)
+        last_full = 0
         while True:
             await trio.sleep(TICK_S)
-            if self.broker.loaded:
-                self.broker.replicas.tick(self.broker.clock_ms())
+            if not self.broker.loaded:
+                continue
+            now = self.broker.clock_ms()
+            self._changing.update(replicas.alter_partition_queue)
+            if now - last_full >= every_ms:
+                last_full = now
+                replicas.tick(now)
+            elif self._changing:
+                replicas.tick(now, list(self._changing))
+            for key in list(self._changing):
+                hp = replicas.by_topic_id(key)
+                if hp is None or hp.state.leader is None or hp.state.next_deadline_ms() is None:
+                    self._changing.discard(key)
 
     async def _send_loop(self) -> None:
         replicas = self.broker.replicas
@@ -266,6 +286,7 @@ class IsrSender:
             now = self.broker.clock_ms()
             for proposal in proposals:
                 key = TopicIdPartition(proposal.topic_id, proposal.partition)
+                self._changing.add(key)
                 hp = replicas.by_topic_id(key)
                 result = results.get(key)
                 if hp is None or result is None:

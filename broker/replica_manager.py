@@ -134,10 +134,12 @@ class ReplicaManager:
         if update.wake:
             hp.notify()
 
-    def tick(self, now_ms: int) -> None:
-        """Time passed: ISR shrink of lagging followers, AlterPartition retries."""
-        for hp in list(self.partitions.values()):
-            if hp.state.leader is not None:
+    def tick(self, now_ms: int, keys: Iterable[TopicIdPartition] | None = None) -> None:
+        """Time passed: ISR shrink of lagging followers, AlterPartition
+        retries; on every leader, or on the partitions `keys`."""
+        hosted = self.partitions.values() if keys is None else (self.by_id.get(k) for k in keys)
+        for hp in list(hosted):
+            if hp is not None and hp.state.leader is not None:
                 self.act(hp, hp.state.tick(now_ms))
 
     def by_topic_id(self, key: TopicIdPartition) -> HostedPartition | None:
