@@ -250,6 +250,21 @@ def validate_batch(
     return header
 
 
+# What a leader's append needs from a client batch, in one unpack and no
+# NamedTuple (`storage.log.Log.append`'s fast path): batch_length,
+# partition_leader_epoch, magic, crc, attributes, last_offset_delta,
+# max_timestamp, producer_id's high byte (negative iff producer_id is) and
+# records_count. It skips base_offset, base_timestamp, producer_epoch and
+# base_sequence: a batch of a non-idempotent producer needs none of them.
+# Like `validate_batch`, it needs all 61 header bytes.
+PLAIN_CLIENT_FIELDS = struct.Struct(">8xiibIhi8xqb13xi")
+assert PLAIN_CLIENT_FIELDS.size == HEADER_SIZE
+unpack_plain_client_fields = PLAIN_CLIENT_FIELDS.unpack_from
+# `attributes & CODEC_OR_CONTROL_MASK > ZSTD`: an unknown codec or a
+# control batch, either one refused from a client.
+CODEC_OR_CONTROL_MASK = COMPRESSION_MASK | CONTROL_MASK
+
+
 def _check_client_batch(header: BatchHeader, pos: int) -> None:
     """Kafka's LogValidator rules for batches that come from a producer."""
     count, last_offset_delta = header[12], header[6]

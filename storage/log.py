@@ -13,6 +13,10 @@ metadata log `__cluster_metadata-0`.
   `max.message.bytes`, CRC32C; no per-record work), give it offsets from
   the LEO by rewriting its base offset (bytes 0..8, outside the CRC), and
   write it as received: one write call. A refused batch changes nothing.
+  The common batch (valid, non-idempotent, no roll due) takes a fast path:
+  one `struct` unpack, integer comparisons, the CRC, one `os.pwrite`, and
+  `LogSegment.record_batch`. Every other batch, errors included, goes
+  through `validate_batch` and the producer state (`storage.log_append`).
 - **Append as follower** (`append_as_follower`): keep the batches' offsets,
   which must not go below the LEO (replication, Raft followers).
 - **Read** (`read`): file slices of whole batches for `os.sendfile`, from
@@ -81,8 +85,17 @@ import struct
 from bisect import bisect_right
 from typing import NamedTuple
 
+from crc32c import crc32c
+
 from storage import log_ops
-from storage.batch import LOG_OVERHEAD, validate_batch
+from storage.batch import (
+    CODEC_OR_CONTROL_MASK,
+    CRC_START_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    ZSTD,
+    unpack_plain_client_fields as _unpack_plain_client_fields,
+)
 from storage.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -93,21 +106,18 @@ from storage.checkpoint import (
 from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import (
-    CorruptRecordError,
-    OffsetOutOfRangeError,
-    UnexpectedAppendOffsetError,
-)
+from storage.errors import OffsetOutOfRangeError
 from storage.fs import File, FileSystem, OsFileSystem
+from storage.log_append import PREFIX, append_as_follower, append_checked
 from storage.producer_snapshot import ProducerStateManager
-from storage.producer_state import ProduceCheck, ProducerStateError
 from storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
-# base_offset, batch_length, partition_leader_epoch: the bytes a leader
-# rewrites, all before the CRC-covered part.
-_PREFIX = struct.Struct(">qii")
+_pack_prefix = PREFIX.pack
+_pack_prefix_into = PREFIX.pack_into
+_pwrite = os.pwrite
+_pwritev = os.pwritev
 
 
 class FileSlice(NamedTuple):
@@ -145,7 +155,6 @@ class Log:
         self._last_flush_ms = now_ms
         self._dir_dirty = False
         self._max_message_bytes = config.max_message_bytes
-        self._segment_bytes = config.segment_bytes
         self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
         self.topic_partition: tuple[str, int] | None = None
         self._checkpoint_files = False
@@ -236,54 +245,70 @@ class Log:
         one of an idempotent producer's last 5 batches is not written: the
         base offset it got the first time comes back.
         """
-        header = validate_batch(batch, 0, self._max_message_bytes, from_client=True)
-        size = header[1] + LOG_OVERHEAD
-        if size != len(batch):
-            raise CorruptRecordError(
-                f"append takes one batch: the buffer holds {len(batch)} bytes, its batch {size}", size
+        # The fast path (module doc): every check of `validate_batch(...,
+        # from_client=True)` as an integer comparison on one unpack; when
+        # one fails, or the producer is idempotent, or a roll is due,
+        # `append_checked` does it all again and says what is wrong.
+        # records_count == last_offset_delta + 1 >= 1 covers validate's
+        # count rules; size == len(batch) >= 61 its length rules.
+        try:
+            batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = (
+                _unpack_plain_client_fields(batch)
             )
+        except struct.error:
+            return append_checked(self, batch, now_ms, leader_epoch)
+        size = batch_length + LOG_OVERHEAD
         base = self._log_end_offset
-        producer_state = self.producer_state
-        if producer_state is not None and header[9] >= 0:
-            checked = producer_state.check(header, base)
-            if checked.error is ProduceCheck.DUPLICATE_SEQUENCE_NUMBER:
-                return checked.first_offset
-            if checked.error:
-                raise ProducerStateError(checked)
-        next_offset = base + header[6] + 1
-        max_timestamp = header[8]
+        next_offset = base + count
         segment = self._segments[-1]
         f = segment.log
+        position = f.size
+        view = memoryview(batch)
         if (
-            f.size > self._segment_bytes - size
+            magic != MAGIC
+            or pid_sign >= 0  # producer_id >= 0: the producer state decides
+            or size != len(batch)
+            or size > self._max_message_bytes
+            or count != delta + 1
+            or count <= 0
+            or attributes & CODEC_OR_CONTROL_MASK > ZSTD
+            # `LogSegment.should_roll`'s triggers, as precomputed bounds.
+            or position + size > segment.roll_bytes
             or next_offset > segment.max_next_offset
             or max_timestamp > segment.roll_at_timestamp
             or now_ms > segment.roll_at_ms
-            or segment.index_full
+            or crc32c(view[CRC_START_OFFSET:]) != crc
         ):
-            segment = self._maybe_roll(segment, size, max_timestamp, next_offset - 1, now_ms, base)
-            f = segment.log
-        epoch = header[2] if leader_epoch is None else leader_epoch
-        size_before = f.size
+            return append_checked(self, batch, now_ms, leader_epoch)
+        if leader_epoch is not None:
+            epoch = leader_epoch
+        # One write call at the end of the active segment; a simulated file
+        # (fd -1) or a short write (a full disk) goes through the file's own
+        # append, which writes it all or raises ENOSPC.
+        fd = segment.fd
         try:
-            if type(batch) is bytearray or (type(batch) is memoryview and not batch.readonly):
-                _PREFIX.pack_into(batch, 0, base, header[1], epoch)
-                position = f.append(batch)
+            if type(batch) is bytearray or not view.readonly:
+                _pack_prefix_into(view, 0, base, batch_length, epoch)
+                if fd >= 0 and _pwrite(fd, view, position) == size:
+                    f.size = position + size
+                else:
+                    f.append(view)
             else:
-                view = batch if type(batch) is memoryview else memoryview(batch)
-                position = f.appendv((_PREFIX.pack(base, header[1], epoch), view[16:]))
+                parts = (_pack_prefix(base, batch_length, epoch), view[16:])
+                if fd >= 0 and _pwritev(fd, parts, position) == size:
+                    f.size = position + size
+                else:
+                    f.appendv(parts)
         except OSError:
-            log_ops.rollback(f, size_before)
+            log_ops.rollback(f, position)
             raise
         segment.record_batch(position, base, next_offset, max_timestamp)
         segment.last_append_ms = now_ms
         self._log_end_offset = next_offset
-        if producer_state is not None and header[9] >= 0:
-            producer_state.update(header, base)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
-        self._unflushed_messages += header[12]
         if self._flush_policy:
+            self._unflushed_messages += count
             self.maybe_flush(now_ms)
         return base
 
@@ -291,44 +316,7 @@ class Log:
         """Append one or more batches with their own offsets (the first at
         or past the LEO); return the first base offset. The whole buffer
         goes to one segment in one write."""
-        batches = []
-        position = 0
-        expected = self._log_end_offset
-        while position < len(records):
-            header = validate_batch(records, position, self._max_message_bytes)
-            if header.base_offset < expected:
-                raise UnexpectedAppendOffsetError(
-                    f"follower batch at base offset {header.base_offset} is below "
-                    f"{'the log end offset' if not batches else 'the previous batch end'} {expected}: "
-                    "truncate the log (by leader epoch) before appending",
-                    header.base_offset,
-                    self._log_end_offset,
-                )
-            batches.append((position, header))
-            expected = header.next_offset
-            position += header.size_in_bytes
-        if not batches:
-            return self._log_end_offset
-        first = batches[0][1]
-        last_offset = batches[-1][1].last_offset
-        segment = self._maybe_roll(
-            self._segments[-1], len(records), first.max_timestamp, last_offset, now_ms, first.base_offset
-        )
-        start = log_ops.write(segment.log, records)
-        producer_state = self.producer_state
-        for position, header in batches:
-            segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
-            if producer_state is not None and header[9] >= 0:
-                producer_state.update(header)
-            epoch = header.partition_leader_epoch
-            if epoch > self.epoch_cache.latest_epoch:
-                self.epoch_cache.assign(epoch, header.base_offset)
-            self._unflushed_messages += header.records_count
-        segment.last_append_ms = now_ms
-        self._log_end_offset = expected
-        if self._flush_policy:
-            self.maybe_flush(now_ms)
-        return first.base_offset
+        return append_as_follower(self, records, now_ms)
 
     def _maybe_roll(self, segment, batch_bytes, max_timestamp, last_offset, now_ms, base) -> LogSegment:
         reason = segment.should_roll(batch_bytes, max_timestamp, last_offset, now_ms, self.config)

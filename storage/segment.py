@@ -28,7 +28,7 @@ from typing import Iterator
 from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader, parse_header
 from storage.config import LogConfig
 from storage.errors import CorruptRecordError
-from storage.fs import File, FileSystem
+from storage.fs import File, FileSystem, OsFile
 from storage.index import (
     MAX_RELATIVE_OFFSET,
     OFFSET_ENTRY_SIZE,
@@ -62,10 +62,15 @@ class LogSegment:
         self.dir_path = dir_path
         self.base_offset = base_offset
         self.log: File = fs.open(self.path(LOG_SUFFIX))
+        # A real file's descriptor, for the leader's append fast path to
+        # write with one `os.pwrite` (then it sets `log.size` itself);
+        # -1 for other files (the simulated disk): it calls `log.append`.
+        self.fd = self.log.fileno() if type(self.log) is OsFile else -1
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index = OffsetIndex(base_offset, config.segment_index_bytes // OFFSET_ENTRY_SIZE)
         self.time_index = TimeIndex(base_offset, config.segment_index_bytes // TIME_ENTRY_SIZE)
         self.segment_ms = config.segment_ms
+        self.segment_bytes = config.segment_bytes
         # Roll by time falls back to these when batches carry no timestamp.
         self.created_ms = now_ms
         self.last_append_ms = now_ms
@@ -86,6 +91,18 @@ class LogSegment:
         # `should_roll` only when one is crossed.
         self.max_next_offset = self.base_offset + MAX_RELATIVE_OFFSET + 1
         self.set_first_batch_timestamp(None)
+
+    @property
+    def index_full(self) -> bool:
+        """No room for another index entry: the next append rolls."""
+        return self._index_full
+
+    @index_full.setter
+    def index_full(self, full: bool) -> None:
+        self._index_full = full
+        # The append path rolls past this size: segment.bytes, or at once
+        # when the index is full.
+        self.roll_bytes = -1 if full else self.segment_bytes
 
     def set_first_batch_timestamp(self, timestamp: int | None) -> None:
         self.first_batch_timestamp = timestamp
@@ -109,24 +126,41 @@ class LogSegment:
 
     # --- state per batch ---
 
+    @property
+    def last_index_position(self) -> int:
+        """The position of the last offset index entry (0: none yet)."""
+        return self._last_index_position
+
+    @last_index_position.setter
+    def last_index_position(self, position: int) -> None:
+        self._last_index_position = position
+        # The first batch at or past this gets an index entry; position 0
+        # never does (a lookup below the first entry starts there anyway).
+        self.next_index_position = max(position + self.index_interval_bytes, 1)
+
     def record_batch(self, position: int, base_offset: int, next_offset: int, max_timestamp: int) -> None:
         """Account for the batch just written (or found) at `position`.
         On the append path: keep it lean."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = base_offset
-        if position - self.last_index_position >= self.index_interval_bytes and position:
+        if position >= self.next_index_position:
             offset_index = self.offset_index
-            offset_index.offsets.append(base_offset)
+            offsets = offset_index.offsets
+            offsets.append(base_offset)
             offset_index.positions.append(position)
-            self.last_index_position = position
+            self._last_index_position = position
+            self.next_index_position = position + self.index_interval_bytes
+            if len(offsets) >= offset_index.max_entries:
+                self.index_full = True
             time_index = self.time_index
             if self.max_timestamp > time_index.last_ts:
-                time_index.timestamps.append(self.max_timestamp)
+                timestamps = time_index.timestamps
+                timestamps.append(self.max_timestamp)
                 time_index.offsets.append(self.offset_of_max_timestamp)
                 time_index.last_ts = self.max_timestamp
-            if len(offset_index.offsets) >= offset_index.max_entries or len(time_index) >= time_index.max_entries:
-                self.index_full = True
+                if len(timestamps) >= time_index.max_entries:
+                    self.index_full = True
         elif not position:
             self.set_first_batch_timestamp(max_timestamp)
         self.next_offset = next_offset
@@ -282,6 +316,7 @@ class LogSegment:
         self._time_index_file.fsync()
 
     def close(self) -> None:
+        self.fd = -1  # the number may be reused once closed
         for f in (self.log, self._index_file, self._time_index_file):
             if f is not None:
                 f.close()
