@@ -18,7 +18,9 @@ exactly two doors to the rest of the cluster:
 Request handlers live in `broker.produce`, `broker.fetch`,
 `broker.list_offsets`, `broker.metadata_api`, `broker.admin`,
 `broker.find_coordinator` and `broker.coordinator_runtime` (the group
-APIs); each is `async def handle_x(broker, ctx, request)`. Beside serving,
+APIs); each is `async def handle_x(broker, ctx, request)`, except the hot
+path's `handle_produce` and `handle_fetch`, which answer at once when they
+can and return a coroutine only when they must wait. Beside serving,
 `run` keeps the group coordinator (`GroupCoordinatorRuntime`: shards of
 the `__consumer_offsets` partitions led here, loaded and unloaded as
 metadata changes leadership) and the log cleaner (`broker.cleaner_runtime`)
@@ -161,10 +163,10 @@ class Broker:
 
     # --- serving -------------------------------------------------------
 
-    async def handle(self, ctx: ConnectionContext, request: DecodedRequest):
-        """The wire server's handler: one request in, its response out."""
-        handler = self._handlers[request.header.api_key]
-        return await handler(self, ctx, request)
+    def handle(self, ctx: ConnectionContext, request: DecodedRequest):
+        """The wire server's handler: one request in, its response (or an
+        awaitable of it: most handlers are coroutines) out."""
+        return self._handlers[request.header.api_key](self, ctx, request)
 
     async def run(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then shut down cleanly. Starts with the

@@ -21,7 +21,8 @@ The records go out as `FileSlice`s of the segment files (sent with
 Long poll (Kafka's DelayedFetch): if the response would carry fewer than
 `min_bytes` bytes and no partition errored, the request parks on its
 partitions (`wait_for_change`) until one changes (an append moving the HW,
-a leadership change) or `max_wait_ms` passes, and then reads again.
+a leadership change) or `max_wait_ms` passes, and then reads again. Only
+then is the handler a coroutine; a fetch with data is answered at once.
 
 Fetch sessions (KIP-227): the broker does not create sessions. A request
 with session id 0 is a full fetch and gets session id 0 back, which tells
@@ -44,7 +45,8 @@ from storage.errors import OffsetOutOfRangeError
 READ_COMMITTED = 1
 
 
-async def handle_fetch(broker, ctx, request):
+def handle_fetch(broker, ctx, request):
+    """The response, or (long poll) a coroutine giving it."""
     body = request.body
     header = request.header
     session_id = getattr(body, "session_id", 0)
@@ -57,12 +59,20 @@ async def handle_fetch(broker, ctx, request):
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_ms = int(body.max_wait.total_seconds() * 1000)
     deadline = trio.current_time() + max_wait_ms / 1000
+    topics, size, errored, _hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+    if size >= body.min_bytes or errored or max_wait_ms <= 0:
+        return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    return _long_poll(broker, body, header, replica_id, read_committed, deadline)
+
+
+async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
     while True:
+        # Read again first: an append may have come between the handler's
+        # read and this task's start, and it would not wake the wait below.
         topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
-        if size >= body.min_bytes or errored or max_wait_ms <= 0 or trio.current_time() >= deadline:
-            break
+        if size >= body.min_bytes or errored or trio.current_time() >= deadline:
+            return encode_fetch_response(header, ErrorCode.none, 0, topics)
         await wait_for_change(hosted, deadline)
-    return encode_fetch_response(header, ErrorCode.none, 0, topics)
 
 
 def _read(broker, body, replica_id: int, read_committed: bool, version: int):

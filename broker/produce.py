@@ -19,7 +19,17 @@ numbers land in order.
   HW moves with the append, so this answers at once; with replication the
   wait is real and is woken by follower fetches moving the HW.
 
-The response is encoded by hand (`broker.codec.encode_produce_response`).
+The handler answers at once when it can (the hot path: no task, no
+scheduling). If every earlier request of the connection is done
+(`ctx.in_turn`), it appends right away and returns the response; an
+acks=all request whose partitions still wait for the HW returns a
+coroutine that waits. If an earlier request is still being handled, the
+whole request runs as a coroutine that waits its turn (`ctx.in_order`).
+
+The request's records are views of the connection's receive buffer
+(`raftka.wire.produce_request`); `Log.append` writes them before the
+handler returns and keeps no reference. The response is encoded by hand
+(`broker.codec.encode_produce_response`).
 """
 
 from __future__ import annotations
@@ -34,44 +44,71 @@ from broker.replica_manager import HostedPartition, wait_for_change
 
 _log = logging.getLogger("broker.produce")
 
+Results = list[tuple[str, list[ProducePartitionResult]]]
+#: acks=all partitions still waiting: (index into results, position, partition, required offset).
+Waiting = list[tuple[int, int, HostedPartition, int]]
 
-async def handle_produce(broker, ctx, request):
-    body = request.body
-    acks = body.acks
-    timeout_ms = int(body.timeout.total_seconds() * 1000)
-    results: list[tuple[str, list[ProducePartitionResult]]] = []
-    # acks=all partitions still waiting: (index into results, position, partition, required offset)
-    waiting: list[tuple[int, int, HostedPartition, int]] = []
-    any_error = False
+
+def handle_produce(broker, ctx, request):
+    """The response, None (acks=0), or a coroutine giving one of them."""
+    acks = request.body.acks
     if acks not in (0, 1, -1):
-        for topic_data in body.topic_data:
-            results.append((topic_data.name, [
-                ProducePartitionResult(p.index, ErrorCode.invalid_required_acks) for p in topic_data.partition_data
-            ]))
-        any_error = True
-    else:
-        async with ctx.in_order(request):
-            now_ms = broker.clock_ms()
-            image = broker.image
-            append = broker.replicas.append_to_leader
-            for topic_data in body.topic_data:
-                partition_results = []
-                for p in topic_data.partition_data:
-                    result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
-                    if result.error_code:
-                        any_error = True
-                    elif acks == -1 and hp is not None:
-                        waiting.append((len(results), len(partition_results), hp, required))
-                    partition_results.append(result)
-                results.append((topic_data.name, partition_results))
-    if acks == 0:
+        results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
+                             for p in t.partition_data]) for t in request.body.topic_data]
+        return _respond(ctx, request, results, True)
+    if not ctx.in_turn(request):
+        return _handle_in_turn(broker, ctx, request)
+    try:
+        results, waiting, any_error = _append(broker, request.body)
+    finally:
+        ctx.end_turn(request)
+    if waiting:
+        return _respond_when_replicated(ctx, request, results, waiting)
+    return _respond(ctx, request, results, any_error)
+
+
+async def _handle_in_turn(broker, ctx, request):
+    async with ctx.in_order(request):
+        results, waiting, any_error = _append(broker, request.body)
+    if waiting:
+        return await _respond_when_replicated(ctx, request, results, waiting)
+    return _respond(ctx, request, results, any_error)
+
+
+def _append(broker, body) -> tuple[Results, Waiting, bool]:
+    acks = body.acks
+    now_ms = broker.clock_ms()
+    image = broker.image
+    append = broker.replicas.append_to_leader
+    results: Results = []
+    waiting: Waiting = []
+    any_error = False
+    for topic_data in body.topic_data:
+        partition_results = []
+        for p in topic_data.partition_data:
+            result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
+            if result.error_code:
+                any_error = True
+            elif acks == -1 and hp is not None:
+                waiting.append((len(results), len(partition_results), hp, required))
+            partition_results.append(result)
+        results.append((topic_data.name, partition_results))
+    return results, waiting, any_error
+
+
+def _respond(ctx, request, results: Results, any_error: bool):
+    if request.body.acks == 0:
         if any_error:
             _log.info("closing connection %d from %s: an acks=0 produce failed", ctx.connection_id, ctx.peer)
             ctx.close()
         return None
-    if waiting:
-        await _await_high_watermark(results, waiting, trio.current_time() + timeout_ms / 1000)
     return encode_produce_response(request.header, results)
+
+
+async def _respond_when_replicated(ctx, request, results: Results, waiting: Waiting):
+    deadline = trio.current_time() + request.body.timeout.total_seconds()
+    await _await_high_watermark(results, waiting, deadline)
+    return _respond(ctx, request, results, False)
 
 
 async def _await_high_watermark(results, waiting, deadline: float) -> None:

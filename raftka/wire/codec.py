@@ -15,7 +15,9 @@ a body. ApiVersions responses always use response header v0, even when
 flexible, so that a client which sent a version the server does not know
 can still read the answer (KIP-511).
 
-Bodies are decoded and encoded by kio. Looking up a kio schema and building
+Bodies are decoded and encoded by kio, except Produce requests, which are
+decoded by hand so their records stay in the frame (`produce_request`).
+Looking up a kio schema and building
 its reader and writer is not free (about 5 µs), so `api_codec(api_key,
 version)` caches everything needed for one (API, version) pair; servers warm
 the cache for every version they declare.
@@ -37,9 +39,9 @@ from kio.serial.errors import SerialError
 
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
+from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
 API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
 
 _REQUEST_FIXED = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -106,12 +108,13 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
             f"kio has no schema for {api_name(api_key)} v{api_version}: {exc}; "
             "declare only versions kio knows"
         ) from None
+    hand_reader = produce_request_reader(api_version) if api_key == PRODUCE_KEY else None
     return ApiCodec(
         api_key=api_key,
         api_version=api_version,
         request_type=request_type,
         response_type=response_type,
-        read_request=entity_reader(request_type),
+        read_request=hand_reader or entity_reader(request_type),
         write_request=entity_writer(request_type),
         read_response=entity_reader(response_type),
         write_response=entity_writer(response_type),

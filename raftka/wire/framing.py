@@ -3,22 +3,28 @@
 Theory of operation
 -------------------
 Every Kafka request and response is one frame: a big-endian int32 size,
-then that many bytes. A server reads from a socket in bulk (64 KiB or more
-per `receive_some`) and hands the bytes to `FrameBuffer.feed`, which returns
-every complete frame they finish. Reading in bulk and parsing all complete
-frames costs about half as much per request as one exact read per frame
-(see ARCHITECTURE.md, "The hot path").
+then that many bytes.
 
-Frames are returned as read-only `memoryview`s over buffers that are never
-written again, so no frame is copied out of what was received, and kio can
-decode them in place. A frame view keeps the chunk it points
-into alive; handlers that keep a small part of a request for a long time
-should copy it.
+A server receives straight into a `ReceiveBuffer`: the socket writes into
+its chunk (`recv_into(buffer.receive_view())`) and `received(n)` returns
+every complete frame the new bytes finish, as read-only `memoryview`s of
+the chunk. No byte is copied between the kernel and the handler, and the
+chunk is reused: once no view of it is alive (every request it held has
+been handled), the next bytes go to its start again, so a busy connection
+keeps writing into the same warm memory instead of fresh allocations
+(ARCHITECTURE.md, "The hot path"). A view that outlives its request only
+stops that reuse; it never sees other bytes. A frame that does not fit
+what is left of the chunk moves, with the part of it already received, to
+a fresh chunk sized for it.
 
-A declared size larger than `socket.request.max.bytes` (or negative) is
-refused as soon as its 4 bytes are seen, before any of the body is
-buffered, as Kafka's `NetworkReceive` does. The caller then closes the
-connection.
+`FrameBuffer` is the simpler form for clients: `feed(data)` takes the
+bytes of a `receive_some` and returns the frames they complete, as
+read-only views of buffers that are never written again.
+
+In both, a declared size larger than `socket.request.max.bytes` (or
+negative) is refused as soon as its 4 bytes are seen, before any of the
+body is buffered, as Kafka's `NetworkReceive` does. The caller then closes
+the connection.
 
 Outgoing responses may be built as a list of parts: buffers and
 `FileSlice`s (a byte range of an open file, sent with `os.sendfile` by the
@@ -192,3 +198,136 @@ class FrameBuffer:
             self._needed = SIZE_PREFIX_BYTES + size
         else:
             self._needed = SIZE_PREFIX_BYTES
+
+
+#: First chunk of a `ReceiveBuffer`; chunks grow to hold a few frames of the
+#: largest size seen, up to `MAX_CHUNK_BYTES` (a larger frame gets a chunk
+#: of its own).
+MIN_CHUNK_BYTES = 64 * 1024
+MAX_CHUNK_BYTES = 2 * 1024 * 1024
+#: Receive into a fresh chunk rather than into a smaller tail than this.
+MIN_RECEIVE_BYTES = 16 * 1024
+
+
+def _exported(chunk: bytearray) -> bool:
+    """Whether a view of `chunk` is alive (a frame still being handled).
+
+    A bytearray with live buffer exports refuses to change size, so a
+    one-byte shrink (undone at once, without reallocating) tells."""
+    try:
+        del chunk[-1:]
+    except BufferError:
+        return True
+    chunk.append(0)
+    return False
+
+
+class ReceiveBuffer:
+    """The receiving end of one connection: bytes in, complete frames out.
+
+    Pure state machine. The owner receives into `receive_view()` and
+    reports the byte count to `received(n)`, which returns the frames they
+    complete (read-only views, without their size prefix) and raises
+    `RemoteProtocolError` on an oversized or negative size prefix. The
+    owner must not keep the view given by `receive_view()` across calls:
+    it would pin the chunk.
+    """
+
+    def __init__(
+        self,
+        request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
+        *,
+        min_chunk_bytes: int = MIN_CHUNK_BYTES,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    ) -> None:
+        assert 0 < min_chunk_bytes <= max_chunk_bytes
+        self.request_max_bytes = request_max_bytes
+        self._max_chunk_bytes = max_chunk_bytes
+        self._chunk_bytes = min_chunk_bytes
+        self._chunk = bytearray(min_chunk_bytes)
+        # One retired chunk, reused once no frame points into it.
+        self._spare: bytearray | None = None
+        # The incomplete frame is _chunk[_start:_end]; it needs _needed bytes.
+        self._start = 0
+        self._end = 0
+        self._needed = SIZE_PREFIX_BYTES
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame held now (bounded by request_max_bytes + 4)."""
+        return self._end - self._start
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Size of the chunk being received into (for tests and stats)."""
+        return len(self._chunk)
+
+    def receive_view(self) -> memoryview:
+        """Where the next bytes should be received: a writable view, at
+        least one byte long, no longer than the rest of the chunk."""
+        chunk = self._chunk
+        end = self._end
+        if self._start == end and end and not _exported(chunk):
+            self._start = end = self._end = 0
+        missing = self._needed - (end - self._start)
+        tail = len(chunk) - end
+        if tail < missing or (tail < MIN_RECEIVE_BYTES and self._needed == SIZE_PREFIX_BYTES):
+            chunk = self._move()
+        return memoryview(chunk)[self._end:]
+
+    def received(self, nbytes: int) -> list[memoryview]:
+        """The frames completed by `nbytes` just received into `receive_view()`."""
+        assert 0 <= nbytes <= len(self._chunk) - self._end, nbytes
+        end = self._end = self._end + nbytes
+        pos = self._start
+        if end - pos < self._needed:
+            return []
+        chunk = self._chunk
+        unpack_from = SIZE_PREFIX.unpack_from
+        frames: list[memoryview] = []
+        view = None
+        while end - pos >= SIZE_PREFIX_BYTES:
+            (size,) = unpack_from(chunk, pos)
+            _check_size(size, self.request_max_bytes)
+            start = pos + SIZE_PREFIX_BYTES
+            if end - start < size:
+                self._grow_for(size)
+                self._start = pos
+                self._needed = SIZE_PREFIX_BYTES + size
+                return frames
+            if view is None:
+                view = memoryview(chunk).toreadonly()
+            frames.append(view[start : start + size])
+            pos = start + size
+        self._start = pos
+        self._needed = SIZE_PREFIX_BYTES
+        return frames
+
+    def _grow_for(self, size: int) -> None:
+        # Chunks hold at least four frames of the largest size seen.
+        while self._chunk_bytes < 4 * size and self._chunk_bytes < self._max_chunk_bytes:
+            self._chunk_bytes *= 2
+
+    def _move(self) -> bytearray:
+        """Continue in another chunk, taking the incomplete frame along."""
+        old = self._chunk
+        partial = self._end - self._start
+        needed = self._needed
+        if needed <= self._max_chunk_bytes:
+            size = max(self._chunk_bytes, needed)
+        else:
+            # A huge frame grows with what arrives (at most doubling, so
+            # copies stay below its size) instead of being allocated whole
+            # on the word of its size prefix.
+            size = min(needed, max(self._max_chunk_bytes, 2 * partial))
+        spare = self._spare
+        if spare is not None and len(spare) >= size and not _exported(spare):
+            chunk = spare
+        else:
+            chunk = bytearray(size)
+        chunk[:partial] = memoryview(old)[self._start : self._end]
+        self._chunk = chunk
+        self._start, self._end = 0, partial
+        # Keep the old chunk for reuse, unless it was a one-off for a huge frame.
+        self._spare = old if len(old) <= self._max_chunk_bytes else None
+        return chunk

@@ -2,25 +2,35 @@
 
 Theory of operation
 -------------------
-One task per connection reads in bulk (`receive_some` of 64 KiB, more while
-a large frame is being assembled), splits out every complete frame
-(`FrameBuffer`) and decodes it (`decode_request`). ApiVersions is answered
-here from the server's `SupportedApis`; every other request gets a slot in
-the connection's `_Pipeline`, in arrival order, and is handed to
-`handler(ctx, request)` in its own task. A writer task takes the completed
-slots at the head of the pipeline and sends all of them with one
-`send_all` (hand-built responses may slice files, sent with `os.sendfile`).
-So responses leave in request order however the handlers finish, and at
-most `max_in_flight` requests of a connection are being handled or waiting
-to be sent: when the pipeline is full the reader stops reading and TCP
-pushes back on the client.
+One task per connection reads: it receives straight into the connection's
+`ReceiveBuffer` (`recv_into` on the socket, waiting with
+`trio.lowlevel.wait_readable` only when nothing is there), then decodes
+every complete frame (`decode_request`) and hands each request, in
+arrival order, a slot in the connection's `Pipeline` (`connection`). ApiVersions is
+answered here from the server's `SupportedApis`; every other request is
+given to `handler(ctx, request)`, called right there:
 
-Handlers of one connection run concurrently. Kafka processes a
-connection's requests one at a time; a handler that needs that guarantee
-(e.g. Produce, so appends keep the order of the idempotent producer's
-sequence numbers) wraps its ordered part in `async with ctx.in_order(request)`.
+- a handler that can answer at once returns the response, and the slot is
+  complete before the next frame is looked at (the hot path: an acks=1
+  Produce or a Fetch with data costs no task and no scheduling);
+- a handler that must wait returns an awaitable (e.g. it is an `async
+  def`), which runs in a task of its own, so requests of one connection
+  are handled concurrently.
 
-What a handler returns:
+A writer task takes the completed slots at the head of the pipeline and
+sends all of them at once (`transmit.send_parts`: one `sendmsg` for the
+buffers, `os.sendfile` for file slices). So responses leave in request
+order however the handlers finish, and at most `max_in_flight` requests of
+a connection are being handled or waiting to be sent: when the pipeline
+is full the reader stops reading and TCP pushes back on the client.
+
+Kafka processes a connection's requests one at a time; a handler that
+needs that guarantee (e.g. Produce, so appends keep the order of the
+idempotent producer's sequence numbers) wraps its ordered part in `async
+with ctx.in_order(request)`, or, answering at once, does it only if
+`ctx.in_turn(request)` and then calls `ctx.end_turn(request)`.
+
+What a handler returns (or its awaitable gives):
 - a kio response entity: encoded here (`encode_response`);
 - `bytes`, or a list of parts (buffers and `FileSlice`s) forming one
   complete frame, size prefix included (see `framing.frame_parts`);
@@ -31,28 +41,35 @@ size prefix, unknown API or version, undecodable body) closes that
 connection with one log line naming the peer; a handler exception is
 logged with its traceback and closes the connection; a connection with no
 traffic and nothing in flight for `connections.max.idle.ms` is closed.
+
+Socket buffers follow Kafka's `socket.send.buffer.bytes` and
+`socket.receive.buffer.bytes` (-1: the kernel's autotuning). trio limits
+unsent bytes to 16 KiB (TCP_NOTSENT_LOWAT) for interactive latency; a
+broker streams large responses, so that limit is lifted and a sendfile to
+a slow reader fills the whole send buffer per wakeup instead of 16 KiB.
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any
 
 import trio
 
 from raftka.wire.apis import SupportedApis
 from raftka.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request, encode_response
+from raftka.wire.connection import ConnectionContext, Pipeline, Slot
 from raftka.wire.errors import LocalProtocolError, ProtocolError
 from raftka.wire.framing import (
     DEFAULT_REQUEST_MAX_BYTES,
     SIZE_PREFIX,
     FileSlice,
-    FrameBuffer,
+    ReceiveBuffer,
     ResponsePart,
     part_length,
 )
@@ -60,86 +77,17 @@ from raftka.wire.transmit import FileTransfer, send_parts
 
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
-RECEIVE_BYTES = 65536
-#: Largest single read while assembling a big frame.
-RECEIVE_MAX_BYTES = 4 * 1024 * 1024
+#: Kafka's `socket.send.buffer.bytes` / `socket.receive.buffer.bytes` are
+#: 102400; -1 leaves the kernel's autotuning on (up to tcp_wmem/tcp_rmem's
+#: maximum, 4 MiB / 32 MiB here), which serves large fetches and produce
+#: requests with fewer wakeups than a fixed 100 KB.
+DEFAULT_SEND_BUFFER_BYTES = -1
+DEFAULT_RECEIVE_BUFFER_BYTES = -1
 
 Response = bytes | bytearray | memoryview | Sequence[ResponsePart] | Any | None
-Handler = Callable[["ConnectionContext", DecodedRequest], Awaitable[Response]]
+Handler = Callable[["ConnectionContext", DecodedRequest], Awaitable[Response] | Response]
 
 _log = logging.getLogger("raftka.wire.server")
-
-
-class _Sequencer:
-    """Grants turns in request order: turn n starts when 0..n-1 are released."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._released: set[int] = set()
-        self._waiters: dict[int, trio.Event] = {}
-
-    def is_released(self, seq: int) -> bool:
-        return seq < self._next or seq in self._released
-
-    async def wait_turn(self, seq: int) -> None:
-        assert not self.is_released(seq), f"turn {seq} was already released"
-        if seq != self._next:
-            event = self._waiters[seq] = trio.Event()
-            await event.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-
-    def release(self, seq: int) -> None:
-        if self.is_released(seq):
-            return
-        self._released.add(seq)
-        while self._next in self._released:
-            self._released.remove(self._next)
-            self._next += 1
-        waiter = self._waiters.pop(self._next, None)
-        if waiter is not None:
-            waiter.set()
-
-
-@dataclass(eq=False)
-class ConnectionContext:
-    """What a handler knows about the connection a request came on."""
-
-    connection_id: int
-    #: "host:port" of the client.
-    peer: str
-    #: From ApiVersions v3+ (KIP-511), once the client sent it.
-    client_software_name: str | None = None
-    client_software_version: str | None = None
-    #: Free per-connection state for handlers (e.g. fetch sessions).
-    attributes: dict[str, Any] = field(default_factory=dict)
-    bytes_received: int = 0
-    bytes_sent: int = 0
-    _scope: trio.CancelScope | None = None
-    _sequencer: _Sequencer = field(default_factory=_Sequencer)
-    _sequence_of: dict[int, int] = field(default_factory=dict)
-    _in_flight: int = 0
-    _last_activity: float = 0.0
-
-    def close(self) -> None:
-        """Close this connection now; pending responses are dropped."""
-        if self._scope is not None:
-            self._scope.cancel()
-
-    @asynccontextmanager
-    async def in_order(self, request: DecodedRequest) -> AsyncIterator[None]:
-        """Run the block only after every earlier request on this connection
-        has finished its handler or left its own `in_order` block."""
-        seq = self._sequence_of.get(id(request))
-        if seq is None:
-            raise LocalProtocolError("in_order() takes the request object the handler was given")
-        if self._sequencer.is_released(seq):
-            raise LocalProtocolError("in_order() can be entered once per request")
-        await self._sequencer.wait_turn(seq)
-        try:
-            yield
-        finally:
-            self._sequencer.release(seq)
 
 
 @dataclass(eq=False)
@@ -149,6 +97,8 @@ class ServerStats:
     connections_closed_idle: int = 0
     handler_failures: int = 0
     requests: int = 0
+    #: Requests whose handler answered at once (no task of their own).
+    requests_answered_at_once: int = 0
     bytes_received: int = 0
     bytes_sent: int = 0
     #: FileSlice bytes sent with os.sendfile / read with os.pread and sent.
@@ -168,62 +118,6 @@ class Server:
     stats: ServerStats
 
 
-class _Slot:
-    __slots__ = ("request", "done", "parts")
-
-    def __init__(self, request: DecodedRequest) -> None:
-        self.request = request
-        self.done = False
-        self.parts: list[ResponsePart] = []
-
-
-class _Pipeline:
-    """The requests of one connection in arrival order, until answered.
-
-    The reader `add`s a slot per request (waiting while `max_in_flight`
-    are there), handlers `complete` them in any order, and the writer takes
-    `ready_batch`es: the run of completed slots at the head. Batches let one
-    `send_all` carry many responses.
-    """
-
-    def __init__(self, max_in_flight: int) -> None:
-        self.max_in_flight = max_in_flight
-        self.slots: collections.deque[_Slot] = collections.deque()
-        self.reading_done = False
-        self._writer = trio.lowlevel.ParkingLot()
-        self._reader = trio.lowlevel.ParkingLot()
-
-    async def add(self, slot: _Slot) -> None:
-        while len(self.slots) >= self.max_in_flight:
-            await self._reader.park()
-        self.slots.append(slot)
-        if slot.done and self.slots[0] is slot:
-            self._writer.unpark_all()
-
-    def complete(self, slot: _Slot, parts: list[ResponsePart]) -> None:
-        slot.parts = parts
-        slot.done = True
-        if self.slots and self.slots[0] is slot:
-            self._writer.unpark_all()
-
-    def finish_reading(self) -> None:
-        self.reading_done = True
-        self._writer.unpark_all()
-
-    async def ready_batch(self) -> list[_Slot] | None:
-        """The completed slots at the head (at least one); None once the
-        reader is done and every slot was taken."""
-        while not (self.slots and self.slots[0].done):
-            if self.reading_done and not self.slots:
-                return None
-            await self._writer.park()
-        batch = []
-        while self.slots and self.slots[0].done:
-            batch.append(self.slots.popleft())
-        self._reader.unpark_all()
-        return batch
-
-
 async def serve(
     handler: Handler,
     host: str,
@@ -234,6 +128,8 @@ async def serve(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES,
+    receive_buffer_bytes: int = DEFAULT_RECEIVE_BUFFER_BYTES,
     file_transfer: FileTransfer = "auto",
     log: logging.Logger | None = None,
 ) -> None:
@@ -242,8 +138,11 @@ async def serve(
     Use as `server = await nursery.start(functools.partial(serve, handler,
     host, port, apis=apis))`. `request_max_bytes` is Kafka's
     `socket.request.max.bytes`; `connections_max_idle_ms` is
-    `connections.max.idle.ms`; `file_transfer` is "auto", "sendfile" or
-    "pread" (how FileSlice parts are sent).
+    `connections.max.idle.ms`; `send_buffer_bytes` and
+    `receive_buffer_bytes` are `socket.send.buffer.bytes` and
+    `socket.receive.buffer.bytes` (-1: the kernel's default);
+    `file_transfer` is "auto", "sendfile" or "pread" (how FileSlice parts
+    are sent).
     """
     if max_in_flight < 1:
         raise LocalProtocolError(f"max_in_flight must be at least 1, not {max_in_flight}")
@@ -252,7 +151,7 @@ async def serve(
     server = Server(listeners, host, bound_port, {}, ServerStats())
     conn = _ConnectionServer(
         server, handler, apis, max_in_flight, request_max_bytes,
-        connections_max_idle_ms / 1000, file_transfer, log or _log,
+        connections_max_idle_ms / 1000, send_buffer_bytes, receive_buffer_bytes, file_transfer, log or _log,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, conn.serve_connection, listeners)
@@ -268,6 +167,8 @@ class _ConnectionServer:
         max_in_flight: int,
         request_max_bytes: int,
         idle_s: float,
+        send_buffer_bytes: int,
+        receive_buffer_bytes: int,
         file_transfer: FileTransfer,
         log: logging.Logger,
     ) -> None:
@@ -277,6 +178,8 @@ class _ConnectionServer:
         self.max_in_flight = max_in_flight
         self.request_max_bytes = request_max_bytes
         self.idle_s = idle_s
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
         self.file_transfer = file_transfer
         self.log = log
         self._ids = itertools.count(1)
@@ -291,13 +194,20 @@ class _ConnectionServer:
         ctx._last_activity = trio.current_time()
         self.server.connections[ctx.connection_id] = ctx
         self.server.stats.connections_accepted += 1
+        # The connection's socket as a plain non-blocking socket object on
+        # trio's file descriptor: reads and writes call the kernel directly
+        # and wait through trio only when they would block. trio keeps
+        # owning the descriptor (it closes it); ours is detached.
+        sock = socket.socket(fileno=stream.socket.fileno())
         try:
+            sock.setblocking(False)
+            self._tune(sock)
             async with trio.open_nursery() as nursery:
                 ctx._scope = nursery.cancel_scope
-                pipeline = _Pipeline(self.max_in_flight)
-                nursery.start_soon(self._write_loop, stream, ctx, pipeline)
+                connection = _Connection(self, ctx, sock, nursery)
+                nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._idle_watchdog, ctx)
-                await self._read_loop(stream, ctx, pipeline, nursery)
+                await connection.read_loop()
         except* Exception as group:
             # A bug in this module or a handler's response: still only this
             # connection goes down.
@@ -306,106 +216,22 @@ class _ConnectionServer:
                 exc_info=group,
             )
         finally:
+            sock.detach()
             del self.server.connections[ctx.connection_id]
             await trio.aclose_forcefully(stream)
 
-    async def _read_loop(
-        self,
-        stream: trio.SocketStream,
-        ctx: ConnectionContext,
-        pipeline: _Pipeline,
-        nursery: trio.Nursery,
-    ) -> None:
-        frames = FrameBuffer(self.request_max_bytes)
-        sequence = itertools.count()
-        try:
-            while True:
-                want = max(RECEIVE_BYTES, min(frames.bytes_wanted, RECEIVE_MAX_BYTES))
-                try:
-                    data = await stream.receive_some(want)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-                if not data:
-                    return
-                ctx._last_activity = trio.current_time()
-                ctx.bytes_received += len(data)
-                self.server.stats.bytes_received += len(data)
-                try:
-                    for frame in frames.feed(data):
-                        request = decode_request(frame, self.apis.supports)
-                        await self._dispatch(ctx, request, next(sequence), pipeline, nursery)
-                except ProtocolError as exc:
-                    self.server.stats.connections_closed_malformed += 1
-                    self.log.warning("closing connection %d from %s: %s", ctx.connection_id, ctx.peer, exc)
-                    ctx.close()
-                    return
-        finally:
-            pipeline.finish_reading()
-
-    async def _dispatch(
-        self,
-        ctx: ConnectionContext,
-        request: DecodedRequest,
-        seq: int,
-        pipeline: _Pipeline,
-        nursery: trio.Nursery,
-    ) -> None:
-        self.server.stats.requests += 1
-        slot = _Slot(request)
-        if request.header.api_key == API_VERSIONS_KEY:
-            if request.body is not None and request.header.api_version >= 3:
-                ctx.client_software_name = request.body.client_software_name
-                ctx.client_software_version = request.body.client_software_version
-            slot.parts = [self.apis.api_versions_response(request)]
-            slot.done = True
-            ctx._sequencer.release(seq)
-            await pipeline.add(slot)
-            ctx._in_flight += 1
-            return
-        ctx._sequence_of[id(request)] = seq
-        await pipeline.add(slot)
-        ctx._in_flight += 1
-        nursery.start_soon(self._run_handler, ctx, pipeline, slot, seq)
-
-    async def _run_handler(self, ctx: ConnectionContext, pipeline: _Pipeline, slot: _Slot, seq: int) -> None:
-        request = slot.request
-        try:
-            result = await self.handler(ctx, request)
-            parts = _response_parts(request, result)
-        except Exception:
-            self.server.stats.handler_failures += 1
-            self.log.exception(
-                "handler failed on %s v%d (correlation id %d) from %s; closing the connection",
-                api_name(request.header.api_key), request.header.api_version,
-                request.header.correlation_id, ctx.peer,
-            )
-            ctx.close()
-            return
-        finally:
-            ctx._sequence_of.pop(id(request), None)
-            ctx._sequencer.release(seq)
-        pipeline.complete(slot, parts)
-
-    async def _write_loop(self, stream: trio.SocketStream, ctx: ConnectionContext, pipeline: _Pipeline) -> None:
-        try:
-            while (batch := await pipeline.ready_batch()) is not None:
-                parts = [part for slot in batch for part in slot.parts]
-                if parts:
-                    report = await send_parts(stream, parts, self.file_transfer)
-                    ctx.bytes_sent += report.total_bytes
-                    stats = self.server.stats
-                    stats.bytes_sent += report.total_bytes
-                    stats.sendfile_bytes += report.sendfile_bytes
-                    stats.pread_bytes += report.pread_bytes
-                ctx._in_flight -= len(batch)
-                ctx._last_activity = trio.current_time()
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.log.info("connection %d to %s broke while sending: %s", ctx.connection_id, ctx.peer, exc)
-        except (ProtocolError, OSError) as exc:
-            self.log.warning("closing connection %d to %s: %s", ctx.connection_id, ctx.peer, exc)
-        # The reader is done (EOF) and everything is sent, or sending failed:
-        # either way the connection is over.
-        ctx.close()
+    def _tune(self, sock: socket.socket) -> None:
+        if self.send_buffer_bytes != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+        if self.receive_buffer_bytes != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        notsent_lowat = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+        if notsent_lowat is not None:
+            # 0: back to the system default (no limit but the send buffer).
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, notsent_lowat, 0)
+            except OSError:
+                pass
 
     async def _idle_watchdog(self, ctx: ConnectionContext) -> None:
         # connections.max.idle.ms: Kafka closes connections with no I/O for that
@@ -424,6 +250,148 @@ class _ConnectionServer:
                 ctx.close()
                 return
             await trio.sleep_until(deadline)
+
+
+class _Connection:
+    """One connection's reader, writer and request dispatch."""
+
+    def __init__(
+        self, owner: _ConnectionServer, ctx: ConnectionContext, sock: socket.socket, nursery: trio.Nursery
+    ) -> None:
+        self.owner = owner
+        self.ctx = ctx
+        self.sock = sock
+        self.nursery = nursery
+        self.stats = owner.server.stats
+        self.log = owner.log
+        self.pipeline = Pipeline(owner.max_in_flight)
+        self._next_seq = 0
+
+    async def read_loop(self) -> None:
+        ctx, stats, sock = self.ctx, self.stats, self.sock
+        scope = self.nursery.cancel_scope
+        frames = ReceiveBuffer(self.owner.request_max_bytes)
+        supports = self.owner.apis.supports
+        recv_into = sock.recv_into
+        wait_readable = trio.lowlevel.wait_readable
+        # Whether this task let others run since it last handled frames: a
+        # peer that keeps the socket full must not starve the writer.
+        yielded = True
+        try:
+            while True:
+                try:
+                    nbytes = recv_into(frames.receive_view())
+                except BlockingIOError:
+                    await wait_readable(sock)
+                    yielded = True
+                    continue
+                except OSError:  # reset by the peer, closed under us
+                    return
+                if not nbytes:
+                    return
+                if not yielded:
+                    await trio.lowlevel.checkpoint()
+                ctx._last_activity = trio.current_time()
+                ctx.bytes_received += nbytes
+                stats.bytes_received += nbytes
+                try:
+                    for frame in frames.received(nbytes):
+                        if scope.cancel_called:
+                            # A handler closed the connection: the requests
+                            # after it are not handled (nor their appends done).
+                            return
+                        await self._dispatch(decode_request(frame, supports))
+                except ProtocolError as exc:
+                    stats.connections_closed_malformed += 1
+                    self.log.warning("closing connection %d from %s: %s", ctx.connection_id, ctx.peer, exc)
+                    ctx.close()
+                    return
+                # No view of the chunk may outlive its request here, or the
+                # receive buffer could not start the chunk over.
+                frame = None
+                yielded = False
+        finally:
+            self.pipeline.finish_reading()
+
+    async def _dispatch(self, request: DecodedRequest) -> None:
+        ctx = self.ctx
+        self.stats.requests += 1
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        slot = Slot(request)
+        if request.header.api_key == API_VERSIONS_KEY:
+            if request.body is not None and request.header.api_version >= 3:
+                ctx.client_software_name = request.body.client_software_name
+                ctx.client_software_version = request.body.client_software_version
+            slot.parts = [self.owner.apis.api_versions_response(request)]
+            slot.done = True
+            ctx._sequencer.release(seq)
+            await self.pipeline.add(slot)
+            ctx._in_flight += 1
+            return
+        await self.pipeline.add(slot)
+        ctx._in_flight += 1
+        ctx._sequence_of[id(request)] = seq
+        try:
+            result = self.owner.handler(ctx, request)
+            if type(result) is CoroutineType or (
+                result is not None and not isinstance(result, (bytes, list)) and hasattr(result, "__await__")
+            ):
+                self.nursery.start_soon(self._await_handler, slot, seq, result)
+                return
+            parts = _response_parts(request, result)
+        except Exception:
+            ctx._sequence_of.pop(id(request), None)
+            ctx._sequencer.release(seq)
+            self._handler_failed(request)
+            return
+        ctx._sequence_of.pop(id(request), None)
+        ctx._sequencer.release(seq)
+        self.stats.requests_answered_at_once += 1
+        self.pipeline.complete(slot, parts)
+
+    async def _await_handler(self, slot: Slot, seq: int, awaitable: Awaitable[Response]) -> None:
+        ctx = self.ctx
+        request = slot.request
+        try:
+            parts = _response_parts(request, await awaitable)
+        except Exception:
+            self._handler_failed(request)
+            return
+        finally:
+            ctx._sequence_of.pop(id(request), None)
+            ctx._sequencer.release(seq)
+        self.pipeline.complete(slot, parts)
+
+    def _handler_failed(self, request: DecodedRequest) -> None:
+        self.stats.handler_failures += 1
+        self.log.exception(
+            "handler failed on %s v%d (correlation id %d) from %s; closing the connection",
+            api_name(request.header.api_key), request.header.api_version,
+            request.header.correlation_id, self.ctx.peer,
+        )
+        self.ctx.close()
+
+    async def write_loop(self) -> None:
+        ctx, stats, pipeline = self.ctx, self.stats, self.pipeline
+        try:
+            while (batch := await pipeline.ready_batch()) is not None:
+                parts = [part for slot in batch for part in slot.parts]
+                if parts:
+                    report = await send_parts(self.sock, parts, self.owner.file_transfer)
+                    ctx.bytes_sent += report.total_bytes
+                    stats.bytes_sent += report.total_bytes
+                    stats.sendfile_bytes += report.sendfile_bytes
+                    stats.pread_bytes += report.pread_bytes
+                ctx._in_flight -= len(batch)
+                ctx._last_activity = trio.current_time()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self.log.info("connection %d to %s broke while sending: %s", ctx.connection_id, ctx.peer, exc)
+        except (ProtocolError, OSError) as exc:
+            self.log.warning("closing connection %d to %s: %s", ctx.connection_id, ctx.peer, exc)
+        # The reader is done (EOF) and everything is sent, or sending failed:
+        # either way the connection is over.
+        ctx.close()
 
 
 def _response_parts(request: DecodedRequest, result: Response) -> list[ResponsePart]:

@@ -1,5 +1,6 @@
 """The trio server over real loopback sockets: ordering, pipelining bounds,
-refusing garbage per connection, idle timeout."""
+handlers answering at once or later, refusing garbage per connection, idle
+timeout."""
 
 import logging
 import struct
@@ -22,6 +23,8 @@ from raftka.wire import (
     api_codec,
     decode_response,
     encode_request,
+    encode_response_header,
+    frame_parts,
     open_connection,
 )
 
@@ -263,3 +266,109 @@ def test_bad_max_in_flight_is_refused():
 
 
 logging.getLogger("raftka.wire").setLevel(logging.INFO)
+
+
+async def test_handlers_answering_at_once_and_later_keep_request_order(start_server):
+    later = trio.Event()
+
+    def mixed(ctx, request):
+        epoch = epoch_of(request.body)
+        if epoch % 3:
+            return vote_response(epoch)  # answered at once, in the reader
+
+        async def slow():
+            await later.wait()
+            return vote_response(epoch)
+        return slow()
+
+    server = await start_server(mixed, raft_apis(), max_in_flight=32)
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(b"".join(encode_request(i, "c", vote_request(i)) for i in range(12)))
+    with trio.fail_after(10):
+        while server.stats.requests < 12:
+            await trio.sleep(0.001)
+    later.set()
+    with trio.fail_after(10):
+        frames = await read_frames(stream, 12)
+    assert [correlation_id_of(f) for f in frames] == list(range(12))
+    assert server.stats.requests_answered_at_once == 8
+
+
+async def test_in_turn_lets_a_request_act_at_once_only_after_every_earlier_one(start_server):
+    first_may_finish = trio.Event()
+    appended = []
+
+    def produce_like(ctx, request):
+        epoch = epoch_of(request.body)
+        if epoch == 0:
+            async def slow_first():
+                async with ctx.in_order(request):
+                    await first_may_finish.wait()
+                    appended.append(0)
+                return vote_response(0)
+            return slow_first()
+        if ctx.in_turn(request):
+            appended.append(epoch)
+            ctx.end_turn(request)
+            return vote_response(epoch)
+
+        async def wait_turn():
+            async with ctx.in_order(request):
+                appended.append(epoch)
+            return vote_response(epoch)
+        return wait_turn()
+
+    server = await start_server(produce_like, raft_apis())
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(b"".join(encode_request(i, "c", vote_request(i)) for i in range(4)))
+    with trio.fail_after(10):
+        while server.stats.requests < 4:
+            await trio.sleep(0.001)
+    assert appended == []  # all wait behind the first
+    first_may_finish.set()
+    with trio.fail_after(10):
+        frames = await read_frames(stream, 4)
+    assert appended == [0, 1, 2, 3]
+    assert [correlation_id_of(f) for f in frames] == [0, 1, 2, 3]
+    # Once nothing is pending, a request acts at once.
+    await stream.send_all(encode_request(9, "c", vote_request(9)))
+    with trio.fail_after(10):
+        await read_frames(stream, 1)
+    assert appended[-1] == 9 and server.stats.requests_answered_at_once == 1
+
+
+async def test_a_handler_closing_the_connection_stops_the_requests_behind_it(start_server):
+    handled = []
+
+    def closing(ctx, request):
+        epoch = epoch_of(request.body)
+        handled.append(epoch)
+        if epoch == 1:
+            ctx.close()  # like a failed acks=0 produce
+            return None
+        return vote_response(epoch)
+
+    server = await start_server(closing, raft_apis())
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(b"".join(encode_request(i, "c", vote_request(i)) for i in range(5)))
+    with trio.fail_after(10):
+        assert await closed_by_peer(stream)
+    assert handled == [0, 1]
+
+
+async def test_a_response_of_many_parts_reaches_a_slow_reader_whole(start_server):
+    pieces = [bytes([i % 251]) * (i % 7 + 1) for i in range(3000)] + [b"z" * 3_000_000]
+
+    async def many_parts(ctx, request):
+        return frame_parts(encode_response_header(request.header), *pieces)
+
+    server = await start_server(many_parts, raft_apis())
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(encode_request(1, "c", vote_request(1)))
+    received = bytearray()
+    expected = 4 + 4 + 1 + sum(len(p) for p in pieces)
+    with trio.fail_after(30):
+        while len(received) < expected:
+            received += await stream.receive_some(7000)  # small reads: the server's sends stay partial
+            await trio.sleep(0)
+    assert bytes(received[9:]) == b"".join(pieces)
