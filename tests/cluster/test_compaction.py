@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from group_testing import DevNode
+from cluster_group_testing import DevNode
 
 TOPIC = "accounts"
 KEYS = 15

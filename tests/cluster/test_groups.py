@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from group_testing import (
+from cluster_group_testing import (
     BackgroundProducer,
     DevNode,
     Member,

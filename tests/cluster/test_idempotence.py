@@ -20,7 +20,7 @@ import threading
 
 import pytest
 
-from group_testing import DevNode
+from cluster_group_testing import DevNode
 from raftka.cluster import free_ports
 
 PRODUCE = 0

@@ -16,7 +16,7 @@ import trio
 
 from bench.cluster_probes import quorum_leader
 from raftka.cluster import LocalCluster
-from replication_testing import (
+from cluster_replication_testing import (
     SETTINGS,
     BackgroundProducer,
     check_no_loss,
