@@ -103,9 +103,22 @@ class BrokerQuorumLink:
         # log work (opening, deleting): only wake the publisher.
         self._new_image.set()
 
+    def has_own_registration(self) -> bool:
+        """The node's image holds this incarnation's registration record.
+
+        KIP-631: a broker acts on partition metadata only once it has seen
+        its own registration. Before that, the image can still name this
+        broker, as it was before a restart, leader of partitions whose
+        leadership the controller is about to move; leading them with a log
+        that lost its unflushed tail would let followers truncate to it."""
+        lifecycle = self.lifecycle
+        return lifecycle is not None and lifecycle.broker_epoch >= 0 \
+            and self.node.applied_offset > lifecycle.broker_epoch
+
     async def _publish_images(self) -> None:
-        while not self.caught_up():
-            await self.node.wait_for_change()
+        while not (self.caught_up() and self.has_own_registration()):
+            with trio.move_on_after(0.05):
+                await self.node.wait_for_change()
         _log.info("broker %d caught up with the metadata log at offset %d: publishing %r",
                   self.broker.node_id, self.node.applied_offset, self.node.image)
         while True:
