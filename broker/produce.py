@@ -45,8 +45,9 @@ from broker.replica_manager import HostedPartition, wait_for_change
 _log = logging.getLogger("broker.produce")
 
 Results = list[tuple[str, list[ProducePartitionResult]]]
-#: acks=all partitions still waiting: (index into results, position, partition, required offset).
-Waiting = list[tuple[int, int, HostedPartition, int]]
+#: acks=all partitions still waiting: (index into results, position, partition,
+#: required offset, the leader epoch the batch was appended in).
+Waiting = list[tuple[int, int, HostedPartition, int, int]]
 
 
 def handle_produce(broker, ctx, request):
@@ -90,7 +91,9 @@ def _append(broker, body) -> tuple[Results, Waiting, bool]:
             if result.error_code:
                 any_error = True
             elif acks == -1 and hp is not None:
-                waiting.append((len(results), len(partition_results), hp, required))
+                # The epoch of this append: a leadership change before the HW
+                # passes it fails the request (a new leader may have truncated it).
+                waiting.append((len(results), len(partition_results), hp, required, hp.state.leader.leader_epoch))
             partition_results.append(result)
         results.append((topic_data.name, partition_results))
     return results, waiting, any_error
@@ -117,8 +120,8 @@ async def _await_high_watermark(results, waiting, deadline: float) -> None:
     while True:
         pending = []
         for entry in waiting:
-            topic_index, position, hp, required = entry
-            error = hp.state.acks_all_error(required)
+            topic_index, position, hp, required, append_epoch = entry
+            error = hp.state.acks_all_status(required, append_epoch)
             if error is None:
                 pending.append(entry)
             elif error is not ErrorCode.none:
@@ -126,8 +129,8 @@ async def _await_high_watermark(results, waiting, deadline: float) -> None:
         waiting = pending
         if not waiting or trio.current_time() >= deadline:
             break
-        await wait_for_change((hp for _, _, hp, _ in waiting), deadline)
-    for topic_index, position, _hp, _required in waiting:
+        await wait_for_change((entry[2] for entry in waiting), deadline)
+    for topic_index, position, *_ in waiting:
         _set_error(results, topic_index, position, ErrorCode.request_timed_out)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import uuid
 
-from kio.schema.errors import ErrorCode
 
 from broker.replication import LogView, Partition, ReplicationConfig
 
@@ -34,13 +33,3 @@ class ReplicaState(Partition):
         if from_follower:
             return self.log.log_end_offset
         return super().fetch_upper_bound(read_committed)
-
-    def acks_all_error(self, required_offset: int) -> ErrorCode | None:
-        """The answer to an acks=all produce whose batch ends before
-        `required_offset`, None while it waits for the HW. The produce path
-        does not remember the epoch it appended in, so the current one
-        stands for it; a leader that lost and regained leadership while the
-        request waited answers from its new term."""
-        if self.leader is None:
-            return ErrorCode.not_leader_or_follower
-        return self.acks_all_status(required_offset, self.leader.leader_epoch)
