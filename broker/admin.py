@@ -181,7 +181,7 @@ async def handle_describe_configs(broker, ctx, request):
         return build(mod.DescribeConfigsResponse, throttle_time=_NO_THROTTLE, results=tuple(
             build(mod.DescribeConfigsResult, error_code=ErrorCode.request_timed_out,
                   error_message="the controller did not answer", resource_type=r.resource_type,
-                  resource_name=r.resource_name, configs=()) for r in request.body.resources))
+                  resource_name=r.resource_name, configs=()) for r in request.body.resources or ()))
     return response
 
 

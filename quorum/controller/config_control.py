@@ -69,7 +69,7 @@ class ConfigControlManager:
     def describe_configs(self, request: dc_req.DescribeConfigsRequest, image: MetadataImage,
                          now_ms: int) -> ControllerResult[dc_resp.DescribeConfigsResponse]:
         results = []
-        for r in request.resources:
+        for r in request.resources or ():  # a null array (kio None) describes nothing
             error, message, entries = ErrorCode.none, None, []
             if r.resource_type != ConfigResourceType.TOPIC:
                 error, message = ErrorCode.invalid_request, _BROKER_REFUSAL
