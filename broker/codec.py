@@ -34,6 +34,8 @@ _LSO_LOG_START = struct.Struct(">qq")
 _EPOCH_END_OFFSET = struct.Struct(">iqB")  # epoch, end_offset, no tagged fields
 _LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged fields
 _NO_TAGS = b"\x00"
+_THROTTLE = b"\x00\x00\x00\x00"  # throttle_time_ms 0
+_THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
 PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 9
 FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12
@@ -84,28 +86,33 @@ def encode_produce_response(
     version = header.api_version
     assert PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION, version
     flexible = version >= 9
-    out = bytearray(b"\0\0\0\0")
-    out += encode_response_header(header)
-    out += _array_length(len(topics), flexible)
+    # Response header v1 (a tag buffer) exactly when flexible, as for every
+    # API but ApiVersions.
+    parts = [_I32.pack(header.correlation_id), _NO_TAGS if flexible else b"",
+             _array_length(len(topics), flexible)]
+    append = parts.append
+    # An empty record_errors array and a null error_message (v8+), and the
+    # partition's tag buffer (v9+): what every partition without an error ends with.
+    plain_tail = (b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
     for name, partitions in topics:
-        out += _string(name, flexible)
-        out += _array_length(len(partitions), flexible)
+        append(_string(name, flexible))
+        append(_array_length(len(partitions), flexible))
         for p in partitions:
-            out += _PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms)
+            append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
-                out += _I64.pack(p.log_start_offset)
-            if version >= 8:
-                out += _array_length(0, flexible)  # record_errors
-                out += _nullable_string(p.error_message, flexible)
-            if flexible:
-                out += _NO_TAGS
+                append(_I64.pack(p.log_start_offset))
+            if version >= 8 and p.error_message is not None:
+                append(_array_length(0, flexible))  # record_errors
+                append(_nullable_string(p.error_message, flexible))
+                if flexible:
+                    append(_NO_TAGS)
+            else:
+                append(plain_tail)
         if flexible:
-            out += _NO_TAGS
-    out += _I32.pack(0)  # throttle_time_ms
-    if flexible:
-        out += _NO_TAGS
-    _I32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+            append(_NO_TAGS)
+    append(_THROTTLE_AND_TAGS if flexible else _THROTTLE)
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
 
 
 # --- Fetch ------------------------------------------------------------------

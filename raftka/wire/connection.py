@@ -132,50 +132,91 @@ class Slot:
 
 
 class Pipeline:
-    """The requests of one connection in arrival order, until answered.
+    """The requests of one connection in arrival order, until their
+    responses are sent.
 
-    The reader `add`s a slot per request (waiting while `max_in_flight`
-    are there), handlers `complete` them in any order, and the writer takes
-    `ready_batch`es: the run of completed slots at the head. Batches let one
-    send carry many responses.
+    The reader adds a slot per request (at most `max_in_flight`: while
+    there is no room it waits, and TCP pushes back on the client), handlers
+    `complete` the slots in any order, and the responses leave from the head
+    in order. After each read the reader sends the completed head itself
+    when the writer is idle (`can_send_now`, `take_ready`), and hands the
+    writer whatever the socket would not take at once (`hand_over`).
+    Handler tasks completing later wake the writer, which sends
+    `next_batch`es: the unsent rest first, then the completed run at the
+    head.
     """
 
     def __init__(self, max_in_flight: int) -> None:
         self.max_in_flight = max_in_flight
         self.slots: collections.deque[Slot] = collections.deque()
         self.reading_done = False
+        #: True while the writer is sending (its batch goes out before any other).
+        self.writer_sending = False
+        self._unsent: list[ResponsePart] = []
+        self._unsent_slots = 0
         self._writer = trio.lowlevel.ParkingLot()
         self._reader = trio.lowlevel.ParkingLot()
 
-    async def add(self, slot: Slot) -> None:
-        while len(self.slots) >= self.max_in_flight:
-            await self._reader.park()
-        self.slots.append(slot)
-        if slot.done and self.slots[0] is slot:
-            self._writer.unpark_all()
+    def has_room(self) -> bool:
+        return len(self.slots) < self.max_in_flight
 
-    def complete(self, slot: Slot, parts: list[ResponsePart]) -> None:
+    async def wait_for_room(self) -> None:
+        while len(self.slots) >= self.max_in_flight:
+            # The head may be complete and waiting for the writer.
+            self._writer.unpark_all()
+            await self._reader.park()
+
+    def add(self, slot: Slot) -> None:
+        assert len(self.slots) < self.max_in_flight, "add() without room"
+        self.slots.append(slot)
+
+    def complete(self, slot: Slot, parts: list[ResponsePart], *, wake_writer: bool = True) -> None:
+        """Record `slot`'s response. The reader, which sends completed
+        responses itself after each read, passes `wake_writer=False`."""
         slot.parts = parts
         slot.done = True
         # The request may hold views of the receive buffer (a Produce's
         # records): let them go now rather than when the response is sent.
         slot.request = None
-        if self.slots and self.slots[0] is slot:
+        if wake_writer and self.slots and self.slots[0] is slot:
             self._writer.unpark_all()
+
+    def can_send_now(self) -> bool:
+        """Whether the head is complete and nothing sent earlier is pending."""
+        return not self.writer_sending and not self._unsent and bool(self.slots) and self.slots[0].done
+
+    def take_ready(self) -> list[Slot]:
+        """Remove and return the completed slots at the head."""
+        slots = self.slots
+        batch = []
+        while slots and slots[0].done:
+            batch.append(slots.popleft())
+        if batch:
+            self._reader.unpark_all()
+        return batch
+
+    def hand_over(self, parts: list[ResponsePart], slot_count: int) -> None:
+        """Give the writer the unsent rest of `slot_count` responses."""
+        assert not self._unsent and parts
+        self._unsent = parts
+        self._unsent_slots = slot_count
+        self._writer.unpark_all()
 
     def finish_reading(self) -> None:
         self.reading_done = True
         self._writer.unpark_all()
 
-    async def ready_batch(self) -> list[Slot] | None:
-        """The completed slots at the head (at least one); None once the
-        reader is done and every slot was taken."""
-        while not (self.slots and self.slots[0].done):
+    async def next_batch(self) -> tuple[list[ResponsePart], int] | None:
+        """The next parts to send and how many responses they finish; None
+        once the reader is done and everything was taken."""
+        while True:
+            if self._unsent:
+                parts, count = self._unsent, self._unsent_slots
+                self._unsent, self._unsent_slots = [], 0
+                return parts, count
+            batch = self.take_ready()
+            if batch:
+                return [part for slot in batch for part in slot.parts], len(batch)
             if self.reading_done and not self.slots:
                 return None
             await self._writer.park()
-        batch = []
-        while self.slots and self.slots[0].done:
-            batch.append(self.slots.popleft())
-        self._reader.unpark_all()
-        return batch

@@ -142,11 +142,18 @@ def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
 
 
 def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
+    # Lengths and counts are unsigned varints, nearly always one byte (below
+    # 128), and tag sections nearly always empty (one 0 byte): both are read
+    # inline, the general case with kio's varint reader.
     start = pos
     end = frame.nbytes
     uvarint = read_unsigned_varint
-    length, n = uvarint(frame, pos)
-    pos += n
+    length = frame[pos]
+    if length < 0x80:
+        pos += 1
+    else:
+        length, n = uvarint(frame, pos)
+        pos += n
     transactional_id = None
     if length:
         length -= 1
@@ -162,8 +169,12 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
         raise ValueError("topic_data is null")
     topics = []
     for _ in range(topic_count - 1):
-        length, n = uvarint(frame, pos)
-        pos += n
+        length = frame[pos]
+        if length < 0x80:
+            pos += 1
+        else:
+            length, n = uvarint(frame, pos)
+            pos += n
         if not length:
             raise ValueError("a topic name is null")
         length -= 1
@@ -187,11 +198,11 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
                     raise _past_end("records")
                 records = frame[pos : pos + length]
                 pos += length
-            pos = _skip_tagged_fields(frame, pos)
+            pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
             partitions.append(PartitionProduceData(index, records))
-        pos = _skip_tagged_fields(frame, pos)
+        pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
         topics.append(TopicProduceData(name, tuple(partitions)))
-    pos = _skip_tagged_fields(frame, pos)
+    pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics)), pos - start
 
 

@@ -73,7 +73,7 @@ from raftka.wire.framing import (
     ResponsePart,
     part_length,
 )
-from raftka.wire.transmit import FileTransfer, send_parts
+from raftka.wire.transmit import FileTransfer, SendReport, send_now, send_parts
 
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
@@ -279,9 +279,11 @@ class _Connection:
         yielded = True
         try:
             while True:
+                view = frames.receive_view()
                 try:
-                    nbytes = recv_into(frames.receive_view())
+                    nbytes = recv_into(view)
                 except BlockingIOError:
+                    view = None
                     await wait_readable(sock)
                     yielded = True
                     continue
@@ -289,6 +291,12 @@ class _Connection:
                     return
                 if not nbytes:
                     return
+                # A short read emptied the kernel's queue: next time wait for
+                # bytes rather than ask for them and be told to wait.
+                drained = nbytes < len(view)
+                # No view of the chunk may outlive its request here, or the
+                # receive buffer could not start the chunk over.
+                view = None
                 if not yielded:
                     await trio.lowlevel.checkpoint()
                 ctx._last_activity = trio.current_time()
@@ -306,15 +314,19 @@ class _Connection:
                     self.log.warning("closing connection %d from %s: %s", ctx.connection_id, ctx.peer, exc)
                     ctx.close()
                     return
-                # No view of the chunk may outlive its request here, or the
-                # receive buffer could not start the chunk over.
                 frame = None
-                yielded = False
+                if self.pipeline.can_send_now():
+                    self._send_at_once()
+                if drained:
+                    await wait_readable(sock)
+                    yielded = True
+                else:
+                    yielded = False
         finally:
             self.pipeline.finish_reading()
 
     async def _dispatch(self, request: DecodedRequest) -> None:
-        ctx = self.ctx
+        ctx, pipeline = self.ctx, self.pipeline
         self.stats.requests += 1
         seq = self._next_seq
         self._next_seq = seq + 1
@@ -326,10 +338,14 @@ class _Connection:
             slot.parts = [self.owner.apis.api_versions_response(request)]
             slot.done = True
             ctx._sequencer.release(seq)
-            await self.pipeline.add(slot)
+            if not pipeline.has_room():
+                await pipeline.wait_for_room()
+            pipeline.add(slot)
             ctx._in_flight += 1
             return
-        await self.pipeline.add(slot)
+        if not pipeline.has_room():
+            await pipeline.wait_for_room()
+        pipeline.add(slot)
         ctx._in_flight += 1
         ctx._sequence_of[id(request)] = seq
         try:
@@ -348,7 +364,7 @@ class _Connection:
         ctx._sequence_of.pop(id(request), None)
         ctx._sequencer.release(seq)
         self.stats.requests_answered_at_once += 1
-        self.pipeline.complete(slot, parts)
+        pipeline.complete(slot, parts, wake_writer=False)
 
     async def _await_handler(self, slot: Slot, seq: int, awaitable: Awaitable[Response]) -> None:
         ctx = self.ctx
@@ -372,32 +388,65 @@ class _Connection:
         )
         self.ctx.close()
 
-    async def write_loop(self) -> None:
-        ctx, stats, pipeline = self.ctx, self.stats, self.pipeline
+    def _send_at_once(self) -> None:
+        """Send the completed responses at the head from the reader: no
+        writer wakeup and no extra trip through the scheduler when the
+        socket takes them all, the usual case."""
+        pipeline = self.pipeline
+        batch = pipeline.take_ready()
+        parts = [part for slot in batch for part in slot.parts]
         try:
-            while (batch := await pipeline.ready_batch()) is not None:
-                parts = [part for slot in batch for part in slot.parts]
-                if parts:
-                    report = await send_parts(self.sock, parts, self.owner.file_transfer)
-                    ctx.bytes_sent += report.total_bytes
-                    stats.bytes_sent += report.total_bytes
-                    stats.sendfile_bytes += report.sendfile_bytes
-                    stats.pread_bytes += report.pread_bytes
-                ctx._in_flight -= len(batch)
-                ctx._last_activity = trio.current_time()
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            self.log.info("connection %d to %s broke while sending: %s", ctx.connection_id, ctx.peer, exc)
+            report, rest = send_now(self.sock, parts, self.owner.file_transfer)
         except (ProtocolError, OSError) as exc:
+            self._send_failed(exc)
+            return
+        self._count_sent(report)
+        if rest:
+            pipeline.hand_over(rest, len(batch))
+        else:
+            self.ctx._in_flight -= len(batch)
+
+    def _count_sent(self, report: SendReport) -> None:
+        ctx, stats = self.ctx, self.stats
+        ctx.bytes_sent += report.total_bytes
+        stats.bytes_sent += report.total_bytes
+        stats.sendfile_bytes += report.sendfile_bytes
+        stats.pread_bytes += report.pread_bytes
+        ctx._last_activity = trio.current_time()
+
+    def _send_failed(self, exc: BaseException) -> None:
+        ctx = self.ctx
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            self.log.info("connection %d to %s broke while sending: %s", ctx.connection_id, ctx.peer, exc)
+        else:
             self.log.warning("closing connection %d to %s: %s", ctx.connection_id, ctx.peer, exc)
+        ctx.close()
+
+    async def write_loop(self) -> None:
+        pipeline = self.pipeline
+        try:
+            while (batch := await pipeline.next_batch()) is not None:
+                parts, count = batch
+                pipeline.writer_sending = True
+                try:
+                    report = await send_parts(self.sock, parts, self.owner.file_transfer)
+                finally:
+                    pipeline.writer_sending = False
+                self._count_sent(report)
+                self.ctx._in_flight -= count
+        except (ProtocolError, OSError) as exc:
+            self._send_failed(exc)
         # The reader is done (EOF) and everything is sent, or sending failed:
         # either way the connection is over.
-        ctx.close()
+        self.ctx.close()
 
 
 def _response_parts(request: DecodedRequest, result: Response) -> list[ResponsePart]:
     """The parts of one complete response frame, checked."""
     if result is None:
         return []
+    if type(result) is bytes and len(result) >= 4 and SIZE_PREFIX.unpack_from(result)[0] == len(result) - 4:
+        return [result]  # the hot path's hand-built responses
     if isinstance(result, (bytes, bytearray, memoryview)):
         parts: list[ResponsePart] = [result]
     elif isinstance(result, (list, tuple)):

@@ -65,79 +65,84 @@ def _short_file(part: FileSlice, sent: int) -> LocalProtocolError:
     )
 
 
-async def _send_buffers(sock: socket.socket, buffers: list, flags: int) -> None:
-    """Send every byte of `buffers` (consumed: the list is left empty)."""
-    while buffers:
-        batch = buffers[:IOV_BUFFERS]
-        try:
-            sent = sock.sendmsg(batch, (), flags if len(batch) == len(buffers) else flags | socket.MSG_MORE)
-        except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
+def _sendmsg(sock: socket.socket, buffers: list, flags: int) -> int:
+    """One `sendmsg` of `buffers`; 0 if it would block."""
+    try:
+        return sock.sendmsg(buffers, (), flags)
+    except BlockingIOError:
+        return 0
+
+
+def send_now(sock: socket.socket, parts: list, file_transfer: FileTransfer = "auto") -> tuple[SendReport, list]:
+    """Send as much of `parts` as the socket takes without waiting.
+
+    Returns what went out and the parts still to send, in order (the first
+    one trimmed to what is left of it); an empty list when all went.
+    """
+    total = via_sendfile = via_pread = 0
+    i, n = 0, len(parts)
+    while i < n:
+        part = parts[i]
+        if isinstance(part, FileSlice):
+            if not part.count:
+                i += 1
+                continue
+            if file_transfer == "pread":
+                chunk = os.pread(_fileno(part.file), min(part.count, PREAD_CHUNK_BYTES), part.offset)
+                if not chunk:
+                    raise _short_file(part, 0)
+                # Send the chunk as a buffer; the rest of the slice follows it.
+                rest = FileSlice(part.file, part.offset + len(chunk), part.count - len(chunk))
+                parts = [chunk, rest, *parts[i + 1 :]] if rest.count else [chunk, *parts[i + 1 :]]
+                i, n = 0, len(parts)
+                via_pread += len(chunk)
+                continue
+            try:
+                sent = os.sendfile(sock.fileno(), _fileno(part.file), part.offset, part.count)
+            except BlockingIOError:
+                return SendReport(total, via_sendfile, via_pread), parts[i:]
+            if sent == 0:
+                raise _short_file(part, 0)
+            total += sent
+            via_sendfile += sent
+            if sent < part.count:
+                rest = FileSlice(part.file, part.offset + sent, part.count - sent)
+                return SendReport(total, via_sendfile, via_pread), [rest, *parts[i + 1 :]]
+            i += 1
             continue
-        done = 0
-        for buffer in batch:
-            size = part_length(buffer)
+        # The run of buffers up to the next file slice, in one sendmsg; with
+        # MSG_MORE when more follows, so the kernel puts them in the same
+        # segments as the file's bytes.
+        j = i + 1
+        while j < n and j - i < IOV_BUFFERS and not isinstance(parts[j], FileSlice):
+            j += 1
+        run = parts[i:j]
+        sizes = [part_length(buffer) for buffer in run]
+        sent = _sendmsg(sock, run, socket.MSG_MORE if j < n else 0) if sum(sizes) else 0
+        if sent == 0 and sum(sizes):
+            return SendReport(total, via_sendfile, via_pread), parts[i:]
+        total += sent
+        for k, size in enumerate(sizes):
             if sent < size:
-                break
+                rest = memoryview(run[k]).cast("B")[sent:]
+                return SendReport(total, via_sendfile, via_pread), [rest, *run[k + 1 :], *parts[j:]]
             sent -= size
-            done += 1
-        del buffers[:done]
-        if sent:
-            buffers[0] = memoryview(buffers[0]).cast("B")[sent:]
-
-
-async def _sendfile(sock: socket.socket, part: FileSlice) -> None:
-    out_fd = sock.fileno()
-    in_fd = _fileno(part.file)
-    offset, remaining = part.offset, part.count
-    while remaining:
-        try:
-            sent = os.sendfile(out_fd, in_fd, offset, remaining)
-        except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
-            continue
-        if sent == 0:
-            raise _short_file(part, part.count - remaining)
-        offset += sent
-        remaining -= sent
-
-
-async def _pread_send(sock: socket.socket, part: FileSlice) -> None:
-    in_fd = _fileno(part.file)
-    offset, remaining = part.offset, part.count
-    while remaining:
-        chunk = os.pread(in_fd, min(remaining, PREAD_CHUNK_BYTES), offset)
-        if not chunk:
-            raise _short_file(part, part.count - remaining)
-        offset += len(chunk)
-        remaining -= len(chunk)
-        # Like sendfile: the last piece is pushed.
-        await _send_buffers(sock, [chunk], socket.MSG_MORE if remaining else 0)
+        i = j
+    return SendReport(total, via_sendfile, via_pread), []
 
 
 async def send_parts(
     sock: socket.socket, parts: Iterable[ResponsePart], file_transfer: FileTransfer = "auto"
 ) -> SendReport:
-    """Send `parts` in order on a connected non-blocking socket."""
-    use_pread = file_transfer == "pread"
-    pending: list = []
+    """Send `parts` in order on a connected non-blocking socket, waiting
+    for writability whenever the kernel's send buffer is full."""
     total = via_sendfile = via_pread = 0
-    for part in parts:
-        if isinstance(part, FileSlice):
-            if pending:
-                await _send_buffers(sock, pending, socket.MSG_MORE)
-            if use_pread:
-                await _pread_send(sock, part)
-                via_pread += part.count
-            else:
-                await _sendfile(sock, part)
-                via_sendfile += part.count
-            total += part.count
-            continue
-        length = part_length(part)
-        if length:
-            pending.append(part)
-            total += length
-    if pending:
-        await _send_buffers(sock, pending, 0)
-    return SendReport(total, via_sendfile, via_pread)
+    rest = list(parts)
+    while True:
+        report, rest = send_now(sock, rest, file_transfer)
+        total += report.total_bytes
+        via_sendfile += report.sendfile_bytes
+        via_pread += report.pread_bytes
+        if not rest:
+            return SendReport(total, via_sendfile, via_pread)
+        await trio.lowlevel.wait_writable(sock)
