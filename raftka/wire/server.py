@@ -6,9 +6,9 @@ One task per connection reads: it receives straight into the connection's
 `ReceiveBuffer` (`recv_into` on the socket, waiting with
 `trio.lowlevel.wait_readable` only when nothing is there), then decodes
 every complete frame (`decode_request`) and hands each request, in
-arrival order, a slot in the connection's `Pipeline` (`connection`). ApiVersions is
-answered here from the server's `SupportedApis`; every other request is
-given to `handler(ctx, request)`, called right there:
+arrival order, a slot in the connection's `Pipeline` (`connection`).
+ApiVersions is answered here from the server's `SupportedApis`; every
+other request is given to `handler(ctx, request)`, called right there:
 
 - a handler that can answer at once returns the response, and the slot is
   complete before the next frame is looked at (the hot path: an acks=1
@@ -17,12 +17,16 @@ given to `handler(ctx, request)`, called right there:
   def`), which runs in a task of its own, so requests of one connection
   are handled concurrently.
 
-A writer task takes the completed slots at the head of the pipeline and
-sends all of them at once (`transmit.send_parts`: one `sendmsg` for the
-buffers, `os.sendfile` for file slices). So responses leave in request
-order however the handlers finish, and at most `max_in_flight` requests of
-a connection are being handled or waiting to be sent: when the pipeline
-is full the reader stops reading and TCP pushes back on the client.
+Responses leave from the head of the pipeline, in request order however
+the handlers finish (`transmit`: one `sendmsg` for the buffers,
+`os.sendfile` for file slices). After each read the reader sends the
+completed head itself, without waiting; what the socket does not take at
+once, and responses completed later by handler tasks, go out from a
+writer task that waits for writability. At most `max_in_flight` requests
+of a connection are being handled or waiting to be sent: when the
+pipeline is full the reader stops reading and TCP pushes back on the
+client. Each read costs one trip through trio's scheduler, which on this
+machine is the largest fixed cost of a request (docs/hot-path.md).
 
 Kafka processes a connection's requests one at a time; a handler that
 needs that guarantee (e.g. Produce, so appends keep the order of the
