@@ -136,6 +136,8 @@ class MetadataImage:
     next_producer_id: int = 0
     broker_replicas: PMap[int, PMap[TopicPartition, int]] = field(default_factory=PMap)
     preferred_leader_counts: PMap[int, int] = field(default_factory=PMap)
+    #: KIP-866 `ZkMigrationState` code (0: never migrated from ZooKeeper)
+    zk_migration_state: int = 0
 
     def apply(self, records: Iterable[LoggedRecord]) -> MetadataImage:
         """The image after replaying `records` (offsets strictly above `self.offset`).

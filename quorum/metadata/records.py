@@ -172,6 +172,29 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+class ZkMigrationState(enum.IntEnum):
+    """KIP-866's migration state of a cluster, with Kafka's codes.
+
+    NONE => MIGRATION: the ZooKeeper metadata was copied into the log (same batch);
+    MIGRATION => POST_MIGRATION: finalized, ZooKeeper is no longer written.
+    PRE_MIGRATION is Kafka's marker for a copy under way; raftka copies in
+    one batch, so it never writes it, but reads it.
+    """
+
+    NONE = 0
+    MIGRATION = 1
+    POST_MIGRATION = 2
+    PRE_MIGRATION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ZkMigrationStateRecord:
+    """The cluster's ZooKeeper migration state changed (KIP-866)."""
+
+    TYPE: ClassVar[str] = "ZkMigrationState"
+    migration_state: int
+
+
 @dataclass(frozen=True, slots=True)
 class NoOpRecord:
     """Written by a new active controller to commit its epoch (KIP-835)."""
@@ -190,6 +213,7 @@ Record = (
     | ConfigRecord
     | ProducerIdsRecord
     | NoOpRecord
+    | ZkMigrationStateRecord
 )
 
 # Field kinds: how a Python value maps to a CBOR value and back.
@@ -226,6 +250,7 @@ _SCHEMAS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
     )),
     ProducerIdsRecord: (1, (("broker_id", _INT), ("broker_epoch", _INT), ("next_producer_id", _INT))),
     NoOpRecord: (1, ()),
+    ZkMigrationStateRecord: (1, (("migration_state", _INT),)),
 }
 
 _BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMAS}

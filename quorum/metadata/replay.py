@@ -47,6 +47,7 @@ from quorum.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    ZkMigrationStateRecord,
 )
 
 _EMPTY: PMap = PMap()
@@ -99,6 +100,7 @@ class _ImageBuilder:
         self.offset = base.offset
         self.epoch = base.epoch
         self.next_producer_id = base.next_producer_id
+        self.zk_migration_state = base.zk_migration_state
         self.brokers: dict[int, Any] = {}
         self.topics: dict[uuid.UUID, Any] = {}
         self.names: dict[str, Any] = {}
@@ -214,6 +216,7 @@ class _ImageBuilder:
             next_producer_id=self.next_producer_id,
             broker_replicas=base.broker_replicas.update(index),
             preferred_leader_counts=base.preferred_leader_counts.update(preferred),
+            zk_migration_state=self.zk_migration_state,
         )
 
 
@@ -302,6 +305,10 @@ def _noop(b: _ImageBuilder, _: int | None, r: NoOpRecord) -> None:
     return None
 
 
+def _zk_migration_state(b: _ImageBuilder, _: int | None, r: ZkMigrationStateRecord) -> None:
+    b.zk_migration_state = r.migration_state
+
+
 _HANDLERS: dict[type, Callable[[_ImageBuilder, Any, Any], None]] = {
     RegisterBrokerRecord: _register_broker,
     UnregisterBrokerRecord: _unregister_broker,
@@ -313,6 +320,7 @@ _HANDLERS: dict[type, Callable[[_ImageBuilder, Any, Any], None]] = {
     ConfigRecord: _config,
     ProducerIdsRecord: _producer_ids,
     NoOpRecord: _noop,
+    ZkMigrationStateRecord: _zk_migration_state,
 }
 
 

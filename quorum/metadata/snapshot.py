@@ -26,6 +26,7 @@ from quorum.metadata.records import (
     Record,
     RegisterBrokerRecord,
     TopicRecord,
+    ZkMigrationStateRecord,
 )
 from quorum.metadata.replay import replay_snapshot
 
@@ -50,6 +51,8 @@ def image_to_records(image: MetadataImage) -> list[Record]:
             out.append(ConfigRecord(resource_type=resource.type, resource_name=resource.name, key=key, value=value))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    if image.zk_migration_state:
+        out.append(ZkMigrationStateRecord(migration_state=image.zk_migration_state))
     return out
 
 
