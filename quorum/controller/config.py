@@ -19,6 +19,12 @@ class ControllerConfig:
     - `cluster_id`: when set, a BrokerRegistration for another cluster is
       refused with INCONSISTENT_CLUSTER_ID.
     - `producer_id_block_size`: ids handed out per AllocateProducerIds (Kafka: 1000).
+    - `auto_leader_rebalance_enable` (`auto.leader.rebalance.enable`),
+      `leader_imbalance_check_interval_ms` (`leader.imbalance.check.interval.seconds`
+      x 1000) and `leader_imbalance_per_broker_percentage`
+      (`leader.imbalance.per.broker.percentage`): every interval, brokers
+      whose share of preferred partitions led by someone else exceeds the
+      percentage get their leadership back (`leader_balance`).
     """
 
     broker_session_timeout_ms: int = 9000
@@ -27,9 +33,14 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     cluster_id: str | None = None
     producer_id_block_size: int = 1000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0
+        assert self.leader_imbalance_check_interval_ms > 0
+        assert 0 <= self.leader_imbalance_per_broker_percentage <= 100
         assert self.num_partitions >= 1 and self.default_replication_factor >= 1
         assert self.producer_id_block_size >= 1
 
@@ -43,4 +54,8 @@ class ControllerConfig:
             default_replication_factor=node_config.default_replication_factor,
             unclean_leader_election_enable=raw.get("unclean.leader.election.enable", "false").strip().lower() == "true",
             cluster_id=cluster_id,
+            auto_leader_rebalance_enable=raw.get("auto.leader.rebalance.enable", "true").strip().lower() == "true",
+            leader_imbalance_check_interval_ms=int(
+                max(1.0, float(raw.get("leader.imbalance.check.interval.seconds", "300")) * 1000)),
+            leader_imbalance_per_broker_percentage=int(raw.get("leader.imbalance.per.broker.percentage", "10")),
         )

@@ -7,7 +7,7 @@ requests into metadata records; it never changes state any other way. A
 `QuorumController` is that decision logic without I/O:
 
     handle(request, image, now_ms) -> ControllerResult(records, response)
-    tick(image, now_ms)            -> records (session expiry)
+    tick(image, now_ms)            -> records (session expiry, leader rebalance)
 
 The driver that owns it (the trio shell) must:
 
@@ -39,6 +39,7 @@ from typing import Any
 
 from kio.schema.allocate_producer_ids.v0 import AllocateProducerIdsRequest
 from kio.schema.alter_partition.v3 import AlterPartitionRequest
+from kio.schema.alter_partition_reassignments.v0 import AlterPartitionReassignmentsRequest
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4 import BrokerRegistrationRequest
 from kio.schema.create_partitions.v3 import CreatePartitionsRequest
@@ -47,13 +48,16 @@ from kio.schema.delete_topics.v6 import DeleteTopicsRequest
 from kio.schema.describe_configs.v4 import DescribeConfigsRequest
 from kio.schema.elect_leaders.v2 import ElectLeadersRequest
 from kio.schema.incremental_alter_configs.v1 import IncrementalAlterConfigsRequest
+from kio.schema.list_partition_reassignments.v0 import ListPartitionReassignmentsRequest
 from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest
 
 from quorum.controller.cluster_control import ClusterControlManager
 from quorum.controller.config import ControllerConfig
 from quorum.controller.config_control import ConfigControlManager
 from quorum.controller.errors import ControllerUsageError
+from quorum.controller.leader_balance import imbalanced_preferred_elections
 from quorum.controller.producer_ids import ProducerIdControlManager
+from quorum.controller.reassignment import ReassignmentControlManager
 from quorum.controller.replication_control import ReplicationControlManager
 from quorum.controller.result import ControllerResult
 from quorum.controller.topic_control import TopicControlManager
@@ -72,6 +76,8 @@ SUPPORTED_REQUESTS: tuple[type, ...] = (
     DescribeConfigsRequest,           # v4
     IncrementalAlterConfigsRequest,   # v1
     ElectLeadersRequest,              # v2
+    AlterPartitionReassignmentsRequest,  # v0
+    ListPartitionReassignmentsRequest,   # v0
 )
 """The kio request classes `handle` accepts (the newest versions kio 0.6 has);
 the wire layer converts older client versions to these."""
@@ -92,6 +98,10 @@ class QuorumController:
         self.topics = TopicControlManager(self.config, rng)
         self.configs = ConfigControlManager()
         self.producer_ids = ProducerIdControlManager(self.config)
+        self.reassignments = ReassignmentControlManager()
+        # Soft state: the first automatic leader rebalance is one interval
+        # after activation, as Kafka schedules it.
+        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
         self._handlers: dict[type, Callable[[Any, MetadataImage, int], ControllerResult[Any]]] = {
             BrokerRegistrationRequest: self.cluster.register,
             BrokerHeartbeatRequest: self.cluster.heartbeat,
@@ -104,6 +114,8 @@ class QuorumController:
             CreatePartitionsRequest: self.topics.create_partitions,
             DescribeConfigsRequest: self.configs.describe_configs,
             IncrementalAlterConfigsRequest: self.configs.incremental_alter_configs,
+            AlterPartitionReassignmentsRequest: self.reassignments.alter_partition_reassignments,
+            ListPartitionReassignmentsRequest: self.reassignments.list_partition_reassignments,
         }
         assert set(self._handlers) == set(SUPPORTED_REQUESTS)
 
@@ -118,9 +130,19 @@ class QuorumController:
         return handler(request, image, now_ms)
 
     def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
-        """Records that fence brokers whose session expired (and move their partitions)."""
-        return self.cluster.tick(image, now_ms)
+        """Records that fence brokers whose session expired (and move their
+        partitions); else, when the check is due, records moving leadership
+        back to preferred replicas (`leader_balance`)."""
+        records = self.cluster.tick(image, now_ms)
+        if records or not self.config.auto_leader_rebalance_enable or now_ms < self._next_rebalance_ms:
+            # Fencing first: a rebalance decided on this image would not see it.
+            return records
+        self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+        return list(imbalanced_preferred_elections(image, self.config))
 
     def next_deadline_ms(self, image: MetadataImage) -> int | None:
         """The earliest time `tick` may have something to do (None: nothing to watch)."""
-        return self.cluster.next_deadline_ms(image)
+        deadline = self.cluster.next_deadline_ms(image)
+        if self.config.auto_leader_rebalance_enable:
+            deadline = self._next_rebalance_ms if deadline is None else min(deadline, self._next_rebalance_ms)
+        return deadline

@@ -20,7 +20,9 @@ request computed from stale state can never overwrite a newer decision:
      INELIGIBLE_REPLICA (KIP-841; KIP-903 for the epoch).
 
 An accepted change is one PartitionChange record; the response carries the
-state after it (partition epoch + 1). The sender's own broker epoch is
+state after it (partition epoch + 1). An ISR expansion that brings the
+last adding replica of a reassignment in sync is followed by the record
+completing the reassignment (KIP-455, `reassignment.complete_if_done`). The sender's own broker epoch is
 checked first (STALE_BROKER_EPOCH for the whole request).
 
 **ElectLeaders** (KIP-460). PREFERRED moves leadership to the first replica
@@ -40,6 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from quorum.controller.config import ControllerConfig
 from quorum.controller.elections import partition_change
+from quorum.controller.reassignment import complete_if_done
 from quorum.controller.result import NO_THROTTLE, ControllerResult
 from quorum.metadata.image import MetadataImage, PartitionRegistration
 from quorum.metadata.records import NO_LEADER, PartitionChangeRecord, Record
@@ -87,6 +90,10 @@ class ReplicationControlManager:
                     change = PartitionChangeRecord(topic_id=topic.topic_id, partition=pd.partition_index, isr=new_isr)
                     records.append(change)
                     after = current.merge(change)
+                    done = complete_if_done(topic.topic_id, pd.partition_index, after, image.is_usable)
+                    if done is not None:
+                        records.append(done)
+                        after = after.merge(done)
                 parts_out.append(_partition_state(pd.partition_index, after))
             topics_out.append(ap_resp.TopicData(topic_id=t.topic_id, partitions=tuple(parts_out)))
         return ControllerResult(tuple(records), ap_resp.AlterPartitionResponse(

@@ -14,6 +14,10 @@ from typing import Any
 
 from kio.schema.allocate_producer_ids.v0 import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 from kio.schema.alter_partition.v3 import AlterPartitionRequest, AlterPartitionResponse
+from kio.schema.alter_partition_reassignments.v0 import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+)
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest, BrokerHeartbeatResponse
 from kio.schema.broker_registration.v4 import BrokerRegistrationRequest, BrokerRegistrationResponse
 from kio.schema.create_partitions.v3 import CreatePartitionsRequest
@@ -28,6 +32,10 @@ from kio.schema.elect_leaders.v2 import ElectLeadersRequest, ElectLeadersRespons
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import IncrementalAlterConfigsRequest
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
+from kio.schema.list_partition_reassignments.v0 import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterBrokerResponse
 
 from quorum.controller.result import NO_THROTTLE
@@ -72,6 +80,12 @@ def error_response(request: Any, error: ErrorCode, message: str | None = None) -
         return AllocateProducerIdsResponse(throttle_time=t, error_code=error, producer_id_start=-1, producer_id_len=0)
     if isinstance(request, ElectLeadersRequest):
         return ElectLeadersResponse(throttle_time=t, error_code=error, replica_election_results=())
+    if isinstance(request, AlterPartitionReassignmentsRequest):
+        return AlterPartitionReassignmentsResponse(throttle_time=t, error_code=error, error_message=message,
+                                                   responses=())
+    if isinstance(request, ListPartitionReassignmentsRequest):
+        return ListPartitionReassignmentsResponse(throttle_time=t, error_code=error, error_message=message,
+                                                  topics=())
     raise TypeError(f"no controller error response for {type(request).__name__}")
 
 

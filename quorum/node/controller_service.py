@@ -26,13 +26,17 @@ the offset of its RegisterBroker record. If leadership is lost first, the
 service drops the controller and its working image, and the request gets
 NOT_CONTROLLER.
 
-A timer fences brokers whose session expired (`QuorumController.tick`).
+A timer runs `QuorumController.tick` at its `next_deadline_ms` (at least
+every second): it fences brokers whose session expired and, every
+`leader.imbalance.check.interval.seconds`, moves leadership back to
+preferred replicas.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import trio
@@ -40,12 +44,12 @@ from kio.schema.errors import ErrorCode
 
 from quorum.controller import SUPPORTED_REQUESTS, ControllerConfig, ControllerResult, QuorumController
 from quorum.metadata.image import LoggedRecord, MetadataImage
-from quorum.metadata.records import encode_record
+from quorum.metadata.records import Record, encode_record
 from quorum.node.controller_errors import error_response
 from quorum.node.driver import RaftNode
 from quorum.node.events import Staged
 from quorum.node.metadata_log import MAX_BATCH_BYTES
-from quorum.raft import NotLeaderError
+from quorum.raft import AppendResult, NotLeaderError
 from raftka.errors import RaftkaError
 
 #: How long a new leader's requests wait for its activation.
@@ -185,5 +189,29 @@ class ControllerService:
             raise _NotActive(f"not the active controller in epoch {epoch}")
         records = controller.tick(working, int(trio.current_time() * 1000))
         if records:
-            _log.info("fencing brokers whose session expired: %d records", len(records))
+            _log.info("controller tick (session expiry or leader rebalance): %d records", len(records))
         return self._stage(records, base_offset, epoch)
+
+    # --- hooks for the ZooKeeper migration (quorum/migration) ----------------------------
+
+    async def propose_from_image(self, build: Callable[[MetadataImage], Sequence[Record]]) -> AppendResult:
+        """Append what `build(working image)` returns as one batch of this
+        active controller; where it went, once committed. Raises
+        `NotLeaderError` or another `RaftkaError` when not active."""
+        if not await self._wait_active():
+            raise _NotActive("not the active controller")
+        appended = await self.node.propose_with(lambda base, epoch: self._build_with(build, base, epoch))
+        return appended
+
+    def _build_with(self, build: Callable[[MetadataImage], Sequence[Record]], base_offset: int, epoch: int) -> Staged:
+        if self._controller is None or self._working is None or epoch != self._epoch:
+            raise _NotActive(f"not the active controller in epoch {epoch}")
+        return self._stage(list(build(self._working)), base_offset, epoch)
+
+    def keep_alive(self, broker_ids: Iterable[int]) -> None:
+        """Count as a heartbeat of each of `broker_ids`: brokers still in
+        ZooKeeper mode during a migration, alive by their ZooKeeper session."""
+        if self._controller is not None:
+            now_ms = int(trio.current_time() * 1000)
+            for b in broker_ids:
+                self._controller.cluster._touch(b, now_ms)
