@@ -265,65 +265,131 @@ def record_version(record_type: type) -> int:
     return _SCHEMAS[record_type][0]
 
 
-def _to_cbor(kind: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kind == _UUID:
-        return value.bytes
-    if kind in (_INTS, _OPT_INTS):
-        return list(value)
-    if kind == _ENDPOINTS:
-        return [{"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
-                for e in value]
-    if kind == _RESOURCE:
-        return int(value)
-    return value
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+# Per field kind: CBOR value -> Python value (raising MalformedRecordError
+# naming `where`) and Python value -> CBOR value (None: the value is already
+# what CBOR carries). Records are decoded on every voter and observer for
+# every metadata write, so both directions run from per-type plans compiled
+# once below instead of dispatching on the kind's name per field.
+def _malformed(kind: str, value: Any, where: str) -> MalformedRecordError:
+    return MalformedRecordError(f"{where}: expected {kind}, got {type(value).__name__} {value!r}")
+
+
+def _int_from(value: Any, where: str) -> Any:
+    if type(value) is int or _is_int(value):
+        return value
+    raise _malformed(_INT, value, where)
+
+
+def _str_from(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        return value
+    raise _malformed(_STR, value, where)
+
+
+def _bool_from(value: Any, where: str) -> Any:
+    if isinstance(value, bool):
+        return value
+    raise _malformed(_BOOL, value, where)
+
+
+def _uuid_from(value: Any, where: str) -> Any:
+    if isinstance(value, bytes) and len(value) == 16:
+        return uuid.UUID(bytes=value)
+    raise _malformed(_UUID, value, where)
+
+
+def _ints_from(value: Any, where: str) -> Any:
+    if isinstance(value, list) and all(type(x) is int or _is_int(x) for x in value):
+        return tuple(value)
+    raise _malformed(_INTS, value, where)
+
+
+_RESOURCE_TYPES = {int(t): t for t in ConfigResourceType}
+
+
+def _resource_from(value: Any, where: str) -> Any:
+    if not _is_int(value):
+        raise _malformed(_RESOURCE, value, where)
+    resource_type = _RESOURCE_TYPES.get(value)
+    if resource_type is None:
+        raise MalformedRecordError(f"{where}: unknown config resource type {value}")
+    return resource_type
+
+
+def _endpoints_from(value: Any, where: str) -> Any:
+    if not isinstance(value, list):
+        raise _malformed(_ENDPOINTS, value, where)
+    out = []
+    for e in value:
+        if not (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("host"), str)
+                and _is_int(e.get("port")) and _is_int(e.get("security_protocol"))):
+            raise MalformedRecordError(f"{where}: malformed endpoint {e!r}")
+        out.append(Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]))
+    return tuple(out)
+
+
+def _endpoints_to(value: Any) -> Any:
+    return [{"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+            for e in value]
+
+
+_FROM_CBOR: dict[str, Any] = {
+    _INT: _int_from, _STR: _str_from, _BOOL: _bool_from, _UUID: _uuid_from, _INTS: _ints_from,
+    _RESOURCE: _resource_from, _ENDPOINTS: _endpoints_from,
+}
+_TO_CBOR: dict[str, Any] = {
+    _INT: None, _STR: None, _BOOL: None, _UUID: lambda v: v.bytes, _INTS: list, _RESOURCE: int,
+    _ENDPOINTS: _endpoints_to,
+}
 
 
 def _from_cbor(kind: str, value: Any, where: str) -> Any:
     if value is None and kind.endswith("?"):
         return None
-    base = kind.rstrip("?")
-    if base == _INT and _is_int(value):
-        return value
-    if base == _STR and isinstance(value, str):
-        return value
-    if base == _BOOL and isinstance(value, bool):
-        return value
-    if base == _UUID and isinstance(value, bytes) and len(value) == 16:
-        return uuid.UUID(bytes=value)
-    if base == _INTS and isinstance(value, list) and all(_is_int(x) for x in value):
-        return tuple(value)
-    if base == _RESOURCE and _is_int(value):
-        try:
-            return ConfigResourceType(value)
-        except ValueError:
-            raise MalformedRecordError(f"{where}: unknown config resource type {value}") from None
-    if base == _ENDPOINTS and isinstance(value, list):
-        out = []
-        for e in value:
-            if not (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("host"), str)
-                    and _is_int(e.get("port")) and _is_int(e.get("security_protocol"))):
-                raise MalformedRecordError(f"{where}: malformed endpoint {e!r}")
-            out.append(Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]))
-        return tuple(out)
-    raise MalformedRecordError(f"{where}: expected {kind}, got {type(value).__name__} {value!r}")
+    return _FROM_CBOR[kind.rstrip("?")](value, where)
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    where: str             # "<type tag>.<field>", for error messages
+    optional: bool         # None is a valid value
+    required: bool         # no default: the map must carry it
+    omit_none: bool        # default None and value None: left out of the map
+    from_cbor: Any
+    to_cbor: Any
+
+
+def _plan(cls: type) -> tuple[int, tuple[_Field, ...]]:
+    version, fields = _SCHEMAS[cls]
+    defaults = _DEFAULTS[cls]
+    return version, tuple(
+        _Field(name, f"{cls.TYPE}.{name}", kind.endswith("?"), name not in defaults,
+               name in defaults and defaults[name] is None, _FROM_CBOR[kind.rstrip("?")], _TO_CBOR[kind.rstrip("?")])
+        for name, kind in fields)
+
+
+_PLANS: dict[type, tuple[int, tuple[_Field, ...]]] = {cls: _plan(cls) for cls in _SCHEMAS}
+_ABSENT: Any = object()
 
 
 def record_to_map(record: Record) -> dict[str, Any]:
     """The CBOR map of a record (for embedding in snapshots or tests)."""
-    version, fields = _SCHEMAS[type(record)]
+    version, fields = _PLANS[type(record)]
     out: dict[str, Any] = {"t": record.TYPE, "v": version}
-    defaults = _DEFAULTS[type(record)]
-    for name, kind in fields:
-        value = getattr(record, name)
-        if value is None and name in defaults and defaults[name] is None:
-            continue
-        out[name] = _to_cbor(kind, value)
+    for f in fields:
+        value = getattr(record, f.name)
+        if value is None:
+            if not f.omit_none:
+                out[f.name] = None
+        elif f.to_cbor is None:
+            out[f.name] = value
+        else:
+            out[f.name] = f.to_cbor(value)
     return out
 
 
@@ -340,19 +406,22 @@ def record_from_map(data: Any) -> Record:
             f"metadata record type {tag!r} (version {version}) is unknown to this node: the log was "
             f"written by a newer raftka; upgrade this node before it replays the metadata log"
         )
-    known, fields = _SCHEMAS[cls]
+    known, fields = _PLANS[cls]
     if version > known:
         raise UnsupportedRecordError(
             f"metadata record {tag!r} version {version} is newer than the version {known} this node "
             f"knows: upgrade this node before it replays the metadata log"
         )
-    defaults = _DEFAULTS[cls]
     kwargs: dict[str, Any] = {}
-    for name, kind in fields:
-        if name in data:
-            kwargs[name] = _from_cbor(kind, data[name], f"{tag}.{name}")
-        elif name not in defaults:
-            raise MalformedRecordError(f"metadata record {tag!r} lacks required field {name!r}")
+    for f in fields:
+        value = data.get(f.name, _ABSENT)
+        if value is _ABSENT:
+            if f.required:
+                raise MalformedRecordError(f"metadata record {tag!r} lacks required field {f.name!r}")
+        elif value is None and f.optional:
+            kwargs[f.name] = None
+        else:
+            kwargs[f.name] = f.from_cbor(value, f.where)
     return cls(**kwargs)
 
 
