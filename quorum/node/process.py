@@ -10,7 +10,9 @@ tests. SIGTERM or SIGINT stop it gracefully: a leader first hands over
 with EndQuorumEpoch.
 
 Quorum keys read besides `NodeConfig`'s: `controller.quorum.request.timeout.ms`,
-`controller.quorum.retry.backoff.ms`, `metadata.log.segment.bytes`.
+`controller.quorum.retry.backoff.ms`, `metadata.log.segment.bytes`; with
+`zookeeper.metadata.migration.enable=true` also `zookeeper.connect` and the
+rest of `quorum.migration.MigrationConfig` (a migration from ZooKeeper mode).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import signal
 import trio
 
 from quorum.controller import ControllerConfig
+from quorum.migration import MigrationConfig, MigrationDriver
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
@@ -82,10 +85,13 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
                     cluster_id=cluster_id, config=quorum_config(config),
                     segment_bytes=_int_key(config, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024))
     controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
+    migration = MigrationConfig.from_node_config(config)
     handler = QuorumRequestHandler(node, controller)
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         await nursery.start(controller.run)
+        if migration is not None:  # KIP-866: this controller migrates a ZooKeeper-mode cluster
+            await nursery.start(MigrationDriver(node, controller, migration).run)
         server = await nursery.start(functools.partial(
             serve, handler, host, port, apis=handler.apis,
             request_max_bytes=config.socket_request_max_bytes,

@@ -1,0 +1,81 @@
+"""ZooKeeper's metadata as one batch of KRaft records (KIP-866's "metadata migration").
+
+Theory of operation
+-------------------
+`ZkClusterState` is everything a ZooKeeper-mode cluster keeps that the
+metadata log must hold after the migration, read in one pass
+(`zk_io.read_zk_state`): broker registrations, topics with their ids and
+assignments, every partition state (leader, ISR, leader epoch, zkVersion),
+topic configs and broker configs (`/config/brokers/<id>`, and
+`/config/brokers/<default>` as the cluster default, which KRaft names "").
+
+`migration_records(state)` turns it into the records of one atomic batch
+(KIP-868 metadata transactions are not needed: one batch is atomic):
+
+* RegisterBroker per live broker, unfenced, with the stand-in incarnation
+  id `broker_metadata.incarnation_id(b)`: a broker later restarted in
+  KRaft mode registers again with a fresh incarnation, which the image
+  tells apart;
+* Topic + Partition per partition: the leader epoch is ZooKeeper's, the
+  partition epoch is the state znode's zkVersion (what Kafka sends brokers
+  as the partition epoch), so no broker sees an epoch go backwards;
+* Config per topic and broker config key;
+* last, ZkMigrationStateRecord(MIGRATION): the batch commits whole or not
+  at all, and a controller that finds MIGRATION in its image knows the copy
+  is done and only dual-writes from then on.
+
+`brokers_ready` is the gate before the copy: every expected broker is
+registered in `/brokers/ids` (the migrate command passes the ids it knows;
+KIP-866 gates on the brokers' own "migration ready" registration with the
+quorum, which raftka's ZooKeeper-mode broker does not send).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from quorum.metadata.records import ConfigRecord, ConfigResourceType, Record, ZkMigrationState, ZkMigrationStateRecord
+from quorum.zookeeper.broker_metadata import zk_state_to_records
+from quorum.zookeeper.znodes import BrokerInfo, NamedPartition, PartitionState, TopicAssignment
+
+#: `/config/brokers/<default>` holds the cluster-wide broker defaults; KRaft names that resource "".
+DEFAULT_BROKER_ENTITY = "<default>"
+
+
+@dataclass(frozen=True, slots=True)
+class ZkClusterState:
+    """What a ZooKeeper-mode cluster holds, as read at one moment."""
+
+    cluster_id: str | None
+    controller_epoch: int
+    brokers: Mapping[int, BrokerInfo]
+    topics: Mapping[str, TopicAssignment]
+    states: Mapping[NamedPartition, PartitionState]
+    topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: entity name ("<default>" or a broker id) -> config overrides
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+def broker_config_resource_name(entity: str) -> str:
+    return "" if entity == DEFAULT_BROKER_ENTITY else entity
+
+
+def broker_config_entity(resource_name: str) -> str:
+    return DEFAULT_BROKER_ENTITY if resource_name == "" else resource_name
+
+
+def migration_records(state: ZkClusterState) -> list[Record]:
+    """The one batch that moves `state` into the metadata log, ending in ZkMigrationState(MIGRATION)."""
+    out = zk_state_to_records(state.brokers, state.topics, state.states, state.topic_configs)
+    for entity, config in sorted(state.broker_configs.items()):
+        name = broker_config_resource_name(entity)
+        out += [ConfigRecord(ConfigResourceType.BROKER, name, k, v) for k, v in sorted(config.items())]
+    out.append(ZkMigrationStateRecord(ZkMigrationState.MIGRATION))
+    return out
+
+
+def brokers_ready(state: ZkClusterState, expected_broker_ids: Iterable[int]) -> tuple[bool, list[int]]:
+    """(ready, missing): every expected broker registered in `/brokers/ids`, and at least one broker."""
+    missing = sorted(set(expected_broker_ids) - set(state.brokers))
+    return bool(state.brokers) and not missing, missing

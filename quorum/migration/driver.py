@@ -1,0 +1,267 @@
+"""The active KRaft controller's side of a ZooKeeper migration (trio shell).
+
+Theory of operation
+-------------------
+Every controller started with `zookeeper.metadata.migration.enable=true`
+runs a `MigrationDriver` beside its `ControllerService`. Only the active
+controller acts; on losing leadership its work is cancelled and the next
+active controller picks up from the metadata log's `ZkMigrationState`:
+
+    NONE/PRE_MIGRATION --copy--> MIGRATION --finalize--> POST_MIGRATION
+
+1. **Claim** `/controller` and bump `/controller_epoch` (`zk_io.claim_controller`):
+   from here a ZooKeeper-mode controller is fenced.
+2. **Copy** (state NONE): wait until the expected brokers are registered in
+   `/brokers/ids` (`copy.brokers_ready`), read ZooKeeper once and append
+   `copy.migration_records` as one batch, which ends in
+   ZkMigrationState(MIGRATION). Reading *after* the claim means no
+   ZooKeeper controller can change the state between the read and the copy.
+   A controller that finds MIGRATION instead reconciles: it reads ZooKeeper
+   and dual-writes the difference to its image (a failover mid-migration).
+3. **Dual write** (state MIGRATION): after each committed image,
+   `dual_write.zk_writes` against the last image ZooKeeper got, applied
+   fenced by the claimed epoch, then `/migration` records the offset; and
+   `dual_write.zk_broker_requests` to the brokers still in ZooKeeper mode
+   (those in `/brokers/ids`). Their partition epoch is the state znode's
+   zkVersion, as a ZooKeeper-mode broker expects, so its own conditional
+   ISR writes succeed; the driver turns those (announced under
+   `/isr_change_notification`) into PartitionChange records, as the
+   controller turns an AlterPartition into one.
+4. Brokers still in ZooKeeper mode do not heartbeat the quorum; they are
+   alive while their `/brokers/ids` znode is, and the driver counts that as
+   their heartbeat (`ControllerService.keep_alive`). A broker restarted in
+   KRaft mode drops its znode, its ZooKeeper-era registration expires after
+   `broker.session.timeout.ms`, and its KRaft registration takes over.
+5. **Finalize**: ZkMigrationState(POST_MIGRATION) (`raftka migrate
+   finalize`) stops all of it; ZooKeeper is no longer written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from quorum.metadata.image import MetadataImage
+from quorum.metadata.records import PartitionChangeRecord, Record, ZkMigrationState
+from quorum.migration import zk_io
+from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
+from quorum.migration.dual_write import zk_broker_requests, zk_writes
+from quorum.migration.znode import MigrationZnode
+from quorum.node.controller_service import ControllerService
+from quorum.node.driver import RaftNode
+from quorum.zookeeper import store
+from quorum.zookeeper import znodes as z
+from quorum.zookeeper.broker_metadata import incarnation_id, zk_state_to_image
+from quorum.zookeeper.channel import ControllerChannelManager
+from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
+from raftka.config import NodeConfig
+from raftka.errors import ConfigError, RaftkaError
+
+_log = logging.getLogger("quorum.migration")
+
+#: How often the driver looks at /brokers/ids and /isr_change_notification when nothing else happens.
+POLL_S = 0.5
+RETRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationConfig:
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int = 18000
+    #: brokers that must be registered before the copy (empty: any registered broker will do)
+    expected_broker_ids: frozenset[int] = frozenset()
+    inter_broker_listener_name: str = "PLAINTEXT"
+
+    @classmethod
+    def from_node_config(cls, config: NodeConfig) -> MigrationConfig | None:
+        """None unless `zookeeper.metadata.migration.enable=true`."""
+        raw = config.raw
+        if raw.get("zookeeper.metadata.migration.enable", "false").strip().lower() != "true":
+            return None
+        connect = raw.get("zookeeper.connect")
+        if not connect:
+            raise ConfigError("zookeeper.metadata.migration.enable=true needs zookeeper.connect=host:port,... "
+                              "(the ZooKeeper ensemble of the cluster being migrated)")
+        try:
+            timeout_ms = int(raw.get("zookeeper.session.timeout.ms", "18000"))
+            ids = frozenset(int(x) for x in raw.get("zookeeper.metadata.migration.broker.ids", "").split(",")
+                            if x.strip())
+        except ValueError as e:
+            raise ConfigError(f"zookeeper.session.timeout.ms / zookeeper.metadata.migration.broker.ids: {e}; "
+                              f"use an integer and a comma-separated list of broker ids") from None
+        return cls(connect, timeout_ms, ids, raw.get("inter.broker.listener.name", "PLAINTEXT"))
+
+
+class MigrationDriver:
+    """Leadership listener of one controller; see the module docstring."""
+
+    def __init__(self, node: RaftNode, service: ControllerService, config: MigrationConfig) -> None:
+        self.node = node
+        self.service = service
+        self.config = config
+        self._epoch: int | None = None
+        self._changed = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        self.zk: KazooClient | None = None
+        node.add_leadership_listener(self)
+
+    # --- leadership (driver loop callbacks: quick) --------------------------------------------
+
+    def on_leader_active(self, epoch: int, image: MetadataImage) -> None:
+        self._epoch = epoch
+        self._changed.set()
+
+    def on_leader_lost(self, epoch: int) -> None:
+        self._epoch = None
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # --- running ---------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.zk = KazooClient(self.config.zookeeper_connect, timeout=self.config.zookeeper_session_timeout_ms / 1000)
+        await trio.to_thread.run_sync(self.zk.start, 30)
+        try:
+            task_status.started()
+            while True:
+                while self._epoch is None:
+                    self._changed = trio.Event()
+                    await self._changed.wait()
+                epoch = self._epoch
+                with trio.CancelScope() as self._scope:
+                    if self._epoch == epoch:
+                        try:
+                            await self._lead(epoch)
+                        except (RaftkaError, OSError) as e:
+                            _log.warning("migration step failed (%s); retrying", e)
+                            await trio.sleep(RETRY_S)
+                self._scope = None
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.zk.stop)
+                await trio.to_thread.run_sync(self.zk.close)
+
+    async def _zk(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, self.zk, *args)
+
+    async def _lead(self, epoch: int) -> None:
+        image = self.node.image
+        if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
+            _log.info("migration finalized: ZooKeeper is not written any more")
+            await trio.sleep_forever()
+        now_ms = int(trio.current_time() * 1000)
+        zk_epoch, epoch_version = await self._zk(zk_io.claim_controller, self.node.node_id, epoch, now_ms)
+        _log.info("KRaft controller %d claimed /controller (ZooKeeper controller epoch %d)", self.node.node_id,
+                  zk_epoch)
+        if image.zk_migration_state in (ZkMigrationState.NONE, ZkMigrationState.PRE_MIGRATION):
+            state = await self._wait_for_brokers()
+            appended = await self.service.propose_from_image(lambda working: self._copy(working, state))
+            await self.node.wait_until_applied(appended.last_offset + 1)
+            written = self.node.image
+            versions = {tp: s.zk_version for tp, s in state.states.items()}
+            _log.info("copied ZooKeeper metadata: %d brokers, %d topics, %d partitions (offsets %d-%d)",
+                      len(state.brokers), len(state.topics), len(state.states), appended.base_offset,
+                      appended.last_offset)
+        else:
+            state = await self._zk(zk_io.read_zk_state)
+            written = zk_state_to_image(state.brokers, state.topics, state.states, state.topic_configs)
+            versions = {tp: s.zk_version for tp, s in state.states.items()}
+            _log.info("resuming dual write: reconciling ZooKeeper with the image at offset %d", self.node.image.offset)
+        await self._dual_write(epoch, zk_epoch, epoch_version, written, versions)
+
+    def _copy(self, working: MetadataImage, state: ZkClusterState) -> list[Record]:
+        if working.zk_migration_state != ZkMigrationState.NONE or working.topics_by_id:
+            raise RaftkaError(f"the metadata log is not empty ({working!r}, migration state "
+                              f"{working.zk_migration_state}): migrate into a freshly formatted quorum")
+        return migration_records(state)
+
+    async def _wait_for_brokers(self) -> ZkClusterState:
+        while True:
+            state = await self._zk(zk_io.read_zk_state)
+            ready, missing = brokers_ready(state, self.config.expected_broker_ids)
+            if ready:
+                return state
+            _log.info("waiting for ZooKeeper-mode brokers %s to register before the copy", missing or "(any)")
+            await trio.sleep(POLL_S)
+
+    async def _dual_write(self, epoch: int, zk_epoch: int, epoch_version: int, written: MetadataImage,
+                          versions: dict[NamedPartition, int]) -> None:
+        async with trio.open_nursery() as nursery:
+            channel = ControllerChannelManager(nursery, self.config.inter_broker_listener_name,
+                                               client_id=f"kraft-controller-{self.node.node_id}")
+            zk_brokers: dict[int, BrokerInfo] = {}
+            sent: MetadataImage | None = None
+            polled_s = -POLL_S
+            while True:
+                image = self.node.image
+                if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
+                    _log.info("migration finalized at offset %d: dual write stops", image.offset)
+                    channel.close()
+                    await trio.sleep_forever()
+                poll = trio.current_time() - polled_s >= POLL_S
+                if poll:
+                    polled_s = trio.current_time()
+                    fresh = await self._zk(store.read_brokers)
+                    if fresh != zk_brokers:
+                        zk_brokers = fresh
+                        channel.update_brokers(zk_brokers)
+                        sent = None  # a new or restarted ZooKeeper-mode broker needs everything
+                    self.service.keep_alive(b for b in zk_brokers if self._zk_era(image, b))
+                if image is not written:
+                    writes = zk_writes(written, image, versions, zk_epoch)
+                    if not writes.empty:
+                        versions.update(await self._zk(zk_io.apply_dual_writes, epoch_version, writes, versions))
+                    await self._zk(zk_io.write_migration, epoch_version,
+                                   MigrationZnode(image.offset, image.epoch, self.node.node_id, epoch))
+                    written = image
+                for r in zk_broker_requests(sent, image, zk_brokers, self.node.node_id, zk_epoch,
+                                            self.config.inter_broker_listener_name, versions):
+                    if r.broker_id in zk_brokers:
+                        channel.send(r.broker_id, r.request)
+                sent = image
+                if poll:
+                    await self._accept_zk_isr_changes(versions)
+                with trio.move_on_after(POLL_S):
+                    await self.node.wait_for_change()
+
+    @staticmethod
+    def _zk_era(image: MetadataImage, broker_id: int) -> bool:
+        reg = image.brokers.get(broker_id)
+        return reg is not None and reg.incarnation_id == incarnation_id(broker_id)
+
+    async def _accept_zk_isr_changes(self, versions: dict[NamedPartition, int]) -> None:
+        """ISR changes a ZooKeeper-mode leader wrote to its state znodes, as PartitionChange records."""
+        names, partitions = await self._zk(store.read_isr_notifications)
+        if not names:
+            return
+        states = await self._zk(store.read_partition_states, sorted(partitions))
+        versions.update((tp, s.zk_version) for tp, s in states.items())
+
+        def changes(working: MetadataImage) -> list[Record]:
+            out: list[Record] = []
+            for tp, s in sorted(states.items()):
+                topic_id = working.topic_ids_by_name.get(tp.topic)
+                p = None if topic_id is None else working.partition(topic_id, tp.partition)
+                # Only the current leader's change of the current leader epoch (KIP-497's AlterPartition rule).
+                if p is None or (s.leader, s.leader_epoch) != (p.leader, p.leader_epoch) or s.isr == p.isr:
+                    continue
+                if not set(s.isr) <= set(p.replicas) or p.leader not in s.isr:
+                    continue
+                out.append(PartitionChangeRecord(topic_id=topic_id, partition=tp.partition, isr=s.isr))
+            return out
+
+        appended = await self.service.propose_from_image(changes)
+        await self.node.wait_until_applied(appended.last_offset + 1)
+        for name in names:
+            await self._zk(_delete_quietly, f"{z.ISR_CHANGE_NOTIFICATION_PATH}/{name}")
+
+
+def _delete_quietly(zk: KazooClient, path: str) -> None:
+    try:
+        zk.delete(path)
+    except NoNodeError:
+        pass
