@@ -107,6 +107,12 @@ async def run_broker(
 ) -> None:
     """Run a broker (or combined) node until SIGTERM/SIGINT, or until cancelled
     (an abrupt stop: no controlled shutdown). Starts with the bound broker port."""
+    if config.zk_mode:
+        # ZooKeeper mode: the same broker, its metadata from a ZooKeeper-elected controller.
+        from broker.zk_link import run_zk_broker
+
+        await run_zk_broker(config, handle_signals=handle_signals, on_ready=on_ready, task_status=task_status)
+        return
     if not config.is_broker:
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: `raftka broker` needs "
                           "process.roles=broker or broker,controller; run controllers with `raftka controller`")

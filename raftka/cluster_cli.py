@@ -1,7 +1,7 @@
 """`raftka cluster up`: a local cluster of separate controller and broker processes.
 
     raftka cluster up --controllers 3 --brokers 3 [--base-port 9092] [--data-dir D]
-                      [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft]
+                      [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft|zk]
 
 Prints exactly one line on stdout, `READY bootstrap=host:port,...`, once
 every broker is unfenced and every controller has caught up; progress and
@@ -12,6 +12,12 @@ that has not exited after --stop-timeout seconds is killed. Without
 with it, the data stays and the next `cluster up` on the same dir resumes
 the same cluster. Brokers listen on P, P+1, ... and controllers on P+100,
 P+101, ... for --base-port P (0: free ports).
+
+--mode zk runs the brokers in ZooKeeper mode: --controllers is then the
+size of a ZooKeeper ensemble (1 or 3, from the Debian `zookeeper` package,
+client ports P+100, ...), started first from a generated zoo.cfg; the
+controller is the broker ZooKeeper elects. --set zookeeper.session.timeout.ms=...
+and the other keys apply to the brokers as in Kafka.
 """
 
 from __future__ import annotations
@@ -39,14 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = commands.add_parser("up", help="start controllers and brokers; stop them on Ctrl-C or SIGTERM",
                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    up.add_argument("--controllers", type=int, default=3, metavar="N", help="quorum voters (1, 3 or 5; default 3)")
+    up.add_argument("--controllers", type=int, default=3, metavar="N",
+                    help="quorum voters, or ZooKeeper servers with --mode zk (1, 3 or 5; default 3)")
     up.add_argument("--brokers", type=int, default=3, metavar="M", help="brokers (default 3)")
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, metavar="P",
                     help=f"first broker port (default {DEFAULT_BASE_PORT}; 0 picks free ports)")
     up.add_argument("--host", default="127.0.0.1", help="address every node listens on (default loopback)")
     up.add_argument("--data-dir", metavar="D", help="keep the cluster's data here (default: a temp dir, removed)")
     up.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
-                    help="metadata mode (default kraft; zk is not available yet)")
+                    help="metadata in a Raft quorum (kraft, the default) or in ZooKeeper (zk)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
     up.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up starting after S seconds")
@@ -71,14 +78,17 @@ def up_main(args: argparse.Namespace) -> int:
     from raftka.cluster import LocalCluster
 
     console = Console(stderr=True, soft_wrap=True)
-    if args.mode == "zk":
-        console.print("raftka cluster up: --mode zk is not available yet: the ZooKeeper-mode controller "
-                      "process is still being built (quorum/zookeeper/); use --mode kraft", style="red")
-        return 2
     if args.controllers not in (1, 3, 5):
-        console.print(f"raftka cluster up: --controllers {args.controllers}: a quorum has 1, 3 or 5 voters",
-                      style="red")
+        what = "a ZooKeeper ensemble has 1, 3 or 5 servers" if args.mode == "zk" else "a quorum has 1, 3 or 5 voters"
+        console.print(f"raftka cluster up: --controllers {args.controllers}: {what}", style="red")
         return 2
+    if args.mode == "zk":
+        from quorum.zookeeper.ensemble import zookeeper_missing_reason
+
+        reason = zookeeper_missing_reason()
+        if reason is not None:
+            console.print(f"raftka cluster up: --mode zk needs ZooKeeper: {reason}", style="red")
+            return 2
 
     def on_signal(signum: int, frame: object) -> None:
         raise _StopRequested(signal.Signals(signum).name)
@@ -92,9 +102,11 @@ def up_main(args: argparse.Namespace) -> int:
         try:
             cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers,
                                    base_port=args.base_port, host=args.host,
-                                   overrides=parse_overrides(args.set), die_with_parent=True)
+                                   overrides=parse_overrides(args.set), die_with_parent=True, mode=args.mode)
+            metadata = (f"a {args.controllers}-server ZooKeeper ensemble at {cluster.zookeeper.connect_string}"
+                        if cluster.zookeeper is not None else f"{args.controllers} controllers")
             console.print(f"cluster {cluster.cluster_id} in {cluster.base_dir} "
-                          f"({args.controllers} controllers, {args.brokers} brokers; logs: <node>.log there)")
+                          f"({metadata}, {args.brokers} brokers; logs: <node>.log there)")
             cluster.start_all()
             with console.status("starting") as status:
                 cluster.wait_ready(args.timeout, progress=status.update)

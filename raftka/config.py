@@ -17,6 +17,7 @@ from pathlib import Path
 from raftka.errors import ConfigError
 
 _VOTER = re.compile(r"^(\d+)@([^:]+):(\d+)$")
+_ZK_CONNECT = re.compile(r"^[^,:/\s]+:\d+(,[^,:/\s]+:\d+)*(/[^\s]*)?$")
 _LISTENER = re.compile(r"^(?:([A-Za-z_]+)://)?([^:]*):(\d+)$")
 
 
@@ -106,6 +107,11 @@ class NodeConfig:
     auto_create_topics_enable: bool = False
     socket_request_max_bytes: int = 104857600
     connections_max_idle_ms: int = 600000
+    #: ZooKeeper mode (Kafka's pre-KRaft deployment): `zookeeper.connect` set and
+    #: `process.roles` unset; the node is a broker whose controller is elected in ZooKeeper.
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
     raw: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -114,10 +120,23 @@ class NodeConfig:
 
     @property
     def is_broker(self) -> bool:
-        return "broker" in self.process_roles
+        return "broker" in self.process_roles or self.zk_mode
+
+    @property
+    def zk_mode(self) -> bool:
+        """A ZooKeeper-mode broker: metadata from a controller elected in ZooKeeper, no quorum."""
+        return self.zookeeper_connect is not None and not self.process_roles
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> NodeConfig:
+        if "zookeeper.connect" in props and "process.roles" not in props:
+            return cls._zk_mode(props)
+        if "zookeeper.connect" in props and not _bool(props, "zookeeper.metadata.migration.enable", False):
+            raise ConfigError(
+                "zookeeper.connect and process.roles are both set: remove process.roles for a ZooKeeper-mode "
+                "broker, or zookeeper.connect for a KRaft node (both together only with "
+                "zookeeper.metadata.migration.enable=true, during a migration)"
+            )
         if "node.id" not in props:
             raise ConfigError("node.id is required: give every node a unique integer id")
         node_id = _int(props, "node.id", 0, minimum=0)
@@ -160,5 +179,51 @@ class NodeConfig:
             auto_create_topics_enable=_bool(props, "auto.create.topics.enable", False),
             socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104857600, 1),
             connections_max_idle_ms=_int(props, "connections.max.idle.ms", 600000, 1),
+            zookeeper_connect=props.get("zookeeper.connect") or None,
+            zookeeper_session_timeout_ms=_int(props, "zookeeper.session.timeout.ms", 18000, 1),
+            zookeeper_connection_timeout_ms=_int(props, "zookeeper.connection.timeout.ms",
+                                                 _int(props, "zookeeper.session.timeout.ms", 18000, 1), 1),
             raw=dict(props),
+        )
+
+    @classmethod
+    def _zk_mode(cls, props: dict[str, str]) -> NodeConfig:
+        """A ZooKeeper-mode broker (Kafka before KIP-500): `broker.id` (or `node.id`),
+        `zookeeper.connect`, `listeners`, `log.dirs`; no quorum keys needed."""
+        connect = props["zookeeper.connect"].strip()
+        if not _ZK_CONNECT.match(connect):
+            raise ConfigError(
+                f"zookeeper.connect={connect!r} is not of the form host:port[,host:port...][/chroot] "
+                "(e.g. 127.0.0.1:2181 or zk1:2181,zk2:2181,zk3:2181/kafka)"
+            )
+        ids = {k: props[k] for k in ("broker.id", "node.id") if k in props}
+        if not ids:
+            raise ConfigError("broker.id is required in ZooKeeper mode: give every broker a unique integer id")
+        if len(set(ids.values())) > 1:
+            raise ConfigError(f"broker.id={ids['broker.id']} and node.id={ids['node.id']} disagree: set one of them")
+        key = "broker.id" if "broker.id" in ids else "node.id"
+        node_id = _int(props, key, 0, minimum=0)
+        dirs = props.get("log.dirs") or props.get("log.dir")
+        if not dirs:
+            raise ConfigError("log.dirs is required: the directory this broker keeps its data in")
+        if "listeners" not in props:
+            raise ConfigError("listeners is required for a broker, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        session_timeout_ms = _int(props, "zookeeper.session.timeout.ms", 18000, 1)
+        voters = parse_voters(props["controller.quorum.voters"]) if props.get("controller.quorum.voters") else {}
+        return cls(
+            node_id=node_id,
+            process_roles=frozenset(),
+            log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
+            controller_quorum_voters=voters,
+            listener=parse_listener(props["listeners"]),
+            controller_listener=None,
+            num_partitions=_int(props, "num.partitions", 1, 1),
+            default_replication_factor=_int(props, "default.replication.factor", 1, 1),
+            auto_create_topics_enable=_bool(props, "auto.create.topics.enable", False),
+            socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104857600, 1),
+            connections_max_idle_ms=_int(props, "connections.max.idle.ms", 600000, 1),
+            zookeeper_connect=connect,
+            zookeeper_session_timeout_ms=session_timeout_ms,
+            zookeeper_connection_timeout_ms=_int(props, "zookeeper.connection.timeout.ms", session_timeout_ms, 1),
+            raw={**props, "node.id": str(node_id)},
         )

@@ -260,6 +260,25 @@ class ZkMetadataCache:
         self._apply(records)
         return m.StopReplicaResponse(error_code=ErrorCode.none, partition_errors=tuple(out))
 
+    # --- topic configs -----------------------------------------------------------------------
+
+    def apply_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Replace the configs of these topics with what `/config/topics/<t>` holds.
+
+        Controller requests carry no configs: a ZooKeeper-mode broker reads them
+        itself, for each new topic and after each `/config/changes` notification.
+        Topics not in the image are skipped (deleted meanwhile)."""
+        records: list[Record] = []
+        for name, config in sorted(configs.items()):
+            if name not in self.image.topic_ids_by_name:
+                continue
+            current = self.image.topic_config(name)
+            records += [ConfigRecord(ConfigResourceType.TOPIC, name, k, None) for k in sorted(current)
+                        if k not in config]
+            records += [ConfigRecord(ConfigResourceType.TOPIC, name, k, v) for k, v in sorted(config.items())
+                        if current.get(k) != v]
+        self._apply(records)
+
     def handle(self, request: m.ControllerRequest) -> m.ControllerResponse:
         """Dispatch any controller request."""
         if isinstance(request, m.LeaderAndIsrRequest):

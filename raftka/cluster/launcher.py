@@ -27,6 +27,15 @@ SIGTERM from the kernel if the launcher itself dies (PR_SET_PDEATHSIG).
 every voter's log has reached the quorum's high watermark, and every
 running broker's Metadata lists every running broker (all are unfenced,
 and each knows it).
+
+`mode="zk"` runs the same brokers (same ids, ports and configs) in
+ZooKeeper mode instead: `controllers` is then the size of a ZooKeeper
+ensemble (1 or 3; the Debian `zookeeper` package, started from a generated
+`zoo.cfg` under `zookeeper/`, client ports P+100.. for `base_port=P`), no
+controller process runs, and each broker has `zookeeper.connect` instead of
+`process.roles` and the quorum keys. The controller is whichever broker
+ZooKeeper elects. `start_all` starts the ensemble first, `stop_all` stops it
+last; `zookeeper` is the `ZooKeeperEnsemble` (for fault injection).
 """
 
 from __future__ import annotations
@@ -121,7 +130,14 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         broker_overrides: Mapping[str, str] | None = None,
         die_with_parent: bool = False,
+        mode: str = "kraft",
+        zookeeper_tick_time_ms: int = 2000,
     ) -> None:
+        if mode not in ("kraft", "zk"):
+            raise ClusterError(f"mode={mode!r}: use kraft or zk")
+        if mode == "zk" and controllers not in (1, 3, 5):
+            raise ClusterError(f"--controllers {controllers}: in zk mode it is the ZooKeeper ensemble size, "
+                               "1, 3 or 5")
         if controllers < 1 or brokers < 1:
             raise ClusterError(f"--controllers {controllers} --brokers {brokers}: a cluster needs at least "
                                "one of each")
@@ -129,28 +145,44 @@ class LocalCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.die_with_parent = die_with_parent
+        self.mode = mode
         self.cluster_id = self._cluster_id()
         ports = free_ports(controllers + brokers, host) if base_port == 0 else (
             [base_port + CONTROLLER_PORT_OFFSET + j for j in range(controllers)]
             + [base_port + i for i in range(brokers)])
+        self.zookeeper = None
+        if mode == "zk":
+            from quorum.zookeeper.ensemble import ZooKeeperEnsemble
+
+            self.zookeeper = ZooKeeperEnsemble(
+                self.base_dir / "zookeeper", controllers, tick_time_ms=zookeeper_tick_time_ms, host=host,
+                base_port=None if base_port == 0 else base_port + CONTROLLER_PORT_OFFSET)
         self.nodes: dict[int, LocalNode] = {}
         for index in range(controllers + brokers):
             node_id = index + 1
             role = "controller" if index < controllers else "broker"
+            if mode == "zk" and role == "controller":
+                continue  # node ids stay as in kraft mode: brokers are N+1..N+M
             name = f"{role}-{node_id}"
             self.nodes[node_id] = LocalNode(node_id, role, host, ports[index], self.base_dir / name,
                                             self.base_dir / f"{name}.properties", self.base_dir / f"{name}.log")
         voters = ",".join(f"{n.node_id}@{n.address}" for n in self.controllers)
         for node in self.nodes.values():
-            props = {"node.id": str(node.node_id), "process.roles": node.role,
-                     "controller.quorum.voters": voters, "log.dirs": str(node.log_dir)}
+            if self.zookeeper is not None:
+                # Kafka's ZooKeeper-mode keys; the broker writes its own meta.properties (version=0).
+                props = {"broker.id": str(node.node_id), "zookeeper.connect": self.zookeeper.connect_string,
+                         "log.dirs": str(node.log_dir)}
+            else:
+                props = {"node.id": str(node.node_id), "process.roles": node.role,
+                         "controller.quorum.voters": voters, "log.dirs": str(node.log_dir)}
             if node.role == "broker":
                 props["listeners"] = f"PLAINTEXT://{node.address}"
             props.update(overrides or {})
             if node.role == "broker":
                 props.update(broker_overrides or {})
             node.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            format_log_dir(node.log_dir, self.cluster_id, node.node_id)
+            if self.zookeeper is None:
+                format_log_dir(node.log_dir, self.cluster_id, node.node_id)
         self._write_state()
 
     def _cluster_id(self) -> str:
@@ -182,7 +214,9 @@ class LocalCluster:
         return {n.node_id: n.pid for n in self.nodes.values() if n.is_running() and n.pid is not None}
 
     def _write_state(self) -> None:
-        state = {"cluster_id": self.cluster_id, "bootstrap": self.bootstrap, "launcher_pid": os.getpid(),
+        state = {"cluster_id": self.cluster_id, "mode": self.mode, "bootstrap": self.bootstrap,
+                 "launcher_pid": os.getpid(),
+                 "zookeeper_connect": None if self.zookeeper is None else self.zookeeper.connect_string,
                  "nodes": [{"node_id": n.node_id, "role": n.role, "address": n.address, "log_dir": str(n.log_dir),
                             "config": str(n.config_path), "output": str(n.output_path),
                             "pid": n.pid if n.is_running() else None} for n in self.nodes.values()]}
@@ -205,7 +239,31 @@ class LocalCluster:
                 preexec_fn=_die_with_parent if self.die_with_parent else None)
         self._write_state()
 
+    def start_zookeeper(self, timeout_s: float = 60.0) -> None:
+        """zk mode: start the ensemble (if not running) and record the cluster id in `/cluster/id`."""
+        assert self.zookeeper is not None, "start_zookeeper is for mode='zk'"
+        if all(s.running for s in self.zookeeper.servers):
+            return
+        from kazoo.client import KazooClient
+
+        from quorum.zookeeper.broker_side import ensure_cluster_paths, get_or_create_cluster_id
+
+        self.zookeeper.start(timeout_s)
+        zk = KazooClient(self.zookeeper.connect_string)
+        try:
+            zk.start(timeout_s)
+            ensure_cluster_paths(zk)
+            found = get_or_create_cluster_id(zk, self.cluster_id)
+        finally:
+            zk.stop()
+            zk.close()
+        if found != self.cluster_id:
+            raise ClusterError(f"ZooKeeper at {self.zookeeper.connect_string} holds cluster {found}, not "
+                               f"{self.cluster_id} of {self.base_dir}: use another --data-dir")
+
     def start_all(self) -> None:
+        if self.zookeeper is not None:
+            self.start_zookeeper()
         for node in (*self.controllers, *self.brokers):
             if not node.is_running():
                 self.start(node.node_id)
@@ -228,6 +286,8 @@ class LocalCluster:
         """Brokers first, then controllers; whether every process exited by itself."""
         clean = self._stop_group(self.brokers, timeout_s)
         clean = self._stop_group(self.controllers, timeout_s) and clean
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
         return clean
 
     def _stop_group(self, nodes: list[LocalNode], timeout_s: float) -> bool:
