@@ -15,6 +15,14 @@ ones gone, the new partition counts, the new config values), bounded by
 the request's timeout. The controller's answer is returned either way: the
 change is committed, only this broker's view lags.
 
+ElectLeaders (KIP-460), AlterPartitionReassignments and
+ListPartitionReassignments (KIP-455) are forwarded the same way. An
+election's answer waits until this broker's image shows the elected
+leaders, so a client's next Metadata sees them; a started reassignment
+until the image shows the target replicas (the switch happens later, once
+they are in sync). Clients older than ElectLeaders v1 only ask for a
+preferred election.
+
 InitProducerId (non-transactional, for idempotent producers): producer ids
 come from blocks the controller allocates to this broker
 (AllocateProducerIds, KIP-730); a new id per request, epoch 0, as Kafka's
@@ -29,12 +37,15 @@ from collections.abc import Callable
 
 import trio
 from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.alter_partition_reassignments.v0.request import AlterPartitionReassignmentsRequest
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
 from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+from kio.schema.elect_leaders.v2 import request as el_req
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
+from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 
 from broker.controller_channel import ControllerUnavailableError
 from broker.kio_util import build, convert, response_class, response_module
@@ -42,6 +53,7 @@ from quorum.metadata import MetadataImage
 from raftka.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
+_PREFERRED = 0
 _SET, _DELETE = 0, 1
 _TOPIC_RESOURCE = 2
 
@@ -208,6 +220,86 @@ async def handle_incremental_alter_configs(broker, ctx, request):
             return True
 
         await _settle(broker, shown, _deadline(body), "IncrementalAlterConfigs")
+    return response
+
+
+# --- ElectLeaders ---------------------------------------------------------
+
+
+async def handle_elect_leaders(broker, ctx, request):
+    body = request.body
+    election_type = int(getattr(body, "election_type", _PREFERRED))
+    forwarded = el_req.ElectLeadersRequest(
+        election_type=election_type, timeout=body.timeout,
+        topic_partitions=None if body.topic_partitions is None else tuple(
+            el_req.TopicPartitions(topic=tp.topic, partitions=tuple(tp.partitions)) for tp in body.topic_partitions))
+    mod = response_module(request.header)
+    try:
+        answer = await broker.controller.send(forwarded)
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("ElectLeaders: no answer from the controller: %s", exc)
+        return build(mod.ElectLeadersResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.request_timed_out,
+                     replica_election_results=tuple(
+                         build(mod.ReplicaElectionResult, topic=tp.topic, partition_result=tuple(
+                             build(mod.PartitionResult, partition_id=p, error_code=ErrorCode.request_timed_out,
+                                   error_message="the controller did not answer") for p in tp.partitions))
+                         for tp in body.topic_partitions or ()))
+    elected = [(r.topic, p.partition_id) for r in answer.replica_election_results for p in r.partition_result
+               if p.error_code == ErrorCode.none]
+
+    def shown(image: MetadataImage) -> bool:
+        for name, index in elected:
+            topic = image.topic(name)
+            partition = topic.partitions.get(index) if topic is not None else None
+            if partition is None:
+                continue  # deleted meanwhile
+            if election_type == _PREFERRED and partition.leader != partition.replicas[0]:
+                return False
+            if partition.leader < 0:
+                return False
+        return True
+
+    if elected:
+        await _settle(broker, shown, _deadline(body), f"ElectLeaders {elected[:5]}")
+    return convert(answer, response_class(request.header))
+
+
+# --- partition reassignment ------------------------------------------------
+
+
+async def handle_alter_partition_reassignments(broker, ctx, request):
+    body = request.body
+    response = await _forward(broker, request, AlterPartitionReassignmentsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.AlterPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer",
+                     responses=())
+    ok = {(t.name, p.partition_index) for t in response.responses for p in t.partitions
+          if p.error_code == ErrorCode.none}
+    targets = [(t.name, p.partition_index, tuple(p.replicas)) for t in body.topics for p in t.partitions
+               if p.replicas is not None and (t.name, p.partition_index) in ok]
+
+    def shown(image: MetadataImage) -> bool:
+        for name, index, replicas in targets:
+            topic = image.topic(name)
+            partition = topic.partitions.get(index) if topic is not None else None
+            if partition is not None and not set(replicas) <= set(partition.replicas):
+                return False
+        return True
+
+    if targets:
+        await _settle(broker, shown, _deadline(body), "AlterPartitionReassignments")
+    return response
+
+
+async def handle_list_partition_reassignments(broker, ctx, request):
+    response = await _forward(broker, request, ListPartitionReassignmentsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.ListPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer",
+                     topics=())
     return response
 
 

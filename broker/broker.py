@@ -72,7 +72,10 @@ _APIS = {
     23: (2, 4, list_offsets.handle_offset_for_leader_epoch),
     32: (1, 4, admin.handle_describe_configs),
     37: (0, 3, admin.handle_create_partitions),
+    43: (0, 2, admin.handle_elect_leaders),
     44: (0, 1, admin.handle_incremental_alter_configs),
+    45: (0, 0, admin.handle_alter_partition_reassignments),
+    46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
     # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
     # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
