@@ -1,0 +1,130 @@
+"""The active controller migrates a ZooKeeper-mode cluster: a one-voter quorum
+in this trio run (real Raft node, real metadata log files) with its
+`MigrationDriver`, against a real ZooKeeper."""
+
+import random
+
+import trio
+from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
+
+from quorum.controller import ControllerConfig
+from quorum.metadata.records import ZkMigrationState, ZkMigrationStateRecord
+from quorum.migration import MigrationConfig, MigrationDriver
+from quorum.migration.zk_io import read_migration, read_zk_state
+from quorum.node.controller_service import ControllerService
+from quorum.node.driver import RaftNode
+from quorum.node.local_quorum import free_ports
+from quorum.node.workload import create_topics_request
+from quorum.raft import QuorumConfig
+from quorum.zookeeper import znodes as z
+from quorum.zookeeper.broker_side import notify_isr_changes, write_isr_change
+from quorum.zookeeper.znodes import NamedPartition
+
+from migration_testing import zk_cluster
+
+FAST = QuorumConfig(controller_quorum_election_timeout_ms=150, controller_quorum_fetch_timeout_ms=2000,
+                    controller_quorum_election_backoff_max_ms=150, controller_quorum_request_timeout_ms=1000,
+                    controller_quorum_retry_backoff_ms=10, fetch_max_wait_ms=200)
+SESSION_TIMEOUT_MS = 1500
+
+
+async def start_controller(nursery, tmp_path, zk_connect, expected=frozenset({1, 2, 3})):
+    [port] = free_ports(1)
+    node = RaftNode(node_id=1, voters={1: ("127.0.0.1", port)}, log_dir=str(tmp_path / "controller-1"),
+                    cluster_id="migration-test", config=FAST, rng=random.Random(1))
+    await nursery.start(node.run)
+    service = ControllerService(node, ControllerConfig(cluster_id="migration-test",
+                                                       broker_session_timeout_ms=SESSION_TIMEOUT_MS,
+                                                       default_replication_factor=2), random.Random(1))
+    await nursery.start(service.run)
+    driver = MigrationDriver(node, service, MigrationConfig(zk_connect, 4000, expected))
+    await nursery.start(driver.run)
+    return node, service
+
+
+async def until(predicate, timeout_s=15.0, what="condition"):
+    with trio.move_on_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.05)
+        return
+    raise AssertionError(f"{what} did not happen within {timeout_s}s")
+
+
+async def in_thread(fn, *args):
+    return await trio.to_thread.run_sync(fn, *args)
+
+
+async def test_copy_then_dual_write_then_zookeeper_brokers_stay_alive(tmp_path, zk_connect, nursery):
+    # The ZooKeeper-mode cluster; this session holds brokers 1-3's registrations.
+    zk = KazooClient(zk_connect, timeout=2.0)
+    await in_thread(zk.start, 10)
+    written = await in_thread(zk_cluster, zk)
+    node, service = await start_controller(nursery, tmp_path, zk_connect)
+
+    await until(lambda: node.image.zk_migration_state == ZkMigrationState.MIGRATION, what="the copy")
+    image = node.image
+    assert dict(image.topic_ids_by_name) == {"orders": written["orders"].topic_id, "logs": written["logs"].topic_id}
+    assert image.topic("orders").partitions[0].leader_epoch == 7
+    held = z.decode_controller((await in_thread(zk.get, z.CONTROLLER_PATH))[0])
+    assert held.broker_id == 1 and held.kraft_controller_epoch >= 0, "the KRaft controller holds /controller"
+    assert (await in_thread(read_zk_state, zk)).controller_epoch == 5, "the ZooKeeper controller epoch was bumped"
+
+    # A topic created through the quorum appears in ZooKeeper (dual write), with the same id.
+    answer = await service.handle(create_topics_request(["payments"], partitions=2))
+    assert answer.topics[0].error_code == ErrorCode.none
+    payments_id = node.image.topic_ids_by_name["payments"]
+
+    def in_zk():
+        state = read_zk_state(zk)
+        a = state.topics.get("payments")
+        return a is not None and a.topic_id == payments_id and len(
+            [tp for tp in state.states if tp.topic == "payments"]) == 2
+
+    await until(lambda: in_zk(), what="payments in ZooKeeper")
+    migration = await in_thread(read_migration, zk)
+    assert migration is not None and migration.kraft_controller_id == 1
+
+    # Brokers alive in ZooKeeper stay unfenced past the session timeout: their znode is their heartbeat.
+    await trio.sleep(2 * SESSION_TIMEOUT_MS / 1000)
+    assert all(not node.image.brokers[b].fenced for b in (1, 2, 3))
+
+    # A ZooKeeper-mode leader's ISR change (conditional on the zkVersion it was sent) becomes a
+    # PartitionChange in the log.
+    tp = NamedPartition("orders", 0)
+    current = (await in_thread(read_zk_state, zk)).states[tp]
+    await in_thread(write_isr_change, zk, tp, current, (1,))
+    await in_thread(notify_isr_changes, zk, [tp])
+    orders = node.image.topic_ids_by_name["orders"]
+    await until(lambda: node.image.partition(orders, 0).isr == (1,), what="the ZooKeeper-side ISR change in the log")
+
+    # A broker that leaves ZooKeeper (stopped for its KRaft restart) is fenced after the session
+    # timeout, and its leadership moves; ZooKeeper hears of the new leaders too.
+    await in_thread(zk.delete, z.broker_path(3))
+    await until(lambda: node.image.brokers[3].fenced, what="broker 3 fenced")
+    await until(lambda: node.image.partition(orders, 2).leader == 1, what="orders-2 led by 1")
+    assert node.image.partition(orders, 1).leader == -1, "orders-1's only in-sync replica was 3: offline"
+
+    def zk_leader_moved():
+        states = read_zk_state(zk).states
+        return states[NamedPartition("orders", 2)].leader == 1 and states[NamedPartition("orders", 1)].leader == -1
+
+    await until(zk_leader_moved, what="the new leader in ZooKeeper")
+    await in_thread(zk.stop)
+    await in_thread(zk.close)
+
+
+async def test_finalize_stops_dual_write(tmp_path, zk_connect, nursery):
+    zk = KazooClient(zk_connect, timeout=2.0)
+    await in_thread(zk.start, 10)
+    await in_thread(zk_cluster, zk)
+    node, service = await start_controller(nursery, tmp_path, zk_connect)
+    await until(lambda: node.image.zk_migration_state == ZkMigrationState.MIGRATION, what="the copy")
+    await service.propose_from_image(lambda working: [ZkMigrationStateRecord(ZkMigrationState.POST_MIGRATION)])
+    await trio.sleep(1.0)  # the driver sees POST_MIGRATION
+    answer = await service.handle(create_topics_request(["after-finalize"]))
+    assert answer.topics[0].error_code == ErrorCode.none
+    await trio.sleep(1.5)
+    assert "after-finalize" not in (await in_thread(read_zk_state, zk)).topics, "ZooKeeper is no longer written"
+    await in_thread(zk.stop)
+    await in_thread(zk.close)
