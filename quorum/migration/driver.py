@@ -29,9 +29,10 @@ active controller picks up from the metadata log's `ZkMigrationState`:
    controller turns an AlterPartition into one.
 4. Brokers still in ZooKeeper mode do not heartbeat the quorum; they are
    alive while their `/brokers/ids` znode is, and the driver counts that as
-   their heartbeat (`ControllerService.keep_alive`). A broker restarted in
-   KRaft mode drops its znode, its ZooKeeper-era registration expires after
-   `broker.session.timeout.ms`, and its KRaft registration takes over.
+   their heartbeat (`ControllerService.keep_alive`). When the znode goes
+   (a stopped broker, an expired session), the driver fences the broker at
+   once and its leaderships move, as a ZooKeeper controller would do; the
+   broker restarted in KRaft mode then registers with a new incarnation.
 5. **Finalize**: ZkMigrationState(POST_MIGRATION) (`raftka migrate
    finalize`) stops all of it; ZooKeeper is no longer written.
 """
@@ -46,7 +47,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from quorum.metadata.image import MetadataImage
-from quorum.metadata.records import PartitionChangeRecord, Record, ZkMigrationState
+from quorum.controller.elections import changes_for_leaving_brokers
+from quorum.metadata.records import BrokerRegistrationChangeRecord, PartitionChangeRecord, Record, ZkMigrationState
 from quorum.migration import zk_io
 from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
 from quorum.migration.dual_write import zk_broker_requests, zk_writes
@@ -74,7 +76,8 @@ class MigrationConfig:
     zookeeper_session_timeout_ms: int = 18000
     #: brokers that must be registered before the copy (empty: any registered broker will do)
     expected_broker_ids: frozenset[int] = frozenset()
-    inter_broker_listener_name: str = "PLAINTEXT"
+    #: where ZooKeeper-mode brokers take controller requests (raftka's serve them on CONTROL_PLANE)
+    control_plane_listener_name: str = "CONTROL_PLANE"
 
     @classmethod
     def from_node_config(cls, config: NodeConfig) -> MigrationConfig | None:
@@ -93,7 +96,7 @@ class MigrationConfig:
         except ValueError as e:
             raise ConfigError(f"zookeeper.session.timeout.ms / zookeeper.metadata.migration.broker.ids: {e}; "
                               f"use an integer and a comma-separated list of broker ids") from None
-        return cls(connect, timeout_ms, ids, raw.get("inter.broker.listener.name", "PLAINTEXT"))
+        return cls(connect, timeout_ms, ids, raw.get("control.plane.listener.name", "CONTROL_PLANE"))
 
 
 class MigrationDriver:
@@ -191,7 +194,7 @@ class MigrationDriver:
     async def _dual_write(self, epoch: int, zk_epoch: int, epoch_version: int, written: MetadataImage,
                           versions: dict[NamedPartition, int]) -> None:
         async with trio.open_nursery() as nursery:
-            channel = ControllerChannelManager(nursery, self.config.inter_broker_listener_name,
+            channel = ControllerChannelManager(nursery, self.config.control_plane_listener_name,
                                                client_id=f"kraft-controller-{self.node.node_id}")
             zk_brokers: dict[int, BrokerInfo] = {}
             sent: MetadataImage | None = None
@@ -211,6 +214,11 @@ class MigrationDriver:
                         channel.update_brokers(zk_brokers)
                         sent = None  # a new or restarted ZooKeeper-mode broker needs everything
                     self.service.keep_alive(b for b in zk_brokers if self._zk_era(image, b))
+                    gone = [b for b, reg in image.brokers.items()
+                            if not reg.fenced and self._zk_era(image, b) and b not in zk_brokers]
+                    if gone:
+                        await self._fence(gone)
+                        continue
                 if image is not written:
                     writes = zk_writes(written, image, versions, zk_epoch)
                     if not writes.empty:
@@ -219,7 +227,7 @@ class MigrationDriver:
                                    MigrationZnode(image.offset, image.epoch, self.node.node_id, epoch))
                     written = image
                 for r in zk_broker_requests(sent, image, zk_brokers, self.node.node_id, zk_epoch,
-                                            self.config.inter_broker_listener_name, versions):
+                                            zk_versions=versions):
                     if r.broker_id in zk_brokers:
                         channel.send(r.broker_id, r.request)
                 sent = image
@@ -227,6 +235,22 @@ class MigrationDriver:
                     await self._accept_zk_isr_changes(versions)
                 with trio.move_on_after(POLL_S):
                     await self.node.wait_for_change()
+
+    async def _fence(self, gone: list[int]) -> None:
+        """ZooKeeper-mode brokers whose `/brokers/ids` znode went away (stopped, or their session
+        expired) are fenced at once, as a ZooKeeper controller reacts to the znode's deletion;
+        their leaderships move (a broker's controlled shutdown in ZooKeeper mode waits for that)."""
+
+        def records(working: MetadataImage) -> list[Record]:
+            leaving = [b for b in gone if b in working.brokers and not working.brokers[b].fenced
+                       and self._zk_era(working, b)]
+            out: list[Record] = [BrokerRegistrationChangeRecord(broker_id=b, broker_epoch=working.brokers[b].epoch,
+                                                                fenced=True) for b in leaving]
+            return out + list(changes_for_leaving_brokers(working, leaving, self.service.config)) if leaving else []
+
+        _log.info("ZooKeeper-mode brokers %s left /brokers/ids: fencing them", gone)
+        appended = await self.service.propose_from_image(records)
+        await self.node.wait_until_applied(appended.last_offset + 1)
 
     @staticmethod
     def _zk_era(image: MetadataImage, broker_id: int) -> bool:
