@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from bench import cli as bench_cli
     from bench import demo
-    from raftka import broker_cli, cluster_cli, controller_cli, dev_cli, quorum_cli, storage_cli, topics_cli
+    from raftka import (broker_cli, cluster_cli, controller_cli, dev_cli, partitions_cli, quorum_cli, storage_cli,
+                        topics_cli)
 
     bench_cli.register(sub)
     demo.register(sub)
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cli.register(sub)
     quorum_cli.register(sub)
     storage_cli.register(sub)
+    partitions_cli.register(sub)
 
     from raftka import report_cli
 

@@ -1,0 +1,231 @@
+"""`raftka partitions elect-leaders|reassign|list-reassignments`: leaders and replica placement,
+like Kafka's `kafka-leader-election` and `kafka-reassign-partitions`.
+
+    raftka partitions elect-leaders      --bootstrap-server H:P [--topic T [--partition N]]
+                                         [--type preferred|unclean]
+    raftka partitions reassign           --bootstrap-server H:P --topic T --partition N
+                                         (--replicas 1,2,3 | --cancel)
+    raftka partitions list-reassignments --bootstrap-server H:P [--topic T]
+
+elect-leaders without --topic elects every partition of the cluster (only
+the partitions whose leader changed, or could not, are shown). A
+preferred election moves leadership to the first replica when it is alive
+and in the ISR; an unclean one elects a leader for a partition that has
+none, from outside the ISR if need be (it can lose acknowledged records).
+
+reassign starts moving a partition to the given replicas (the first is the
+preferred leader) and returns: the new replicas copy the data and join the
+ISR, then the old ones are removed and delete their copy. Follow it with
+list-reassignments; --cancel goes back to the replicas before it.
+
+Talks to any broker (which forwards to the active controller) with
+kafka-python's admin client. Exit status: 0 on success, 1 if the cluster
+refused (any partition), 2 for bad arguments or an unreachable cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+TIMEOUT_S = 30.0
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    partitions = sub.add_parser("partitions", help="elect leaders and reassign replicas (like kafka-leader-election "
+                                                   "and kafka-reassign-partitions)",
+                                description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = partitions.add_subparsers(dest="partitions_command", metavar="COMMAND")
+    commands.required = True
+
+    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
+        p = commands.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="H:P",
+                       help=f"any broker, or a comma-separated list (default {DEFAULT_BOOTSTRAP})")
+        p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
+                       help=f"give up after S seconds (default {TIMEOUT_S:.0f})")
+        p.set_defaults(func=func)
+        return p
+
+    elect = command("elect-leaders", "move leadership to preferred replicas, or elect leaders of offline partitions",
+                    elect_main)
+    elect.add_argument("--topic", help="only this topic (default: every partition of the cluster)")
+    elect.add_argument("--partition", type=int, metavar="N", help="only this partition of --topic")
+    elect.add_argument("--type", choices=sorted(ELECTION_TYPES), default="preferred",
+                       help="preferred (default): the first replica leads if it is in sync; unclean: elect a leader "
+                            "for a partition without one, even out of sync (may lose records)")
+    reassign = command("reassign", "move a partition to other brokers (or cancel a move under way)", reassign_main)
+    reassign.add_argument("--topic", required=True)
+    reassign.add_argument("--partition", type=int, required=True, metavar="N")
+    target = reassign.add_mutually_exclusive_group(required=True)
+    target.add_argument("--replicas", metavar="B1,B2,...", help="the new replica list; the first is the preferred leader")
+    target.add_argument("--cancel", action="store_true", help="cancel the reassignment under way")
+    listing = command("list-reassignments", "reassignments under way", list_main)
+    listing.add_argument("--topic", action="append", default=[], help="only these topics (default: all)")
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _fail(message: str, code: int) -> int:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"raftka partitions: {message}", style="red", markup=False, highlight=False,
+                               soft_wrap=True)
+    return code
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    # kafka-python logs every failed connection attempt; our message says it once.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    try:
+        return KafkaAdminClient(bootstrap_servers=args.bootstrap_server.split(","),
+                                request_timeout_ms=int(args.timeout * 1000), bootstrap_timeout_ms=int(args.timeout * 1000),
+                                client_id="raftka-partitions")
+    except KafkaError as exc:
+        raise _Unreachable(f"no broker at {args.bootstrap_server} answered: {exc}") from None
+
+
+def _wrap(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        from kafka.errors import BrokerResponseError, KafkaError
+
+        try:
+            return fn(args)
+        except _Unreachable as exc:
+            return _fail(str(exc), 2)
+        except BrokerResponseError as exc:
+            return _fail(f"the cluster refused: {exc}", 1)
+        except KafkaError as exc:
+            return _fail(f"no answer from {args.bootstrap_server}: {exc}", 2)
+    return run
+
+
+def _error_name(code: int) -> str:
+    from kio.schema.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"ERROR {code}"
+
+
+@_wrap
+def elect_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    if args.partition is not None and args.topic is None:
+        return _fail("--partition needs --topic", 2)
+    admin = _admin(args)
+    try:
+        if args.topic is None:
+            wanted = None
+        else:
+            partitions = admin.describe_topics([args.topic])[0]
+            if partitions["error_code"] != 0:
+                return _fail(f"no such topic: {args.topic}", 1)
+            indexes = sorted(p["partition"] for p in partitions["partitions"])
+            if args.partition is not None:
+                if args.partition not in indexes:
+                    return _fail(f"{args.topic} has no partition {args.partition}", 1)
+                indexes = [args.partition]
+            wanted = {args.topic: indexes}
+        response = admin.elect_leaders(ELECTION_TYPES[args.type], wanted, timeout_ms=int(args.timeout * 1000),
+                                       raise_errors=False)
+    finally:
+        admin.close()
+    top = getattr(response, "error_code", 0)
+    if top:
+        return _fail(f"the election was refused: {_error_name(top)}", 1)
+    table = Table(title=f"{args.type} leader election")
+    for column in ("Topic", "Partition", "Result"):
+        table.add_column(column, justify="right" if column == "Partition" else "left")
+    refused = 0
+    rows = sorted((result.topic, p.partition_id, p.error_code, p.error_message)
+                  for result in response.replica_election_results for p in result.partition_result)
+    for topic, partition, code, message in rows:
+        if code == 0:
+            outcome = "[green]elected[/green]"
+        elif _error_name(code) == "ELECTION_NOT_NEEDED":
+            outcome = "not needed (already led by the right replica)"
+        else:
+            refused += 1
+            outcome = f"[red]{_error_name(code)}[/red]" + (f": {message}" if message else "")
+        table.add_row(topic, str(partition), outcome)
+    console = Console()
+    if rows:
+        console.print(table)
+    else:
+        console.print("Every partition is already led by its preferred replica." if args.type == "preferred"
+                      else "Every partition has a leader.")
+    return 1 if refused else 0
+
+
+@_wrap
+def reassign_main(args: argparse.Namespace) -> int:
+    from kafka import TopicPartition
+
+    replicas = None
+    if not args.cancel:
+        try:
+            replicas = [int(b) for b in args.replicas.split(",") if b.strip()]
+        except ValueError:
+            return _fail(f"--replicas {args.replicas!r}: give broker ids separated by commas, e.g. 1,2,3", 2)
+        if not replicas:
+            return _fail("--replicas needs at least one broker id", 2)
+    admin = _admin(args)
+    try:
+        tp = TopicPartition(args.topic, args.partition)
+        results = admin.alter_partition_reassignments({tp: replicas}, timeout_ms=int(args.timeout * 1000))
+    finally:
+        admin.close()
+    error = results.get(tp, None)
+    if error is not None:
+        return _fail(f"cannot {'cancel the reassignment of' if args.cancel else 'reassign'} "
+                     f"{args.topic}-{args.partition}: {error.__name__ if isinstance(error, type) else error}", 1)
+    if args.cancel:
+        print(f"Cancelled the reassignment of {args.topic}-{args.partition}.")
+    else:
+        print(f"Reassignment of {args.topic}-{args.partition} to replicas {','.join(map(str, replicas or ()))} "
+              f"started; follow it with `raftka partitions list-reassignments`.")
+    return 0
+
+
+@_wrap
+def list_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    admin = _admin(args)
+    try:
+        wanted = None
+        if args.topic:
+            described = admin.describe_topics(args.topic)
+            wanted = {t["topic"]: sorted(p["partition"] for p in t["partitions"]) for t in described
+                      if t["error_code"] == 0}
+            if not wanted:
+                print("No reassignment under way.")
+                return 0
+        ongoing = admin.list_partition_reassignments(wanted, timeout_ms=int(args.timeout * 1000))
+    finally:
+        admin.close()
+    if not ongoing:
+        print("No reassignment under way.")
+        return 0
+    table = Table(title="Reassignments under way")
+    for column in ("Topic", "Partition", "Replicas", "Adding", "Removing"):
+        table.add_column(column, justify="right" if column == "Partition" else "left")
+    for tp, state in sorted(ongoing.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        table.add_row(tp.topic, str(tp.partition), ",".join(map(str, state["replicas"])),
+                      ",".join(map(str, state["adding_replicas"])), ",".join(map(str, state["removing_replicas"])))
+    Console().print(table)
+    return 0
