@@ -64,7 +64,12 @@ from quorum.zookeeper import messages as m
 from quorum.zookeeper import store
 from quorum.zookeeper.broker_channel import ZkBrokerChannel
 from quorum.zookeeper.broker_metadata import ZkMetadataCache
-from quorum.zookeeper.broker_side import ZkBrokerRegistration, ensure_cluster_paths, get_or_create_cluster_id
+from quorum.zookeeper.broker_side import (
+    BrokerIdInUseError,
+    ZkBrokerRegistration,
+    ensure_cluster_paths,
+    get_or_create_cluster_id,
+)
 from quorum.zookeeper.channel import ControllerChannelManager
 from quorum.zookeeper.controller import ZkController
 from quorum.zookeeper.decisions import ZkControllerConfig
@@ -154,7 +159,7 @@ class BrokerZkLink:
                 Endpoint(advertised.name, advertised.host, advertised.port, 0),
                 Endpoint(CONTROL_PLANE_LISTENER, advertised.host, control_port, 0)), self.broker.config.rack)
             self.registration = ZkBrokerRegistration(self.zk, info, on_epoch=self._on_epoch)
-            await trio.to_thread.run_sync(self.registration.start)
+            await self._register(self.registration)
             # The controller may have answered the registration before `on_epoch` ran.
             await self._publish()
             sender = ControllerChannelManager(nursery, CONTROL_PLANE_LISTENER,
@@ -166,6 +171,20 @@ class BrokerZkLink:
             await nursery.start(self._run_controller)
             nursery.start_soon(self._watch_config_changes)
             task_status.started()
+
+    async def _register(self, registration: ZkBrokerRegistration) -> None:
+        """Register; while a previous process of this broker (killed, its session not yet
+        expired) still holds the id, retry until its session must have expired."""
+        deadline = trio.current_time() + 2 * self.config.zookeeper_session_timeout_ms / 1000
+        while True:
+            try:
+                await trio.to_thread.run_sync(registration.start)
+                return
+            except BrokerIdInUseError as exc:
+                if trio.current_time() > deadline:
+                    raise
+                _log.info("broker %d: %s; retrying until that session expires", self.broker.node_id, exc)
+                await trio.sleep(0.25)
 
     def _on_epoch(self, epoch: int) -> None:
         # kazoo's thread, on every (re-)registration; an int store is atomic.
@@ -266,12 +285,15 @@ class BrokerZkLink:
             return True
         _log.info("broker %d: controlled shutdown: deregistering", self.broker.node_id)
         moved = False
+        start = trio.current_time()
         with trio.move_on_after(timeout_s):
             await trio.to_thread.run_sync(registration.stop)
             while True:
                 leading = await trio.to_thread.run_sync(self._still_leading)
                 if not leading:
                     moved = True
+                    _log.info("broker %d: controlled shutdown: leaders moved in %.2f s", self.broker.node_id,
+                              trio.current_time() - start)
                     break
                 await trio.sleep(0.05)
         if not moved:

@@ -108,7 +108,11 @@ class ZkBrokerRegistration:
 
     def start(self) -> int:
         self.zk.add_listener(self._listener)
-        return self._register()
+        try:
+            return self._register()
+        except BaseException:
+            self.zk.remove_listener(self._listener)  # so that start() may be tried again
+            raise
 
     def stop(self, *, deregister: bool = True) -> None:
         """Stop re-registering; with `deregister`, delete the znode now (a clean shutdown),

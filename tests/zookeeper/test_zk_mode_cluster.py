@@ -1,0 +1,304 @@
+"""ZooKeeper mode as users run it: real ZooKeeper, real broker processes, a real client.
+
+One cluster for the module (`LocalCluster(mode="zk")`: a 1-server ensemble
+with tickTime=500, three brokers with zookeeper.session.timeout.ms=4000);
+each test that stops a broker starts it again before it ends. What the
+tests assert is what a user sees: records produced and consumed through
+confluent-kafka, who clients are told leads a partition, and how fast that
+changes when a broker dies or is stopped.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kazoo.client import KazooClient
+
+from quorum.zookeeper import store
+from quorum.zookeeper import znodes as z
+from quorum.zookeeper.context import SetZNode, ZkTransaction
+from quorum.zookeeper.ensemble import zookeeper_missing_reason
+from quorum.zookeeper.errors import ControllerMovedError
+from quorum.zookeeper.znodes import NamedPartition
+from raftka.cluster import LocalCluster
+from raftka.config import NodeConfig
+from raftka.errors import ConfigError
+
+SESSION_TIMEOUT_S = 4.0
+#: Time past the session timeout for ZooKeeper to notice (a tick), the
+#: controller to react and clients to hear, on a loaded 2-core machine.
+SLACK_S = 4.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = zookeeper_missing_reason()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper mode needs a local ZooKeeper: {reason}")
+    c = LocalCluster(tmp_path_factory.mktemp("zk-mode"), controllers=1, brokers=3, mode="zk",
+                     zookeeper_tick_time_ms=500,
+                     overrides={"zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+                                "raftka.controlled.shutdown.timeout.ms": "15000"})
+    try:
+        c.start_all()
+        c.wait_ready(120)
+        yield c
+    finally:
+        c.stop_all(20)
+
+
+@pytest.fixture
+def zk(cluster):
+    client = KazooClient(cluster.zookeeper.connect_string)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+
+
+def admin_client(cluster, brokers=None) -> AdminClient:
+    nodes = brokers or [b for b in cluster.brokers if b.is_running()]
+    return AdminClient({"bootstrap.servers": ",".join(b.address for b in nodes)})
+
+
+def create_topic(cluster, name: str, partitions: int, replication: int, config=None) -> None:
+    client = admin_client(cluster)  # referenced until the answer comes: its handle must outlive the future
+    futures = client.create_topics([NewTopic(name, partitions, replication, config=config or {})],
+                                   operation_timeout=30)
+    futures[name].result(60)
+
+
+def leaders_seen_by_clients(cluster, topic: str) -> dict[int, int]:
+    """partition -> leader, as a live broker's Metadata answer tells a client."""
+    metadata = admin_client(cluster).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
+
+
+def zk_states(zk, topic: str, partitions: int):
+    return store.read_partition_states(zk, [NamedPartition(topic, p) for p in range(partitions)])
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    last_error = None
+    while time.monotonic() - start < timeout_s:
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except KafkaException as exc:  # a client asked a broker that just went away
+            last_error = exc
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not happen within {timeout_s}s (last client error: {last_error})")
+
+
+def produce(cluster, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 60000})
+    errors = []
+    for i, v in enumerate(values):
+        producer.produce(topic, key=str(i), value=v,
+                         on_delivery=lambda err, msg: errors.append(err) if err is not None else None)
+    assert producer.flush(60) == 0
+    assert errors == []
+
+
+def consume_all(cluster, topic: str, count: int, group: str) -> list:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append((m.partition(), m.offset(), m.value().decode()))
+    finally:
+        consumer.close()
+    return got
+
+
+def restart(cluster, node_id: int) -> None:
+    cluster.start(node_id)
+    cluster.wait_ready(120)
+
+
+def controller(zk) -> tuple[int, int, int]:
+    """(broker holding /controller, controller epoch, its zkVersion)."""
+    holder = store.active_controller(zk)
+    epoch, version = store.read_controller_epoch(zk)
+    return holder, epoch, version
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+
+def test_topics_created_by_a_client_then_produced_and_consumed(cluster, zk):
+    create_topic(cluster, "orders", 3, 3, {"retention.ms": "3600000"})
+    values = [f"order-{i}" for i in range(300)]
+    produce(cluster, "orders", values)
+    got = consume_all(cluster, "orders", len(values), "billing")
+    assert sorted(v for _, _, v in got) == sorted(values)
+    for p in range(3):
+        offsets = [o for part, o, _ in got if part == p]
+        assert offsets == list(range(len(offsets))), f"partition {p} offsets {offsets[:10]}..."
+    # Kafka's znode layout, written through the broker's admin path.
+    assignment = json.loads(zk.get("/brokers/topics/orders")[0])
+    assert sorted(assignment["partitions"]) == ["0", "1", "2"]
+    assert all(sorted(r) == [2, 3, 4] for r in assignment["partitions"].values())
+    assert json.loads(zk.get("/config/topics/orders")[0])["config"] == {"retention.ms": "3600000"}
+    state = json.loads(zk.get("/brokers/topics/orders/partitions/0/state")[0])
+    assert state["leader"] in (2, 3, 4) and sorted(state["isr"]) == [2, 3, 4]
+    # The configs a client reads back are ZooKeeper's.
+    client = admin_client(cluster)
+    described = client.describe_configs([ConfigResource("topic", "orders")])
+    (entries,) = [f.result(30) for f in described.values()]
+    assert entries["retention.ms"].value == "3600000"
+    # Each log dir is marked as a ZooKeeper-mode broker's (what `raftka migrate` reads).
+    for b in cluster.brokers:
+        meta = (b.log_dir / "meta.properties").read_text()
+        assert "version=0" in meta and f"broker.id={b.node_id}" in meta
+        assert f"cluster.id={cluster.cluster_id}" in meta
+
+
+def test_killed_controller_is_replaced_with_a_higher_epoch_and_its_stale_write_is_fenced(cluster, zk):
+    create_topic(cluster, "failover", 2, 3)
+    old_holder, old_epoch, old_version = controller(zk)
+    assert old_holder in (2, 3, 4)
+    cluster.kill(old_holder, signal.SIGKILL)
+    took = wait_until(lambda: controller(zk)[0] not in (None, old_holder), SESSION_TIMEOUT_S + SLACK_S,
+                      "a new controller elected")
+    new_holder, new_epoch, _ = controller(zk)
+    assert new_epoch > old_epoch
+    assert took <= SESSION_TIMEOUT_S + SLACK_S
+    # The new controller serves the cluster: no partition is led by the dead broker.
+    wait_until(lambda: old_holder not in leaders_seen_by_clients(cluster, "failover").values(),
+               SESSION_TIMEOUT_S + SLACK_S, "leaders moved off the dead controller")
+    # The dead controller's view: a write it would make (its broker leading
+    # again, at its epoch), fenced by the /controller_epoch zkVersion it won
+    # with, is rejected as a whole, even though the partition's own zkVersion
+    # is the current one.
+    tp = NamedPartition("failover", 0)
+    data, stat = zk.get(z.partition_state_path(*tp))
+    current = z.decode_partition_state(tp.topic, tp.partition, data, stat.version)
+    stale_state = z.PartitionState(old_holder, current.leader_epoch + 1, (old_holder,), old_epoch, stat.version)
+    stale = ZkTransaction((SetZNode(z.partition_state_path(*tp), z.encode_partition_state(stale_state),
+                                    stat.version),), tp)
+    with pytest.raises(ControllerMovedError):
+        store.apply_transactions(zk, old_version, [stale])
+    assert zk.get(z.partition_state_path(*tp))[0] == data
+    produce(cluster, "failover", ["after-failover"])
+    restart(cluster, old_holder)
+    # Back, it catches up and its leaders' ISR write (conditional on the
+    # zkVersion) puts it back in the ISR, as the controller then tells clients.
+    wait_until(lambda: all(old_holder in s.isr for s in zk_states(zk, "failover", 2).values()), 60,
+               f"broker {old_holder} back in the ISR")
+
+
+def test_killed_broker_loses_its_leaderships_within_the_session_timeout(cluster, zk):
+    create_topic(cluster, "crash", 6, 3)
+    holder = controller(zk)[0]
+    leaders = leaders_seen_by_clients(cluster, "crash")
+    victim = next(b for b in sorted(set(leaders.values())) if b != holder)
+    led = sorted(p for p, leader in leaders.items() if leader == victim)
+    before = zk_states(zk, "crash", 6)
+    survivors = [b for b in cluster.brokers if b.node_id != victim]
+    cluster.kill(victim, signal.SIGKILL)
+    took = wait_until(
+        lambda: all(leaders_seen_by_clients_via(survivors, "crash")[p] not in (victim, -1) for p in led),
+        SESSION_TIMEOUT_S + SLACK_S + 5, "leaders moved")
+    assert took <= SESSION_TIMEOUT_S + SLACK_S, f"leaders moved {took:.1f}s after the crash"
+    after = zk_states(zk, "crash", 6)
+    for p in led:
+        tp = NamedPartition("crash", p)
+        assert after[tp].leader != victim and victim not in after[tp].isr
+        assert after[tp].leader_epoch == before[tp].leader_epoch + 1
+    produce(cluster, "crash", [f"while-{victim}-is-down-{i}" for i in range(20)])
+    restart(cluster, victim)
+
+
+def leaders_seen_by_clients_via(brokers, topic: str) -> dict[int, int]:
+    client = AdminClient({"bootstrap.servers": ",".join(b.address for b in brokers)})
+    metadata = client.list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
+
+
+def test_sigterm_moves_leaderships_before_the_broker_exits(cluster, zk):
+    create_topic(cluster, "graceful", 6, 3)
+    holder = controller(zk)[0]
+    leaders = leaders_seen_by_clients(cluster, "graceful")
+    victim = next(b for b in sorted(set(leaders.values())) if b != holder)
+    led = [NamedPartition("graceful", p) for p, leader in leaders.items() if leader == victim]
+    node = cluster.node(victim)
+    start = time.monotonic()
+    node.process.send_signal(signal.SIGTERM)
+
+    def moved() -> bool:
+        return all(s.leader not in (victim, -1) for s in store.read_partition_states(zk, led).values())
+
+    took = wait_until(moved, SESSION_TIMEOUT_S + SLACK_S, "leaders moved off the stopping broker")
+    # Controlled: no session had to expire (a crash waits for that, see above).
+    assert took < SESSION_TIMEOUT_S, f"the leaders moved {took:.1f}s after SIGTERM"
+    assert node.process.wait(30) == 0
+    log = node.output_since_start()
+    # ... and they moved while the broker still served: it waited for them before closing its logs.
+    assert log.index("controlled shutdown: leaders moved") < log.index("shut down cleanly")
+    assert (node.log_dir / ".kafka_cleanshutdown").exists()
+    produce(cluster, "graceful", ["after-shutdown"])
+    restart(cluster, victim)
+
+
+def test_cluster_up_mode_zk_prints_ready_and_stops_on_sigterm(tmp_path):
+    if zookeeper_missing_reason() is not None:
+        pytest.skip(zookeeper_missing_reason())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raftka.cli", "cluster", "up", "--mode", "zk", "--controllers", "1", "--brokers", "1",
+         "--base-port", "0", "--data-dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = process.stdout.readline().strip()
+        assert line.startswith("READY bootstrap=127.0.0.1:"), line
+        bootstrap = line.split("=", 1)[1]
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        assert list(metadata.brokers) == [2]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+        assert json.loads((tmp_path / "c" / "cluster.json").read_text())["mode"] == "zk"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_zookeeper_mode_config_errors_say_what_to_fix():
+    base = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": "/nonexistent"}
+    config = NodeConfig.from_properties({**base, "broker.id": "7", "zookeeper.connect": "127.0.0.1:2181/kafka"})
+    assert config.zk_mode and config.node_id == 7 and config.zookeeper_session_timeout_ms == 18000
+    with pytest.raises(ConfigError, match="remove process.roles"):
+        NodeConfig.from_properties({**base, "node.id": "1", "process.roles": "broker",
+                                    "controller.quorum.voters": "1@127.0.0.1:9093", "zookeeper.connect": "h:1"})
+    with pytest.raises(ConfigError, match="broker.id is required"):
+        NodeConfig.from_properties({**base, "zookeeper.connect": "127.0.0.1:2181"})
+    with pytest.raises(ConfigError, match="host:port"):
+        NodeConfig.from_properties({**base, "broker.id": "1", "zookeeper.connect": "localhost"})
+
+
+def test_broker_without_zookeeper_fails_fast_naming_the_address(tmp_path):
+    from raftka.cluster import free_ports
+
+    (port,) = free_ports(1)
+    config = tmp_path / "broker.properties"
+    config.write_text(f"broker.id=1\nzookeeper.connect=127.0.0.1:{port}\nzookeeper.connection.timeout.ms=1000\n"
+                      f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={tmp_path / 'data'}\n")
+    result = subprocess.run([sys.executable, "-m", "raftka.cli", "broker", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode != 0
+    assert f"127.0.0.1:{port}" in result.stderr and "zookeeper.connection.timeout.ms" in result.stderr
