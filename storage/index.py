@@ -22,7 +22,11 @@ the segment's base offset (Kafka's layout):
     .timeindex  int64 timestamp,       int32 relative_offset 12 bytes
 
 In memory they are `array`s searched with `bisect` (C speed, 8 bytes per
-value). The log writes them lazily, at flush, roll and close: a lost or
+value), of unsigned 64-bit items: every offset, position and indexed
+timestamp is >= 0 (a time index entry needs a timestamp above the -1 of
+"none"), and CPython converts an int to an unsigned array item without
+the format parsing a signed one goes through, which the append path
+pays per index entry. The log writes them lazily, at flush, roll and close: a lost or
 torn index is rebuilt from the segment on recovery, so an index write is
 never on the append path. `parse_*` checks what it reads (sizes, order,
 bounds) and raises `CorruptIndexError`; the caller rebuilds.
@@ -40,6 +44,9 @@ from storage.errors import CorruptIndexError
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+# Unsigned, 8 bytes (module doc): C `unsigned long` where it is 8 bytes,
+# the fastest to append to, else `unsigned long long`.
+UINT64 = "L" if array("L").itemsize == 8 else "Q"
 
 
 def floor_index(keys, target) -> int:
@@ -74,8 +81,8 @@ class OffsetIndex:
         self.clear()
 
     def clear(self) -> None:
-        self.offsets = array("q")
-        self.positions = array("q")
+        self.offsets = array(UINT64)
+        self.positions = array(UINT64)
         # How many leading entries the index file holds already.
         self.written = 0
 
@@ -136,8 +143,8 @@ class TimeIndex:
         self.clear()
 
     def clear(self) -> None:
-        self.timestamps = array("q")
-        self.offsets = array("q")
+        self.timestamps = array(UINT64)
+        self.offsets = array(UINT64)
         self.written = 0
         # The last entry's timestamp (-1 when empty), kept for the append path.
         self.last_ts = -1
@@ -226,10 +233,10 @@ def parse_time_index(data: bytes, base_offset: int, max_entries: int) -> TimeInd
     index = TimeIndex(base_offset, max(max_entries, len(data) // TIME_ENTRY_SIZE))
     last_ts, last_rel = None, 0
     for ts, rel in _TIME_ENTRY.iter_unpack(data):
-        if rel < last_rel or (last_ts is not None and ts <= last_ts):
+        if rel < last_rel or ts < 0 or (last_ts is not None and ts <= last_ts):
             raise CorruptIndexError(
                 f"time index entry ({ts}, {rel}) after ({last_ts}, {last_rel}): "
-                "timestamps must increase and offsets must not decrease"
+                "timestamps must be >= 0 and increase, offsets must not decrease"
             )
         index.timestamps.append(ts)
         index.offsets.append(base_offset + rel)

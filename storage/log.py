@@ -15,8 +15,9 @@ metadata log `__cluster_metadata-0`.
   write it as received: one write call. A refused batch changes nothing.
   The common batch (valid, non-idempotent, no roll due) takes a fast path:
   one `struct` unpack, integer comparisons, the CRC, one `os.pwrite`, and
-  `LogSegment.record_batch`. Every other batch, errors included, goes
-  through `validate_batch` and the producer state (`storage.log_append`).
+  `LogSegment.record_batch`'s bookkeeping, inline. Every other batch,
+  errors included, goes through `validate_batch` and the producer state
+  (both in `storage.log_append`).
 - **Append as follower** (`append_as_follower`): keep the batches' offsets,
   which must not go below the LEO (replication, Raft followers).
 - **Read** (`read`): file slices of whole batches for `os.sendfile`, from
@@ -81,21 +82,10 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from bisect import bisect_right
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from storage import log_ops
-from storage.batch import (
-    CODEC_OR_CONTROL_MASK,
-    CRC_START_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    ZSTD,
-    unpack_plain_client_fields as _unpack_plain_client_fields,
-)
 from storage.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -108,16 +98,11 @@ from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import OffsetOutOfRangeError
 from storage.fs import File, FileSystem, OsFileSystem
-from storage.log_append import PREFIX, append_as_follower, append_checked
+from storage.log_append import append_as_follower, append_as_leader
 from storage.producer_snapshot import ProducerStateManager
 from storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
-
-_pack_prefix = PREFIX.pack
-_pack_prefix_into = PREFIX.pack_into
-_pwrite = os.pwrite
-_pwritev = os.pwritev
 
 
 class FileSlice(NamedTuple):
@@ -236,81 +221,10 @@ class Log:
 
     # --- appending ---
 
-    def append(self, batch, now_ms: int, leader_epoch: int | None = None) -> int:
-        """Append one client batch as leader; return its base offset.
-
-        `leader_epoch`, if given, is stamped into the batch. Raises
-        `CorruptRecordError`, `InvalidRecordError`, `RecordTooLargeError`
-        or `ProducerStateError` (the log is unchanged then). A duplicate of
-        one of an idempotent producer's last 5 batches is not written: the
-        base offset it got the first time comes back.
-        """
-        # The fast path (module doc): every check of `validate_batch(...,
-        # from_client=True)` as an integer comparison on one unpack; when
-        # one fails, or the producer is idempotent, or a roll is due,
-        # `append_checked` does it all again and says what is wrong.
-        # records_count == last_offset_delta + 1 >= 1 covers validate's
-        # count rules; size == len(batch) >= 61 its length rules.
-        try:
-            batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = (
-                _unpack_plain_client_fields(batch)
-            )
-        except struct.error:
-            return append_checked(self, batch, now_ms, leader_epoch)
-        size = batch_length + LOG_OVERHEAD
-        base = self._log_end_offset
-        next_offset = base + count
-        segment = self._segments[-1]
-        f = segment.log
-        position = f.size
-        view = memoryview(batch)
-        if (
-            magic != MAGIC
-            or pid_sign >= 0  # producer_id >= 0: the producer state decides
-            or size != len(batch)
-            or size > self._max_message_bytes
-            or count != delta + 1
-            or count <= 0
-            or attributes & CODEC_OR_CONTROL_MASK > ZSTD
-            # `LogSegment.should_roll`'s triggers, as precomputed bounds.
-            or position + size > segment.roll_bytes
-            or next_offset > segment.max_next_offset
-            or max_timestamp > segment.roll_at_timestamp
-            or now_ms > segment.roll_at_ms
-            or crc32c(view[CRC_START_OFFSET:]) != crc
-        ):
-            return append_checked(self, batch, now_ms, leader_epoch)
-        if leader_epoch is not None:
-            epoch = leader_epoch
-        # One write call at the end of the active segment; a simulated file
-        # (fd -1) or a short write (a full disk) goes through the file's own
-        # append, which writes it all or raises ENOSPC.
-        fd = segment.fd
-        try:
-            if type(batch) is bytearray or not view.readonly:
-                _pack_prefix_into(view, 0, base, batch_length, epoch)
-                if fd >= 0 and _pwrite(fd, view, position) == size:
-                    f.size = position + size
-                else:
-                    f.append(view)
-            else:
-                parts = (_pack_prefix(base, batch_length, epoch), view[16:])
-                if fd >= 0 and _pwritev(fd, parts, position) == size:
-                    f.size = position + size
-                else:
-                    f.appendv(parts)
-        except OSError:
-            log_ops.rollback(f, position)
-            raise
-        segment.record_batch(position, base, next_offset, max_timestamp)
-        segment.last_append_ms = now_ms
-        self._log_end_offset = next_offset
-        if epoch > self.epoch_cache.latest_epoch:
-            self.epoch_cache.assign(epoch, base)
-        if self._flush_policy:
-            self._unflushed_messages += count
-            self.maybe_flush(now_ms)
-        return base
+    # `append(batch, now_ms, leader_epoch=None) -> base_offset`: a plain
+    # function, so the broker's call per batch makes one frame (see
+    # `storage.log_append.append_as_leader`).
+    append = append_as_leader
 
     def append_as_follower(self, records, now_ms: int = 0) -> int:
         """Append one or more batches with their own offsets (the first at

@@ -9,9 +9,11 @@ the largest batch max_timestamp (retention and ListOffsets use it), and
 the sparse indexes (see `storage.index`), which reach the disk only in
 `write_indexes` (flush, roll, close).
 
-`record_batch` is the single place that updates that state for a batch at
-a position; appending, recovering and truncating all go through it, so an
-index rebuilt on recovery equals the one built while appending.
+`record_batch` is the one rule that updates that state for a batch at a
+position; recovering, truncating and the checked appends call it, and the
+leader's fast path (`storage.log_append.append_as_leader`) runs the same
+steps inline, so an index rebuilt on recovery equals the one built while
+appending (a test holds them to it).
 
 Finding the batch that holds an offset costs one index bisect and a scan
 of batch headers from the floor entry: at most `index.interval.bytes` of

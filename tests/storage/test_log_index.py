@@ -1,5 +1,6 @@
 """Sparse index math against a linear-scan oracle, and the file encodings."""
 
+import struct
 from array import array
 
 import pytest
@@ -138,3 +139,8 @@ def test_damaged_time_index_is_refused():
         parse_time_index(data[12:] + data[:12], 0, 10)  # timestamps go backwards
     with pytest.raises(CorruptIndexError):
         parse_time_index(data[:-1], 0, 10)
+    # A negative timestamp is never indexed (the in-memory arrays are
+    # unsigned): a file holding one is damaged, and gets rebuilt.
+    negative = struct.pack(">qi", -5, 1)
+    with pytest.raises(CorruptIndexError, match=">= 0"):
+        parse_time_index(negative + data, 0, 10)
