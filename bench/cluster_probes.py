@@ -14,6 +14,8 @@ None) instead of hanging; the callers poll.
 - `produce_one(host, port, topic, partition, acks)`: one record in a
   Produce request; the partition's error code (0: appended, and with
   acks=-1 committed).
+- `produce_many(host, port, [(topic, partition), ...], acks)`: one record
+  to each of many partitions in one Produce request; the error code of each.
 """
 
 from __future__ import annotations
@@ -97,3 +99,20 @@ async def produce_one(host: str, port: int, topic: str, partition: int, *, acks:
         topic_data=(produce_req.TopicProduceData(name=topic, partition_data=(
             produce_req.PartitionProduceData(index=partition, records=batch),)),)), timeout_ms)
     return int(response.responses[0].partition_responses[0].error_code)
+
+
+async def produce_many(host: str, port: int, partitions: list[tuple[str, int]], *, acks: int = 1,
+                       timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
+    """{(topic, partition): error code} of one Produce request holding one record for each partition."""
+    from storage.batch import build_batch
+
+    batch = build_batch([(None, b"probe", (), int(time.time() * 1000))])
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    response = await _request(host, port, produce_req.ProduceRequest(
+        transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topic_data=tuple(produce_req.TopicProduceData(name=topic, partition_data=tuple(
+            produce_req.PartitionProduceData(index=p, records=batch) for p in ps)) for topic, ps in by_topic.items())),
+        timeout_ms)
+    return {(str(t.name), int(p.index)): int(p.error_code) for t in response.responses for p in t.partition_responses}

@@ -23,7 +23,7 @@ import argparse
 import os
 import uuid
 
-from bench.kafka_bench import GB, MB, add_cluster_options, bench_cluster, emit, row, verdict
+from bench.kafka_bench import GB, MB, add_cluster_options, bench_cluster, emit, resolve_brokers, row, verdict
 from bench.load_generator import aggregate, consume_worker, produce_worker, run_workers
 
 SCENARIO = "consume"
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=args.json)
+    resolve_brokers(args)
     if min(args.count, args.consumers, args.producers, args.record_size, args.partitions) < 1:
         console.print("raftka bench consume: --count, --consumers, --producers, --record-size and "
                       "--partitions must be positive")

@@ -1,31 +1,47 @@
 """`raftka bench failover`: partition leader failover when a broker dies.
 
-What one run measures: a fresh cluster (default 1 controller, 3 brokers),
-a topic of `--partitions` partitions with replication factor
-`--replication-factor` (default 3: a leader can only move to another
-replica). Warm-up: records are produced to every partition until each has
-acknowledged one (`--warmup` seconds at least). Then the broker that leads
-the most partitions gets `--fault` (kill: SIGKILL; stop: SIGSTOP, a frozen
-process with open sockets; term: SIGTERM, a controlled shutdown), and, from
-the instant before the signal, two clocks run per former partition:
+What one run measures: a fresh cluster (default 1 controller, 3 brokers)
+and partitions with replication factor `--replication-factor` (default 3:
+a leader can only move to another replica), either
+
+- `--partitions N`: one topic of N partitions placed by the controller;
+  the victim is the broker that leads the most of them; or
+- `--led-partitions N`: N partitions placed by hand (CreateTopics replica
+  assignments) so that the first broker is the preferred leader of every
+  one of them, followers spread over the others; the victim is the first
+  broker, leader of all N. A CreateTopics request holds at most 10,000
+  partitions, so N above that is spread over several topics.
+
+Warm-up: one record is produced to every partition and acknowledged
+with acks=1 (`--warmup` seconds at least; acks=1 so that a slow commit
+of thousands of partitions at once does not hold the warm-up up). Then the victim gets `--fault` (kill:
+SIGKILL; stop: SIGSTOP, a frozen process with open sockets; term: SIGTERM,
+a controlled shutdown), and, from the instant before the signal, clocks
+run per former partition:
 
 - **metadata**: until a surviving broker's Metadata answer names a new,
-  live leader (every surviving broker polled every 10 ms);
-- **produce**: until a Produce request of one record (acks `--acks`) is
-  answered without error by some surviving broker (each polled every
-  10 ms): the partition takes writes again;
-- **client**: until a record handed to confluent-kafka right after the
-  fault is acknowledged (short retry backoffs, 60 s message timeout): what
-  an application sees. librdkafka re-queries a leaderless partition's
-  metadata on its 1 s topic scan, so this clock moves in ~1 s steps.
+  live leader (every surviving broker polled, one Metadata request for all
+  the partitions every 10 ms or as fast as it answers);
+- **produce**: until a Produce of one record (acks `--acks`) sent to the
+  leader that metadata names is answered without error: the partition
+  takes writes again (with acks=all: committed by the new ISR). Produce
+  requests carry up to 500 partitions each, several in flight per broker;
+- **client** (up to `--client-partitions`, default 1,000, of them): until
+  a record handed to confluent-kafka right after the fault is acknowledged
+  (short retry backoffs, 60 s message timeout): what an application sees.
+  librdkafka re-queries a leaderless partition's metadata on its 1 s
+  topic scan, so this clock moves in ~1 s steps.
 
 With kill and stop, the controller learns of the failure only when the
 broker's session expires (`broker.session.timeout.ms`, Kafka's default
-9000 ms; set it with `--set`), so it bounds both clocks from below.
-Reported: max, median and min of each clock over the partitions, every
-partition's time as raw samples, and the partitions that got no new leader
-within `--timeout`. With `--rounds N` the victim is brought back after each
-round and the next round faults the leader of the most partitions again.
+9000 ms; set it with `--set`), so it bounds every clock from below: the
+target is a median produce clock within that timeout + 1 s; with term
+(controlled shutdown, leaders moved before the broker exits), 1 s.
+Reported: max, p99, median and min of each clock over the partitions,
+every partition's time as raw samples, and the partitions that took no
+write within `--timeout`. With `--rounds N` (not with --led-partitions:
+run it again instead) the victim is brought back after each round and
+the next round faults the leader of the most partitions again.
 """
 
 from __future__ import annotations
@@ -40,6 +56,13 @@ from bench.runner import BenchError, Runner, add_run_options, parse_sets
 SCENARIO = "failover"
 TOPIC = "bench-failover"
 POLL_S = 0.01
+#: Partitions per probe Produce request, and such requests in flight per broker.
+PRODUCE_CHUNK = 500
+PRODUCE_IN_FLIGHT = 4
+#: Partitions of one CreateTopics request at most (the controller's limit).
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+Key = tuple[str, int]
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -47,113 +70,194 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--partitions", type=int, default=6, help="partitions of the topic (default 6)")
-    p.add_argument("--replication-factor", type=int, default=3, help="default 3")
+    p.add_argument("--led-partitions", type=int, default=None, metavar="N",
+                   help="instead: N partitions all led by the victim (placed by hand); see below")
+    p.add_argument("--replication-factor", "--rf", type=int, default=3, dest="replication_factor",
+                   help="default 3")
     p.add_argument("--fault", choices=("kill", "stop", "term"), default="kill", help="what the leader gets (default kill)")
     p.add_argument("--acks", choices=("1", "all"), default="1", help="acks of the probe records (default 1)")
     p.add_argument("--warmup", type=float, default=1.0, metavar="S", help="seconds of warm-up produce (default 1)")
     p.add_argument("--rounds", type=int, default=1, help="faults per run (default 1)")
+    p.add_argument("--client-partitions", type=int, default=1000, metavar="N",
+                   help="partitions timed by the confluent-kafka client clock (default 1000; 0: none)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up on a partition after S s")
     add_run_options(p, controllers=1, brokers=3)
     p.set_defaults(func=run)
+
+
+def layout(led_partitions: int | None, partitions: int) -> dict[str, int]:
+    """{topic: partitions} of the run: one topic, or the led partitions in topics of at most 10,000."""
+    if led_partitions is None:
+        return {TOPIC: partitions}
+    topics = -(-led_partitions // MAX_PARTITIONS_PER_TOPIC)
+    if topics == 1:
+        return {TOPIC: led_partitions}
+    return {f"{TOPIC}-{i}": led_partitions // topics + (i < led_partitions % topics) for i in range(topics)}
+
+
+def led_assignment(victim: int, others: list[int], partitions: int, replication_factor: int) -> list[list[int]]:
+    """Replica lists, victim first (the preferred leader), followers rotated over the other brokers."""
+    assert len(others) >= replication_factor - 1
+    return [[victim] + [others[(p + i) % len(others)] for i in range(replication_factor - 1)]
+            for p in range(partitions)]
 
 
 def run(args: argparse.Namespace) -> int:
     if args.replication_factor < 2 or args.brokers < args.replication_factor or args.rounds < 1:
         raise SystemExit("raftka bench failover: leader failover needs --replication-factor >= 2 and at least "
                          "that many --brokers, and --rounds >= 1")
+    if args.led_partitions is not None and (args.led_partitions < 1 or args.rounds != 1):
+        raise SystemExit("raftka bench failover: --led-partitions needs N >= 1 and one round (a restarted "
+                         "broker leads nothing until a preferred leader election): run the bench again instead")
     overrides = parse_sets(args.set)
-    params = {"partitions": args.partitions, "replication_factor": args.replication_factor, "fault": args.fault,
-              "acks": args.acks, "brokers": args.brokers, "controllers": args.controllers,
+    topics = layout(args.led_partitions, args.partitions)
+    params = {"partitions": sum(topics.values()), "replication_factor": args.replication_factor,
+              "fault": args.fault, "acks": args.acks, "brokers": args.brokers, "controllers": args.controllers,
+              "placement": "led" if args.led_partitions is not None else "controller",
               "broker_session_timeout_ms": int(overrides.get("broker.session.timeout.ms", 9000))}
     stuck = 0
     with Runner(SCENARIO, args, params) as runner:
-        from bench.kafka_bench import create_topic
-
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
-        create_topic(cluster.bootstrap, TOPIC, args.partitions, args.replication_factor)
-        runner.phase("warm-up", f"produce to all {args.partitions} partitions")
-        _produce_to_all(cluster.bootstrap, list(range(args.partitions)), args.acks, args.warmup, args.timeout)
+        t = time.monotonic()
+        _create(cluster, topics, args)
+        runner.say(f"created {sum(topics.values()):,} partitions in {len(topics)} topic(s) "
+                   f"in {time.monotonic() - t:.1f} s")
+        keys = [(name, p) for name, n in topics.items() for p in range(n)]
+        runner.phase("warm-up", f"produce to all {len(keys):,} partitions")
+        _produce_to_all(cluster.bootstrap, keys, "1", args.warmup, max(args.timeout, 120.0))
         for round_no in range(args.rounds):
-            leaders = runner.trio_run(_leaders, cluster, None)
-            victim = max(sorted(set(leaders.values())), key=lambda b: list(leaders.values()).count(b))
-            moved = sorted(p for (_, p), leader in leaders.items() if leader == victim)
+            leaders = runner.trio_run(_leaders, cluster, None, list(topics))
+            if args.led_partitions is not None:
+                victim = cluster.brokers[0].node_id
+            else:
+                victim = max(sorted(set(leaders.values())), key=lambda b: list(leaders.values()).count(b))
+            moved = sorted(k for k, leader in leaders.items() if leader == victim)
+            if args.led_partitions is not None and len(moved) < len(keys):
+                raise BenchError(f"broker {victim} leads only {len(moved):,} of the {len(keys):,} partitions placed "
+                                 "for it: leadership moved before the fault (see the brokers' logs)")
             runner.phase("measure", f"round {round_no + 1}/{args.rounds}: {args.fault} broker {victim}, "
-                                    f"leader of {len(moved)} partition(s)")
-            client = _ClientProbe(cluster.bootstrap, args.acks)
+                                    f"leader of {len(moved):,} partition(s)")
+            client = _ClientProbe(cluster.bootstrap, args.acks, list(topics)) if args.client_partitions else None
             t0 = runner.inject(cluster, victim, args.fault)
-            client.send(moved, t0)
+            if client is not None:
+                client.send(moved[:args.client_partitions], t0)
             clocks = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
-            clocks["client"] = client.wait(t0 + args.timeout)
+            if client is not None:
+                clocks["client"] = client.wait(t0 + args.timeout)
             produce_s = clocks["produce"]
             stuck += len(moved) - len(produce_s)
+            lines = []
             for clock, times in clocks.items():
-                values = [times[p] * 1000 for p in moved if p in times]
+                values = sorted(times[k] * 1000 for k in moved if k in times)
                 if values:
-                    runner.row(f"leader_failover_{clock}_ms_max", max(values), "ms")
-                    runner.row(f"leader_failover_{clock}_ms_median", statistics.median(values), "ms")
-                    runner.row(f"leader_failover_{clock}_ms_min", min(values), "ms")
-                    runner.samples(f"leader_failover_{clock}", "ms", values)
-            runner.row("partitions_without_leader", len(moved) - len(produce_s), "partitions")
-            runner.table(f"round {round_no + 1}: {args.fault} broker {victim} (ms after the signal)", [
-                (f"partition {p}", _ms(clocks["metadata"], p), f"produce {_ms(produce_s, p)}, "
-                                                               f"client {_ms(clocks['client'], p)}") for p in moved],
-                         columns=("", "metadata", "then"))
+                    p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+                    runner.row(f"leader_failover_{clock}_ms_max", values[-1], "ms", led=len(moved))
+                    runner.row(f"leader_failover_{clock}_ms_p99", p99, "ms", led=len(moved))
+                    runner.row(f"leader_failover_{clock}_ms_median", statistics.median(values), "ms", led=len(moved))
+                    runner.row(f"leader_failover_{clock}_ms_min", values[0], "ms", led=len(moved))
+                    runner.samples(f"leader_failover_{clock}", "ms", values, led=len(moved))
+                    expected = min(len(moved), args.client_partitions) if clock == "client" else len(moved)
+                    lines.append((clock, f"{statistics.median(values):,.0f}",
+                                  f"p99 {p99:,.0f}, max {values[-1]:,.0f}, min {values[0]:,.0f}; "
+                                  f"{len(values):,} of {expected:,} partitions"))
+            runner.row("partitions_without_leader", len(moved) - len(produce_s), "partitions", led=len(moved))
+            target = 1000 if args.fault == "term" else params["broker_session_timeout_ms"] + 1000
+            lines.append(("target (median produce)", f"≤ {target:,}", "term: 1 s; kill/stop: session timeout + 1 s"))
+            runner.table(f"round {round_no + 1}: {args.fault} broker {victim}, leader of {len(moved):,} partitions "
+                         "(ms after the signal)", lines, columns=("clock", "median", "spread"))
             if round_no + 1 < args.rounds:
                 runner.restart(cluster, victim)
         runner.finish()
     return 0 if stuck == 0 else 1
 
 
-async def _leaders(cluster: Any, exclude: int | None) -> dict[tuple[str, int], int]:
+def _create(cluster: Any, topics: dict[str, int], args: argparse.Namespace) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bench.kafka_bench import create_topic
+
+    if args.led_partitions is None:
+        create_topic(cluster.bootstrap, TOPIC, args.partitions, args.replication_factor)
+        return
+    victim, others = cluster.brokers[0].node_id, [b.node_id for b in cluster.brokers[1:]]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for name, n in topics.items():
+        assignment = led_assignment(victim, others, n, args.replication_factor)
+        futures = admin.create_topics([NewTopic(name, n, replica_assignment=assignment)], operation_timeout=120)
+        futures[name].result(180)
+    deadline = time.monotonic() + max(60.0, args.timeout)
+    for name, n in topics.items():
+        while True:
+            metadata = admin.list_topics(name, timeout=30).topics[name]
+            if len(metadata.partitions) == n and all(p.leader >= 0 for p in metadata.partitions.values()):
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"topic {name}: not every partition has a leader {max(60.0, args.timeout):.0f} s "
+                                 "after it was created")
+            time.sleep(0.2)
+
+
+async def _leaders(cluster: Any, exclude: int | None, topics: list[str]) -> dict[Key, int]:
     from bench.cluster_probes import PROBE_ERRORS, topic_partitions
 
     for b in cluster.brokers:
         if b.node_id != exclude and b.is_running():
             try:
-                return await topic_partitions(b.host, b.port, [TOPIC])
+                return await topic_partitions(b.host, b.port, topics, 30_000)
             except PROBE_ERRORS:
                 continue
     raise BenchError("no broker answered Metadata")
 
 
-def _ms(times: dict[int, float], partition: int) -> str:
-    return f"{times[partition] * 1000:,.0f}" if partition in times else "none"
-
-
-async def _watch(cluster: Any, victim: int, moved: list[int], acks: str, t0: float,
-                 timeout_s: float) -> dict[str, dict[int, float]]:
+async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: float,
+                 timeout_s: float) -> dict[str, dict[Key, float]]:
     """Seconds from t0, per partition: until some surviving broker names a live leader other
-    than the victim ("metadata"), and until one takes a produced record ("produce")."""
+    than the victim ("metadata"), and until that leader takes a produced record ("produce")."""
     import trio
 
-    from bench.cluster_probes import PROBE_ERRORS, produce_one, topic_partitions
+    from bench.cluster_probes import PROBE_ERRORS, produce_many, topic_partitions
 
-    clocks: dict[str, dict[int, float]] = {"metadata": {}, "produce": {}}
+    clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
     survivors = [b for b in cluster.brokers if b.node_id != victim and b.is_running()]
+    topics = sorted({t for t, _ in moved})
+    wanted = set(moved)
+    leader_of: dict[Key, int] = {}
 
     async def watch_metadata(broker: Any) -> None:
         seen = clocks["metadata"]
-        while len(seen) < len(moved):
+        while len(clocks["produce"]) < len(moved):
             try:
-                leaders = await topic_partitions(broker.host, broker.port, [TOPIC], 1000)
+                leaders = await topic_partitions(broker.host, broker.port, topics, 10_000)
             except PROBE_ERRORS:
                 leaders = {}
             now = time.monotonic()
-            for p in moved:
-                leader = leaders.get((TOPIC, p), -1)
-                if p not in seen and leader >= 0 and leader != victim:
-                    seen[p] = now - t0
+            for k, leader in leaders.items():
+                if k in wanted and leader >= 0 and leader != victim:
+                    seen.setdefault(k, now - t0)
+                    leader_of[k] = leader
             await trio.sleep(POLL_S)
 
-    async def watch_produce(broker: Any, partition: int) -> None:
-        done = clocks["produce"]
-        while partition not in done:
+    async def produce_chunk(broker: Any, chunk: list[Key], limiter: trio.CapacityLimiter) -> None:
+        async with limiter:
             try:
-                if await produce_one(broker.host, broker.port, TOPIC, partition, acks=-1 if acks == "all" else 1,
-                                     timeout_ms=1000) == 0:
-                    done.setdefault(partition, time.monotonic() - t0)
+                codes = await produce_many(broker.host, broker.port, chunk, acks=-1 if acks == "all" else 1,
+                                           timeout_ms=5000)
             except PROBE_ERRORS:
-                pass
+                return
+        now = time.monotonic()
+        for k, code in codes.items():
+            if code == 0:
+                clocks["produce"].setdefault(k, now - t0)
+
+    async def watch_produce(broker: Any) -> None:
+        done = clocks["produce"]
+        limiter = trio.CapacityLimiter(PRODUCE_IN_FLIGHT)
+        while len(done) < len(moved):
+            mine = [k for k in moved if k not in done and leader_of.get(k) == broker.node_id]
+            if mine:
+                async with trio.open_nursery() as requests:
+                    for i in range(0, len(mine), PRODUCE_CHUNK):
+                        requests.start_soon(produce_chunk, broker, mine[i:i + PRODUCE_CHUNK], limiter)
             await trio.sleep(POLL_S)
 
     # trio's clock is not time.monotonic: the deadline is relative.
@@ -161,55 +265,64 @@ async def _watch(cluster: Any, victim: int, moved: list[int], acks: str, t0: flo
         async with trio.open_nursery() as nursery:
             for b in survivors:
                 nursery.start_soon(watch_metadata, b)
-                for p in moved:
-                    nursery.start_soon(watch_produce, b, p)
+                nursery.start_soon(watch_produce, b)
     return clocks
 
 
 class _ClientProbe:
     """One confluent-kafka record per partition, produced right after the fault."""
 
-    def __init__(self, bootstrap: str, acks: str) -> None:
+    def __init__(self, bootstrap: str, acks: str, topics: list[str]) -> None:
         from confluent_kafka import Producer
 
-        self.acked: dict[int, float] = {}
+        self.acked: dict[Key, float] = {}
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "acks": acks, "message.timeout.ms": 60_000,
             "retry.backoff.ms": 10, "retry.backoff.max.ms": 100, "reconnect.backoff.ms": 10,
             "reconnect.backoff.max.ms": 100, "log_level": 2,  # the dead broker's refused connections are expected
+            "queue.buffering.max.messages": 1_000_000,
         })
-        self.producer.list_topics(TOPIC, timeout=10)
+        for topic in topics:
+            self.producer.list_topics(topic, timeout=30)
 
-    def send(self, partitions: list[int], t0: float) -> None:
-        for p in partitions:
+    def send(self, keys: list[Key], t0: float) -> None:
+        for topic, p in keys:
             sent_after_s = time.monotonic() - t0
-            self.producer.produce(TOPIC, b"failover-probe", partition=p, on_delivery=self._on_delivery(p, sent_after_s))
+            self.producer.produce(topic, b"failover-probe", partition=p,
+                                  on_delivery=self._on_delivery((topic, p), sent_after_s))
         self.producer.poll(0)
 
-    def _on_delivery(self, partition: int, sent_after_s: float) -> Any:
+    def _on_delivery(self, key: Key, sent_after_s: float) -> Any:
         def done(err: Any, msg: Any) -> None:
             if err is None:
                 # latency(): produce() to acknowledgement, as librdkafka timed it.
-                self.acked[partition] = sent_after_s + msg.latency()
+                self.acked[key] = sent_after_s + msg.latency()
         return done
 
-    def wait(self, deadline: float) -> dict[int, float]:
+    def wait(self, deadline: float) -> dict[Key, float]:
         self.producer.flush(max(0.0, deadline - time.monotonic()))
         return dict(self.acked)
 
 
-def _produce_to_all(bootstrap: str, partitions: list[int], acks: str, warmup_s: float, timeout_s: float) -> None:
+def _produce_to_all(bootstrap: str, keys: list[Key], acks: str, warmup_s: float, timeout_s: float) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
-    acked: set[int] = set()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                         "queue.buffering.max.messages": 1_000_000})
+    acked: set[Key] = set()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < warmup_s or len(acked) < len(partitions):
-        for p in partitions:
-            producer.produce(TOPIC, b"warm-up", partition=p,
-                             on_delivery=lambda err, msg: err is None and acked.add(msg.partition()))
-        producer.poll(0.05)
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.add((msg.topic(), msg.partition()))
+
+    while time.monotonic() - t0 < warmup_s or len(acked) < len(keys):
+        for topic, p in keys:
+            if (topic, p) not in acked:
+                producer.produce(topic, b"warm-up", partition=p, on_delivery=on_delivery)
+        producer.flush(min(5.0, max(0.05, timeout_s - (time.monotonic() - t0))))
         if time.monotonic() - t0 > timeout_s:
-            raise BenchError(f"warm-up: partitions {sorted(set(partitions) - acked)} acknowledged nothing in "
+            missing = sorted(set(keys) - acked)
+            raise BenchError(f"warm-up: {len(missing)} partitions (e.g. {missing[:5]}) acknowledged nothing in "
                              f"{timeout_s:.0f} s (acks={acks}); is replication running?")
     producer.flush(timeout_s)

@@ -26,10 +26,12 @@ MB = 1e6
 
 
 def add_cluster_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--brokers", type=int, default=1, help="brokers in the measured cluster (default 1)")
+    p.add_argument("--brokers", type=int, default=None,
+                   help="brokers in the measured cluster (default: the replication factor, at least 1)")
     p.add_argument("--controllers", type=int, default=1, help="controllers (default 1)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the bench topic (default 6)")
-    p.add_argument("--replication-factor", type=int, default=1, help="default 1")
+    p.add_argument("--replication-factor", "--rf", type=int, default=1, dest="replication_factor",
+                   help="replication factor of the bench topic (default 1)")
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES", help="value bytes (default 100)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker config key for every node, e.g. --set log.segment.bytes=1073741824")
@@ -37,6 +39,16 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
                    help="metadata mode of the cluster (default kraft; zk is not available yet)")
     add_common_options(p)
+
+
+def resolve_brokers(args: argparse.Namespace) -> int:
+    """--brokers, or as many brokers as the replication factor needs (at least one)."""
+    if args.brokers is None:
+        args.brokers = max(1, args.replication_factor)
+    if args.brokers < args.replication_factor:
+        raise SystemExit(f"--replication-factor {args.replication_factor} needs at least that many --brokers "
+                         f"(got {args.brokers})")
+    return args.brokers
 
 
 class BenchCluster:
@@ -51,8 +63,9 @@ class BenchCluster:
     def broker_cpu_seconds(self) -> float:
         return sum(cpu_seconds(b.pid) for b in self.cluster.brokers)
 
-    def broker_log_bytes(self) -> int:
-        return sum(log_bytes(str(b.log_dir), self.topic) for b in self.cluster.brokers)
+    def broker_log_bytes(self, topic: str | None = None) -> int:
+        """Bytes of the segment files of `topic` (default: the bench topic), over every broker."""
+        return sum(log_bytes(str(b.log_dir), topic or self.topic) for b in self.cluster.brokers)
 
 
 @contextlib.contextmanager
@@ -61,6 +74,7 @@ def bench_cluster(args: argparse.Namespace, console: Any, topic: str) -> Iterato
     from bench.runner import Runner
     from raftka.cluster_cli import parse_overrides
 
+    resolve_brokers(args)
     with Runner(topic, args, {}, console) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers,
                                  overrides=parse_overrides(args.set))

@@ -5,30 +5,47 @@ What one run measures:
 1. **client ceiling**: the same producer processes against librdkafka's
    in-process mock cluster (`test.mock.num.brokers=1`): how fast the load
    generator goes with a broker that costs it almost nothing;
-2. **the cluster**: a fresh `LocalCluster` (default one controller and one
-   broker), a topic of `--partitions` (RF `--replication-factor`), and
-   `--producers` processes producing `--record-size`-byte records for
-   `--duration` seconds (or `--count` records each) at librdkafka's batching
-   (`--linger-ms`, `--batch-size`, `--acks`, `--compression`).
+2. **RF=1 acks=1 baseline** (with `--rf` above 1 or `--acks` other than 1;
+   `--no-compare-rf1` skips it): the same load against a second topic of
+   the same cluster, with replication factor 1 and acks=1: what
+   replication costs, measured beside it (Kafka lost about half its rate
+   going from one to three synchronous replicas; raftka's target is a
+   ratio of at least 0.6);
+3. **the cluster**: a fresh `LocalCluster` (default one controller, and as
+   many brokers as the replication factor), a topic of `--partitions`
+   (RF `--rf`/`--replication-factor`), and `--producers` processes
+   producing `--record-size`-byte records for `--duration` seconds (or
+   `--count` records each) at librdkafka's batching (`--linger-ms`,
+   `--batch-size`, `--acks`, `--compression`).
 
-Reported: acknowledged records/s and payload MB/s; p50/p99 produce latency
+Reported: acknowledged records/s and payload MB/s; p50/p99 delivery latency
 (`produce()` to delivery report, sampled); broker CPU-seconds per GB
 appended (utime+stime of the broker processes from /proc over the run,
 divided by the growth of the topic's segment files); the CPU each side
 used, and each side's ceiling with the CPU it could have (see
-`bench.kafka_bench.verdict`), which names the bottleneck.
+`bench.kafka_bench.verdict`), which names the bottleneck. With the
+baseline: its records/s and p50/p99 as `rf1_acks1_*` rows, and the ratios
+`replication_records_per_s_ratio` (replicated / baseline: 1 is free
+replication) and `replication_latency_p50_ratio`, `..._p99_ratio`
+(replicated / baseline: 1 is no added latency).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
-from bench.kafka_bench import GB, MB, add_cluster_options, bench_cluster, emit, row, verdict
+from bench.kafka_bench import (GB, MB, add_cluster_options, bench_cluster, create_topic, emit, resolve_brokers,
+                               row, verdict)
 from bench.load_generator import aggregate, produce_worker, run_workers
 
 SCENARIO = "produce"
 TOPIC = "bench-produce"
+BASELINE_TOPIC = "bench-produce-rf1"
+BASELINE = "rf1_acks1_"
+#: Target of the replication issue: replicated records/s over the RF=1 acks=1 baseline's.
+TARGET_REPLICATION_RATIO = 0.6
 #: Target of the issue: broker CPU-seconds per GB appended at librdkafka's default batching.
 TARGET_CPU_S_PER_GB = 1.5
 
@@ -48,6 +65,9 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--sample-every", type=int, default=100, metavar="N",
                    help="time the delivery of every N-th record (default 100)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster client ceiling run")
+    p.add_argument("--compare-rf1", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --rf above 1 or --acks other than 1, first run the same load against an RF=1 "
+                        "topic with acks=1 on the same cluster and report both and their ratio (default on)")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -68,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=args.json)
     require_mode(args.mode)  # before the client-ceiling run, which needs no cluster
+    resolve_brokers(args)
     if args.producers < 1 or args.record_size < 1 or (args.count is None and args.duration <= 0):
         console.print("raftka bench produce: --producers, --record-size and --duration/--count must be positive")
         return 2
+    compare = args.compare_rf1 and (args.replication_factor > 1 or args.acks != "1")
     params = {
         "record_size": args.record_size, "producers": args.producers, "partitions": args.partitions,
         "replication_factor": args.replication_factor, "acks": args.acks, "linger_ms": args.linger_ms,
@@ -85,28 +107,23 @@ def run(args: argparse.Namespace) -> int:
         ceiling = _phase(console, "client ceiling (mock cluster)", [{**spec, "mock": True}] * args.producers, args)
         rows += [row(SCENARIO, params, "client_ceiling_records_per_s", ceiling["records_per_s"], "records/s"),
                  row(SCENARIO, params, "client_ceiling_mb_per_s", ceiling["mb_per_s"], "MB/s")]
+    baseline = None
     with bench_cluster(args, console, TOPIC) as bc:
-        specs = [{**spec, "config": {**spec["config"], "bootstrap.servers": bc.bootstrap}}] * args.producers
-        before: dict[str, float] = {}
-
-        def on_start() -> None:
-            before.update(cpu=bc.broker_cpu_seconds(), log=bc.broker_log_bytes())
-
-        result = _phase(console, "producing to the cluster", specs, args, on_start)
-        broker_cpu_s = bc.broker_cpu_seconds() - before["cpu"]
-        appended = bc.broker_log_bytes() - before["log"]
+        if compare:
+            create_topic(bc.bootstrap, BASELINE_TOPIC, args.partitions, 1)
+            base_spec = {**spec, "topic": BASELINE_TOPIC, "config": {**spec["config"], "acks": "1"}}
+            baseline = _measure(console, args, bc, base_spec, "RF=1 acks=1 baseline")
+        result = _measure(console, args, bc, spec, f"RF={args.replication_factor} acks={args.acks}")
     if result["failed"]:
         console.print(f"[red]{result['failed']} records failed: {result['errors']}[/red]")
-    from bench.histogram import LatencyHistogram
-
-    histogram = LatencyHistogram()
-    histogram.record_many(result["latencies_ms"])
     elapsed = result["elapsed_s"]
-    broker_cores = broker_cpu_s / elapsed
+    broker_cores = result["broker_cpu_s"] / elapsed
     client_cores = result["cpu_s"] / elapsed
-    cpu_per_gb = broker_cpu_s / (appended / GB) if appended else float("nan")
+    appended = result["appended"]
+    cpu_per_gb = result["broker_cpu_s"] / (appended / GB) if appended else float("nan")
     who, broker_ceiling, client_ceiling = verdict(result["records_per_s"], broker_cores, client_cores,
                                                   args.producers, os.cpu_count() or 1)
+    histogram = result["histogram"]
     rows += [
         row(SCENARIO, params, "produce_records_per_s", result["records_per_s"], "records/s"),
         row(SCENARIO, params, "produce_mb_per_s", result["mb_per_s"], "MB/s"),
@@ -121,10 +138,71 @@ def run(args: argparse.Namespace) -> int:
     if histogram.count:
         rows += [row(SCENARIO, params, "produce_latency_p50", histogram.percentile(50), "ms"),
                  row(SCENARIO, params, "produce_latency_p99", histogram.percentile(99), "ms")]
-    _print_table(console, args, result, ceiling, histogram, broker_cpu_s, appended, cpu_per_gb, broker_cores,
+    samples = {"produce_latency": result["latencies_ms"]}
+    if baseline is not None:
+        rows += _baseline_rows(params, result, baseline)
+        samples[f"{BASELINE}produce_latency"] = baseline["latencies_ms"]
+    _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
                  client_cores, who, broker_ceiling, client_ceiling)
-    emit(args, console, rows, {"produce_latency": result["latencies_ms"]}, SCENARIO, params)
-    return 0 if not result["failed"] else 1
+    if baseline is not None:
+        _print_comparison(console, args, result, baseline)
+    emit(args, console, rows, samples, SCENARIO, params)
+    failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
+    return 0 if not failed else 1
+
+
+def _measure(console: Any, args: argparse.Namespace, bc: Any, spec: dict[str, Any], title: str) -> dict[str, Any]:
+    """One producing phase against the cluster: the load generator's result, the broker CPU it
+    cost, the bytes the topic grew by, and a latency histogram."""
+    from bench.histogram import LatencyHistogram
+
+    specs = [{**spec, "config": {**spec["config"], "bootstrap.servers": bc.bootstrap}}] * args.producers
+    before: dict[str, float] = {}
+
+    def on_start() -> None:
+        before.update(cpu=bc.broker_cpu_seconds(), log=bc.broker_log_bytes(spec["topic"]))
+
+    result = _phase(console, f"producing: {title}", specs, args, on_start)
+    result["broker_cpu_s"] = bc.broker_cpu_seconds() - before["cpu"]
+    result["appended"] = bc.broker_log_bytes(spec["topic"]) - before["log"]
+    histogram = LatencyHistogram()
+    histogram.record_many(result["latencies_ms"])
+    result["histogram"] = histogram
+    return result
+
+
+def _baseline_rows(params: dict[str, Any], result: dict[str, Any], baseline: dict[str, Any]) -> list[dict]:
+    """The baseline's own figures, and the replicated run's over them."""
+    out = [row(SCENARIO, params, f"{BASELINE}produce_records_per_s", baseline["records_per_s"], "records/s"),
+           row(SCENARIO, params, f"{BASELINE}produce_mb_per_s", baseline["mb_per_s"], "MB/s"),
+           row(SCENARIO, params, "replication_records_per_s_ratio",
+               result["records_per_s"] / baseline["records_per_s"], "ratio")]
+    ours, theirs = result["histogram"], baseline["histogram"]
+    if theirs.count:
+        for q in (50, 99):
+            out.append(row(SCENARIO, params, f"{BASELINE}produce_latency_p{q}", theirs.percentile(q), "ms"))
+            if ours.count:
+                out.append(row(SCENARIO, params, f"replication_latency_p{q}_ratio",
+                               ours.percentile(q) / max(theirs.percentile(q), 1e-9), "ratio"))
+    return out
+
+
+def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, Any], baseline: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    ratio = result["records_per_s"] / baseline["records_per_s"]
+    table = Table(title=f"replication: RF={args.replication_factor} acks={args.acks} beside RF=1 acks=1 "
+                        f"({args.brokers} brokers, {args.partitions} partitions each)")
+    for column in ("", f"RF={args.replication_factor} acks={args.acks}", "RF=1 acks=1", "ratio"):
+        table.add_column(column, justify="left" if not column else "right")
+    table.add_row("records/s", f"{result['records_per_s']:,.0f}", f"{baseline['records_per_s']:,.0f}",
+                  f"{ratio:.2f} (target ≥ {TARGET_REPLICATION_RATIO})")
+    ours, theirs = result["histogram"], baseline["histogram"]
+    if ours.count and theirs.count:
+        for q in (50, 99):
+            table.add_row(f"latency p{q} (ms)", f"{ours.percentile(q):.1f}", f"{theirs.percentile(q):.1f}",
+                          f"{ours.percentile(q) / max(theirs.percentile(q), 1e-9):.2f}")
+    console.print(table)
 
 
 def _phase(console, title, specs, args, on_start=None) -> dict:
@@ -142,10 +220,11 @@ def _phase(console, title, specs, args, on_start=None) -> dict:
     return result
 
 
-def _print_table(console, args, result, ceiling, histogram, broker_cpu_s, appended, cpu_per_gb, broker_cores,
+def _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
                  client_cores, who, broker_ceiling, client_ceiling) -> None:
     from rich.table import Table
 
+    broker_cpu_s, appended = result["broker_cpu_s"], result["appended"]
     table = Table(title=f"produce: {args.producers} producers, {args.record_size} B records, acks={args.acks}, "
                         f"{args.partitions} partitions, {args.brokers} broker(s)")
     table.add_column("")

@@ -112,6 +112,22 @@ def require_mode(mode: str) -> bool:
     return False
 
 
+def filesystem_type(path: str) -> str:
+    """The type (ext4, tmpfs, overlay, ...) of the filesystem holding `path`, from /proc/mounts."""
+    target = os.path.realpath(path)
+    best, kind = "", "unknown"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3 and (target == fields[1] or target.startswith(fields[1].rstrip("/") + "/")) \
+                        and len(fields[1]) >= len(best):
+                    best, kind = fields[1], fields[2]
+    except OSError:
+        pass
+    return kind
+
+
 def parse_sets(items: list[str]) -> dict[str, str]:
     from raftka.cluster_cli import parse_overrides
 
@@ -191,6 +207,9 @@ class Runner:
         self.mode = getattr(args, "mode", "kraft")
         # The config keys set on the cluster's nodes (--set) are parameters too.
         self.params = {**params, **({"sets": ",".join(sorted(args.set))} if getattr(args, "set", None) else {})}
+        # Where the nodes' logs live decides what an fsync costs (a tmpfs: nothing): a parameter too.
+        if getattr(args, "dir", None):
+            self.params["data_dir_fs"] = filesystem_type(args.dir)
         self.console = console or Console(stderr=bool(getattr(args, "json", False)))
         self.run_id = new_run_id()
         self.env = environment()
