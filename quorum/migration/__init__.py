@@ -20,8 +20,10 @@ Design (choices, and where they differ from Kafka)
   quorum's voters, on the same log dirs (`meta_properties.to_kraft`
   rewrites meta.properties v0 -> v1 with the cluster id ZooKeeper had, so
   the data and offsets stay as they are).
-* **Finalize** appends ZkMigrationState(POST_MIGRATION): no more ZooKeeper
-  writes. **Rollback** (before finalize): stop the controllers, restart the
+* **Finalize**, as in KIP-866: restart the controllers without
+  `zookeeper.metadata.migration.enable`; the active one (`MigrationFinalizer`)
+  appends ZkMigrationState(POST_MIGRATION) once no broker is left in
+  ZooKeeper mode: no more ZooKeeper writes. **Rollback** (before finalize): stop the controllers, restart the
   brokers in ZooKeeper mode, delete `/migration` and the KRaft controller's
   `/controller` (`zk_io.release`); ZooKeeper is current thanks to dual write.
 * Pure cores: `copy`, `dual_write`, `znode`, `meta_properties`. I/O shells:
@@ -29,7 +31,7 @@ Design (choices, and where they differ from Kafka)
 """
 
 from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
-from quorum.migration.driver import MigrationConfig, MigrationDriver
+from quorum.migration.driver import MigrationConfig, MigrationDriver, MigrationFinalizer
 from quorum.migration.dual_write import DualWrites, zk_broker_requests, zk_writes
 from quorum.migration.znode import MIGRATION_PATH, MigrationZnode
 
@@ -38,6 +40,7 @@ __all__ = [
     "DualWrites",
     "MigrationConfig",
     "MigrationDriver",
+    "MigrationFinalizer",
     "MigrationZnode",
     "ZkClusterState",
     "brokers_ready",

@@ -44,11 +44,17 @@ from dataclasses import dataclass
 
 import trio
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
 from quorum.metadata.image import MetadataImage
 from quorum.controller.elections import changes_for_leaving_brokers
-from quorum.metadata.records import BrokerRegistrationChangeRecord, PartitionChangeRecord, Record, ZkMigrationState
+from quorum.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    PartitionChangeRecord,
+    Record,
+    ZkMigrationState,
+    ZkMigrationStateRecord,
+)
 from quorum.migration import zk_io
 from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
 from quorum.migration.dual_write import zk_broker_requests, zk_writes
@@ -139,7 +145,7 @@ class MigrationDriver:
                     if self._epoch == epoch:
                         try:
                             await self._lead(epoch)
-                        except (RaftkaError, OSError) as e:
+                        except (RaftkaError, KazooException, OSError) as e:
                             _log.warning("migration step failed (%s); retrying", e)
                             await trio.sleep(RETRY_S)
                 self._scope = None
@@ -199,6 +205,7 @@ class MigrationDriver:
             zk_brokers: dict[int, BrokerInfo] = {}
             sent: MetadataImage | None = None
             polled_s = -POLL_S
+            recorded = False  # /migration names the offset ZooKeeper has
             while True:
                 image = self.node.image
                 if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
@@ -219,13 +226,13 @@ class MigrationDriver:
                     if gone:
                         await self._fence(gone)
                         continue
-                if image is not written:
+                if image is not written or not recorded:
                     writes = zk_writes(written, image, versions, zk_epoch)
                     if not writes.empty:
                         versions.update(await self._zk(zk_io.apply_dual_writes, epoch_version, writes, versions))
                     await self._zk(zk_io.write_migration, epoch_version,
                                    MigrationZnode(image.offset, image.epoch, self.node.node_id, epoch))
-                    written = image
+                    written, recorded = image, True
                 for r in zk_broker_requests(sent, image, zk_brokers, self.node.node_id, zk_epoch,
                                             zk_versions=versions):
                     if r.broker_id in zk_brokers:
@@ -289,3 +296,37 @@ def _delete_quietly(zk: KazooClient, path: str) -> None:
         zk.delete(path)
     except NoNodeError:
         pass
+
+
+class MigrationFinalizer:
+    """Finalize (KIP-866): a controller restarted *without* `zookeeper.metadata.migration.enable`
+    whose log is in MIGRATION appends ZkMigrationState(POST_MIGRATION) once it is active,
+    provided no broker is still in ZooKeeper mode. From then on nothing writes to ZooKeeper."""
+
+    def __init__(self, node: RaftNode, service: ControllerService) -> None:
+        self.node = node
+        self.service = service
+
+    async def run(self) -> None:
+        while True:
+            if self.node.is_active and self.node.image.zk_migration_state == ZkMigrationState.MIGRATION:
+                try:
+                    await self.service.propose_from_image(self._finalize)
+                except RaftkaError as e:
+                    _log.warning("could not finalize the migration (%s); retrying", e)
+                await trio.sleep(RETRY_S)
+                continue
+            await self.node.wait_for_change()
+
+    @staticmethod
+    def _finalize(working: MetadataImage) -> list[Record]:
+        if working.zk_migration_state != ZkMigrationState.MIGRATION:
+            return []
+        zk_mode = sorted(b for b, reg in working.brokers.items()
+                         if not reg.fenced and reg.incarnation_id == incarnation_id(b))
+        if zk_mode:
+            _log.warning("not finalizing the migration: brokers %s are still in ZooKeeper mode; restart them "
+                         "in KRaft mode first", zk_mode)
+            return []
+        _log.info("finalizing the ZooKeeper migration: POST_MIGRATION")
+        return [ZkMigrationStateRecord(ZkMigrationState.POST_MIGRATION)]

@@ -25,7 +25,7 @@ import signal
 import trio
 
 from quorum.controller import ControllerConfig
-from quorum.migration import MigrationConfig, MigrationDriver
+from quorum.migration import MigrationConfig, MigrationDriver, MigrationFinalizer
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
@@ -92,6 +92,8 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
         await nursery.start(controller.run)
         if migration is not None:  # KIP-866: this controller migrates a ZooKeeper-mode cluster
             await nursery.start(MigrationDriver(node, controller, migration).run)
+        else:  # finalizes a migration, if the log is in one
+            nursery.start_soon(MigrationFinalizer(node, controller).run)
         server = await nursery.start(functools.partial(
             serve, handler, host, port, apis=handler.apis,
             request_max_bytes=config.socket_request_max_bytes,
