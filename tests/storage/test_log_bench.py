@@ -3,6 +3,7 @@
 import json
 
 import pyarrow.dataset as ds
+import pytest
 
 from raftka.cli import main
 
@@ -15,6 +16,13 @@ def test_storage_bench_writes_rows_and_json(tmp_path, capsys):
     assert ("log_append_throughput", "MB/s") in metrics
     assert ("plain_read_rate", "batches/s") in metrics
     assert ("append_ratio", "ratio") in metrics and ("read_ratio", "ratio") in metrics
+    # Per record as well as per batch: the figures agree with each other.
+    by_metric = {m["metric"]: m for m in lines}
+    per_batch = by_metric["log_append_cpu_time_per_batch"]
+    n = per_batch["records_per_batch"]
+    assert n > 1 and by_metric["log_append_cpu_time_per_record"]["unit"] == "ns"
+    assert by_metric["log_append_cpu_time_per_record"]["value"] * n / 1000 == pytest.approx(per_batch["value"])
+    assert by_metric["plain_write_records_rate"]["value"] == pytest.approx(by_metric["plain_write_rate"]["value"] * n)
     assert all(m["scenario"] == "storage" and m["mode"] == "n/a" and m["size_mb"] == 2 for m in lines)
     assert all(m["value"] > 0 for m in lines)
     table = ds.dataset(str(results)).to_table().to_pylist()
