@@ -141,6 +141,9 @@ class GroupCoordinatorRuntime:
         self._nursery: trio.Nursery | None = None
         #: One creation of `__consumer_offsets` at a time (`broker.find_coordinator`).
         self.offsets_topic_lock = trio.Lock()
+        #: The live broker count when `__consumer_offsets` was last found
+        #: wider than the cluster (its warning is logged once per count).
+        self.offsets_topic_refused_at_brokers: int | None = None
         # Member ids must differ across coordinators and restarts: each
         # shard's generator is seeded from the system's entropy.
         self._seeds = random.SystemRandom()

@@ -16,9 +16,15 @@ replicas, compacted (`offsets_topic_configs`). As in Kafka, a replication
 factor larger than the number of live brokers is not quietly lowered: the
 controller refuses, the answer stays COORDINATOR_NOT_AVAILABLE, and the
 log says which key to lower (a single-broker cluster needs
-`offsets.topic.replication.factor=1`). One creation is in flight per
-broker at a time; the answer waits up to `metadata_wait_ms` for the new
-topic to reach this broker's image.
+`offsets.topic.replication.factor=1`). While this broker's image shows
+fewer unfenced brokers than that factor, the controller is not asked at
+all: the answer is COORDINATOR_NOT_AVAILABLE with a message naming the
+key, and the warning is logged once until the broker count changes.
+Clients retry FindCoordinator several times a second, and a CreateTopics
+round trip to the controller each time was a tenth of a consumer's
+broker CPU. One creation is in flight per broker at a time; the answer
+waits up to `metadata_wait_ms` for the new topic to reach this broker's
+image.
 
 Versions: v0 (a group key), v1-v3 (key types), v4+ (KIP-699: several keys
 of one type per request, one answer each). Key type 1 (a transactional
@@ -79,6 +85,9 @@ async def find_coordinator(broker, key_type: int, key: str) -> Found:
     if key_type != GROUP_KEY_TYPE:
         return Found(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     if broker.image.topic(OFFSETS_TOPIC_NAME) is None:
+        too_few = _too_few_brokers(broker)
+        if too_few is not None:
+            return Found(ErrorCode.coordinator_not_available, too_few)
         await ensure_offsets_topic(broker)
     image = broker.image
     topic = image.topic(OFFSETS_TOPIC_NAME)
@@ -91,6 +100,24 @@ async def find_coordinator(broker, key_type: int, key: str) -> Found:
             return Found(ErrorCode.none, None, node_id, host, port)
     return Found(ErrorCode.coordinator_not_available,
                  f"the {OFFSETS_TOPIC_NAME} partition of this group has no live leader")
+
+
+def _too_few_brokers(broker) -> str | None:
+    """Why `__consumer_offsets` cannot be created now, if this broker's
+    image shows fewer unfenced brokers than its replication factor."""
+    wanted = broker.config.group_coordinator.offsets_topic_replication_factor
+    live = len(live_brokers(broker, broker.image))
+    runtime = broker.coordinator
+    if live >= wanted:
+        runtime.offsets_topic_refused_at_brokers = None
+        return None
+    message = (f"{OFFSETS_TOPIC_NAME} needs offsets.topic.replication.factor={wanted} brokers and {live} "
+               f"are live: lower offsets.topic.replication.factor or start more brokers")
+    if runtime.offsets_topic_refused_at_brokers != live:
+        runtime.offsets_topic_refused_at_brokers = live
+        _log.warning("cannot create %s: %s; consumer groups are unavailable until then", OFFSETS_TOPIC_NAME,
+                     message)
+    return message
 
 
 async def ensure_offsets_topic(broker) -> None:

@@ -67,6 +67,17 @@ async def test_offsets_topic_wider_than_the_cluster_is_refused_as_kafka_does(nur
     answer = await conn.request(fc0.FindCoordinatorRequest(key="orders"))
     assert answer.error_code == ErrorCode.coordinator_not_available
     assert running.broker.image.topic(OFFSETS_TOPIC_NAME) is None
+    batched = await conn.request(fc4.FindCoordinatorRequest(key_type=0, coordinator_keys=("orders",)))
+    assert batched.coordinators[0].error_code == ErrorCode.coordinator_not_available
+    assert "offsets.topic.replication.factor=3" in batched.coordinators[0].error_message
+
+    # Once enough brokers are live, the next FindCoordinator creates the topic.
+    await running.controller.register_broker(2, "127.0.0.1", 1)
+    await running.controller.register_broker(3, "127.0.0.1", 1)
+    await conn.request(fc0.FindCoordinatorRequest(key="orders"))
+    topic = running.broker.image.topic(OFFSETS_TOPIC_NAME)
+    assert topic is not None
+    assert all(len(p.replicas) == 3 for p in topic.partitions.values())
 
 
 async def replicated_offsets_topic(nursery, tmp_path, **config):
