@@ -109,6 +109,11 @@ def _wrap(fn: Any) -> Any:
     return run
 
 
+def _index(partition: dict) -> int:
+    """A partition's index in kafka-python's describe_topics (the key follows the Metadata version)."""
+    return partition["partition_index"] if "partition_index" in partition else partition["partition"]
+
+
 def _error_name(code: int) -> str:
     from kio.schema.errors import ErrorCode
 
@@ -133,7 +138,7 @@ def elect_main(args: argparse.Namespace) -> int:
             partitions = admin.describe_topics([args.topic])[0]
             if partitions["error_code"] != 0:
                 return _fail(f"no such topic: {args.topic}", 1)
-            indexes = sorted(p["partition"] for p in partitions["partitions"])
+            indexes = sorted(_index(p) for p in partitions["partitions"])
             if args.partition is not None:
                 if args.partition not in indexes:
                     return _fail(f"{args.topic} has no partition {args.partition}", 1)
@@ -152,6 +157,9 @@ def elect_main(args: argparse.Namespace) -> int:
     refused = 0
     rows = sorted((result.topic, p.partition_id, p.error_code, p.error_message)
                   for result in response.replica_election_results for p in result.partition_result)
+    if wanted is None:
+        # Electing everything: show only what changed or could not.
+        rows = [r for r in rows if _error_name(r[2]) != "ELECTION_NOT_NEEDED"]
     for topic, partition, code, message in rows:
         if code == 0:
             outcome = "[green]elected[/green]"
@@ -191,7 +199,7 @@ def reassign_main(args: argparse.Namespace) -> int:
     error = results.get(tp, None)
     if error is not None:
         return _fail(f"cannot {'cancel the reassignment of' if args.cancel else 'reassign'} "
-                     f"{args.topic}-{args.partition}: {error.__name__ if isinstance(error, type) else error}", 1)
+                     f"{args.topic}-{args.partition}: {_error_name(getattr(error, 'errno', -1))}", 1)
     if args.cancel:
         print(f"Cancelled the reassignment of {args.topic}-{args.partition}.")
     else:
@@ -210,7 +218,7 @@ def list_main(args: argparse.Namespace) -> int:
         wanted = None
         if args.topic:
             described = admin.describe_topics(args.topic)
-            wanted = {t["topic"]: sorted(p["partition"] for p in t["partitions"]) for t in described
+            wanted = {t["name"]: sorted(_index(p) for p in t["partitions"]) for t in described
                       if t["error_code"] == 0}
             if not wanted:
                 print("No reassignment under way.")

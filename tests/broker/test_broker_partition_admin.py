@@ -131,3 +131,38 @@ async def _rejoin_isr(rb, broker_id: int) -> None:
         broker_id=1, broker_epoch=image.brokers[1].epoch,
         topics=(ap_req.TopicData(topic_id=topic.topic_id, partitions=tuple(parts)),)))
     assert all(p.error_code == ErrorCode.none for t in r.topics for p in t.partitions), r
+
+
+def raftka_cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "raftka.cli", "partitions", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+async def test_partitions_cli_reassigns_lists_and_cancels(nursery, tmp_path):
+    rb = await started(nursery, tmp_path)
+    await rb.create_topic("t", assignments=[(1,), (1,)])
+    bootstrap = ("--bootstrap-server", rb.bootstrap, "--timeout", "10")
+    moved = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "1",
+                            "--replicas", "2,1")
+    assert moved.returncode == 0, moved.stderr
+    listed = await in_thread(raftka_cli, "list-reassignments", *bootstrap, "--topic", "t")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if "│ t " in line]
+    assert len(rows) == 1 and "2,1" in rows[0], listed.stdout
+    cancelled = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "1", "--cancel")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert rb.broker.image.topic("t").partitions[1].replicas == (1,)
+    nothing = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "1", "--cancel")
+    assert nothing.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in nothing.stderr, nothing
+    unknown = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "0",
+                              "--replicas", "1,7")
+    assert unknown.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in unknown.stderr, unknown
+    bad = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "0", "--replicas", "a")
+    assert bad.returncode == 2
+    orphan = await in_thread(raftka_cli, "elect-leaders", *bootstrap, "--partition", "0")
+    assert orphan.returncode == 2 and "--partition needs --topic" in orphan.stderr
+    balanced = await in_thread(raftka_cli, "elect-leaders", *bootstrap)
+    assert balanced.returncode == 0 and "already led by its preferred replica" in balanced.stdout, balanced
