@@ -20,6 +20,10 @@ topic configs and broker configs (`/config/brokers/<id>`, and
   partition epoch is the state znode's zkVersion (what Kafka sends brokers
   as the partition epoch), so no broker sees an epoch go backwards;
 * Config per topic and broker config key;
+* ProducerIds with the end of `/latest_producer_id_block`: without it the
+  quorum would hand out producer ids from 0 again, and an idempotent
+  producer given a ZooKeeper-era id would be refused by the partitions that
+  remember that id's sequence numbers (OUT_OF_ORDER_SEQUENCE_NUMBER);
 * last, ZkMigrationStateRecord(MIGRATION): the batch commits whole or not
   at all, and a controller that finds MIGRATION in its image knows the copy
   is done and only dual-writes from then on.
@@ -35,7 +39,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from quorum.metadata.records import ConfigRecord, ConfigResourceType, Record, ZkMigrationState, ZkMigrationStateRecord
+from quorum.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    ProducerIdsRecord,
+    Record,
+    ZkMigrationState,
+    ZkMigrationStateRecord,
+)
 from quorum.zookeeper.broker_metadata import zk_state_to_records
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition, PartitionState, TopicAssignment
 
@@ -55,6 +66,8 @@ class ZkClusterState:
     topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: entity name ("<default>" or a broker id) -> config overrides
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: the first producer id not handed out yet (`/latest_producer_id_block`'s end + 1; 0: none handed out)
+    next_producer_id: int = 0
 
 
 def broker_config_resource_name(entity: str) -> str:
@@ -71,6 +84,8 @@ def migration_records(state: ZkClusterState) -> list[Record]:
     for entity, config in sorted(state.broker_configs.items()):
         name = broker_config_resource_name(entity)
         out += [ConfigRecord(ConfigResourceType.BROKER, name, k, v) for k, v in sorted(config.items())]
+    if state.next_producer_id > 0:
+        out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=state.next_producer_id))
     out.append(ZkMigrationStateRecord(ZkMigrationState.MIGRATION))
     return out
 

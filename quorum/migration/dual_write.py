@@ -29,6 +29,9 @@ so the walk is cheap) and returns:
   topics and broker configs -- each followed by a `/config/changes`
   notification (`entity_path`) so ZooKeeper-mode brokers reload them.
 
+Producer ids the quorum hands out are written to `/latest_producer_id_block`,
+so ZooKeeper mode goes on after them after a rollback.
+
 Broker registrations are not written: a ZooKeeper-mode broker registers its
 own ephemeral znode, and a KRaft-mode broker has none -- after a rollback it
 is restarted in ZooKeeper mode and registers again.
@@ -151,6 +154,9 @@ def zk_writes(before: MetadataImage, after: MetadataImage, zk_versions: Mapping[
         for resource in before.configs:
             if resource not in after.configs:
                 configs.append(_config_write(resource, _EMPTY, before, after))
+    if after.next_producer_id > before.next_producer_id:
+        block = z.ProducerIdBlock(-1, before.next_producer_id, after.next_producer_id - 1)
+        changes.append(ZkTransaction((SetZNode(z.PRODUCER_ID_BLOCK_PATH, z.encode_producer_id_block(block), -1),)))
     return DualWrites(tuple(removals + creations + changes), tuple(c for c in configs if c is not None),
                       frozenset(written))
 

@@ -73,6 +73,14 @@ def read_cluster_id(zk: KazooClient) -> str | None:
     return z.decode_cluster_id(data)
 
 
+def read_next_producer_id(zk: KazooClient) -> int:
+    try:
+        data, _ = zk.get(z.PRODUCER_ID_BLOCK_PATH)
+    except NoNodeError:
+        return 0
+    return z.decode_producer_id_block(data).block_end + 1 if data else 0
+
+
 def read_zk_state(zk: KazooClient) -> ZkClusterState:
     """Everything `migration_records` copies, read now."""
     epoch, _ = store.read_controller_epoch(zk)
@@ -81,7 +89,7 @@ def read_zk_state(zk: KazooClient) -> ZkClusterState:
     states = store.read_partition_states(zk, [NamedPartition(t, p) for t, a in sorted(topics.items())
                                               for p in sorted(a.partitions)])
     return ZkClusterState(read_cluster_id(zk), epoch, brokers, topics, states,
-                          store.read_topic_configs(zk, topics), read_broker_configs(zk))
+                          store.read_topic_configs(zk, topics), read_broker_configs(zk), read_next_producer_id(zk))
 
 
 def claim_controller(zk: KazooClient, kraft_controller_id: int, kraft_epoch: int, now_ms: int) -> tuple[int, int]:

@@ -44,6 +44,7 @@ def zk_cluster(zk: KazooClient, brokers=(1, 2, 3)) -> dict:
     }
     zk.create("/config/brokers/<default>", z.encode_entity_config({"log.retention.hours": "12"}), makepath=True)
     zk.create("/config/brokers/2", z.encode_entity_config({"log.cleaner.threads": "2"}), makepath=True)
+    zk.set(z.PRODUCER_ID_BLOCK_PATH, z.encode_producer_id_block(z.ProducerIdBlock(2, 0, 999)))
     return {"cluster_id": cluster_id, "orders": orders, "logs": logs, "versions": versions}
 
 

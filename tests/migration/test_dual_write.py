@@ -13,6 +13,7 @@ from quorum.metadata.records import (
     ConfigResourceType,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
@@ -91,6 +92,7 @@ def test_topic_creation_isr_change_config_and_deletion_reach_the_znodes(zk):
         ConfigRecord(ConfigResourceType.TOPIC, "orders", "retention.ms", "60000"),
         RemoveTopicRecord(image.topic_ids_by_name["logs"]),
         ConfigRecord(ConfigResourceType.BROKER, "", "log.retention.hours", "24"),
+        ProducerIdsRecord(broker_id=1, broker_epoch=0, next_producer_id=2000),
     ])
     writes = zk_writes(image, after, versions, zk_epoch)
     versions.update(apply_dual_writes(zk, epoch_version, writes, versions))
@@ -101,6 +103,8 @@ def test_topic_creation_isr_change_config_and_deletion_reach_the_znodes(zk):
     changes = [z.decode_config_change(zk.get(f"{z.CONFIG_CHANGES_PATH}/{c}")[0])
                for c in zk.get_children(z.CONFIG_CHANGES_PATH)]
     assert "topics/orders" in changes and "brokers/<default>" in changes, "ZooKeeper-mode brokers are told"
+    assert z.decode_producer_id_block(zk.get(z.PRODUCER_ID_BLOCK_PATH)[0]).block_end == 1999, \
+        "after a rollback, ZooKeeper mode hands out producer ids after the quorum's"
     state = z.decode_partition_state("orders", 1, *zk.get(z.partition_state_path("orders", 1))[:1],
                                      zk.exists(z.partition_state_path("orders", 1)).version)
     assert state.controller_epoch == zk_epoch and state.leader_epoch == 3

@@ -51,6 +51,8 @@ def test_copy_holds_every_topic_partition_epoch_and_config(zk):
     assert dict(image.configs[ConfigResource(ConfigResourceType.BROKER, "")]) == {"log.retention.hours": "12"}
     assert dict(image.configs[ConfigResource(ConfigResourceType.BROKER, "2")]) == {"log.cleaner.threads": "2"}
 
+    assert image.next_producer_id == 1000, "producer ids handed out in ZooKeeper mode are never handed out again"
+
     assert sorted(image.brokers) == [1, 2, 3]
     for b, reg in image.brokers.items():
         assert not reg.fenced, "ZooKeeper-mode brokers keep serving through the copy"
