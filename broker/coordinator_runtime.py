@@ -36,15 +36,20 @@ partition this broker leads:
   `offsets.commit.timeout.ms`. A failed append answers the step's responses
   NOT_COORDINATOR and reloads the shard from the log, because the shard
   already applied what did not get written.
-- **Timers**: `tick` runs every `TICK_INTERVAL_S` on shards whose
-  `next_deadline_ms` has passed (session expiry, join and sync phases, the
-  `offsets.retention.minutes` sweep).
+- **Timers**: `tick` runs on shards whose `next_deadline_ms` has passed
+  (session expiry, join and sync phases, the `offsets.retention.minutes`
+  sweep). The timer task sleeps until the earliest deadline (at most
+  `MAX_TIMER_SLEEP_S`, as deadlines are wall-clock times that can jump)
+  and is woken by every step that may have moved one (a request, a tick,
+  a load, an unload); with no deadline it sleeps until woken. An idle
+  broker's wakeups count against its CPU per GB served.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 from collections.abc import Hashable
 from typing import Any
@@ -68,8 +73,10 @@ from broker.replica_manager import HostedPartition, wait_for_change
 from storage.batch import build_batch, iter_batch_headers, iter_records
 from storage.errors import StorageError
 
-#: How often shards' timers are checked.
-TICK_INTERVAL_S = 0.1
+#: Longest sleep of the timer task while some deadline is set.
+MAX_TIMER_SLEEP_S = 1.0
+#: Shortest: how late a due deadline may fire (Kafka's timer wheel ticks every ms).
+MIN_TIMER_SLEEP_S = 0.01
 #: Bytes read per step of a replay; the loop yields between steps (each
 #: record is decoded in Python: about 128 KiB of small records per 10 ms).
 REPLAY_READ_BYTES = 128 * 1024
@@ -147,6 +154,8 @@ class GroupCoordinatorRuntime:
         # Member ids must differ across coordinators and restarts: each
         # shard's generator is seeded from the system's entropy.
         self._seeds = random.SystemRandom()
+        #: Set by every step that may move a shard's next deadline.
+        self._timers_moved = trio.Event()
 
     # --- lifecycle -------------------------------------------------------
 
@@ -158,10 +167,22 @@ class GroupCoordinatorRuntime:
             task_status.started()
             try:
                 while True:
-                    await trio.sleep(TICK_INTERVAL_S)
+                    with trio.move_on_after(self._timer_sleep_s()):
+                        await self._timers_moved.wait()
                     self._tick_due()
+                    # `_tick_due` is synchronous: the next sleep is computed
+                    # after every change it made, so its own wakeup is moot.
+                    self._timers_moved = trio.Event()
             finally:
                 self._nursery = None
+
+    def _timer_sleep_s(self) -> float:
+        deadlines = [runner.shard.next_deadline_ms() for runner in self.shards.values() if runner.active]
+        due = min((d for d in deadlines if d is not None), default=None)
+        if due is None:
+            return math.inf
+        # At least MIN_TIMER_SLEEP_S: a deadline a tick did not move cannot spin the loop.
+        return min(max((due - self.broker.clock_ms()) / 1000, MIN_TIMER_SLEEP_S), MAX_TIMER_SLEEP_S)
 
     def on_metadata_update(self) -> None:
         """Load shards of the partitions this broker now leads, unload the others."""
@@ -228,11 +249,13 @@ class GroupCoordinatorRuntime:
                 runner.active = False
                 return
             shard.on_loaded(self.broker.clock_ms())
+            self._timers_moved.set()
             _log.info("%s-%d: loaded %d groups from %d records up to offset %d in %.0f ms (leader epoch %d)",
                       OFFSETS_TOPIC_NAME, runner.partition, len(shard.groups), records, end,
                       (trio.current_time() - start) * 1000, runner.leader_epoch)
 
     def _unload(self, runner: ShardRunner, why: str) -> None:
+        self._timers_moved.set()
         runner.load_scope.cancel()
         runner.active = False
         if self.shards.get(runner.partition) is runner:
@@ -291,6 +314,7 @@ class GroupCoordinatorRuntime:
 
     def _absorb(self, runner: ShardRunner, result: CoordinatorResult) -> None:
         """Append a step's records, then hold its responses behind them."""
+        self._timers_moved.set()
         hp = runner.hp
         deadline = trio.current_time() + self.config.offsets_commit_timeout_ms / 1000
         if result.records:

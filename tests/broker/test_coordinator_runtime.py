@@ -24,7 +24,7 @@ from kio.schema.metadata.v12 import request as md
 
 from broker.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, offsets_topic_configs
 from broker_testing import fetch_request, start_broker
-from group_testing import commit_request, join_request
+from group_testing import commit_request, heartbeat_request, join_request
 
 FAST = dict(group_initial_rebalance_delay_ms=60_000, offsets_topic_num_partitions=4,
             offsets_topic_replication_factor=1)
@@ -78,6 +78,32 @@ async def test_offsets_topic_wider_than_the_cluster_is_refused_as_kafka_does(nur
     topic = running.broker.image.topic(OFFSETS_TOPIC_NAME)
     assert topic is not None
     assert all(len(p.replicas) == 3 for p in topic.partitions.values())
+
+
+async def test_group_timers_fire_on_time_without_a_periodic_tick(nursery, tmp_path) -> None:
+    # The timer task sleeps until the earliest deadline: the initial
+    # rebalance delay ends the join, then the silent member's session expires.
+    config = GroupCoordinatorConfig(**{**FAST, "group_initial_rebalance_delay_ms": 300,
+                                       "group_min_session_timeout_ms": 1000})
+    running = await start_broker(nursery, tmp_path, group_coordinator=config)
+    conn = await running.connect(nursery)
+    await conn.request(fc0.FindCoordinatorRequest(key="g"))
+    with trio.fail_after(5):
+        while len(running.broker.coordinator.shards) < 4 or not all(
+                r.shard.loaded for r in running.broker.coordinator.shards.values()):
+            await trio.sleep(0.01)
+    first = await conn.request(join_request("g", session_ms=1000))
+    assert first.error_code == ErrorCode.member_id_required
+    start = trio.current_time()
+    with trio.fail_after(5):
+        joined = await conn.request(join_request("g", first.member_id, session_ms=1000), timeout_ms=None)
+    assert joined.error_code == ErrorCode.none and joined.generation_id == 1
+    assert trio.current_time() - start >= 0.3, "answered before group.initial.rebalance.delay.ms"
+    alive = await conn.request(heartbeat_request("g", first.member_id, 1))
+    assert alive.error_code in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    await trio.sleep(1.6)
+    expired = await conn.request(heartbeat_request("g", first.member_id, 1))
+    assert expired.error_code == ErrorCode.unknown_member_id
 
 
 async def replicated_offsets_topic(nursery, tmp_path, **config):
