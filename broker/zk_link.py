@@ -49,13 +49,16 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.controller_channel import ControllerUnavailableError
 from broker.lifecycle import ListenerSpec
 from broker.process import NodeReady, _int_key, advertised_listener
 from quorum.controller.config import ControllerConfig
@@ -83,6 +86,21 @@ from raftka.wire.framing import FrameBuffer
 _log = logging.getLogger("broker.zk_link")
 
 CONTROL_PLANE_LISTENER = "CONTROL_PLANE"
+#: How often the `/config/changes` watch is re-armed even without a firing.
+CONFIG_RECHECK_S = 5.0
+
+
+class _ZkControllerChannel:
+    """`ZkBrokerChannel` with ZooKeeper outages reported the way the broker's handlers expect."""
+
+    def __init__(self, channel: ZkBrokerChannel) -> None:
+        self.channel = channel
+
+    async def send(self, request: Any) -> Any:
+        try:
+            return await self.channel.send(request)
+        except KazooException as exc:
+            raise ControllerUnavailableError(f"ZooKeeper did not answer: {type(exc).__name__}") from exc
 
 
 class ZooKeeperUnreachableError(RaftkaError):
@@ -210,6 +228,10 @@ class BrokerZkLink:
                         await stream.send_all(m.encode_response(header.correlation_id, response))
             except RemoteProtocolError as exc:
                 _log.warning("broker %d: closing a control-plane connection: %s", self.broker.node_id, exc)
+            except KazooException as exc:
+                # Unanswered: the controller sends the request again on a new connection.
+                _log.info("broker %d: ZooKeeper unavailable while applying a controller request (%s)",
+                          self.broker.node_id, type(exc).__name__)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
 
@@ -245,17 +267,29 @@ class BrokerZkLink:
             pass
 
     async def _watch_config_changes(self) -> None:
-        last, _ = await trio.to_thread.run_sync(store.read_config_changes, self.zk, None, self._config_watch)
+        """Re-read the configs each `/config/changes` notification names. A watch set in a
+        session that expired is gone, so the children are also re-read (re-arming the
+        watch) every CONFIG_RECHECK_S, and after any ZooKeeper error."""
+        last: str | None = None
+        first = True
         while True:
-            await self._config_change.wait()
+            try:
+                last, topics = await trio.to_thread.run_sync(store.read_config_changes, self.zk, last,
+                                                             self._config_watch)
+                topics &= self._configs_loaded
+                if topics and not first:
+                    self.cache.apply_topic_configs(await trio.to_thread.run_sync(
+                        store.read_topic_configs, self.zk, topics))
+                    await self._publish()
+                first = False
+            except KazooException as exc:
+                _log.info("broker %d: reading /config/changes failed (%s); retrying", self.broker.node_id,
+                          type(exc).__name__)
+                await trio.sleep(0.5)
+                continue
+            with trio.move_on_after(CONFIG_RECHECK_S):
+                await self._config_change.wait()
             self._config_change = trio.Event()
-            last, topics = await trio.to_thread.run_sync(store.read_config_changes, self.zk, last,
-                                                         self._config_watch)
-            topics &= self._configs_loaded
-            if topics:
-                self.cache.apply_topic_configs(await trio.to_thread.run_sync(store.read_topic_configs, self.zk,
-                                                                             topics))
-                await self._publish()
 
     # --- waiting and leaving -------------------------------------------------------------------
 
@@ -287,9 +321,17 @@ class BrokerZkLink:
         moved = False
         start = trio.current_time()
         with trio.move_on_after(timeout_s):
-            await trio.to_thread.run_sync(registration.stop)
+            try:
+                await trio.to_thread.run_sync(registration.stop)
+            except KazooException as exc:  # the session is gone, and the registration with it
+                _log.info("broker %d: deregistering failed (%s)", self.broker.node_id, type(exc).__name__)
             while True:
-                leading = await trio.to_thread.run_sync(self._still_leading)
+                try:
+                    leading = await trio.to_thread.run_sync(self._still_leading)
+                except KazooException as exc:
+                    _log.info("broker %d: controlled shutdown: ZooKeeper unavailable (%s)", self.broker.node_id,
+                              type(exc).__name__)
+                    leading = [None]
                 if not leading:
                     moved = True
                     _log.info("broker %d: controlled shutdown: leaders moved in %.2f s", self.broker.node_id,
@@ -346,7 +388,8 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
     def image():
         return broker.image
 
-    broker = Broker(broker_config, ZkBrokerChannel(zk, config.node_id, image, controller_config))
+    broker = Broker(broker_config, _ZkControllerChannel(ZkBrokerChannel(zk, config.node_id, image,
+                                                                        controller_config)))
     link = BrokerZkLink(zk, broker, config)
     async with trio.open_nursery() as nursery:
         broker_scope = trio.CancelScope()

@@ -10,6 +10,13 @@ listener, with this machine's name for a wildcard host). `broker.rack`,
 are read as Kafka reads them. Prints `READY node=<id> broker=<host>:<port>`
 once the controller has unfenced it; SIGTERM or Ctrl-C stop it cleanly
 (controlled shutdown first).
+
+ZooKeeper mode (Kafka before KIP-500): set `zookeeper.connect`
+(host:port,...[/chroot]) and `broker.id` instead of `process.roles`,
+`node.id` and `controller.quorum.voters`; `zookeeper.session.timeout.ms`
+(default 18000) and `zookeeper.connection.timeout.ms` are read as Kafka
+reads them. No formatting needed: the broker writes its `meta.properties`
+(version=0) with the cluster id it finds in ZooKeeper.
 """
 
 from __future__ import annotations

@@ -261,6 +261,21 @@ class LocalCluster:
             raise ClusterError(f"ZooKeeper at {self.zookeeper.connect_string} holds cluster {found}, not "
                                f"{self.cluster_id} of {self.base_dir}: use another --data-dir")
 
+    def zookeeper_controller(self, timeout_s: float = 10.0) -> tuple[int | None, int]:
+        """zk mode: (the broker holding `/controller` or None, the controller epoch)."""
+        assert self.zookeeper is not None, "zookeeper_controller is for mode='zk'"
+        from kazoo.client import KazooClient
+
+        from quorum.zookeeper import store
+
+        zk = KazooClient(self.zookeeper.connect_string)
+        try:
+            zk.start(timeout_s)
+            return store.active_controller(zk), store.read_controller_epoch(zk)[0]
+        finally:
+            zk.stop()
+            zk.close()
+
     def start_all(self) -> None:
         if self.zookeeper is not None:
             self.start_zookeeper()

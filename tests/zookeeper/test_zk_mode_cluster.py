@@ -202,6 +202,31 @@ def test_killed_controller_is_replaced_with_a_higher_epoch_and_its_stale_write_i
                f"broker {old_holder} back in the ISR")
 
 
+def test_paused_controller_is_replaced_and_steps_down_when_it_resumes(cluster, zk):
+    """Split brain, as a long GC pause makes it: the old controller wakes up believing it leads."""
+    create_topic(cluster, "pause", 3, 3)
+    old_holder, old_epoch, _ = controller(zk)
+    node = cluster.node(old_holder)
+    node.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: controller(zk)[0] not in (None, old_holder), SESSION_TIMEOUT_S + SLACK_S,
+                   "a new controller elected while the old one is paused")
+        wait_until(lambda: all(s.leader != old_holder for s in zk_states(zk, "pause", 3).values()),
+                   SLACK_S, "leaders moved off the paused controller")
+    finally:
+        node.process.send_signal(signal.SIGCONT)
+    new_holder, new_epoch, _ = controller(zk)
+    assert new_epoch > old_epoch
+    # Resumed, it learns its session expired, resigns, and rejoins as a plain broker.
+    wait_until(lambda: f"controller {old_holder} (epoch {old_epoch}) resigns" in node.output_since_start(), 30,
+               "the stale controller resigns")
+    cluster.wait_ready(60)
+    assert controller(zk)[:2] == (new_holder, new_epoch)
+    # Every partition state was last decided by the new controller's epoch.
+    assert {s.controller_epoch for s in zk_states(zk, "pause", 3).values()} == {new_epoch}
+    produce(cluster, "pause", ["after-the-pause"])
+
+
 def test_killed_broker_loses_its_leaderships_within_the_session_timeout(cluster, zk):
     create_topic(cluster, "crash", 6, 3)
     holder = controller(zk)[0]
