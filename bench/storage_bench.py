@@ -3,9 +3,9 @@
 What it measures, in one run, on the real file system (a temp directory):
 
 - **append**: `Log.append` of N MiB of ~16 KiB batches (100-byte records),
-  as a leader does (validate, assign offsets, write), against plain
-  `os.write` calls of the same bytes in the same 16 KiB chunks to a plain
-  file. Neither side fsyncs (the log's default flush policy).
+  as a leader does (validate, assign offsets, stamp the leader epoch,
+  write), against plain `os.write` calls of the same bytes in the same
+  16 KiB chunks to a plain file. Neither side fsyncs (the log's default flush policy).
 - **read**: `Log.read(offset, max_bytes=1 MiB)` (a consumer's fetch) then
   `os.preadv` of every returned slice into one preallocated buffer,
   against one `os.preadv` of the same byte range of the plain file (same
@@ -46,6 +46,7 @@ MIB = 1024 * 1024
 BATCH_TARGET_BYTES = 16 * 1024
 RECORD_VALUE_BYTES = 100
 FETCH_BYTES = MIB
+LEADER_EPOCH = 0
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -190,7 +191,8 @@ def _bench_append(tmp: str, batch: bytes, n_batches: int, progress) -> tuple[tup
     log = Log.open(os.path.join(tmp, "bench-0"), LogConfig(), now_ms=0)
     plain_fd = os.open(os.path.join(tmp, "plain"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     # One buffer per side, as a broker has one per request: the log
-    # rewrites the base offset in place, the plain side writes as is.
+    # rewrites the base offset and stamps the leader epoch in place (as
+    # the broker's produce path asks it to), the plain side writes as is.
     log_buf = bytearray(batch)
     plain_buf = bytearray(batch)
     append = log.append
@@ -215,7 +217,7 @@ def _bench_append(tmp: str, batch: bytes, n_batches: int, progress) -> tuple[tup
                     c_plain += cpu() - c0
                 else:
                     for _ in range(k):
-                        append(log_buf, 0)
+                        append(log_buf, 0, LEADER_EPOCH)
                     t_log += perf() - t0
                     c_log += cpu() - c0
             done += k
