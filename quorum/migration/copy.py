@@ -39,11 +39,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
+    NO_LEADER,
     ConfigRecord,
     ConfigResourceType,
+    PartitionRecord,
     ProducerIdsRecord,
     Record,
+    RemoveTopicRecord,
+    TopicRecord,
     ZkMigrationState,
     ZkMigrationStateRecord,
 )
@@ -94,3 +99,34 @@ def brokers_ready(state: ZkClusterState, expected_broker_ids: Iterable[int]) -> 
     """(ready, missing): every expected broker registered in `/brokers/ids`, and at least one broker."""
     missing = sorted(set(expected_broker_ids) - set(state.brokers))
     return bool(state.brokers) and not missing, missing
+
+
+# --- admin done through znodes while migrating ------------------------------------------------
+
+
+def zk_admin_records(working: MetadataImage, created: Mapping[str, TopicAssignment],
+                     configs: Mapping[str, Mapping[str, str]], deleted: Iterable[str]) -> list[Record]:
+    """Records for topics a ZooKeeper-mode broker created or marked for deletion in ZooKeeper.
+
+    During the migration the KRaft controller holds `/controller`, so it does
+    a ZooKeeper controller's part for them (KIP-866 forwards such requests to
+    the quorum instead; raftka's ZooKeeper-mode broker writes znodes): a new
+    topic's partitions get the first usable replica as leader and the usable
+    replicas as ISR (none usable: offline), leader and partition epoch 0, as
+    a ZooKeeper controller initializes them; a deletion removes the topic.
+    """
+    out: list[Record] = []
+    for name, a in sorted(created.items()):
+        if a.topic_id is None or name in working.topic_ids_by_name or a.topic_id in working.topics_by_id:
+            continue
+        out.append(TopicRecord(name=name, topic_id=a.topic_id))
+        for p, replicas in sorted(a.partitions.items()):
+            usable = tuple(r for r in replicas if working.is_usable(r))
+            out.append(PartitionRecord(topic_id=a.topic_id, partition=p, replicas=tuple(replicas),
+                                       isr=usable or tuple(replicas), leader=usable[0] if usable else NO_LEADER))
+        out += [ConfigRecord(ConfigResourceType.TOPIC, name, k, v) for k, v in sorted(configs.get(name, {}).items())]
+    for name in sorted(set(deleted)):
+        topic_id = working.topic_ids_by_name.get(name)
+        if topic_id is not None:
+            out.append(RemoveTopicRecord(topic_id))
+    return out

@@ -22,7 +22,10 @@ active controller picks up from the metadata log's `ZkMigrationState`:
    `dual_write.zk_writes` against the last image ZooKeeper got, applied
    fenced by the claimed epoch, then `/migration` records the offset; and
    `dual_write.zk_broker_requests` to the brokers still in ZooKeeper mode
-   (those in `/brokers/ids`). Their partition epoch is the state znode's
+   (those in `/brokers/ids`). Topics such a broker creates or marks for
+   deletion in ZooKeeper (it takes admin requests as in ZooKeeper mode)
+   are taken into the log (`copy.zk_admin_records`), as a ZooKeeper
+   controller would act on them. Their partition epoch is the state znode's
    zkVersion, as a ZooKeeper-mode broker expects, so its own conditional
    ISR writes succeed; the driver turns those (announced under
    `/isr_change_notification`) into PartitionChange records, as the
@@ -40,6 +43,7 @@ active controller picks up from the metadata log's `ZkMigrationState`:
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 
 import trio
@@ -56,7 +60,7 @@ from quorum.metadata.records import (
     ZkMigrationStateRecord,
 )
 from quorum.migration import zk_io
-from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
+from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records, zk_admin_records
 from quorum.migration.dual_write import zk_broker_requests, zk_writes
 from quorum.migration.znode import MigrationZnode
 from quorum.node.controller_service import ControllerService
@@ -116,6 +120,8 @@ class MigrationDriver:
         self._changed = trio.Event()
         self._scope: trio.CancelScope | None = None
         self.zk: KazooClient | None = None
+        #: ids of topics the log removed: never taken back from ZooKeeper as new
+        self._removed: set[uuid.UUID] = set()
         node.add_leadership_listener(self)
 
     # --- leadership (driver loop callbacks: quick) --------------------------------------------
@@ -206,6 +212,7 @@ class MigrationDriver:
             sent: MetadataImage | None = None
             polled_s = -POLL_S
             recorded = False  # /migration names the offset ZooKeeper has
+            in_zookeeper: set[uuid.UUID] = set()  # topics a ZooKeeper-mode broker created in ZooKeeper
             while True:
                 image = self.node.image
                 if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
@@ -227,7 +234,8 @@ class MigrationDriver:
                         await self._fence(gone)
                         continue
                 if image is not written or not recorded:
-                    writes = zk_writes(written, image, versions, zk_epoch)
+                    self._removed.update(written.topics_by_id.keys() - image.topics_by_id.keys())
+                    writes = zk_writes(written, image, versions, zk_epoch, frozenset(in_zookeeper))
                     if not writes.empty:
                         versions.update(await self._zk(zk_io.apply_dual_writes, epoch_version, writes, versions))
                     await self._zk(zk_io.write_migration, epoch_version,
@@ -240,6 +248,7 @@ class MigrationDriver:
                 sent = image
                 if poll:
                     await self._accept_zk_isr_changes(versions)
+                    await self._accept_zk_admin(in_zookeeper)
                 with trio.move_on_after(POLL_S):
                     await self.node.wait_for_change()
 
@@ -263,6 +272,28 @@ class MigrationDriver:
     def _zk_era(image: MetadataImage, broker_id: int) -> bool:
         reg = image.brokers.get(broker_id)
         return reg is not None and reg.incarnation_id == incarnation_id(broker_id)
+
+    async def _accept_zk_admin(self, in_zookeeper: set[uuid.UUID]) -> None:
+        """Topics a ZooKeeper-mode broker created or marked for deletion in ZooKeeper, into the log."""
+        image = self.node.image
+        names = await self._zk(store.read_topic_names)
+        deleting = set(await self._zk(_children, z.DELETE_TOPICS_PATH))
+        new = names - set(image.topic_ids_by_name)
+        if not new and not deleting:
+            return
+        assignments = {n: a for n, a in (await self._zk(store.read_topic_assignments, new)).items()
+                       if a.topic_id not in self._removed}  # a removal not yet dual-written is no creation
+        configs = await self._zk(store.read_topic_configs, list(assignments))
+        if assignments or deleting & set(image.topic_ids_by_name):
+            _log.info("taking ZooKeeper-side admin into the log: created %s, deleted %s", sorted(assignments),
+                      sorted(deleting))
+            appended = await self.service.propose_from_image(
+                lambda working: zk_admin_records(working, assignments, configs, deleting))
+            in_zookeeper.update(a.topic_id for a in assignments.values())
+            await self.node.wait_until_applied(appended.last_offset + 1)
+        for name in deleting:
+            if name not in self.node.image.topic_ids_by_name:
+                await self._zk(_delete_quietly, f"{z.DELETE_TOPICS_PATH}/{name}")
 
     async def _accept_zk_isr_changes(self, versions: dict[NamedPartition, int]) -> None:
         """ISR changes a ZooKeeper-mode leader wrote to its state znodes, as PartitionChange records."""
@@ -289,6 +320,13 @@ class MigrationDriver:
         await self.node.wait_until_applied(appended.last_offset + 1)
         for name in names:
             await self._zk(_delete_quietly, f"{z.ISR_CHANGE_NOTIFICATION_PATH}/{name}")
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return zk.get_children(path)
+    except NoNodeError:
+        return []
 
 
 def _delete_quietly(zk: KazooClient, path: str) -> None:

@@ -92,23 +92,28 @@ def topic_assignment(topic: TopicImage) -> TopicAssignment:
                            {i: p.removing_replicas for i, p in partitions.items() if p.removing_replicas})
 
 
-def _create_topic(after: MetadataImage, topic: TopicImage, epoch: int) -> ZkTransaction:
-    ops: list = [
-        CreateZNode(z.topic_config_path(topic.name), z.encode_entity_config(dict(after.topic_config(topic.name))),
-                    make_parents=True),
-        CreateZNode(z.topic_path(topic.name), z.encode_topic_assignment(topic_assignment(topic)), make_parents=True),
-    ]
+def _create_topic(after: MetadataImage, topic: TopicImage, epoch: int, in_zookeeper: bool) -> ZkTransaction:
+    ops: list = []
+    if not in_zookeeper:
+        ops += [CreateZNode(z.topic_config_path(topic.name),
+                            z.encode_entity_config(dict(after.topic_config(topic.name))), make_parents=True),
+                CreateZNode(z.topic_path(topic.name), z.encode_topic_assignment(topic_assignment(topic)),
+                            make_parents=True)]
+    ops.append(CreateZNode(z.partitions_path(topic.name), b""))
     for i, p in sorted(topic.partitions.items()):
         ops.append(CreateZNode(z.partition_path(topic.name, i), b""))
         ops.append(CreateZNode(z.partition_state_path(topic.name, i),
                                z.encode_partition_state(partition_state(p, epoch))))
-    ops.insert(2, CreateZNode(z.partitions_path(topic.name), b""))
     return ZkTransaction(tuple(ops))
 
 
 def zk_writes(before: MetadataImage, after: MetadataImage, zk_versions: Mapping[NamedPartition, int],
-              zk_controller_epoch: int) -> DualWrites:
-    """What ZooKeeper must be told so that it describes `after` instead of `before`."""
+              zk_controller_epoch: int, in_zookeeper: frozenset = frozenset()) -> DualWrites:
+    """What ZooKeeper must be told so that it describes `after` instead of `before`.
+
+    `in_zookeeper`: ids of new topics whose config and assignment znodes a
+    ZooKeeper-mode broker wrote itself (it took the CreateTopics); only
+    their partition states are written."""
     removals: list[ZkTransaction] = []
     creations: list[ZkTransaction] = []
     changes: list[ZkTransaction] = []
@@ -123,7 +128,7 @@ def zk_writes(before: MetadataImage, after: MetadataImage, zk_versions: Mapping[
         if old is new:
             continue
         if old is None or old.name != new.name:
-            creations.append(_create_topic(after, new, zk_controller_epoch))
+            creations.append(_create_topic(after, new, zk_controller_epoch, topic_id in in_zookeeper))
             written.update(NamedPartition(new.name, i) for i in new.partitions)
             continue
         grown = set(new.partitions) - set(old.partitions)

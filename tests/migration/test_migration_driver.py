@@ -17,6 +17,7 @@ from quorum.node.driver import RaftNode
 from quorum.node.local_quorum import free_ports
 from quorum.node.workload import create_topics_request
 from quorum.raft import QuorumConfig
+from quorum.zookeeper import admin
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.broker_side import notify_isr_changes, write_isr_change
 from quorum.zookeeper.znodes import NamedPartition
@@ -84,6 +85,23 @@ async def test_copy_then_dual_write_then_zookeeper_brokers_stay_alive(tmp_path, 
     await until(lambda: in_zk(), what="payments in ZooKeeper")
     migration = await in_thread(read_migration, zk)
     assert migration is not None and migration.kraft_controller_id == 1
+
+    # A ZooKeeper-mode broker takes CreateTopics/DeleteTopics by writing znodes; the KRaft
+    # controller, holding /controller, does the ZooKeeper controller's part for them.
+    created = await in_thread(admin.create_topic, zk, "zkside", {0: (1, 2)}, {"retention.ms": "5000"})
+    await in_thread(admin.delete_topic, zk, "logs")
+    await until(lambda: "zkside" in node.image.topic_ids_by_name and "logs" not in node.image.topic_ids_by_name,
+                what="ZooKeeper-side admin in the log")
+    assert node.image.topic_ids_by_name["zkside"] == created.topic_id
+    assert node.image.topic("zkside").partitions[0].leader == 1
+    assert dict(node.image.topic_config("zkside")) == {"retention.ms": "5000"}
+
+    def zk_admin_done():
+        state = read_zk_state(zk)
+        return (NamedPartition("zkside", 0) in state.states and "logs" not in state.topics
+                and not zk.get_children(z.DELETE_TOPICS_PATH))
+
+    await until(zk_admin_done, what="partition state written and deletion done in ZooKeeper")
 
     # Brokers alive in ZooKeeper stay unfenced past the session timeout: their znode is their heartbeat.
     await trio.sleep(2 * SESSION_TIMEOUT_MS / 1000)
