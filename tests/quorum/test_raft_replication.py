@@ -15,12 +15,13 @@ from quorum.raft import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    Inbound,
     MemoryLog,
     NotLeaderError,
     RaftUsageError,
 )
 
-from sim.harness import CONFIG, Harness, Node, outbound
+from sim.harness import CONFIG, Envelope, Harness, Node, Token, outbound
 
 VOTERS = (1, 2, 3)
 
@@ -308,3 +309,39 @@ def test_snapshot_retention_keeps_two_and_any_being_downloaded() -> None:
     # The download stalls past the fetch timeout: it is given up.
     h.advance(CONFIG.controller_quorum_fetch_timeout_ms + 1)
     assert log.snapshot_ids == (third, fourth) and log.log_start_offset == third.end_offset
+
+
+
+def test_a_leader_sends_records_before_its_own_flush_but_counts_its_log_only_once_flushed() -> None:
+    h = Harness(Node(i, VOTERS, seed=4) for i in VOTERS)
+    leader = h.elect()
+    follower = next(n for n in h.nodes.values() if n is not leader)
+    hw = leader.core.high_watermark
+    result, out = leader.core.propose([b"x"], h.now_ms)  # not obeyed: the leader's log stays unflushed
+    assert out.flush_log_to_offset == result.last_offset + 1 and out.send_before_flush
+    answers = [m for m in outbound(out, FetchResponse)
+               if m.message.records and m.correlation.source_id == follower.node_id]
+    assert answers, "the follower's parked Fetch gets the record before the leader's flush"
+    h.deliver(Envelope(leader.node_id, follower.node_id, answers[0].message, answers[0].correlation.correlation))
+    assert follower.log.flushed_offset == result.last_offset + 1
+    (request,) = follower.take(FetchRequest)
+    after = leader.core.handle(Inbound(follower.node_id, request.message, Token(follower.node_id, request.correlation)),
+                               h.now_ms)
+    assert after.high_watermark == hw, "one follower plus an unflushed leader is no majority"
+    leader.log.flush(result.last_offset + 1)
+    assert leader.core.tick(h.now_ms).high_watermark == result.last_offset + 1
+
+
+def test_only_a_leader_that_changed_no_election_state_sends_before_flushing() -> None:
+    h = Harness(Node(i, VOTERS, seed=4) for i in VOTERS)
+    h.advance(CONFIG.controller_quorum_election_timeout_ms * 3)
+    (leader,) = h.leaders()
+    for node in h.nodes.values():
+        for out in node.outputs:
+            if out.send_before_flush:
+                assert out.role == "Leader" and out.persist_election_state is None
+            elif out.role == "Leader":
+                assert out.persist_election_state is not None  # the step that made it leader
+    followers_fetches = [o for n in h.nodes.values() if n is not leader for o in n.outputs
+                         if outbound(o, FetchRequest)]
+    assert followers_fetches and not any(o.send_before_flush for o in followers_fetches)

@@ -1,9 +1,10 @@
 """SimNode: one raftka quorum member as the simulation runs it.
 
 It plays the driver's part faithfully: for every `Output` it persists the
-election state, flushes the log, then sends, then applies committed records
-to a toy state machine (a list of every record), exactly the order
-`quorum.raft.core` documents. Its log (see `disk.py`) and its persisted
+election state, flushes the log, then sends (a leader's output that
+changed no election state: sends first, as the driver does), then applies
+committed records to a toy state machine (a list of every record), exactly
+the order `quorum.raft.core` documents. Its log (see `disk.py`) and its persisted
 election state are its disk; a crash keeps only those.
 """
 
@@ -117,8 +118,12 @@ class SimNode:
 
     def obey(self, out: Output, now_ms: int) -> None:
         if self.crash_mid_next_event:
-            # Crash after the core changed its mind, before anything reached disk or wire.
+            # Crash after the core changed its mind, before anything reached
+            # disk or wire; or, for a leader that sends before its flush, in
+            # the window that opens: records on the wire, not on its disk.
             self.crash_mid_next_event = False
+            if out.send_before_flush and out.flush_log_to_offset is not None:
+                self.send(out, now_ms)
             self.crash(self.cluster.rng)
             return
         self.process(out, now_ms)
@@ -126,14 +131,35 @@ class SimNode:
     def process(self, out: Output | None, now_ms: int) -> None:
         while out is not None:
             assert self.core is not None
-            # 1. persist
+            # 1. persist (a leader's messages may go first: Output.send_before_flush)
+            if out.send_before_flush:
+                self.send(out, now_ms)
             if out.persist_election_state is not None:
                 self.disk_election = out.persist_election_state
             flushed = out.flush_log_to_offset is not None
             if flushed:
                 self.log.flush(out.flush_log_to_offset)
             # 2. send
-            for m in out.messages:
+            if not out.send_before_flush:
+                self.send(out, now_ms)
+            # 3. apply
+            if out.snapshot_installed is not None:
+                self.sm.load_snapshot(out.snapshot_installed, self.log.snapshot_data(out.snapshot_installed))
+                self.cluster.invariants.on_snapshot_loaded(self)
+            if out.high_watermark is not None:
+                self.cluster.invariants.on_high_watermark(self, out.high_watermark)
+                self.apply_to(out.high_watermark)
+            self.wake_at_ms = out.wake_at_ms
+            # 4. a completed flush may move the leader's high watermark
+            if flushed:
+                out = self.core.tick(now_ms)
+            elif out.snapshot_suggested and self.sm.next_offset > self.log.log_start_offset:
+                _, out = self.core.create_snapshot(self.sm.next_offset, self.sm.snapshot_bytes(), now_ms)
+            else:
+                out = None
+
+    def send(self, out: Output, now_ms: int) -> None:
+        for m in out.messages:
                 if m.is_request:
                     self.cluster.network.send(
                         now_ms,
@@ -155,21 +181,6 @@ class SimNode:
                         source_incarnation=self.incarnation,
                         destination_incarnation=token.source_incarnation,
                     )
-            # 3. apply
-            if out.snapshot_installed is not None:
-                self.sm.load_snapshot(out.snapshot_installed, self.log.snapshot_data(out.snapshot_installed))
-                self.cluster.invariants.on_snapshot_loaded(self)
-            if out.high_watermark is not None:
-                self.cluster.invariants.on_high_watermark(self, out.high_watermark)
-                self.apply_to(out.high_watermark)
-            self.wake_at_ms = out.wake_at_ms
-            # 4. a completed flush may move the leader's high watermark
-            if flushed:
-                out = self.core.tick(now_ms)
-            elif out.snapshot_suggested and self.sm.next_offset > self.log.log_start_offset:
-                _, out = self.core.create_snapshot(self.sm.next_offset, self.sm.snapshot_bytes(), now_ms)
-            else:
-                out = None
 
     def apply_to(self, high_watermark: int) -> None:
         if self.sm.next_offset >= high_watermark:
