@@ -11,7 +11,10 @@ protocol to the active controller):
     concurrent writers (throughput);
   * 1,000-record batches: IncrementalAlterConfigs of one key on 1,000
     topics (1,000 ConfigRecords, decided and appended as one batch), by
-    `--batch-writers` concurrent writers.
+    `--batch-writers` concurrent writers;
+  * for each: the CPU time of the three controller processes per 1,000
+    committed records, which, unlike the rate, does not depend on what
+    else the machine is running.
   A broker stand-in registers and heartbeats first (topics need a usable
   broker), and 1,000 topics are created.
 - **failover**: kill -9 the leader; the time until a write is committed by
@@ -194,7 +197,9 @@ async def _writes(args: argparse.Namespace, quorum: Any, topics: list[str], rows
         ("batch", TOPICS, args.batch_writers, _batch_requests(topics)),
     ]
     for kind, per_request, writers, make in cases:
+        cpu_before = _controllers_cpu_s(quorum)
         committed, seconds, latencies = await _write_load(quorum, make, per_request, writers, args.duration)
+        cpu_s = _controllers_cpu_s(quorum) - cpu_before
         total += committed
         params = {"write": kind, "records_per_request": per_request, "writers": writers,
                   "duration_s": args.duration, "voters": 3, "record": "ConfigRecord (IncrementalAlterConfigs)"}
@@ -202,10 +207,28 @@ async def _writes(args: argparse.Namespace, quorum: Any, topics: list[str], rows
         rows.append(_row(params, "committed_records_per_s", committed / seconds, "records/s"))
         rows.append(_row(params, "commit_latency_p50", pct["p50"], "ms"))
         rows.append(_row(params, "commit_latency_p99", pct["p99"], "ms"))
+        if committed:
+            rows.append(_row(params, "controllers_cpu_per_1000_records", cpu_s * 1e6 / committed, "ms"))
         if latencies:
             samples.append((params, "commit_latency", latencies))
         console.print(f"writes {kind} x{writers}: {committed / seconds:,.0f} records/s, "
-                      f"p50 {pct['p50']:.1f} ms, p99 {pct['p99']:.1f} ms ({len(latencies)} requests)")
+                      f"p50 {pct['p50']:.1f} ms, p99 {pct['p99']:.1f} ms ({len(latencies)} requests), "
+                      f"{cpu_s * 1e6 / max(committed, 1):,.1f} ms CPU of the 3 controllers per 1,000 records")
+    return total
+
+
+def _controllers_cpu_s(quorum: Any) -> float:
+    """CPU seconds used so far by the running controller processes (a
+    figure that, unlike records/s, does not depend on how busy the machine is)."""
+    from bench.proc_stats import cpu_seconds
+
+    total = 0.0
+    for node_id, process in quorum.processes.items():
+        if quorum.is_running(node_id):
+            try:
+                total += cpu_seconds(process.pid)
+            except OSError:
+                pass  # exited meanwhile
     return total
 
 
