@@ -312,7 +312,7 @@ _RESOURCE_TYPES = {int(t): t for t in ConfigResourceType}
 
 
 def _resource_from(value: Any, where: str) -> Any:
-    if not _is_int(value):
+    if type(value) is not int and not _is_int(value):
         raise _malformed(_RESOURCE, value, where)
     resource_type = _RESOURCE_TYPES.get(value)
     if resource_type is None:
@@ -347,10 +347,7 @@ _TO_CBOR: dict[str, Any] = {
 }
 
 
-def _from_cbor(kind: str, value: Any, where: str) -> Any:
-    if value is None and kind.endswith("?"):
-        return None
-    return _FROM_CBOR[kind.rstrip("?")](value, where)
+_PLAIN_TYPES: dict[str, type] = {_INT: int, _STR: str, _BOOL: bool}
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +359,7 @@ class _Field:
     omit_none: bool        # default None and value None: left out of the map
     from_cbor: Any
     to_cbor: Any
+    plain_type: type | None  # a CBOR value of exactly this type is the field's value as is
 
 
 def _plan(cls: type) -> tuple[int, tuple[_Field, ...]]:
@@ -369,7 +367,8 @@ def _plan(cls: type) -> tuple[int, tuple[_Field, ...]]:
     defaults = _DEFAULTS[cls]
     return version, tuple(
         _Field(name, f"{cls.TYPE}.{name}", kind.endswith("?"), name not in defaults,
-               name in defaults and defaults[name] is None, _FROM_CBOR[kind.rstrip("?")], _TO_CBOR[kind.rstrip("?")])
+               name in defaults and defaults[name] is None, _FROM_CBOR[kind.rstrip("?")], _TO_CBOR[kind.rstrip("?")],
+               _PLAIN_TYPES.get(kind.rstrip("?")))
         for name, kind in fields)
 
 
@@ -398,7 +397,7 @@ def record_from_map(data: Any) -> Record:
     if not isinstance(data, dict):
         raise MalformedRecordError(f"a metadata record must be a CBOR map, got {type(data).__name__}")
     tag, version = data.get("t"), data.get("v")
-    if not isinstance(tag, str) or not _is_int(version) or version < 1:
+    if type(tag) is not str or type(version) is not int or version < 1:
         raise MalformedRecordError(f"metadata record without a valid type tag and version: t={tag!r} v={version!r}")
     cls = _BY_TAG.get(tag)
     if cls is None:
@@ -415,7 +414,9 @@ def record_from_map(data: Any) -> Record:
     kwargs: dict[str, Any] = {}
     for f in fields:
         value = data.get(f.name, _ABSENT)
-        if value is _ABSENT:
+        if type(value) is f.plain_type:
+            kwargs[f.name] = value  # the common case: an int or str field holding one
+        elif value is _ABSENT:
             if f.required:
                 raise MalformedRecordError(f"metadata record {tag!r} lacks required field {f.name!r}")
         elif value is None and f.optional:
