@@ -183,9 +183,14 @@ class BrokerZkLink:
             sender = ControllerChannelManager(nursery, CONTROL_PLANE_LISTENER,
                                               client_id=f"raftka-controller-{self.broker.node_id}")
             unclean = self.config.raw.get("unclean.leader.election.enable", "false").lower() == "true"
+
+            def on_change(active: bool, epoch: int) -> None:
+                if not active:  # a resigned controller's queued requests are stale: drop them
+                    sender.close()
+
             self.controller = ZkController(self.zk, ZkControllerConfig(
                 self.broker.node_id, inter_broker_listener_name=advertised.name,
-                unclean_leader_election_enable=unclean), sender)
+                unclean_leader_election_enable=unclean), sender, on_change=on_change)
             await nursery.start(self._run_controller)
             nursery.start_soon(self._watch_config_changes)
             task_status.started()
@@ -303,12 +308,15 @@ class BrokerZkLink:
             with trio.move_on_after(0.05):
                 await self._progress.wait()
 
-    def _still_leading(self) -> list[NamedPartition]:
-        """Partitions ZooKeeper says this broker leads while another ISR member could."""
+    def _led_here(self) -> list[NamedPartition]:
+        """Partitions this broker leads (in its image) that another ISR member could lead."""
         image = self.broker.image
-        tps = [NamedPartition(image.topics_by_id[tp.topic_id].name, tp.partition)
-               for tp, reg in image.partitions_of_broker(self.broker.node_id)
-               if tp.topic_id in image.topics_by_id and reg.leader == self.broker.node_id and len(reg.isr) > 1]
+        return [NamedPartition(image.topics_by_id[tp.topic_id].name, tp.partition)
+                for tp, reg in image.partitions_of_broker(self.broker.node_id)
+                if tp.topic_id in image.topics_by_id and reg.leader == self.broker.node_id and len(reg.isr) > 1]
+
+    def _still_leading(self, tps: list[NamedPartition]) -> list[NamedPartition]:
+        """Those of `tps` ZooKeeper says this broker still leads while another ISR member could."""
         states = store.read_partition_states(self.zk, tps)
         return [tp for tp, s in states.items() if s.leader == self.broker.node_id and len(s.isr) > 1]
 
@@ -325,13 +333,13 @@ class BrokerZkLink:
                 await trio.to_thread.run_sync(registration.stop)
             except KazooException as exc:  # the session is gone, and the registration with it
                 _log.info("broker %d: deregistering failed (%s)", self.broker.node_id, type(exc).__name__)
+            leading = self._led_here()
             while True:
                 try:
-                    leading = await trio.to_thread.run_sync(self._still_leading)
+                    leading = await trio.to_thread.run_sync(self._still_leading, leading)
                 except KazooException as exc:
                     _log.info("broker %d: controlled shutdown: ZooKeeper unavailable (%s)", self.broker.node_id,
                               type(exc).__name__)
-                    leading = [None]
                 if not leading:
                     moved = True
                     _log.info("broker %d: controlled shutdown: leaders moved in %.2f s", self.broker.node_id,
