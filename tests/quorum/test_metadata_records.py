@@ -102,6 +102,11 @@ def test_unknown_extra_fields_are_ignored_for_a_known_version():
     cbor2.dumps({"t": "Topic", "v": 1, "name": "a", "topic_id": b"short"}),
     cbor2.dumps({"t": "Partition", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0,
                  "replicas": [1, True], "isr": [], "leader": 1}),
+    cbor2.dumps({"t": "Partition", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": True,
+                 "replicas": [1], "isr": [1], "leader": 1}),
+    cbor2.dumps({"t": "Config", "v": 1, "resource_type": 2, "resource_name": None, "key": "k"}),
+    cbor2.dumps({"t": "Config", "v": 1, "resource_type": 3, "resource_name": "t", "key": "k"}),
+    cbor2.dumps({"t": "BrokerRegistrationChange", "v": 1, "broker_id": 1, "broker_epoch": 5, "fenced": 1}),
 ])
 def test_malformed_bytes_raise_malformed_record_error(raw):
     with pytest.raises(MalformedRecordError):
