@@ -5,7 +5,8 @@ What it measures, in one run, on the real file system (a temp directory):
 - **append**: `Log.append` of N MiB of ~16 KiB batches (100-byte records),
   as a leader does (validate, assign offsets, stamp the leader epoch,
   write), against plain `os.write` calls of the same bytes in the same
-  16 KiB chunks to a plain file. Neither side fsyncs (the log's default flush policy).
+  16 KiB chunks to a plain file. Neither side fsyncs (the log's default
+  flush policy).
 - **read**: `Log.read(offset, max_bytes=1 MiB)` (a consumer's fetch) then
   `os.preadv` of every returned slice into one preallocated buffer,
   against one `os.preadv` of the same byte range of the plain file (same
