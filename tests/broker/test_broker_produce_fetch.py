@@ -2,12 +2,15 @@
 acks, the HW bound, long polls, response size limits, fetch sessions, and
 the purgatory woken by a follower's fetch."""
 
+import pytest
 import trio
 from kio.schema.errors import ErrorCode
 
+from broker.config import BrokerConfig
 from quorum.metadata import ConfigRecord, ConfigResourceType, PartitionChangeRecord
 
 from broker_testing import batch, fetch_request, only_partition, produce_request, start_broker
+from raftka.errors import ConfigError
 from storage.batch import iter_batch_headers
 
 
@@ -207,6 +210,27 @@ async def test_fetch_copy_path_serves_the_same_bytes(nursery, tmp_path):
 
 def records_of_bytes(data: bytes) -> list:
     return [h for _, h in iter_batch_headers(data)]
+
+
+async def test_socket_buffer_sizes_are_broker_configs_and_small_ones_still_serve_big_requests(nursery, tmp_path):
+    props = {"node.id": "1", "log.dirs": str(tmp_path), "socket.send.buffer.bytes": "8192",
+             "socket.receive.buffer.bytes": "16384"}
+    config = BrokerConfig.from_properties(props, cluster_id="c")
+    assert (config.socket_send_buffer_bytes, config.socket_receive_buffer_bytes) == (8192, 16384)
+    with pytest.raises(ConfigError, match="socket.send.buffer.bytes"):
+        BrokerConfig.from_properties({**props, "socket.send.buffer.bytes": "-2"}, cluster_id="c")
+    small = await start_broker(nursery, tmp_path / "small", socket_send_buffer_bytes=8192,
+                               socket_receive_buffer_bytes=8192)
+    default = await start_broker(nursery, tmp_path / "default")
+    answers = []
+    for rb in (small, default):
+        await rb.create_topic("t")
+        conn = await rb.connect(nursery)
+        for i in range(8):
+            answer = await conn.request(produce_request("t", 0, batch(200, base_timestamp=1000 * i, value_bytes=1000)))
+            assert only_partition(answer).error_code == ErrorCode.none
+        answers.append(bytes(only_partition(await conn.request(fetch_request([("t", 0, 0, 4 << 20, -1)]))).records))
+    assert answers[0] == answers[1] and len(records_of_bytes(answers[0])) == 8 and len(answers[0]) > 1_000_000
 
 
 async def test_idle_connections_close_but_long_polls_do_not(nursery, tmp_path):
