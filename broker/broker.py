@@ -183,6 +183,8 @@ class Broker:
                     max_in_flight=config.max_in_flight_requests_per_connection,
                     request_max_bytes=config.socket_request_max_bytes,
                     connections_max_idle_ms=config.connections_max_idle_ms,
+                    send_buffer_bytes=config.socket_send_buffer_bytes,
+                    receive_buffer_bytes=config.socket_receive_buffer_bytes,
                     file_transfer=config.fetch_file_transfer,
                     log=logging.getLogger("broker.server"),
                 ))
