@@ -16,6 +16,9 @@ None) instead of hanging; the callers poll.
   acks=-1 committed).
 - `produce_many(host, port, [(topic, partition), ...], acks)`: one record
   to each of many partitions in one Produce request; the error code of each.
+- `active_controller(cluster)`: (node id, epoch) of the active controller
+  in either mode: the quorum leader (KRaft), or the broker in ZooKeeper's
+  `/controller` znode with `/controller_epoch` (ZooKeeper mode).
 """
 
 from __future__ import annotations
@@ -73,17 +76,27 @@ async def quorum_leader(controllers: list[tuple[str, int]]) -> tuple[int, int] |
 
 
 def create_topics_request(partitions_by_topic: Mapping[str, int], replication_factor: int,
-                          timeout_ms: int) -> ct_req.CreateTopicsRequest:
+                          timeout_ms: int, assignments: Mapping[str, list[list[int]]] | None = None,
+                          ) -> ct_req.CreateTopicsRequest:
+    """CreateTopics for {topic: partitions}; a topic in `assignments` gets those replica lists instead."""
+    def creatable(name: str, partitions: int) -> ct_req.CreatableTopic:
+        replicas = (assignments or {}).get(name)
+        if replicas is None:
+            return ct_req.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
+                                         assignments=(), configs=())
+        return ct_req.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1, configs=(), assignments=tuple(
+            ct_req.CreatableReplicaAssignment(partition_index=i, broker_ids=tuple(r)) for i, r in enumerate(replicas)))
+
     return ct_req.CreateTopicsRequest(
-        topics=tuple(ct_req.CreatableTopic(name=n, num_partitions=p, replication_factor=replication_factor,
-                                           assignments=(), configs=()) for n, p in partitions_by_topic.items()),
+        topics=tuple(creatable(n, p) for n, p in partitions_by_topic.items()),
         timeout=datetime.timedelta(milliseconds=timeout_ms), validate_only=False)
 
 
 async def create_topics(host: str, port: int, partitions_by_topic: Mapping[str, int], *,
-                        replication_factor: int = 1, timeout_ms: int = 30_000) -> dict[str, int]:
+                        replication_factor: int = 1, timeout_ms: int = 30_000,
+                        assignments: Mapping[str, list[list[int]]] | None = None) -> dict[str, int]:
     """{topic: error code} of one CreateTopics, sent to the broker at host:port."""
-    request = create_topics_request(partitions_by_topic, replication_factor, timeout_ms)
+    request = create_topics_request(partitions_by_topic, replication_factor, timeout_ms, assignments)
     response = await _request(host, port, request, timeout_ms + 5000)
     return {str(t.name): int(t.error_code) for t in response.topics}
 
@@ -116,3 +129,33 @@ async def produce_many(host: str, port: int, partitions: list[tuple[str, int]], 
             produce_req.PartitionProduceData(index=p, records=batch) for p in ps)) for topic, ps in by_topic.items())),
         timeout_ms)
     return {(str(t.name), int(p.index)): int(p.error_code) for t in response.responses for p in t.partition_responses}
+
+
+async def active_controller(cluster: Any, exclude: int | None = None) -> tuple[int, int] | None:
+    """(node id, epoch) of the active controller, or None while there is none (see the module docstring)."""
+    if getattr(cluster, "mode", "kraft") != "zk":
+        return await quorum_leader([(n.host, n.port) for n in cluster.controllers
+                                    if n.node_id != exclude and n.is_running()])
+    return await trio.to_thread.run_sync(_zk_controller, cluster.zookeeper.connect_string)
+
+
+def _zk_controller(connect_string: str) -> tuple[int, int] | None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    from quorum.zookeeper import znodes
+
+    zk = KazooClient(hosts=connect_string, timeout=2.0)
+    try:
+        zk.start(timeout=2.0)
+        try:
+            controller = znodes.decode_controller(zk.get(znodes.CONTROLLER_PATH)[0])
+            epoch = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH_PATH)[0])
+        except NoNodeError:
+            return None
+        return controller.broker_id, epoch
+    except Exception:  # noqa: BLE001 - kazoo's connection errors have no common root; a probe just fails
+        return None
+    finally:
+        zk.stop()
+        zk.close()

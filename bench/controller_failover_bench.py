@@ -11,7 +11,8 @@ the instant before the signal two clocks run:
 - **election**: until a surviving controller's DescribeQuorum answer names
   a new leader in a higher epoch (polled every 10 ms);
 - **metadata write**: until a CreateTopics sent through the broker is
-  answered without error. A new attempt (a new topic) starts every 20 ms,
+  answered without error and the broker's Metadata lists the new topic
+  with a leader. A new attempt (a new topic) starts every 20 ms,
   each on its own connection, at most 16 in flight; the clock stops at the
   first success's answer. The broker answers once its own metadata image
   shows the topic, so this includes the new leader's commit and the
@@ -22,6 +23,16 @@ With kill and stop the followers notice the loss only after
 election (`controller.quorum.election.timeout.ms`, default 1000 ms,
 randomized): set them with `--set`. With `--rounds N` the victim is brought
 back and caught up between rounds.
+
+In ZooKeeper mode (`--mode zk`, `--controllers` ZooKeeper servers) the
+active controller is the broker named by the `/controller` znode, so the
+fault takes a broker down with it (`--brokers` must be at least 2); the
+election clock stops when `/controller` names another broker with a
+higher `/controller_epoch`, and the CreateTopics go through a surviving
+broker. The others notice only when the dead broker's ZooKeeper session
+expires (`zookeeper.session.timeout.ms`, Kafka's default 18000 ms; with
+term the controller resigns at once), and the new controller then loads
+all state from ZooKeeper before it acts.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import argparse
 import time
 from typing import Any
 
-from bench.runner import BenchError, ModeNotAvailableError, Runner, add_run_options, parse_sets
+from bench.runner import BenchError, Runner, add_run_options, parse_sets
 
 SCENARIO = "controller-failover"
 POLL_S = 0.01
@@ -55,23 +66,25 @@ def run(args: argparse.Namespace) -> int:
     if args.controllers < 3 or args.rounds < 1:
         raise SystemExit("raftka bench controller-failover: a quorum that survives a lost leader needs "
                          "--controllers 3 or 5; --rounds must be >= 1")
-    if args.mode == "zk":
-        raise ModeNotAvailableError(
-            "controller-failover --mode zk is not available yet: it finds the active controller through "
-            "DescribeQuorum (KRaft); ZooKeeper mode's is the /controller znode's broker, which it cannot find yet")
+    if args.mode == "zk" and args.brokers < 2:
+        raise SystemExit("raftka bench controller-failover --mode zk: the controller is a broker, so a surviving "
+                         "broker needs --brokers 2 or more")
     overrides = parse_sets(args.set)
     params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault}
     failed = 0
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
-        runner.phase("warm-up", f"create {args.warmup_topics} topics through broker {cluster.brokers[0].node_id}")
-        warm = runner.trio_run(_warm_up, cluster, args.warmup_topics)
         for round_no in range(args.rounds):
             leader = runner.trio_run(_leader, cluster)
+            broker = next(b for b in cluster.brokers if b.node_id != leader[0])
+            if round_no == 0:
+                runner.phase("warm-up", f"create {args.warmup_topics} topics through broker {broker.node_id}")
+                warm = runner.trio_run(_warm_up, broker, args.warmup_topics)
             runner.phase("measure", f"round {round_no + 1}/{args.rounds}: {args.fault} controller {leader[0]} "
                                     f"(epoch {leader[1]})")
             t0 = runner.inject(cluster, leader[0], args.fault)
-            clocks = runner.trio_run(_watch, cluster, leader, t0, args.timeout, f"cf-{runner.run_id}-{round_no}")
+            clocks = runner.trio_run(_watch, cluster, broker, leader, t0, args.timeout,
+                                     f"cf-{runner.run_id}-{round_no}")
             for metric, key in (("controller_election_ms", "election"), ("controller_failover_ms", "write")):
                 if key in clocks:
                     runner.row(metric, clocks[key] * 1000, "ms")
@@ -97,22 +110,21 @@ def _voters(cluster: Any, exclude: int | None = None) -> list[tuple[str, int]]:
 async def _leader(cluster: Any) -> tuple[int, int]:
     import trio
 
-    from bench.cluster_probes import quorum_leader
+    from bench.cluster_probes import active_controller
 
     with trio.move_on_after(30):
-        while (found := await quorum_leader(_voters(cluster))) is None:
+        while (found := await active_controller(cluster)) is None:
             await trio.sleep(0.1)
         return found
-    raise BenchError("no controller names a quorum leader after 30 s")
+    raise BenchError("no active controller (quorum leader, or /controller znode) after 30 s")
 
 
-async def _warm_up(cluster: Any, topics: int) -> float | None:
-    """Create `topics` topics one by one; the median seconds each took."""
+async def _warm_up(broker: Any, topics: int) -> float | None:
+    """Create `topics` topics one by one through `broker`; the median seconds each took."""
     import statistics
 
     from bench.cluster_probes import create_topics
 
-    broker = cluster.brokers[0]
     took = []
     for i in range(topics):
         t = time.monotonic()
@@ -124,19 +136,22 @@ async def _warm_up(cluster: Any, topics: int) -> float | None:
     return statistics.median(took) if took else None
 
 
-async def _watch(cluster: Any, old: tuple[int, int], t0: float, timeout_s: float, prefix: str) -> dict[str, Any]:
+async def _watch(cluster: Any, broker: Any, old: tuple[int, int], t0: float, timeout_s: float,
+                 prefix: str) -> dict[str, Any]:
     import trio
 
-    from bench.cluster_probes import PROBE_ERRORS, create_topics, quorum_leader
+    from bench.cluster_probes import PROBE_ERRORS, active_controller, create_topics, quorum_leader, topic_partitions
 
     clocks: dict[str, Any] = {"attempts": 0}
-    broker = cluster.brokers[0]
     survivors = _voters(cluster, exclude=old[0])
+
+    async def ask(voter: tuple[str, int] | None) -> tuple[int, int] | None:
+        return await (active_controller(cluster) if voter is None else quorum_leader([voter]))
 
     async def election() -> None:
         while True:
-            for voter in survivors:
-                found = await quorum_leader([voter])
+            for voter in (survivors if cluster.mode != "zk" else [None]):
+                found = await ask(voter)
                 if found is not None and found[0] != old[0] and found[1] > old[1]:
                     clocks["election"] = time.monotonic() - t0
                     clocks["new_leader"] = found[0]
@@ -149,9 +164,20 @@ async def _watch(cluster: Any, old: tuple[int, int], t0: float, timeout_s: float
                 codes = await create_topics(broker.host, broker.port, {name: 1}, timeout_ms=5000)
             except PROBE_ERRORS:
                 return
-        if codes.get(name) == 0 and "write" not in clocks:
-            clocks["write"] = time.monotonic() - t0
-            done.set()
+        if codes.get(name) != 0:
+            return
+        # Made, and usable: the broker lists it with a leader (a ZooKeeper-mode broker answers once
+        # the znodes are written, before any controller has elected a leader).
+        while "write" not in clocks:
+            try:
+                leaders = await topic_partitions(broker.host, broker.port, [name], 1000)
+            except PROBE_ERRORS:
+                leaders = {}
+            if leaders.get((name, 0), -1) >= 0:
+                clocks.setdefault("write", time.monotonic() - t0)
+                done.set()
+                return
+            await trio.sleep(POLL_S)
 
     async def writes() -> None:
         limiter, done = trio.CapacityLimiter(MAX_IN_FLIGHT), trio.Event()

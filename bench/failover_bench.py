@@ -7,10 +7,14 @@ a leader can only move to another replica), either
 - `--partitions N`: one topic of N partitions placed by the controller;
   the victim is the broker that leads the most of them; or
 - `--led-partitions N`: N partitions placed by hand (CreateTopics replica
-  assignments) so that the first broker is the preferred leader of every
-  one of them, followers spread over the others; the victim is the first
-  broker, leader of all N. A CreateTopics request holds at most 10,000
+  assignments) so that one broker is the preferred leader of every one of
+  them, followers spread over the others; that broker is the victim,
+  leader of all N. A CreateTopics request holds at most 10,000
   partitions, so N above that is spread over several topics.
+
+In ZooKeeper mode (`--mode zk`) the controller is a broker; the victim is
+never that one (its loss would be a controller failover as well: that is
+`raftka bench controller-failover`).
 
 Warm-up: one record is produced to every partition and acknowledged
 with acks=1 (`--warmup` seconds at least; acks=1 so that a slow commit
@@ -33,9 +37,12 @@ run per former partition:
   topic scan, so this clock moves in ~1 s steps.
 
 With kill and stop, the controller learns of the failure only when the
-broker's session expires (`broker.session.timeout.ms`, Kafka's default
-9000 ms; set it with `--set`), so it bounds every clock from below: the
-target is a median produce clock within that timeout + 1 s; with term
+broker's session expires, so it bounds every clock from below: KRaft's
+`broker.session.timeout.ms` (Kafka's default 9000 ms) or ZooKeeper mode's
+`zookeeper.session.timeout.ms` (Kafka's default 18000 ms).
+`--session-timeout-ms` (default 9000) sets whichever the mode has, so both
+modes run with the same. The target is a median produce clock within that
+timeout + 1 s; with term
 (controlled shutdown, leaders moved before the broker exits), 1 s.
 Reported: max, p99, median and min of each clock over the partitions,
 every partition's time as raw samples, and the partitions that took no
@@ -51,7 +58,9 @@ import statistics
 import time
 from typing import Any
 
-from bench.runner import BenchError, Runner, add_run_options, parse_sets
+import trio
+
+from bench.runner import BenchError, Runner, add_run_options, parse_sets, session_overrides
 
 SCENARIO = "failover"
 TOPIC = "bench-failover"
@@ -81,6 +90,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--client-partitions", type=int, default=1000, metavar="N",
                    help="partitions timed by the confluent-kafka client clock (default 1000; 0: none)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up on a partition after S s")
+    p.add_argument("--session-timeout-ms", type=int, default=9000, metavar="MS",
+                   help="broker.session.timeout.ms (kraft) or zookeeper.session.timeout.ms (zk) (default 9000)")
     add_run_options(p, controllers=1, brokers=3)
     p.set_defaults(func=run)
 
@@ -109,17 +120,19 @@ def run(args: argparse.Namespace) -> int:
     if args.led_partitions is not None and (args.led_partitions < 1 or args.rounds != 1):
         raise SystemExit("raftka bench failover: --led-partitions needs N >= 1 and one round (a restarted "
                          "broker leads nothing until a preferred leader election): run the bench again instead")
-    overrides = parse_sets(args.set)
+    overrides, session_timeout_ms = session_overrides(args.mode, args.session_timeout_ms, parse_sets(args.set))
     topics = layout(args.led_partitions, args.partitions)
     params = {"partitions": sum(topics.values()), "replication_factor": args.replication_factor,
               "fault": args.fault, "acks": args.acks, "brokers": args.brokers, "controllers": args.controllers,
               "placement": "led" if args.led_partitions is not None else "controller",
-              "broker_session_timeout_ms": int(overrides.get("broker.session.timeout.ms", 9000))}
+              "session_timeout_ms": session_timeout_ms}
     stuck = 0
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
+        controller = runner.trio_run(_controller_broker, cluster)
+        candidates = [b.node_id for b in cluster.brokers if b.node_id != controller]
         t = time.monotonic()
-        _create(cluster, topics, args)
+        _create(runner, cluster, topics, args, candidates[0])
         runner.say(f"created {sum(topics.values()):,} partitions in {len(topics)} topic(s) "
                    f"in {time.monotonic() - t:.1f} s")
         keys = [(name, p) for name, n in topics.items() for p in range(n)]
@@ -128,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
         for round_no in range(args.rounds):
             leaders = runner.trio_run(_leaders, cluster, None, list(topics))
             if args.led_partitions is not None:
-                victim = cluster.brokers[0].node_id
+                victim = candidates[0]
             else:
-                victim = max(sorted(set(leaders.values())), key=lambda b: list(leaders.values()).count(b))
+                counts = {b: list(leaders.values()).count(b) for b in candidates}
+                victim = max(sorted(counts), key=lambda b: counts[b])
             moved = sorted(k for k, leader in leaders.items() if leader == victim)
             if args.led_partitions is not None and len(moved) < len(keys):
                 raise BenchError(f"broker {victim} leads only {len(moved):,} of the {len(keys):,} partitions placed "
@@ -161,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                                   f"p99 {p99:,.0f}, max {values[-1]:,.0f}, min {values[0]:,.0f}; "
                                   f"{len(values):,} of {expected:,} partitions"))
             runner.row("partitions_without_leader", len(moved) - len(produce_s), "partitions", led=len(moved))
-            target = 1000 if args.fault == "term" else params["broker_session_timeout_ms"] + 1000
+            target = 1000 if args.fault == "term" else session_timeout_ms + 1000
             lines.append(("target (median produce)", f"≤ {target:,}", "term: 1 s; kill/stop: session timeout + 1 s"))
             runner.table(f"round {round_no + 1}: {args.fault} broker {victim}, leader of {len(moved):,} partitions "
                          "(ms after the signal)", lines, columns=("clock", "median", "spread"))
@@ -171,30 +185,57 @@ def run(args: argparse.Namespace) -> int:
     return 0 if stuck == 0 else 1
 
 
-def _create(cluster: Any, topics: dict[str, int], args: argparse.Namespace) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
+def _create(runner: Runner, cluster: Any, topics: dict[str, int], args: argparse.Namespace, victim: int) -> None:
     from bench.kafka_bench import create_topic
 
     if args.led_partitions is None:
         create_topic(cluster.bootstrap, TOPIC, args.partitions, args.replication_factor)
         return
-    victim, others = cluster.brokers[0].node_id, [b.node_id for b in cluster.brokers[1:]]
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for name, n in topics.items():
-        assignment = led_assignment(victim, others, n, args.replication_factor)
-        futures = admin.create_topics([NewTopic(name, n, replica_assignment=assignment)], operation_timeout=120)
-        futures[name].result(180)
-    deadline = time.monotonic() + max(60.0, args.timeout)
-    for name, n in topics.items():
+    others = [b.node_id for b in cluster.brokers if b.node_id != victim]
+    assignments = {name: led_assignment(victim, others, n, args.replication_factor) for name, n in topics.items()}
+    runner.trio_run(_create_led, cluster, topics, assignments, max(120.0, args.timeout))
+
+
+async def _create_led(cluster: Any, topics: dict[str, int], assignments: dict[str, list[list[int]]],
+                      timeout_s: float) -> None:
+    """One CreateTopics per topic (with its replica lists), then until a broker lists every partition led."""
+    from bench.cluster_probes import PROBE_ERRORS, create_topics, topic_partitions
+
+    broker = cluster.brokers[-1]
+    with trio.move_on_after(timeout_s) as scope:
+        for name, n in topics.items():
+            codes = await create_topics(broker.host, broker.port, {name: n}, timeout_ms=int(timeout_s * 1000),
+                                        assignments={name: assignments[name]})
+            # 7 REQUEST_TIMED_OUT: made, but not yet in the broker's image; the wait below covers it.
+            if codes.get(name) not in (0, 7):
+                raise BenchError(f"CreateTopics of {name} ({n:,} partitions) failed with error code {codes.get(name)}")
+        expected = sum(topics.values())
         while True:
-            metadata = admin.list_topics(name, timeout=30).topics[name]
-            if len(metadata.partitions) == n and all(p.leader >= 0 for p in metadata.partitions.values()):
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"topic {name}: not every partition has a leader {max(60.0, args.timeout):.0f} s "
-                                 "after it was created")
-            time.sleep(0.2)
+            try:
+                leaders = await topic_partitions(broker.host, broker.port, list(topics), 30_000)
+                if len(leaders) == expected and all(v >= 0 for v in leaders.values()):
+                    return
+            except PROBE_ERRORS:
+                pass
+            await trio.sleep(0.2)
+    if scope.cancelled_caught:
+        raise BenchError(f"the {sum(topics.values()):,} partitions did not all have a leader {timeout_s:.0f} s "
+                         "after CreateTopics")
+
+
+async def _controller_broker(cluster: Any) -> int | None:
+    """In ZooKeeper mode, the broker that is the controller; None in KRaft mode."""
+    import trio
+
+    from bench.cluster_probes import active_controller
+
+    if cluster.mode != "zk":
+        return None
+    with trio.move_on_after(30):
+        while (found := await active_controller(cluster)) is None:
+            await trio.sleep(0.1)
+        return found[0]
+    raise BenchError("no broker holds ZooKeeper's /controller znode 30 s after the cluster was ready")
 
 
 async def _leaders(cluster: Any, exclude: int | None, topics: list[str]) -> dict[Key, int]:

@@ -88,7 +88,8 @@ class BenchInterrupted(KeyboardInterrupt):
 def add_run_options(p: argparse.ArgumentParser, *, controllers: int, brokers: int) -> None:
     """The options every cluster scenario takes (plus --results and --json)."""
     p.add_argument("--mode", choices=MODES, default="kraft",
-                   help="metadata mode of the cluster (default kraft; zk is not available yet)")
+                   help="metadata mode of the cluster: kraft (a Raft quorum of --controllers) or zk (a ZooKeeper "
+                        "ensemble of --controllers servers; a broker is the controller)")
     p.add_argument("--controllers", type=int, default=controllers, help=f"controllers (default {controllers})")
     p.add_argument("--brokers", type=int, default=brokers, help=f"brokers (default {brokers})")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -126,6 +127,28 @@ def filesystem_type(path: str) -> str:
     except OSError:
         pass
     return kind
+
+
+#: The key that sets how long a dead broker keeps its partitions, per mode.
+SESSION_TIMEOUT_KEYS = {"kraft": "broker.session.timeout.ms", "zk": "zookeeper.session.timeout.ms"}
+
+
+def session_overrides(mode: str, session_timeout_ms: int | None, overrides: dict[str, str]) -> tuple[dict[str, str], int]:
+    """`overrides` with the mode's session timeout key set (unless --set gave it), and its value.
+
+    KRaft fences a broker `broker.session.timeout.ms` after its last
+    heartbeat; ZooKeeper mode moves its leaders when its ZooKeeper session
+    (`zookeeper.session.timeout.ms`) expires. Comparing the modes fairly
+    means the same value for both."""
+    key = SESSION_TIMEOUT_KEYS[mode]
+    out = dict(overrides)
+    if session_timeout_ms is not None:
+        out.setdefault(key, str(session_timeout_ms))
+        if mode == "kraft":
+            # Kafka's ratio: a 2000 ms heartbeat in a 9000 ms session (shorter sessions need shorter beats).
+            out.setdefault("broker.heartbeat.interval.ms", str(max(100, min(2000, session_timeout_ms // 4))))
+    default = 9000 if mode == "kraft" else 18000
+    return out, int(out.get(key, default))
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:

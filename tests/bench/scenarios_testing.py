@@ -31,13 +31,13 @@ def by_metric(rows: list[dict]) -> dict[str, dict]:
     return {r["metric"]: r for r in rows}
 
 
-def stored(results: str, scenario: str) -> tuple[list[dict], list[dict]]:
+def stored(results: str, scenario: str, mode: str = "kraft") -> tuple[list[dict], list[dict]]:
     """(rows, raw samples) of `scenario` in the results dir, every required field checked."""
     rows = [r for r in read_rows(results) if r["scenario"] == scenario]
     for r in rows:
         missing = {f for f in REQUIRED_ROW_FIELDS if r.get(f) in (None, "")}
         assert not missing, (r, missing)
-        assert r["mode"] == "kraft" and isinstance(json.loads(r["params"]), dict)
+        assert r["mode"] == mode and isinstance(json.loads(r["params"]), dict)
     return rows, [s for s in read_samples(results) if s["scenario"] == scenario]
 
 

@@ -54,7 +54,7 @@ def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
     assert metrics["partitions_without_leader"]["value"] == 0
     for clock in ("metadata", "produce", "client"):
         worst = metrics[f"leader_failover_{clock}_ms_max"]
-        assert worst["unit"] == "ms" and worst["fault"] == "kill" and worst["broker_session_timeout_ms"] == 1500
+        assert worst["unit"] == "ms" and worst["fault"] == "kill" and worst["session_timeout_ms"] == 1500
         # The controller learns of a SIGKILLed broker only when its session expires.
         assert 1000 < worst["value"] < 30_000, worst
         assert metrics[f"leader_failover_{clock}_ms_min"]["value"] <= worst["value"]
@@ -106,11 +106,3 @@ def test_the_quick_suite_runs_each_entry_round_robin():
     assert len(runs) == 3 * len(QUICK) and runs[: len(QUICK)] == runs[len(QUICK): 2 * len(QUICK)]
     assert [name for name, _ in plan(quick=True, repeats=2, only={"latency", "failover"})] == [
         "latency", "failover", "latency", "failover"]
-
-
-@pytest.mark.parametrize("scenario", ["latency", "failover", "controller-failover", "metadata-scale", "produce"])
-def test_zk_mode_is_refused_clearly_until_the_launcher_has_it(tmp_path, scenario):
-    out = run_bench(scenario, "--mode", "zk", "--results", str(tmp_path / "results"), timeout=60)
-    assert out.returncode != 0
-    assert "--mode zk is not available yet" in out.stdout + out.stderr
-    assert not (tmp_path / "results").exists()
