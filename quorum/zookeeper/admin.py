@@ -8,6 +8,8 @@ watches:
   never see a topic without its config), then `/brokers/topics/<t>` with
   the replica assignment and a fresh topic id. The controller's
   `/brokers/topics` watch initializes the partitions.
+* **add partitions**: rewrite `/brokers/topics/<t>` with the new partitions,
+  conditional on its zkVersion; the controller's data watch on it fires.
 * **delete**: `/admin/delete_topics/<t>`. The controller deletes the rest.
 * **alter config**: rewrite `/config/topics/<t>` and leave a sequential
   `/config/changes/config_change_` naming it.
@@ -28,7 +30,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.errors import ZooKeeperModeError
@@ -83,6 +85,29 @@ def create_topic(zk: KazooClient, name: str, partitions: Mapping[int, Sequence[i
     except NodeExistsError:
         raise TopicAdminError(f"topic {name!r} already exists") from None
     return assignment
+
+
+def add_partitions(zk: KazooClient, name: str, topic_id: uuid.UUID,
+                   partitions: Mapping[int, Sequence[int]]) -> TopicAssignment:
+    """Add `partitions` (numbered right after the existing ones) to topic `name`'s assignment,
+    conditional on the zkVersion read. TopicAdminError if the topic is gone, was re-created,
+    or changed meanwhile."""
+    try:
+        data, stat = zk.get(z.topic_path(name))
+    except NoNodeError:
+        raise TopicAdminError(f"topic {name!r} does not exist") from None
+    current = z.decode_topic_assignment(name, data)
+    if current.topic_id != topic_id:
+        raise TopicAdminError(f"topic {name!r} was re-created meanwhile; retry")
+    if sorted(partitions) != list(range(len(current.partitions), len(current.partitions) + len(partitions))):
+        raise TopicAdminError(f"topic {name!r} has {len(current.partitions)} partitions now; retry")
+    grown = TopicAssignment({**current.partitions, **{p: tuple(r) for p, r in partitions.items()}},
+                            current.topic_id, current.adding_replicas, current.removing_replicas)
+    try:
+        zk.set(z.topic_path(name), z.encode_topic_assignment(grown), version=stat.version)
+    except (BadVersionError, NoNodeError):
+        raise TopicAdminError(f"topic {name!r} changed while partitions were added; retry") from None
+    return grown
 
 
 def delete_topic(zk: KazooClient, name: str) -> None:

@@ -19,8 +19,9 @@ controller.send(request)`), so the broker's handlers run unchanged:
 * **DescribeConfigs / IncrementalAlterConfigs**: decided on the image (its
   topic configs come from `/config/topics`, see `broker.zk_link`); a change
   rewrites `/config/topics/<t>` and leaves a `/config/changes` notification.
-* **CreatePartitions** is refused (INVALID_REQUEST): this controller watches
-  `/brokers/topics` for new topics only, not for grown ones.
+* **CreatePartitions**: decided on the image as well; the new partitions are
+  added to `/brokers/topics/<t>` conditional on its zkVersion, and the
+  controller's watch on that znode brings them online.
 * **AllocateProducerIds**: the next block of `/latest_producer_id_block`,
   claimed with a conditional set (Kafka's `ZkProducerIdManager`).
 * **AlterPartition**: for each partition, the leader re-reads its state
@@ -137,12 +138,25 @@ class ZkBrokerChannel:
         return result.response
 
     def _create_partitions(self, request: cp_req.CreatePartitionsRequest) -> cp_resp.CreatePartitionsResponse:
+        image = self.image()
+        result = self.topics.create_partitions(request, image, 0)
+        added: dict[str, dict[int, tuple[int, ...]]] = {}
+        for r in result.records:
+            assert isinstance(r, PartitionRecord), r
+            added.setdefault(image.topics_by_id[r.topic_id].name, {})[r.partition] = r.replicas
+        refused = {}
+        for name, partitions in added.items():
+            try:
+                admin.add_partitions(self.zk, name, image.topics_by_id[image.topic_ids_by_name[name]].topic_id,
+                                     partitions)
+            except admin.TopicAdminError as exc:
+                refused[name] = str(exc)
+        if not refused:
+            return result.response
         return cp_resp.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(
-            cp_resp.CreatePartitionsTopicResult(
-                name=t.name, error_code=ErrorCode.invalid_request,
-                error_message="raftka's ZooKeeper-mode controller does not add partitions to existing topics; "
-                              "create a new topic, or run the cluster in KRaft mode")
-            for t in request.topics))
+            cp_resp.CreatePartitionsTopicResult(name=r.name, error_code=ErrorCode.invalid_partitions,
+                                                error_message=refused[r.name]) if r.name in refused else r
+            for r in result.response.results))
 
     # --- configs ------------------------------------------------------------------------
 

@@ -173,8 +173,16 @@ class TopicConfigsLoaded:
     configs: Mapping[str, Mapping[str, str]]
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionsAdded:
+    """`/brokers/topics/<t>` of existing topics changed (Kafka's partition-modification
+    watch): their assignments now, freshly read."""
+
+    assignments: Mapping[str, TopicAssignment]
+
+
 ControllerEvent = (Failover | BrokersChanged | TopicsChanged | TopicDeletionRequested | IsrChangesNotified
-                   | TopicConfigsLoaded)
+                   | TopicConfigsLoaded | PartitionsAdded)
 
 
 # --- the controller's view ---------------------------------------------------------------
@@ -200,6 +208,18 @@ class ControllerContext:
         for p, replicas in assignment.partitions.items():
             for b in replicas:
                 self.replicas_by_broker.setdefault(b, set()).add(NamedPartition(name, p))
+
+    def extend_topic(self, name: str, assignment: TopicAssignment) -> list[NamedPartition]:
+        """Adopt a grown assignment of a known topic; its new partitions (existing ones keep theirs)."""
+        old = self.topics[name]
+        assert assignment.topic_id == old.topic_id, f"topic {name!r} changed id: not a growth"
+        added = [NamedPartition(name, p) for p in sorted(set(assignment.partitions) - set(old.partitions))]
+        partitions = {**assignment.partitions, **old.partitions}
+        self.topics[name] = TopicAssignment(partitions, old.topic_id, old.adding_replicas, old.removing_replicas)
+        for tp in added:
+            for b in partitions[tp.partition]:
+                self.replicas_by_broker.setdefault(b, set()).add(tp)
+        return added
 
     def remove_topic(self, name: str) -> None:
         old = self.topics.pop(name, None)

@@ -46,6 +46,7 @@ from quorum.zookeeper.context import (
     Decision,
     Failover,
     IsrChangesNotified,
+    PartitionsAdded,
     TopicConfigsLoaded,
     TopicDeletionRequested,
     TopicsChanged,
@@ -57,7 +58,8 @@ from quorum.zookeeper.znodes import DELETE_TOPICS_PATH, BrokerInfo
 
 _log = logging.getLogger("quorum.zookeeper.controller")
 
-_KINDS = ("controller", "session", "brokers", "topics", "delete_topics", "isr_change", "config_changes")
+_KINDS = ("controller", "session", "brokers", "topics", "delete_topics", "isr_change", "config_changes",
+          "partitions")
 
 
 class BrokerRequestSender(Protocol):
@@ -99,6 +101,8 @@ class ZkController:
         self._wakeup = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._last_config_change: str | None = None
+        #: topics whose `/brokers/topics/<t>` watch fired since the last read
+        self._modified_topics: set[str] = set()
         # Retry through connection losses (kazoo reconnects within the session),
         # as Kafka's retryRequestUntilConnected does; a session expiry surfaces.
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, ignore_expire=False)
@@ -120,6 +124,19 @@ class ZkController:
             except trio.RunFinishedError:
                 pass
         return fired
+
+    def _topic_modified(self, event: object) -> None:
+        # kazoo's thread: a topic's assignment changed (one watch per topic, as Kafka's
+        # PartitionModificationsHandler); the name is the path's last part.
+        name = str(getattr(event, "path", "")).rsplit("/", 1)[-1]
+
+        def mark() -> None:
+            self._modified_topics.add(name)
+            self._mark("partitions")
+        try:
+            trio.from_thread.run_sync(mark, trio_token=self._token)
+        except trio.RunFinishedError:
+            pass
 
     def _session_listener(self, state: str) -> None:
         # Runs in kazoo's thread and must not block: hand the news to trio.
@@ -203,6 +220,7 @@ class ZkController:
     async def _lead(self) -> None:
         self.core = ZkControllerCore(self.config)
         self._dirty.clear()
+        self._modified_topics = set()
         watches = {k: self._watch(k) for k in ("brokers", "topics", "delete_topics", "isr_change")}
         if not await self._zk(store.controller_znode_is_ours, self.zk, self.config.broker_id,
                               self._watch("controller")):
@@ -210,6 +228,7 @@ class ZkController:
         self._last_config_change, _ = await self._zk(store.read_config_changes, self.zk, None,
                                                      self._watch("config_changes"))
         snapshot = await self._zk(store.load_snapshot, self.zk, self.epoch, self.epoch_zk_version, watches)
+        await self._zk(store.watch_topics, self.zk, list(snapshot.topics), self._topic_modified)
         self.sender.update_brokers(snapshot.brokers)
         await self._run_event(Failover(snapshot))
         if self.on_change:
@@ -221,7 +240,7 @@ class ZkController:
             if "controller" in dirty and not await self._zk(
                     store.controller_znode_is_ours, self.zk, self.config.broker_id, self._watch("controller")):
                 raise _Resign("/controller is no longer ours")
-            for kind in ("brokers", "topics", "delete_topics", "isr_change", "config_changes"):
+            for kind in ("brokers", "topics", "delete_topics", "isr_change", "config_changes", "partitions"):
                 if kind in dirty:
                     event = await self._read_event(kind)
                     if event is not None:
@@ -236,7 +255,13 @@ class ZkController:
         if kind == "topics":
             names = await self._zk(store.read_topic_names, zk, watch)
             new = names - set(self.core.ctx.topics)
+            await self._zk(store.watch_topics, zk, new, self._topic_modified)
             return TopicsChanged(frozenset(names), await self._zk(store.read_topic_assignments, zk, new))
+        if kind == "partitions":
+            names, self._modified_topics = self._modified_topics & set(self.core.ctx.topics), set()
+            await self._zk(store.watch_topics, zk, names, self._topic_modified)
+            assignments = await self._zk(store.read_topic_assignments, zk, names)
+            return PartitionsAdded(assignments) if assignments else None
         if kind == "delete_topics":
             return TopicDeletionRequested(frozenset(await self._zk(zk.get_children, DELETE_TOPICS_PATH, watch)))
         if kind == "isr_change":

@@ -43,6 +43,8 @@ The rules, with where Kafka has them:
   replica, ISR = the live replicas, leader epoch 0; a state znode is
   created; LeaderAndIsr (is_new) to the replicas, UpdateMetadata to all. A
   partition with no live replica stays uninitialized until one registers.
+* **New partitions** of a known topic (CreatePartitions rewrote its
+  `/brokers/topics/<t>`): each goes online as a new topic's partition does.
 * **Topic deletion** (`TopicDeletionManager`): a topic is deleted once all
   its replicas are live (a replica on a dead broker would keep its log):
   its znodes go, brokers get UpdateMetadata with leader -2 and
@@ -76,6 +78,7 @@ from quorum.zookeeper.context import (
     DeleteZNode,
     Failover,
     IsrChangesNotified,
+    PartitionsAdded,
     SetZNode,
     TopicConfigsLoaded,
     TopicDeletionRequested,
@@ -148,6 +151,7 @@ class ZkControllerCore:
             TopicDeletionRequested: self._deletion_requested,
             IsrChangesNotified: self._isr_changes,
             TopicConfigsLoaded: self._configs_loaded,
+            PartitionsAdded: self._partitions_added,
         }[type(event)]
         resign = handler(event)
         return Decision(resign=True) if resign else self._next()
@@ -242,6 +246,18 @@ class ZkControllerCore:
                 continue
             ctx.add_topic(name, assignment)
             self._make_online(NamedPartition(name, p) for p in sorted(assignment.partitions))
+        return False
+
+    def _partitions_added(self, event: PartitionsAdded) -> bool:
+        """CreatePartitions (Kafka's `onNewPartitionCreation` from the partition-modification
+        watch): new partitions of a known topic go online as a new topic's do. Existing
+        partitions never change this way (that would be a reassignment)."""
+        ctx = self.ctx
+        for name, assignment in sorted(event.assignments.items()):
+            current = ctx.topics.get(name)
+            if current is None or name in ctx.topics_to_delete or assignment.topic_id != current.topic_id:
+                continue
+            self._make_online(ctx.extend_topic(name, assignment))
         return False
 
     def _deletion_requested(self, event: TopicDeletionRequested) -> bool:

@@ -177,6 +177,11 @@ def read_topic_assignments(zk: KazooClient, names: Iterable[str]) -> dict[str, T
     return out
 
 
+def watch_topics(zk: KazooClient, names: Iterable[str], watch: Watch) -> None:
+    """Arm a data watch on each `/brokers/topics/<t>` (partitions added to it)."""
+    _gather([zk.exists_async(z.topic_path(n), watch=watch) for n in sorted(names)])
+
+
 def read_partition_states(zk: KazooClient, tps: Iterable[NamedPartition]) -> dict[NamedPartition, PartitionState]:
     tps = list(tps)
     out = {}

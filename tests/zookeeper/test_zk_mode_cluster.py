@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kazoo.client import KazooClient
 
 from quorum.zookeeper import store
@@ -161,6 +161,18 @@ def test_topics_created_by_a_client_then_produced_and_consumed(cluster, zk):
     described = client.describe_configs([ConfigResource("topic", "orders")])
     (entries,) = [f.result(30) for f in described.values()]
     assert entries["retention.ms"].value == "3600000"
+    # The topic grows: the new partition is led, and takes records.
+    client.create_partitions([NewPartitions("orders", 4)], operation_timeout=30)["orders"].result(60)
+    wait_until(lambda: sorted(leaders_seen_by_clients(cluster, "orders")) == [0, 1, 2, 3]
+               and leaders_seen_by_clients(cluster, "orders")[3] in (2, 3, 4), 30, "partition 3 online")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce("orders", value=b"in-partition-3", partition=3)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "p3", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("orders", 3, 0)])
+    message = consumer.poll(30)
+    consumer.close()
+    assert message is not None and message.error() is None and message.value() == b"in-partition-3"
     # Each log dir is marked as a ZooKeeper-mode broker's (what `raftka migrate` reads).
     for b in cluster.brokers:
         meta = (b.log_dir / "meta.properties").read_text()
