@@ -25,21 +25,22 @@ Every leader or ISR change the controller makes goes through
 `changes_for_leaving_brokers` applies these rules to every partition a set
 of brokers hosts (fencing, controlled shutdown, unregistration);
 `changes_for_returning_broker` re-elects offline partitions when a broker
-is unfenced. Both walk the image's broker->partitions index, not the whole
+is unfenced (and finishes a reassignment that only waited for a leader
+among its target replicas, KIP-455). Both walk the image's broker->partitions index, not the whole
 cluster.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 from quorum.controller.config import ControllerConfig
+from quorum.controller.reassignment import IsLive, complete_if_done
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicPartition
 from quorum.metadata.records import NO_LEADER, PartitionChangeRecord
 from quorum.metadata.topic_configs import TOPIC_CONFIGS
 
-IsLive = Callable[[int], bool]
 
 
 def partition_change(
@@ -137,4 +138,7 @@ def changes_for_returning_broker(
                                   unclean=unclean_enabled(image, tp.topic_id, config))
         if change is not None:
             out.append(change)
+            done = complete_if_done(tp.topic_id, tp.partition, current.merge(change), is_live)
+            if done is not None:
+                out.append(done)
     return out

@@ -14,7 +14,8 @@ steps, both `PartitionChange` records:
    leader like any follower; the leader adds them to the ISR through
    AlterPartition once they have caught up.
 2. **Complete** (`complete_if_done`, checked on every AlterPartition the
-   controller accepts and when a reassignment starts). Once every `adding`
+   controller accepts, when a reassignment starts and when a broker
+   returns and partitions get a leader again). Once every `adding`
    broker is in the ISR and the ISR keeps a member of the target: the
    replica list becomes `target`, the ISR `ISR & target`, `adding` and
    `removing` are cleared and the leader is moved into the target if it
@@ -23,11 +24,15 @@ steps, both `PartitionChange` records:
    longer in the replica list stop the replica and delete its log
    (`quorum.metadata.delta`, StopReplica semantics).
 
-A new reassignment of a partition that is being reassigned starts from
-its original replicas (`replicas - adding`), as Kafka does; one whose
-target equals the original replicas cancels. **Cancel** (null replicas,
-`revert_reassignment`) goes back to the original replicas: `adding` leave
-the replica list and the ISR, and a leader among them is replaced.
+A new reassignment of a partition that is being reassigned is planned from
+its original replicas (`replicas - adding`), as Kafka does, in one record;
+one whose target equals the original replicas cancels. **Cancel** (null
+replicas, `revert_reassignment`) goes back to the original replicas:
+`adding` leave the replica list and the ISR, and a leader among them is
+replaced. Unlike Kafka, a change that would leave no in-sync replica (a
+cancel after every original fell out of sync, a new target without any
+ISR member) is refused rather than made with an unclean election: it
+would drop acknowledged records without anyone asking for that.
 
 Per-partition errors are Kafka's: UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REPLICA_ASSIGNMENT (empty, duplicate or unregistered brokers),
@@ -37,6 +42,7 @@ NO_REASSIGNMENT_IN_PROGRESS (cancel with nothing to cancel).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from kio.schema.alter_partition_reassignments.v0 import request as apr_req
 from kio.schema.alter_partition_reassignments.v0 import response as apr_resp
@@ -44,10 +50,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_partition_reassignments.v0 import request as lpr_req
 from kio.schema.list_partition_reassignments.v0 import response as lpr_resp
 
-from quorum.controller.elections import IsLive
 from quorum.controller.result import NO_THROTTLE, ControllerResult
 from quorum.metadata.image import MetadataImage, PartitionRegistration
 from quorum.metadata.records import NO_LEADER, PartitionChangeRecord, Record
+
+IsLive = Callable[[int], bool]
 
 
 def reassigning(p: PartitionRegistration) -> bool:
@@ -89,43 +96,48 @@ def complete_if_done(topic_id: uuid.UUID, partition: int, current: PartitionRegi
 
 
 def revert_reassignment(topic_id: uuid.UUID, partition: int, current: PartitionRegistration,
-                        is_live: IsLive) -> PartitionChangeRecord:
-    """The record cancelling `current`'s reassignment: back to the original replicas."""
+                        is_live: IsLive) -> tuple[list[PartitionChangeRecord], str | None]:
+    """The record cancelling `current`'s reassignment (back to the original replicas), or why not."""
     assert reassigning(current)
     original = original_replicas(current)
     isr = tuple(r for r in current.isr if r in original)
     if not isr:
-        # Only added replicas were in sync (the originals all failed meanwhile):
-        # keep the original whose data is most likely newest, as an unclean
-        # election would, rather than an empty ISR.
-        isr = original[:1]
+        # Kafka reverts anyway and elects uncleanly; that can silently drop
+        # acknowledged records, so raftka refuses until an original catches up.
+        return [], (f"no original replica {list(original)} is in sync (ISR {list(current.isr)}): cancelling now "
+                    f"would lose acknowledged records; wait until one has caught up, or reassign to replicas that "
+                    f"include an in-sync one")
     leader = _leader_among(original, isr, is_live, current.leader)
-    return PartitionChangeRecord(topic_id=topic_id, partition=partition, replicas=original, isr=isr, leader=leader,
-                                 adding_replicas=(), removing_replicas=())
+    return [PartitionChangeRecord(topic_id=topic_id, partition=partition, replicas=original, isr=isr, leader=leader,
+                                  adding_replicas=(), removing_replicas=())], None
 
 
 def start_reassignment(topic_id: uuid.UUID, partition: int, current: PartitionRegistration,
-                       target: tuple[int, ...], is_live: IsLive) -> list[PartitionChangeRecord]:
-    """Records moving `current` towards `target` (empty: nothing to do)."""
-    base = current
-    records: list[PartitionChangeRecord] = []
-    if reassigning(current):
-        revert = revert_reassignment(topic_id, partition, current, is_live)
-        base = current.merge(revert)
-        if target == base.replicas:
-            return [revert]
-        records.append(revert)
-    elif target == current.replicas:
-        return []
-    removing = tuple(r for r in base.replicas if r not in target)
-    adding = tuple(r for r in target if r not in base.replicas)
-    start = PartitionChangeRecord(topic_id=topic_id, partition=partition, replicas=target + removing,
-                                  adding_replicas=adding, removing_replicas=removing)
-    records.append(start)
-    done = complete_if_done(topic_id, partition, base.merge(start), is_live)
+                       target: tuple[int, ...], is_live: IsLive) -> tuple[list[PartitionChangeRecord], str | None]:
+    """Records moving `current` towards `target` (none: nothing to do), or why it cannot.
+
+    A reassignment under way is replaced: the new one is planned from the
+    original replicas, in one record, without passing through a state
+    where the ISR might have no member left."""
+    original = original_replicas(current)
+    if target == original:
+        return revert_reassignment(topic_id, partition, current, is_live) if reassigning(current) else ([], None)
+    removing = tuple(r for r in original if r not in target)
+    adding = tuple(r for r in target if r not in original)
+    replicas = target + removing
+    isr = tuple(r for r in current.isr if r in replicas)
+    if not isr:
+        return [], (f"none of the in-sync replicas {list(current.isr)} would stay among {list(replicas)}: "
+                    f"the records only they hold would be lost; keep one of them in the target, or wait")
+    leader = _leader_among(replicas, isr, is_live, current.leader)
+    start = PartitionChangeRecord(
+        topic_id=topic_id, partition=partition, replicas=replicas, isr=None if isr == current.isr else isr,
+        leader=None if leader == current.leader else leader, adding_replicas=adding, removing_replicas=removing)
+    records = [start]
+    done = complete_if_done(topic_id, partition, current.merge(start), is_live)
     if done is not None:
         records.append(done)
-    return records
+    return records, None
 
 
 def _assignment_error(image: MetadataImage, target: tuple[int, ...]) -> str | None:
@@ -175,12 +187,16 @@ class ReassignmentControlManager:
         if replicas is None:
             if not reassigning(current):
                 return ErrorCode.no_reassignment_in_progress, f"{name}-{index} has no reassignment to cancel.", []
-            return ErrorCode.none, None, [revert_reassignment(topic.topic_id, index, current, image.is_usable)]
-        target = tuple(int(b) for b in replicas)
-        problem = _assignment_error(image, target)
+            changes, problem = revert_reassignment(topic.topic_id, index, current, image.is_usable)
+        else:
+            target = tuple(int(b) for b in replicas)
+            problem = _assignment_error(image, target)
+            if problem is not None:
+                return ErrorCode.invalid_replica_assignment, problem, []
+            changes, problem = start_reassignment(topic.topic_id, index, current, target, image.is_usable)
         if problem is not None:
-            return ErrorCode.invalid_replica_assignment, problem, []
-        return ErrorCode.none, None, start_reassignment(topic.topic_id, index, current, target, image.is_usable)
+            return ErrorCode.invalid_replica_assignment, f"{name}-{index}: {problem}", []
+        return ErrorCode.none, None, changes
 
     def list_partition_reassignments(
         self, request: lpr_req.ListPartitionReassignmentsRequest, image: MetadataImage, now_ms: int,

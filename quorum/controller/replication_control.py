@@ -152,7 +152,8 @@ class ReplicationControlManager:
                 if everything and error == ErrorCode.election_not_needed:
                     continue  # as Kafka: "elect everything" reports only what it attempted
                 part_results.append(el_resp.PartitionResult(partition_id=index, error_code=error, error_message=message))
-            results.append(el_resp.ReplicaElectionResult(topic=name, partition_result=tuple(part_results)))
+            if part_results or not everything:
+                results.append(el_resp.ReplicaElectionResult(topic=name, partition_result=tuple(part_results)))
         return ControllerResult(tuple(records), el_resp.ElectLeadersResponse(
             throttle_time=NO_THROTTLE, error_code=ErrorCode.none, replica_election_results=tuple(results)))
 

@@ -130,7 +130,9 @@ def test_rebalance_leaves_partitions_under_reassignment_alone():
     c.create_topic("t", assignments={0: [1, 2]})
     fail_and_return(c, 1, at_ms=20_000)
     topic = c.image.topic("t")
-    c.append(start_reassignment(topic.topic_id, 0, c.partition("t"), (1, 2, 3), c.image.is_usable))
+    records, refusal = start_reassignment(topic.topic_id, 0, c.partition("t"), (1, 2, 3), c.image.is_usable)
+    assert refusal is None
+    c.append(records)
     assert c.partition("t").adding_replicas == (3,)
     assert imbalanced_preferred_elections(c.image, c.config) == []
 

@@ -168,3 +168,50 @@ def test_a_fenced_leader_during_a_reassignment_hands_over_to_an_original_isr_mem
     c.alter_isr("t", 0, [2, 3, 4])
     p = c.partition("t")
     assert (p.replicas, p.isr, p.leader) == ((3, 4), (3, 4), 3)
+
+
+def test_a_move_that_waits_for_its_only_in_sync_target_to_return_completes_when_it_does():
+    c = started(2)
+    c.create_topic("t", assignments={0: [1, 2]})
+    c.now_ms = 19_000
+    c.heartbeat(1)
+    c.tick(20_000)  # broker 2 fenced: ISR [1]
+    c.now_ms = 21_000
+    c.register(2)
+    c.heartbeat(2)
+    c.alter_isr("t", 0, [1, 2])
+    c.now_ms = 30_000
+    c.heartbeat(2)
+    c.tick(30_001)  # broker 1 fenced: ISR [2], leader 2
+    c.now_ms = 31_000
+    c.heartbeat(2, want_fence=True)  # and 2 goes too, staying the last ISR member
+    assert (c.partition("t").leader, c.partition("t").isr) == (-1, (2,))
+    # Move to [2]: 2 is in sync but not live, so the switch waits (no leader to name).
+    assert reassign(c, {("t", 0): [2]}) == {("t", 0): ErrorCode.none}
+    p = c.partition("t")
+    assert (p.replicas, p.removing_replicas, p.leader) == ((2, 1), (1,), -1)
+    c.heartbeat(2)  # unfenced: leads again, and the reassignment finishes
+    p = c.partition("t")
+    assert (p.replicas, p.isr, p.leader, p.removing_replicas) == ((2,), (2,), 2, ())
+
+
+def test_a_change_that_would_leave_no_in_sync_replica_is_refused():
+    c = started()
+    c.create_topic("t", assignments={0: [1]})
+    reassign(c, {("t", 0): [2, 3]})
+    c.alter_isr("t", 0, [1, 2])  # 2 caught up; 3 not yet
+    # Broker 1 (the only original) fails: only the added 2 is in sync now.
+    c.now_ms = 19_000
+    for b in (2, 3, 4):
+        c.heartbeat(b)
+    c.tick(20_000)
+    p = c.partition("t")
+    assert (p.leader, p.isr) == (2, (2,))
+    # A new target [3, 4] is planned from the original [1]: 2 would leave, no ISR member stays.
+    assert reassign(c, {("t", 0): [3, 4]}) == {("t", 0): ErrorCode.invalid_replica_assignment}
+    # Cancelling would make 1 -- out of sync -- the only replica: refused, the move goes on.
+    assert reassign(c, {("t", 0): None}) == {("t", 0): ErrorCode.invalid_replica_assignment}
+    assert c.partition("t") == p
+    c.alter_isr("t", 0, [2, 3])
+    p = c.partition("t")
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas, p.removing_replicas) == ((2, 3), (2, 3), 2, (), ())
