@@ -147,3 +147,36 @@ async def test_finalize_stops_dual_write(tmp_path, zk_connect, nursery):
     assert "after-finalize" not in (await in_thread(read_zk_state, zk)).topics, "ZooKeeper is no longer written"
     await in_thread(zk.stop)
     await in_thread(zk.close)
+
+
+async def test_a_controller_restarted_mid_migration_reconciles_zookeeper(tmp_path, zk_connect, nursery):
+    zk = KazooClient(zk_connect, timeout=2.0)
+    await in_thread(zk.start, 10)
+    await in_thread(zk_cluster, zk)
+    with trio.CancelScope() as first:
+        async with trio.open_nursery() as inner:
+            node, service = await start_controller(inner, tmp_path, zk_connect)
+            await until(lambda: node.image.zk_migration_state == ZkMigrationState.MIGRATION, what="the copy")
+            answer = await service.handle(create_topics_request(["payments"], partitions=2))
+            assert answer.topics[0].error_code == ErrorCode.none
+            first.cancel()  # the controller dies; maybe before its dual write of "payments"
+    # Meanwhile ZooKeeper drifts: a stale state from before (as a fenced ZooKeeper controller left it).
+    state = await in_thread(read_zk_state, zk)
+    tp = NamedPartition("orders", 2)
+    await in_thread(zk.set, z.partition_state_path(*tp), z.encode_partition_state(
+        z.PartitionState(1, 99, (1,), 1)))
+    node, service = await start_controller(nursery, tmp_path, zk_connect)
+    await until(lambda: node.is_active, what="the restarted controller active")
+    assert node.image.zk_migration_state == ZkMigrationState.MIGRATION
+
+    def reconciled():
+        s = read_zk_state(zk)
+        p = node.image.partition(node.image.topic_ids_by_name["orders"], 2)
+        return ("payments" in s.topics and s.topics["payments"].topic_id == node.image.topic_ids_by_name["payments"]
+                and (s.states[tp].leader, s.states[tp].leader_epoch, s.states[tp].isr) == (p.leader, p.leader_epoch,
+                                                                                           p.isr))
+
+    await until(reconciled, what="ZooKeeper reconciled with the log after the restart")
+    assert state.controller_epoch < (await in_thread(read_zk_state, zk)).controller_epoch, "claimed again"
+    await in_thread(zk.stop)
+    await in_thread(zk.close)
