@@ -105,6 +105,15 @@ def on_vote_request(core: RaftCore, inbound: Inbound, now_ms: int) -> None:
     candidate_log = OffsetAndEpoch(request.last_offset_epoch, request.last_offset)
     our_log = OffsetAndEpoch(core.log.last_fetched_epoch, core.log.log_end_offset)
     granted = core.state.grant_vote(core, request.replica_id, candidate_log >= our_log, request.pre_vote)
+    if granted and request.pre_vote and core.state.name == "Prospective" and candidate_log == our_log \
+            and request.replica_id > core.node_id:
+        # Two voters that saw the leader die at about the same time, both
+        # asking with the same log, would grant each other's pre-vote, both
+        # stand, split the binding vote and wait out a whole election
+        # timeout. Between such two the lower id goes first (a pre-vote
+        # only decides who stands, never who may win: Raft's safety does
+        # not depend on it, KIP-996); the higher one follows its Vote.
+        granted = False
     if granted and not request.pre_vote and core.state.voted_id is None:
         core.become_voted(request.replica_id, now_ms)  # persisted before the answer leaves
     reply(core, inbound, ErrorCode.NONE, vote_granted=granted)

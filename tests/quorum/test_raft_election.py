@@ -249,3 +249,20 @@ def test_an_epoch_found_only_in_the_log_is_adopted_without_a_vote() -> None:
     node = Node(1, VOTERS, log=log_with([1, 4]), election=ElectionState(2, None, 3, frozenset(VOTERS)))
     assert node.core.role == "Unattached" and node.core.epoch == 4
     assert answer(node.handle(2, vote_request(2, 5, 4, 2), "v", 0)).vote_granted
+
+
+def test_two_voters_standing_at_once_with_the_same_log_elect_the_lower_id_without_a_split_vote() -> None:
+    h = Harness(Node(i, VOTERS, seed=4) for i in VOTERS)
+    leader = h.elect()
+    del h.nodes[leader.node_id]  # killed: nothing reaches it any more
+    low, high = sorted(h.nodes.values(), key=lambda n: n.node_id)
+    assert low.log.log_end_offset == high.log.log_end_offset
+    for node in (low, high):
+        node.outputs.clear()
+        node.core.become_prospective(h.now_ms)
+    for node in (low, high):
+        node.tick(h.now_ms)  # both pre-votes are on the wire before either is answered
+    h.flush_messages()
+    assert low.core.is_leader and low.core.epoch == leader.core.epoch + 1
+    assert high.core.leader_and_epoch.leader_id == low.node_id
+    assert not any(o.role == "Candidate" for o in high.outputs), "the higher id stood too: a split vote"
