@@ -12,11 +12,20 @@ whether a proposal was committed in the epoch it was appended in.
 the next log offset to apply, and the epoch of the last applied batch. A
 snapshot replaces it wholesale (`load_snapshot`); committed batches extend
 it (`apply`). It is pure: bytes in, images out.
+
+`apply_committed` is one turn of the driver's applying: a bounded amount
+of committed log, replayed in one go (cheaper per record than many small
+replays), except where the leader's own proposals come staged with the
+image its controller already computed: those are adopted as they commit,
+not decoded and replayed a second time.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from quorum.metadata.image import LoggedRecord, MetadataImage
 from quorum.metadata.records import decode_record
@@ -73,3 +82,28 @@ class MetadataState:
             records = [r for r in records if r.offset >= self.next_offset]
         image = self.image.apply(records) if records else self.image
         return MetadataState(image, spans[-1].last_offset + 1, spans[-1].epoch), spans
+
+
+def apply_committed(state: MetadataState, read: Callable[[int, int, int], bytes], high_watermark: int,
+                    staged: collections.deque[Any], leader_epoch: int | None, budget_bytes: int) -> MetadataState:
+    """`state` after the committed batches below `high_watermark`, about
+    `budget_bytes` of them (`read(offset, max_bytes, max_offset)` returns
+    whole batches, at least one). `staged` holds this leader's proposals of
+    `leader_epoch` (None: not the leader), oldest first, each with
+    `base_offset`, `last_offset`, `epoch` and `image_after`; ones behind the
+    state or of another epoch are dropped from it."""
+    while state.next_offset < high_watermark and budget_bytes > 0:
+        while staged and (staged[0].last_offset < state.next_offset or staged[0].epoch != leader_epoch):
+            staged.popleft()
+        first = staged[0] if staged else None
+        if first is not None and first.base_offset == state.next_offset and first.last_offset < high_watermark:
+            staged.popleft()  # our own records, decided on the working image: adopt its result
+            assert first.image_after is not None
+            state = MetadataState(first.image_after, first.last_offset + 1, first.epoch)
+            continue
+        data = read(state.next_offset, budget_bytes, high_watermark)
+        if not data:
+            break
+        state, _ = state.apply(data)
+        budget_bytes -= len(data)
+    return state

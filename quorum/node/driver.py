@@ -69,7 +69,7 @@ from typing import Any
 import trio
 
 from quorum.metadata.image import MetadataImage
-from quorum.node.applier import MetadataState
+from quorum.node.applier import MetadataState, apply_committed
 from quorum.node.events import Build, Call, MetadataListener, Proposal, ProposalTooLargeError, Staged, Waiter
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
 from quorum.node.network import RaftChannel
@@ -474,25 +474,9 @@ class RaftNode:
         hw = core.high_watermark
         if hw is None:
             return False
-        budget = APPLY_BYTES_PER_TURN
         old = self.state.image
-        precomputed = self._precomputed
-        while self.state.next_offset < hw and budget > 0:
-            while precomputed and (precomputed[0].last_offset < self.state.next_offset
-                                   or not core.is_leader or core.epoch != precomputed[0].epoch):
-                precomputed.popleft()
-            if precomputed and precomputed[0].base_offset == self.state.next_offset \
-                    and precomputed[0].last_offset < hw:
-                # Our own records, decided on the working image: adopt its result.
-                p = precomputed.popleft()
-                assert p.image_after is not None
-                self.state = MetadataState(p.image_after, p.last_offset + 1, p.epoch)
-                continue
-            data = log.read(self.state.next_offset, budget, hw)
-            if not data:
-                break
-            self.state, _ = self.state.apply(data)  # one replay for the whole chunk
-            budget -= len(data)
+        self.state = apply_committed(self.state, log.read, hw, self._precomputed,
+                                     core.epoch if core.is_leader else None, APPLY_BYTES_PER_TURN)
         if self.state.image is not old:
             self._publish(old)
         return self.state.next_offset < hw
