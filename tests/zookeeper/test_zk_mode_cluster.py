@@ -180,6 +180,21 @@ def test_topics_created_by_a_client_then_produced_and_consumed(cluster, zk):
         assert f"cluster.id={cluster.cluster_id}" in meta
 
 
+def test_deleted_topic_leaves_clients_zookeeper_and_every_log_dir(cluster, zk):
+    create_topic(cluster, "doomed", 2, 3)
+    produce(cluster, "doomed", ["soon gone"])
+    client = admin_client(cluster)
+    client.delete_topics(["doomed"], operation_timeout=30)["doomed"].result(60)
+    wait_until(lambda: "doomed" not in client.list_topics(timeout=10).topics, 30, "the topic gone from Metadata")
+    wait_until(lambda: zk.exists("/brokers/topics/doomed") is None and not zk.get_children("/admin/delete_topics"),
+               30, "the topic's znodes deleted by the controller")
+    wait_until(lambda: not any(d.name.startswith("doomed-") for b in cluster.brokers for d in b.log_dir.iterdir()),
+               30, "every replica's log deleted")
+    # The name is free again: a new topic, with a new id.
+    create_topic(cluster, "doomed", 1, 3)
+    assert "doomed" in client.list_topics(timeout=10).topics
+
+
 def test_killed_controller_is_replaced_with_a_higher_epoch_and_its_stale_write_is_fenced(cluster, zk):
     create_topic(cluster, "failover", 2, 3)
     old_holder, old_epoch, old_version = controller(zk)
