@@ -130,3 +130,20 @@ def zk_admin_records(working: MetadataImage, created: Mapping[str, TopicAssignme
         if topic_id is not None:
             out.append(RemoveTopicRecord(topic_id))
     return out
+
+
+def zk_config_records(written: MetadataImage, zk_configs: Mapping[str, Mapping[str, str]]) -> list[Record]:
+    """ConfigRecords for topic config changes a ZooKeeper-mode broker wrote to `/config/topics/<t>`.
+
+    `written` is the image ZooKeeper was last brought up to, so a difference
+    between it and ZooKeeper is ZooKeeper's own change (not a change of the
+    log that dual write has yet to carry over)."""
+    out: list[Record] = []
+    for name, config in sorted(zk_configs.items()):
+        if name not in written.topic_ids_by_name:
+            continue
+        current = dict(written.topic_config(name))
+        out += [ConfigRecord(ConfigResourceType.TOPIC, name, k, v) for k, v in sorted(config.items())
+                if current.get(k) != v]
+        out += [ConfigRecord(ConfigResourceType.TOPIC, name, k, None) for k in sorted(current.keys() - config.keys())]
+    return out

@@ -25,7 +25,8 @@ active controller picks up from the metadata log's `ZkMigrationState`:
    (those in `/brokers/ids`). Topics such a broker creates or marks for
    deletion in ZooKeeper (it takes admin requests as in ZooKeeper mode)
    are taken into the log (`copy.zk_admin_records`), as a ZooKeeper
-   controller would act on them. Their partition epoch is the state znode's
+   controller would act on them, and so are topic config changes it
+   announces under `/config/changes` (`copy.zk_config_records`). Their partition epoch is the state znode's
    zkVersion, as a ZooKeeper-mode broker expects, so its own conditional
    ISR writes succeed; the driver turns those (announced under
    `/isr_change_notification`) into PartitionChange records, as the
@@ -60,7 +61,13 @@ from quorum.metadata.records import (
     ZkMigrationStateRecord,
 )
 from quorum.migration import zk_io
-from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records, zk_admin_records
+from quorum.migration.copy import (
+    ZkClusterState,
+    brokers_ready,
+    migration_records,
+    zk_admin_records,
+    zk_config_records,
+)
 from quorum.migration.dual_write import zk_broker_requests, zk_writes
 from quorum.migration.znode import MigrationZnode
 from quorum.node.controller_service import ControllerService
@@ -213,6 +220,8 @@ class MigrationDriver:
             polled_s = -POLL_S
             recorded = False  # /migration names the offset ZooKeeper has
             in_zookeeper: set[uuid.UUID] = set()  # topics a ZooKeeper-mode broker created in ZooKeeper
+            # /config/changes notifications before the claim are ZooKeeper-mode history, already copied
+            changes_seen, _ = await self._zk(store.read_config_changes, None)
             while True:
                 image = self.node.image
                 if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
@@ -249,6 +258,7 @@ class MigrationDriver:
                 if poll:
                     await self._accept_zk_isr_changes(versions)
                     await self._accept_zk_admin(in_zookeeper)
+                    changes_seen = await self._accept_zk_configs(written, changes_seen)
                 with trio.move_on_after(POLL_S):
                     await self.node.wait_for_change()
 
@@ -294,6 +304,19 @@ class MigrationDriver:
         for name in deleting:
             if name not in self.node.image.topic_ids_by_name:
                 await self._zk(_delete_quietly, f"{z.DELETE_TOPICS_PATH}/{name}")
+
+    async def _accept_zk_configs(self, written: MetadataImage, seen: str | None) -> str | None:
+        """Topic configs a ZooKeeper-mode broker changed (announced under `/config/changes`), into the log."""
+        newest, topics = await self._zk(store.read_config_changes, seen)
+        if topics:
+            configs = await self._zk(store.read_topic_configs, topics)
+            records = zk_config_records(written, configs)
+            if records:
+                _log.info("taking ZooKeeper-side config changes of %s into the log", sorted(topics))
+                appended = await self.service.propose_from_image(
+                    lambda working: [r for r in records if r.resource_name in working.topic_ids_by_name])
+                await self.node.wait_until_applied(appended.last_offset + 1)
+        return newest
 
     async def _accept_zk_isr_changes(self, versions: dict[NamedPartition, int]) -> None:
         """ISR changes a ZooKeeper-mode leader wrote to its state znodes, as PartitionChange records."""

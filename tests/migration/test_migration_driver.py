@@ -102,6 +102,9 @@ async def test_copy_then_dual_write_then_zookeeper_brokers_stay_alive(tmp_path, 
                 and not zk.get_children(z.DELETE_TOPICS_PATH))
 
     await until(zk_admin_done, what="partition state written and deletion done in ZooKeeper")
+    await in_thread(admin.set_topic_config, zk, "orders", {"retention.ms": "7000"})
+    await until(lambda: dict(node.image.topic_config("orders")) == {"retention.ms": "7000"},
+                what="a ZooKeeper-side topic config change in the log")
 
     # Brokers alive in ZooKeeper stay unfenced past the session timeout: their znode is their heartbeat.
     await trio.sleep(2 * SESSION_TIMEOUT_MS / 1000)
