@@ -74,6 +74,7 @@ def append_as_leader(log: Log, batch, now_ms: int, leader_epoch: int | None = No
     segment = log._segments[-1]
     f = segment.log
     position = f.size
+    end = position + size
     view = memoryview(batch)
     if (
         magic != MAGIC
@@ -84,7 +85,7 @@ def append_as_leader(log: Log, batch, now_ms: int, leader_epoch: int | None = No
         or count <= 0
         or attributes & CODEC_OR_CONTROL_MASK > ZSTD
         # `LogSegment.should_roll`'s triggers, as precomputed bounds.
-        or position + size > segment.roll_bytes
+        or end > segment.roll_bytes
         or next_offset > segment.max_next_offset
         or max_timestamp > segment.roll_at_timestamp
         or now_ms > segment.roll_at_ms
@@ -103,7 +104,7 @@ def append_as_leader(log: Log, batch, now_ms: int, leader_epoch: int | None = No
                 epoch = leader_epoch
                 _pack_prefix_into(view, 0, base, batch_length, epoch)
             if fd >= 0 and _pwrite(fd, view, position) == size:
-                f.size = position + size
+                f.size = end
             else:
                 f.append(view)
         else:
@@ -111,7 +112,7 @@ def append_as_leader(log: Log, batch, now_ms: int, leader_epoch: int | None = No
                 epoch = leader_epoch
             parts = (_pack_prefix(base, batch_length, epoch), view[16:])
             if fd >= 0 and _pwritev(fd, parts, position) == size:
-                f.size = position + size
+                f.size = end
             else:
                 f.appendv(parts)
     except OSError:
