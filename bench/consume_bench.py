@@ -78,7 +78,14 @@ def run(args: argparse.Namespace) -> int:
             return 1
         served = bc.broker_log_bytes()
         counts = _partition_counts(bc.bootstrap, args.partitions)
-        config = {} if args.fetch_max_bytes is None else {"fetch.max.bytes": args.fetch_max_bytes}
+        # librdkafka stops fetching a partition whose local queue holds
+        # queued.min.messages (100000) for fetch.queue.backoff.ms (default
+        # 1000 ms): the broker then idles for whole seconds while the
+        # consumers drain their queues. 10 ms keeps them fetching as soon as
+        # they have room, so the broker's serving is what is measured.
+        config: dict = {"fetch.queue.backoff.ms": 10}
+        if args.fetch_max_bytes is not None:
+            config["fetch.max.bytes"] = args.fetch_max_bytes
         group = f"bench-{uuid.uuid4().hex[:8]}"
         specs = []
         for i in range(consumers):
