@@ -11,22 +11,24 @@ Pure cores: `znodes`, `messages`, `context`, `batch`, `decisions`
 requests -> `MetadataImage`). I/O shells: `ensemble` (start ZooKeeper),
 `store` (the controller's kazoo calls), `controller` (`ZkController`, trio),
 `channel` (requests to brokers), `broker_side` (registration, leader ISR
-writes) and `admin` (topic znodes).
+writes), `admin` (topic znodes) and `broker_channel` (`ZkBrokerChannel`: a
+broker's admin requests and AlterPartition as znode writes).
 
-A broker in ZooKeeper mode, in short::
-
-    zk = KazooClient(zookeeper_connect, timeout=session_timeout_s); zk.start()
-    ensure_cluster_paths(zk); cluster_id = get_or_create_cluster_id(zk)
-    cache = ZkMetadataCache(broker_id)
-    ZkBrokerRegistration(zk, BrokerInfo(broker_id, endpoints, rack),
-                         on_epoch=lambda e: setattr(cache, "broker_epoch", e)).start()
-    channel = ControllerChannelManager(nursery, inter_broker_listener)
-    await nursery.start(ZkController(zk, ZkControllerConfig(broker_id), channel).run)
-    # serve api 4/5/6 with messages.decode_request -> cache.handle(request)
-    # -> messages.encode_response, then broker.on_metadata_update(cache.image)
+`broker.zk_link.run_zk_broker` assembles a ZooKeeper-mode broker process
+from these (`raftka broker` with `zookeeper.connect` and no
+`process.roles`); `raftka.cluster.LocalCluster(mode="zk")` starts an
+ensemble and such brokers.
 """
 
-from quorum.zookeeper.admin import TopicAdminError, assign_replicas, create_topic, delete_topic, set_topic_config
+from quorum.zookeeper.admin import (
+    TopicAdminError,
+    add_partitions,
+    assign_replicas,
+    create_topic,
+    delete_topic,
+    set_topic_config,
+)
+from quorum.zookeeper.broker_channel import ZkBrokerChannel
 from quorum.zookeeper.broker_metadata import ZkMetadataCache, zk_state_to_image, zk_state_to_records
 from quorum.zookeeper.broker_side import (
     BrokerIdInUseError,
@@ -64,6 +66,7 @@ __all__ = [
     "StaleZNodeVersionError",
     "TopicAdminError",
     "TopicAssignment",
+    "ZkBrokerChannel",
     "ZkBrokerRegistration",
     "ZkController",
     "ZkControllerConfig",
@@ -71,6 +74,7 @@ __all__ = [
     "ZkMetadataCache",
     "ZooKeeperEnsemble",
     "ZooKeeperModeError",
+    "add_partitions",
     "assign_replicas",
     "create_topic",
     "delete_topic",
