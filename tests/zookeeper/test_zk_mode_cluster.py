@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kazoo.client import KazooClient
 
 from quorum.zookeeper import store
@@ -100,7 +107,9 @@ def wait_until(predicate, timeout_s: float, what: str) -> float:
 
 
 def produce(cluster, topic: str, values: list[str]) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 60000})
+    # Idempotent: each producer gets its id from a block claimed in /latest_producer_id_block.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 60000,
+                         "enable.idempotence": True})
     errors = []
     for i, v in enumerate(values):
         producer.produce(topic, key=str(i), value=v,
@@ -161,6 +170,23 @@ def test_topics_created_by_a_client_then_produced_and_consumed(cluster, zk):
     described = client.describe_configs([ConfigResource("topic", "orders")])
     (entries,) = [f.result(30) for f in described.values()]
     assert entries["retention.ms"].value == "3600000"
+    # A config changed through one broker reaches every broker (the /config/changes watch).
+    change = ConfigResource("topic", "orders", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([change])[change].result(30)
+
+    def everywhere(key: str, value: str) -> bool:
+        for b in cluster.brokers:
+            one = AdminClient({"bootstrap.servers": b.address})
+            (entries,) = [f.result(10) for f in one.describe_configs([ConfigResource("topic", "orders")]).values()]
+            if entries[key].value != value:
+                return False
+        return True
+
+    wait_until(lambda: everywhere("retention.ms", "7200000"), 20, "the new retention.ms on every broker")
+    assert json.loads(zk.get("/config/topics/orders")[0])["config"] == {"retention.ms": "7200000"}
+    block = json.loads(zk.get("/latest_producer_id_block")[0])
+    assert block["broker"] in (2, 3, 4) and int(block["block_end"]) >= int(block["block_start"]) >= 0
     # The topic grows: the new partition is led, and takes records.
     client.create_partitions([NewPartitions("orders", 4)], operation_timeout=30)["orders"].result(60)
     wait_until(lambda: sorted(leaders_seen_by_clients(cluster, "orders")) == [0, 1, 2, 3]
