@@ -29,6 +29,8 @@ import argparse
 import logging
 from typing import Any
 
+from raftka.errors import RaftkaError
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT_S = 30.0
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
@@ -62,14 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     reassign.add_argument("--topic", required=True)
     reassign.add_argument("--partition", type=int, required=True, metavar="N")
     target = reassign.add_mutually_exclusive_group(required=True)
-    target.add_argument("--replicas", metavar="B1,B2,...", help="the new replica list; the first is the preferred leader")
+    target.add_argument("--replicas", metavar="B1,B2,...",
+                        help="the new replica list; the first is the preferred leader")
     target.add_argument("--cancel", action="store_true", help="cancel the reassignment under way")
     listing = command("list-reassignments", "reassignments under way", list_main)
     listing.add_argument("--topic", action="append", default=[], help="only these topics (default: all)")
 
 
-class _Unreachable(Exception):
-    pass
+class _Unreachable(RaftkaError):
+    """No broker answered; the message names the address tried."""
 
 
 def _fail(message: str, code: int) -> int:
@@ -88,7 +91,8 @@ def _admin(args: argparse.Namespace) -> Any:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         return KafkaAdminClient(bootstrap_servers=args.bootstrap_server.split(","),
-                                request_timeout_ms=int(args.timeout * 1000), bootstrap_timeout_ms=int(args.timeout * 1000),
+                                request_timeout_ms=int(args.timeout * 1000),
+                                bootstrap_timeout_ms=int(args.timeout * 1000),
                                 client_id="raftka-partitions")
     except KafkaError as exc:
         raise _Unreachable(f"no broker at {args.bootstrap_server} answered: {exc}") from None

@@ -160,9 +160,5 @@ async def test_partitions_cli_reassigns_lists_and_cancels(nursery, tmp_path):
     unknown = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "0",
                               "--replicas", "1,7")
     assert unknown.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in unknown.stderr, unknown
-    bad = await in_thread(raftka_cli, "reassign", *bootstrap, "--topic", "t", "--partition", "0", "--replicas", "a")
-    assert bad.returncode == 2
-    orphan = await in_thread(raftka_cli, "elect-leaders", *bootstrap, "--partition", "0")
-    assert orphan.returncode == 2 and "--partition needs --topic" in orphan.stderr
     balanced = await in_thread(raftka_cli, "elect-leaders", *bootstrap)
     assert balanced.returncode == 0 and "already led by its preferred replica" in balanced.stdout, balanced
