@@ -333,11 +333,25 @@ def test_sigterm_moves_leaderships_before_the_broker_exits(cluster, zk):
     restart(cluster, victim)
 
 
+def _zookeeper_servers_running(data_dir: Path) -> list[int]:
+    """Pids of ZooKeeper servers started from a zoo.cfg under `data_dir`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "QuorumPeerMain" in cmdline and str(data_dir) in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
 def test_cluster_up_mode_zk_prints_ready_and_stops_on_sigterm(tmp_path):
+    """A 3-server ensemble from generated zoo.cfg files, then the broker; all of it stops on SIGTERM."""
     if zookeeper_missing_reason() is not None:
         pytest.skip(zookeeper_missing_reason())
     process = subprocess.Popen(
-        [sys.executable, "-m", "raftka.cli", "cluster", "up", "--mode", "zk", "--controllers", "1", "--brokers", "1",
+        [sys.executable, "-m", "raftka.cli", "cluster", "up", "--mode", "zk", "--controllers", "3", "--brokers", "1",
          "--base-port", "0", "--data-dir", str(tmp_path / "c")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -346,10 +360,13 @@ def test_cluster_up_mode_zk_prints_ready_and_stops_on_sigterm(tmp_path):
         assert line.startswith("READY bootstrap=127.0.0.1:"), line
         bootstrap = line.split("=", 1)[1]
         metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
-        assert list(metadata.brokers) == [2]
+        assert list(metadata.brokers) == [4]
+        state = json.loads((tmp_path / "c" / "cluster.json").read_text())
+        assert state["mode"] == "zk" and len(state["zookeeper_connect"].split(",")) == 3
+        assert len(_zookeeper_servers_running(tmp_path / "c")) == 3
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
-        assert json.loads((tmp_path / "c" / "cluster.json").read_text())["mode"] == "zk"
+        assert _zookeeper_servers_running(tmp_path / "c") == []
     finally:
         if process.poll() is None:
             process.kill()
