@@ -34,11 +34,11 @@ def test_replicated_produce_is_reported_beside_an_rf1_acks1_baseline_with_their_
     assert {s["metric"] for s in samples} == {"produce_latency", "rf1_acks1_produce_latency"}
 
 
-def test_led_partitions_are_placed_with_the_victim_first_and_split_at_the_request_limit():
+def test_led_partitions_are_placed_with_the_victim_first_in_topics_of_at_most_500():
     replicas = led_assignment(2, [3, 4], 4, 3)
     assert all(r[0] == 2 and sorted(r[1:]) == [3, 4] for r in replicas)
     assert [r[1] for r in replicas] == [3, 4, 3, 4]  # followers take turns
     assert layout(None, 6) == {"bench-failover": 6}
-    assert layout(10_000, 6) == {"bench-failover": 10_000}
-    split = layout(25_001, 6)
-    assert sum(split.values()) == 25_001 and max(split.values()) <= 10_000 and len(split) == 3
+    assert layout(500, 6) == {"bench-failover": 500}
+    split = layout(1_201, 6)
+    assert sum(split.values()) == 1_201 and max(split.values()) <= 500 and len(split) == 3
