@@ -36,7 +36,9 @@ active controller picks up from the metadata log's `ZkMigrationState`:
    their heartbeat (`ControllerService.keep_alive`). When the znode goes
    (a stopped broker, an expired session), the driver fences the broker at
    once and its leaderships move, as a ZooKeeper controller would do; the
-   broker restarted in KRaft mode then registers with a new incarnation.
+   broker restarted in KRaft mode then registers with a new incarnation. A
+   broker that (re)appears in `/brokers/ids` is registered unfenced and
+   elected where it is the only choice (`changes_for_returning_broker`).
 5. **Finalize**: ZkMigrationState(POST_MIGRATION) (`raftka migrate
    finalize`) stops all of it; ZooKeeper is no longer written.
 """
@@ -52,11 +54,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from quorum.metadata.image import MetadataImage
-from quorum.controller.elections import changes_for_leaving_brokers
+from quorum.controller.elections import changes_for_leaving_brokers, changes_for_returning_broker
 from quorum.metadata.records import (
     BrokerRegistrationChangeRecord,
     PartitionChangeRecord,
     Record,
+    RegisterBrokerRecord,
     ZkMigrationState,
     ZkMigrationStateRecord,
 )
@@ -68,7 +71,7 @@ from quorum.migration.copy import (
     zk_admin_records,
     zk_config_records,
 )
-from quorum.migration.dual_write import zk_broker_requests, zk_writes
+from quorum.migration.dual_write import DualWrites, partition_state, zk_broker_requests, zk_writes
 from quorum.migration.znode import MigrationZnode
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
@@ -76,6 +79,7 @@ from quorum.zookeeper import store
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.broker_metadata import incarnation_id, zk_state_to_image
 from quorum.zookeeper.channel import ControllerChannelManager
+from quorum.zookeeper.context import SetZNode, ZkTransaction
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
 from raftka.config import NodeConfig
 from raftka.errors import ConfigError, RaftkaError
@@ -222,6 +226,7 @@ class MigrationDriver:
             in_zookeeper: set[uuid.UUID] = set()  # topics a ZooKeeper-mode broker created in ZooKeeper
             # /config/changes notifications before the claim are ZooKeeper-mode history, already copied
             changes_seen, _ = await self._zk(store.read_config_changes, None)
+            refused: set[NamedPartition] = set()
             while True:
                 image = self.node.image
                 if image.zk_migration_state == ZkMigrationState.POST_MIGRATION:
@@ -242,6 +247,11 @@ class MigrationDriver:
                     if gone:
                         await self._fence(gone)
                         continue
+                    back = {b: info for b, info in zk_brokers.items()
+                            if b not in image.brokers or (image.brokers[b].fenced and self._zk_era(image, b))}
+                    if back:
+                        await self._register(back)
+                        continue
                 if image is not written or not recorded:
                     self._removed.update(written.topics_by_id.keys() - image.topics_by_id.keys())
                     writes = zk_writes(written, image, versions, zk_epoch, frozenset(in_zookeeper))
@@ -251,12 +261,12 @@ class MigrationDriver:
                                    MigrationZnode(image.offset, image.epoch, self.node.node_id, epoch))
                     written, recorded = image, True
                 for r in zk_broker_requests(sent, image, zk_brokers, self.node.node_id, zk_epoch,
-                                            zk_versions=versions):
+                                            zk_versions=versions, force=refused):
                     if r.broker_id in zk_brokers:
                         channel.send(r.broker_id, r.request)
-                sent = image
+                sent, refused = image, set()
                 if poll:
-                    await self._accept_zk_isr_changes(versions)
+                    refused = await self._accept_zk_isr_changes(versions, zk_epoch, epoch_version)
                     await self._accept_zk_admin(in_zookeeper)
                     changes_seen = await self._accept_zk_configs(written, changes_seen)
                 with trio.move_on_after(POLL_S):
@@ -275,6 +285,27 @@ class MigrationDriver:
             return out + list(changes_for_leaving_brokers(working, leaving, self.service.config)) if leaving else []
 
         _log.info("ZooKeeper-mode brokers %s left /brokers/ids: fencing them", gone)
+        appended = await self.service.propose_from_image(records)
+        await self.node.wait_until_applied(appended.last_offset + 1)
+
+    async def _register(self, brokers: dict[int, BrokerInfo]) -> None:
+        """ZooKeeper-mode brokers that (re)appeared in `/brokers/ids` (restarted, or new) are registered
+        unfenced, and offline partitions they host elect them, as a ZooKeeper controller handles a
+        broker's start-up."""
+
+        def records(working: MetadataImage) -> list[Record]:
+            out: list[Record] = []
+            for b, info in sorted(brokers.items()):
+                reg = working.brokers.get(b)
+                if reg is not None and not (reg.fenced and self._zk_era(working, b)):
+                    continue
+                out.append(RegisterBrokerRecord(broker_id=b, incarnation_id=incarnation_id(b), endpoints=info.endpoints,
+                                                rack=info.rack, fenced=False))
+                if reg is not None:
+                    out += changes_for_returning_broker(working, b, self.service.config)
+            return out
+
+        _log.info("ZooKeeper-mode brokers %s (re)registered in /brokers/ids: registering them", sorted(brokers))
         appended = await self.service.propose_from_image(records)
         await self.node.wait_until_applied(appended.last_offset + 1)
 
@@ -318,11 +349,13 @@ class MigrationDriver:
                 await self.node.wait_until_applied(appended.last_offset + 1)
         return newest
 
-    async def _accept_zk_isr_changes(self, versions: dict[NamedPartition, int]) -> None:
-        """ISR changes a ZooKeeper-mode leader wrote to its state znodes, as PartitionChange records."""
+    async def _accept_zk_isr_changes(self, versions: dict[NamedPartition, int], zk_epoch: int,
+                                     epoch_version: int) -> set[NamedPartition]:
+        """ISR changes a ZooKeeper-mode leader wrote to its state znodes, as PartitionChange records;
+        the partitions whose change was refused (their leaders must hear the log's state again)."""
         names, partitions = await self._zk(store.read_isr_notifications)
         if not names:
-            return
+            return set()
         states = await self._zk(store.read_partition_states, sorted(partitions))
         versions.update((tp, s.zk_version) for tp, s in states.items())
 
@@ -336,13 +369,33 @@ class MigrationDriver:
                     continue
                 if not set(s.isr) <= set(p.replicas) or p.leader not in s.isr:
                     continue
+                if not all(b in p.isr or working.is_usable(b) for b in s.isr):
+                    continue  # only unfenced brokers join an ISR (KIP-841)
                 out.append(PartitionChangeRecord(topic_id=topic_id, partition=tp.partition, isr=s.isr))
             return out
 
         appended = await self.service.propose_from_image(changes)
         await self.node.wait_until_applied(appended.last_offset + 1)
+        # A refused change (a fenced broker, a stale leader epoch) is already in ZooKeeper, and its
+        # leader believes it: put the log's state back and tell the leader again (a ZooKeeper
+        # controller's LeaderAndIsr after a state it does not accept).
+        image = self.node.image
+        refused: set[NamedPartition] = set()
+        reverts = []
+        for tp, s in sorted(states.items()):
+            topic_id = image.topic_ids_by_name.get(tp.topic)
+            p = None if topic_id is None else image.partition(topic_id, tp.partition)
+            if p is not None and (s.leader, s.leader_epoch, s.isr) != (p.leader, p.leader_epoch, p.isr):
+                refused.add(tp)
+                reverts.append(ZkTransaction((SetZNode(z.partition_state_path(*tp), z.encode_partition_state(
+                    partition_state(p, zk_epoch)), versions.get(tp, -1)),), tp))
+        if reverts:
+            _log.info("ZooKeeper-side ISR changes of %s refused: writing the log's state back", sorted(refused))
+            versions.update(await self._zk(zk_io.apply_dual_writes, epoch_version, DualWrites(tuple(reverts)),
+                                           versions))
         for name in names:
             await self._zk(_delete_quietly, f"{z.ISR_CHANGE_NOTIFICATION_PATH}/{name}")
+        return refused
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:

@@ -46,7 +46,7 @@ same in both worlds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from quorum.metadata.image import MetadataImage, TopicImage
@@ -198,14 +198,16 @@ def _context(image: MetadataImage, zk_brokers: Mapping[int, BrokerInfo], control
 
 def zk_broker_requests(before: MetadataImage | None, after: MetadataImage, zk_brokers: Mapping[int, BrokerInfo],
                        controller_id: int, zk_controller_epoch: int, inter_broker_listener: str = "PLAINTEXT",
-                       zk_versions: Mapping[NamedPartition, int] | None = None) -> tuple[BrokerRequest, ...]:
+                       zk_versions: Mapping[NamedPartition, int] | None = None,
+                       force: Iterable[NamedPartition] = ()) -> tuple[BrokerRequest, ...]:
     """LeaderAndIsr/UpdateMetadata/StopReplica for the ZooKeeper-mode brokers `zk_brokers`.
 
     `before` None: everything (a full LeaderAndIsr and UpdateMetadata each),
     as a new controller sends; otherwise only what changed since `before`.
     The partition epoch sent is the state znode's zkVersion (`zk_versions`)
     where known: a ZooKeeper-mode leader writes its ISR changes conditional
-    on it.
+    on it. `force`: partitions to send even if unchanged (their leader wrote
+    a state the log refused).
     """
     if not zk_brokers:
         return ()
@@ -226,6 +228,8 @@ def zk_broker_requests(before: MetadataImage | None, after: MetadataImage, zk_br
         for i, p in new.partitions.items():
             if old is None or old.partitions.get(i) is not p:
                 changed.append(NamedPartition(new.name, i))
+    known = set(changed)
+    changed += [tp for tp in sorted(force) if tp not in known and tp in ctx.states]
     for tp in changed:
         batch.leader_and_isr([b for b in ctx.replicas(tp) if b in zk_brokers], tp,
                              is_new=before.topic(tp.topic) is None)

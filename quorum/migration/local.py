@@ -19,7 +19,8 @@ KIP-866's steps; `raftka migrate` and the tests drive it:
 3. `finalize()`: the controllers restarted one at a time without the
    migration keys; the active one appends POST_MIGRATION
    (`MigrationFinalizer`). `rollback()` instead (before finalize): stop the
-   controllers, delete the KRaft `/controller` and `/migration` so a
+   controllers (and delete their metadata logs: a later migration starts
+   from a fresh quorum), delete the KRaft `/controller` and `/migration` so a
    ZooKeeper-mode broker is elected controller and loads the (dual-written,
    current) state, then restart every KRaft-mode broker with its saved
    ZooKeeper config.
@@ -27,6 +28,7 @@ KIP-866's steps; `raftka migrate` and the tests drive it:
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +222,10 @@ class LocalMigration:
         for node in self.cluster.controllers:
             self.cluster.stop(node.node_id, timeout_s)
         for node in self.cluster.controllers:
+            # Their metadata log describes a migration that no longer happens: a later migration
+            # needs a freshly formatted quorum (the copy refuses a non-empty log), as in Kafka.
+            shutil.rmtree(node.log_dir, ignore_errors=True)
+            node.config_path.unlink(missing_ok=True)
             del self.cluster.nodes[node.node_id]
         self.say("handing /controller back to ZooKeeper mode")
         self._zk(zk_io.release)

@@ -148,6 +148,7 @@ def test_rollback_before_finalize_returns_to_a_working_zookeeper_mode(tmp_path):
         migration.rollback(TIMEOUT_S)
         assert not migration.migrated_znode_exists()
         assert not cluster.controllers
+        assert not (tmp_path / "cluster" / "controller-1").exists(), "a later migration starts from a fresh quorum"
         produce(cluster.bootstrap, "orders", range(RECORDS, RECORDS + 30))
         assert read_all(cluster.bootstrap, "orders", RECORDS + 30) == expected_layout(RECORDS + 30), \
             "ZooKeeper mode serves every record, old and new, at its offset"

@@ -19,10 +19,10 @@ from quorum.node.workload import create_topics_request
 from quorum.raft import QuorumConfig
 from quorum.zookeeper import admin
 from quorum.zookeeper import znodes as z
-from quorum.zookeeper.broker_side import notify_isr_changes, write_isr_change
+from quorum.zookeeper.broker_side import notify_isr_changes, register_broker, write_isr_change
 from quorum.zookeeper.znodes import NamedPartition
 
-from migration_testing import zk_cluster
+from migration_testing import broker_info, zk_cluster
 
 FAST = QuorumConfig(controller_quorum_election_timeout_ms=150, controller_quorum_fetch_timeout_ms=2000,
                     controller_quorum_election_backoff_max_ms=150, controller_quorum_request_timeout_ms=1000,
@@ -132,6 +132,26 @@ async def test_copy_then_dual_write_then_zookeeper_brokers_stay_alive(tmp_path, 
         return states[NamedPartition("orders", 2)].leader == 1 and states[NamedPartition("orders", 1)].leader == -1
 
     await until(zk_leader_moved, what="the new leader in ZooKeeper")
+
+    # A ZooKeeper-mode leader that adds the fenced broker to an ISR wrote it before anyone could refuse:
+    # the log refuses it (KIP-841) and ZooKeeper gets the log's state back.
+    tp2 = NamedPartition("orders", 2)
+    current = (await in_thread(read_zk_state, zk)).states[tp2]
+    assert current.isr == (1,)
+    await in_thread(write_isr_change, zk, tp2, current, (1, 3))
+    await in_thread(notify_isr_changes, zk, [tp2])
+
+    def reverted():
+        return (not zk.get_children(z.ISR_CHANGE_NOTIFICATION_PATH)
+                and read_zk_state(zk).states[tp2].isr == (1,))
+
+    await until(reverted, what="the refused ISR change reverted in ZooKeeper")
+    assert node.image.partition(orders, 2).isr == (1,)
+
+    # The broker comes back in ZooKeeper mode: registered unfenced, it leads its offline partition again.
+    await in_thread(register_broker, zk, broker_info(3))
+    await until(lambda: not node.image.brokers[3].fenced and node.image.partition(orders, 1).leader == 3,
+                what="broker 3 back and leading orders-1")
     await in_thread(zk.stop)
     await in_thread(zk.close)
 
