@@ -11,6 +11,9 @@ must have deleted its copies.
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, TopicPartition
 
@@ -72,3 +75,35 @@ def test_reassigned_partitions_keep_every_record_and_the_old_replica_deletes_its
         wait_for_identical_replicas(cluster, TOPIC, 2, (5, 6))
         wait_for("broker 4 deleted its copies", lambda: not any(
             (cluster.node(4).log_dir / f"{TOPIC}-{p}").exists() for p in range(2)))
+
+
+@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="soak: set RAFTKA_SOAK=1")
+def test_soak_partitions_moved_round_and_round_while_producing(tmp_path) -> None:
+    """Thirty moves of each of three partitions around the brokers, the next
+    one started as soon as the last completed, with acks=all writes throughout."""
+    with LocalCluster(tmp_path, controllers=3, brokers=3, overrides=SETTINGS) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=3, replica_assignment=[[4, 5], [5, 6], [6, 4]],
+                                      config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+        producer = BackgroundProducer(bootstrap, TOPIC, 3)
+        wait_for("records acknowledged", lambda: producer.acked_count() > 300)
+        layouts = [[5, 6], [6, 4], [4, 5]]
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            for step in range(30):
+                wanted = {p: tuple(layouts[(p + step) % 3]) for p in range(3)}
+                assert set(kp.alter_partition_reassignments(
+                    {TopicPartition(TOPIC, p): list(r) for p, r in wanted.items()}).values()) == {None}
+                wait_for(f"move {step} complete", lambda: {
+                    p: (replicas, isr) for p, (replicas, isr, _) in replicas_and_isr(bootstrap).items()} == {
+                    p: (r, tuple(sorted(r))) for p, r in wanted.items()}, timeout_s=120)
+        finally:
+            kp.close()
+        acked = producer.acked_count()
+        wait_for("records acknowledged after the last move", lambda: producer.acked_count() > acked + 300)
+        producer.stop()
+        assert not producer.errors, producer.errors[:3]
+        check_no_loss(producer.acked, read_all(bootstrap, TOPIC, 3, len(producer.acked)))
