@@ -107,3 +107,45 @@ def test_soak_partitions_moved_round_and_round_while_producing(tmp_path) -> None
         producer.stop()
         assert not producer.errors, producer.errors[:3]
         check_no_loss(producer.acked, read_all(bootstrap, TOPIC, 3, len(producer.acked)))
+
+
+@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="soak: set RAFTKA_SOAK=1")
+def test_soak_a_move_waits_for_a_dead_new_replica_across_controller_restarts(tmp_path) -> None:
+    """The move's state lives in the metadata log: it survives every controller
+    being killed and restarted, waits while the new replica is down, and
+    completes once it is back and caught up."""
+    with LocalCluster(tmp_path, controllers=3, brokers=3, overrides=SETTINGS) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[4, 5]],
+                                      config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+        producer = BackgroundProducer(bootstrap, TOPIC, 1)
+        wait_for("records acknowledged", lambda: producer.acked_count() > 300)
+        cluster.kill(6)
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            assert kp.alter_partition_reassignments({TopicPartition(TOPIC, 0): [5, 6]}) == \
+                {TopicPartition(TOPIC, 0): None}
+            under_way = {TopicPartition(TOPIC, 0): {"replicas": [5, 6, 4], "adding_replicas": [6],
+                                                    "removing_replicas": [4]}}
+            for controller in (1, 2, 3):
+                cluster.kill(controller)
+                cluster.start(controller)
+                # (wait_ready would insist on broker 6.) A controller answers, and the move is still there.
+                wait_for(f"controller {controller} back, the move still under way",
+                         lambda: kp.list_partition_reassignments() == under_way, timeout_s=90)
+            cluster.start(6)
+            cluster.wait_ready(120)
+            wait_for("the move complete", lambda: replicas_and_isr(bootstrap)[0][:2] == ((5, 6), (5, 6)),
+                     timeout_s=90)
+        finally:
+            kp.close()
+        acked = producer.acked_count()
+        wait_for("records acknowledged after the move", lambda: producer.acked_count() > acked + 300)
+        producer.stop()
+        assert not producer.errors, producer.errors[:3]
+        check_no_loss(producer.acked, read_all(bootstrap, TOPIC, 1, len(producer.acked)))
+        wait_for_identical_replicas(cluster, TOPIC, 1, (5, 6))
+        wait_for("broker 4 deleted its copy", lambda: not (cluster.node(4).log_dir / f"{TOPIC}-0").exists())
