@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -124,9 +125,16 @@ def check_zk_log_dirs(config: NodeConfig, cluster_id: str) -> None:
         if meta is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(f"#raftka meta.properties\nversion=0\nbroker.id={config.node_id}\n"
-                           f"cluster.id={cluster_id}\n")
-            tmp.replace(path)
+            with open(tmp, "w") as f:
+                f.write(f"#raftka meta.properties\nversion=0\nbroker.id={config.node_id}\ncluster.id={cluster_id}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
             continue
         owner = meta.get("broker.id", meta.get("node.id"))
         if owner != str(config.node_id):
