@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from raftka.errors import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
@@ -55,7 +57,21 @@ class ControllerConfig:
             unclean_leader_election_enable=raw.get("unclean.leader.election.enable", "false").strip().lower() == "true",
             cluster_id=cluster_id,
             auto_leader_rebalance_enable=raw.get("auto.leader.rebalance.enable", "true").strip().lower() == "true",
-            leader_imbalance_check_interval_ms=int(
-                max(1.0, float(raw.get("leader.imbalance.check.interval.seconds", "300")) * 1000)),
-            leader_imbalance_per_broker_percentage=int(raw.get("leader.imbalance.per.broker.percentage", "10")),
+            leader_imbalance_check_interval_ms=1000 * _whole(
+                raw, "leader.imbalance.check.interval.seconds", 300, 1, None),
+            leader_imbalance_per_broker_percentage=_whole(raw, "leader.imbalance.per.broker.percentage", 10, 0, 100),
         )
+
+
+def _whole(raw: dict[str, str], key: str, default: int, lowest: int, highest: int | None) -> int:
+    text = raw.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{key}={text!r} is not a whole number") from None
+    if value < lowest or (highest is not None and value > highest):
+        bounds = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
+        raise ConfigError(f"{key}={value}: must be {bounds}")
+    return value

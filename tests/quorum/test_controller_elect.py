@@ -2,6 +2,7 @@
 `leader.imbalance.check.interval.seconds`, `leader.imbalance.per.broker.percentage`)
 and ElectLeaders answers beyond the basic ones in test_controller_replication."""
 
+import pytest
 from controller_testing import Cluster
 from kio.schema.elect_leaders.v2 import request as el_req
 from kio.schema.errors import ErrorCode
@@ -9,6 +10,8 @@ from kio.schema.errors import ErrorCode
 from quorum.controller import ControllerConfig
 from quorum.controller.leader_balance import imbalance_ratio, imbalanced_preferred_elections
 from quorum.controller.reassignment import start_reassignment
+from raftka.config import NodeConfig
+from raftka.errors import ConfigError
 
 INTERVAL_MS = 1000
 
@@ -176,3 +179,22 @@ def test_preferred_election_of_an_offline_partition_whose_preferred_replica_is_b
         el_req.TopicPartitions(topic="t", partitions=(0,)),)))
     assert r.replica_election_results[0].partition_result[0].error_code == ErrorCode.election_not_needed
     assert c.partition("t").leader == 1
+
+
+def test_the_rebalance_keys_are_read_from_the_node_config():
+    def load(**keys):
+        props = {"node.id": "1", "process.roles": "controller", "log.dirs": "/tmp/unused",
+                 "controller.quorum.voters": "1@127.0.0.1:9093", **keys}
+        return ControllerConfig.from_node_config(NodeConfig.from_properties(props))
+
+    default = load()
+    assert (default.auto_leader_rebalance_enable, default.leader_imbalance_check_interval_ms,
+            default.leader_imbalance_per_broker_percentage) == (True, 300_000, 10)
+    tuned = load(**{"auto.leader.rebalance.enable": "false", "leader.imbalance.check.interval.seconds": "1",
+                    "leader.imbalance.per.broker.percentage": "0"})
+    assert (tuned.auto_leader_rebalance_enable, tuned.leader_imbalance_check_interval_ms,
+            tuned.leader_imbalance_per_broker_percentage) == (False, 1000, 0)
+    with pytest.raises(ConfigError, match="leader.imbalance.check.interval.seconds"):
+        load(**{"leader.imbalance.check.interval.seconds": "0"})
+    with pytest.raises(ConfigError, match="leader.imbalance.per.broker.percentage"):
+        load(**{"leader.imbalance.per.broker.percentage": "ten"})
