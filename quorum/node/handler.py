@@ -5,9 +5,10 @@
 - DescribeQuorum is answered from the core's view (`describe_quorum`);
 - the controller APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
   CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-  IncrementalAlterConfigs, ElectLeaders, AllocateProducerIds,
-  UnregisterBroker) go to the `ControllerService`, which answers
-  NOT_CONTROLLER unless this node is the active controller.
+  IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
+  ListPartitionReassignments, AllocateProducerIds, UnregisterBroker) go to
+  the `ControllerService`, which answers NOT_CONTROLLER unless this node is
+  the active controller.
 
 Each API is served at the one version raftka speaks (the newest kio has
 for the controller APIs; the Raft versions in `rpc`), DescribeQuorum at
