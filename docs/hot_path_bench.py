@@ -12,7 +12,8 @@ runs these phases (`--phases`), each `--reps` times:
 - **fetch**: Fetch v12 requests reading every partition from offset 0 to
   its end, one partition and one request at a time, `--fetch-bytes` each;
 - **consumer**: `raftka bench consume`'s librdkafka consumer processes
-  (`--consumers`) reading the whole topic.
+  (`--consumers`) reading the whole topic, with the bench's
+  `fetch.queue.backoff.ms=10`.
 
 Each phase reports the broker's CPU (utime+stime from /proc, less its idle
 CPU over the phase's wall time) per request and per GB (appended: the
@@ -181,7 +182,8 @@ def run_consumers(bootstrap: str, partitions: int, per_partition: int, consumers
     for i in range(consumers):
         mine = list(range(i, partitions, consumers))
         specs.append({"bootstrap": bootstrap, "topic": TOPIC, "partitions": mine, "group_id": group,
-                      "count": per_partition * len(mine), "timeout_s": 300, "config": {}})
+                      "count": per_partition * len(mine), "timeout_s": 300,
+                      "config": {"fetch.queue.backoff.ms": 10}})
     result = aggregate(run_workers(consume_worker, specs, on_start=meter.start))
     assert result["records"] == per_partition * partitions, result
 
