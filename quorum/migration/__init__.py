@@ -27,7 +27,13 @@ Design (choices, and where they differ from Kafka)
   brokers in ZooKeeper mode, delete `/migration` and the KRaft controller's
   `/controller` (`zk_io.release`); ZooKeeper is current thanks to dual write.
 * Pure cores: `copy`, `dual_write`, `znode`, `meta_properties`. I/O shells:
-  `zk_io` (blocking kazoo), `driver` (trio).
+  `zk_io` (blocking kazoo), `driver` (trio), `local` (a `LocalCluster`'s
+  processes and files, for `raftka migrate` and the tests).
+
+Not covered: client/user/IP quotas and ACLs (raftka has none), broker
+config changes made on the ZooKeeper side during the migration (topic
+configs are taken), reassignments started in ZooKeeper mode, and a copy
+larger than one metadata batch.
 """
 
 from quorum.migration.copy import ZkClusterState, brokers_ready, migration_records
