@@ -48,14 +48,20 @@ from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsReque
 from kio.schema.allocate_producer_ids.v0.response import AllocateProducerIdsResponse
 from kio.schema.alter_partition.v3 import request as ap_req
 from kio.schema.alter_partition.v3 import response as ap_resp
+from kio.schema.alter_partition_reassignments.v0 import request as apr_req
+from kio.schema.alter_partition_reassignments.v0 import response as apr_resp
 from kio.schema.create_partitions.v3 import request as cp_req
 from kio.schema.create_partitions.v3 import response as cp_resp
 from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.create_topics.v7 import response as ct_resp
 from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.describe_configs.v4 import request as dc_req
+from kio.schema.elect_leaders.v2 import request as el_req
+from kio.schema.elect_leaders.v2 import response as el_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac_req
+from kio.schema.list_partition_reassignments.v0 import request as lpr_req
+from kio.schema.list_partition_reassignments.v0 import response as lpr_resp
 
 from quorum.controller.config import ControllerConfig
 from quorum.controller.config_control import ConfigControlManager
@@ -94,7 +100,8 @@ class ZkBrokerChannel:
             AllocateProducerIdsRequest: self._allocate_producer_ids,
             ap_req.AlterPartitionRequest: self._alter_partition,
         }.get(type(request))
-        assert handler is not None, f"a ZooKeeper-mode broker does not send {type(request).__name__}"
+        if handler is None:
+            return _not_in_zookeeper_mode(request)
         return await trio.to_thread.run_sync(functools.partial(handler, request), abandon_on_cancel=True)
 
     # --- topics -------------------------------------------------------------------------
@@ -249,3 +256,29 @@ class ZkBrokerChannel:
 def _partition_error(partition: int, error: ErrorCode) -> ap_resp.PartitionData:
     return ap_resp.PartitionData(partition_index=partition, error_code=error, leader_id=-1, leader_epoch=-1,
                                  isr=(), leader_recovery_state=0, partition_epoch=-1)
+
+
+_ZK_MODE_MESSAGE = ("{api} is not supported by a ZooKeeper-mode broker; "
+                    "migrate the cluster to the KRaft quorum (raftka migrate) to use it")
+
+
+def _not_in_zookeeper_mode(request: Any) -> Any:
+    """A clean, non-retriable INVALID_REQUEST answer for the admin requests
+    only the KRaft controller decides (ElectLeaders, partition reassignment)."""
+    api = type(request).__name__.removesuffix("Request")
+    message = _ZK_MODE_MESSAGE.format(api=api)
+    invalid = ErrorCode.invalid_request
+    if isinstance(request, el_req.ElectLeadersRequest):
+        return el_resp.ElectLeadersResponse(
+            throttle_time=NO_THROTTLE, error_code=invalid, replica_election_results=tuple(
+                el_resp.ReplicaElectionResult(topic=tp.topic, partition_result=tuple(
+                    el_resp.PartitionResult(partition_id=p, error_code=invalid, error_message=message)
+                    for p in tp.partitions))
+                for tp in request.topic_partitions or ()))
+    if isinstance(request, apr_req.AlterPartitionReassignmentsRequest):
+        return apr_resp.AlterPartitionReassignmentsResponse(
+            throttle_time=NO_THROTTLE, error_code=invalid, error_message=message, responses=())
+    if isinstance(request, lpr_req.ListPartitionReassignmentsRequest):
+        return lpr_resp.ListPartitionReassignmentsResponse(
+            throttle_time=NO_THROTTLE, error_code=invalid, error_message=message, topics=())
+    raise AssertionError(f"a ZooKeeper-mode broker does not send {type(request).__name__}")

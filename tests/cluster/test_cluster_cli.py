@@ -90,12 +90,6 @@ def test_sigterm_of_cluster_up_stops_every_process_cleanly(tmp_path):
         up.kill_everything()
 
 
-def test_cluster_up_refuses_zookeeper_mode_for_now():
-    result = run_cli("cluster", "up", "--mode", "zk")
-    assert result.returncode == 2
-    assert "--mode zk is not available yet" in result.stderr
-
-
 def broker_config(tmp_path, **keys) -> str:
     controller_port, broker_port = free_ports(2)
     props = {"node.id": "4", "process.roles": "broker", "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",

@@ -397,3 +397,31 @@ def test_broker_without_zookeeper_fails_fast_naming_the_address(tmp_path):
                             capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode != 0
     assert f"127.0.0.1:{port}" in result.stderr and "zookeeper.connection.timeout.ms" in result.stderr
+
+
+def test_kraft_only_admin_requests_get_a_clear_non_retriable_error(cluster):
+    """ElectLeaders and partition reassignment are decided by the KRaft
+    controller; a ZooKeeper-mode broker refuses them at once, saying what to do."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka import KafkaError
+    from kafka import KafkaAdminClient
+    from kafka.errors import InvalidRequestError
+
+    create_topic(cluster, "kraft-only", 1, 3)
+    started = time.monotonic()
+    client = admin_client(cluster)  # its handle must outlive the future
+    future = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition("kraft-only", 0)])
+    with pytest.raises(KafkaException) as refused:
+        outcome = future.result(30)
+        # librdkafka may report a top-level error per partition instead of raising
+        raise KafkaException(outcome[TopicPartition("kraft-only", 0)])
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST, refused.value
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=10000)
+    try:
+        with pytest.raises(InvalidRequestError) as listed:
+            admin.list_partition_reassignments()
+    finally:
+        admin.close()
+    assert isinstance(listed.value, InvalidRequestError), listed.value
+    assert "raftka migrate" in str(listed.value), listed.value
+    assert time.monotonic() - started < 25, "a refusal must not wait for a timeout"
