@@ -26,7 +26,9 @@ the server (`handle_request`), the answer to a request it sent (from
    publishes it to subscribers, and completes proposals whose records are
    committed; a completed flush is followed by a `tick`, and the loop goes
    back to 2 with its output (a leader counts its own log only up to what
-   is flushed).
+   is flushed). A long backlog (a node that just restarted on its log) is
+   replayed by a task in a worker thread instead, so the loop stays quick
+   to answer votes and Fetches.
 
 Durability
 ----------
@@ -103,6 +105,14 @@ EVENT_QUEUE_SIZE = 1024
 # records (in one replay, which is cheaper per record than many small ones).
 TURN_PROPOSAL_BYTES = 256 * 1024
 APPLY_BYTES_PER_TURN = 32 * 1024
+# A committed backlog longer than this (a node that just restarted on its
+# log) is replayed by a task in a worker thread instead, REPLAY_CHUNK_BYTES
+# at a time, so the loop keeps answering votes and Fetches meanwhile (the
+# thread holds the GIL for at most the switch interval, 5 ms, while the loop
+# has work): a restarted voter neither delays an election nor, as the
+# majority's second member, a commit, for as long as its replay takes.
+REPLAY_IN_THREAD_RECORDS = 5000
+REPLAY_CHUNK_BYTES = 1024 * 1024
 SLOW_TURN_MS = 500
 
 
@@ -148,6 +158,8 @@ class RaftNode:
         self._role: tuple[str, int, int | None] = ("none", -1, None)
         self._turn_fsync_s = 0.0
         self._snapshotting = False
+        self._replaying = False
+        self._log_lock = trio.Lock()  # a log read by the replay task never overlaps a flush in its thread
         self._wake_at_ms = 0
         self.core: RaftCore | None = None
         self.log: StorageReplicatedLog | None = None
@@ -423,7 +435,8 @@ class RaftNode:
                 self._send(outputs)
             if election is not None or flush_to is not None:
                 started = trio.current_time()
-                await trio.to_thread.run_sync(self._persist, quorum_state, election, flush_to)
+                async with self._log_lock:
+                    await trio.to_thread.run_sync(self._persist, quorum_state, election, flush_to)
                 self._turn_fsync_s += trio.current_time() - started
             # 2. send
             if not send_first:
@@ -472,7 +485,12 @@ class RaftNode:
         core, log = self.core, self.log
         assert core is not None and log is not None
         hw = core.high_watermark
-        if hw is None:
+        if hw is None or self._replaying:
+            return False
+        if hw - self.state.next_offset > REPLAY_IN_THREAD_RECORDS and not self._precomputed \
+                and self._nursery is not None:  # (an active leader adopts its staged images instead)
+            self._replaying = True
+            self._nursery.start_soon(self._replay_in_thread)
             return False
         old = self.state.image
         self.state = apply_committed(self.state, log.read, hw, self._precomputed,
@@ -480,6 +498,33 @@ class RaftNode:
         if self.state.image is not old:
             self._publish(old)
         return self.state.next_offset < hw
+
+    async def _replay_in_thread(self) -> None:
+        """Replay a long committed backlog chunk by chunk in a worker thread
+        (see REPLAY_IN_THREAD_RECORDS). The log is read here, in the trio
+        thread; the thread only turns immutable bytes and an immutable image
+        into a new image. A state replaced meanwhile (a snapshot installed)
+        discards the chunk's result."""
+        try:
+            while True:
+                core, log = self.core, self.log
+                assert core is not None and log is not None
+                hw = core.high_watermark
+                if hw is None or hw - self.state.next_offset <= REPLAY_IN_THREAD_RECORDS:
+                    break
+                base = self.state
+                async with self._log_lock:
+                    data = log.read(base.next_offset, REPLAY_CHUNK_BYTES, hw)
+                if not data:
+                    break
+                state, _ = await trio.to_thread.run_sync(base.apply, data)
+                if self.state is base:
+                    self.state = state
+                    self._publish(base.image)
+                    self._after_turn()
+        finally:
+            self._replaying = False
+        await self.call(lambda now_ms: None)  # a loop turn applies the rest
 
     def _publish(self, old: MetadataImage) -> None:
         self._publisher.image_changed(old, self.state.image)

@@ -10,6 +10,7 @@ import trio
 
 from quorum.metadata.image import LoggedRecord
 from quorum.metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord, encode_record
+from quorum.node import driver
 from quorum.node.applier import committed_records
 from quorum.node.events import Staged
 from quorum.node.metadata_log import metadata_log_dir
@@ -88,6 +89,38 @@ async def test_a_restarted_follower_catches_up_from_its_own_log(tmp_path, nurser
     assert topic_names(follower) == {"before", "while-down"}
     state = QuorumStateFile(metadata_log_dir(quorum.log_dir(follower_id))).read()
     assert state is not None and state.epoch == leader.leader.epoch and state.leader_id == leader_id
+
+
+async def test_a_long_backlog_is_replayed_off_the_loop_to_the_same_image(tmp_path, nursery, monkeypatch):
+    monkeypatch.setattr(driver, "REPLAY_IN_THREAD_RECORDS", 5)
+    monkeypatch.setattr(driver, "REPLAY_CHUNK_BYTES", 300)  # a few batches per chunk
+    replays = []
+    original = driver.RaftNode._replay_in_thread
+
+    async def counted(self):
+        replays.append(self.node_id)
+        await original(self)
+
+    monkeypatch.setattr(driver.RaftNode, "_replay_in_thread", counted)
+    quorum = InProcessQuorum(tmp_path, nursery)
+    await quorum.start_all()
+    leader_id = await quorum.active_leader()
+    leader = quorum.node(leader_id)
+    names = {f"t{i}" for i in range(40)}
+    for name in sorted(names):
+        last = await leader.propose([topic(name)])
+    follower_id = next(n for n in quorum.voters if n != leader_id)
+    await quorum.stop(follower_id)
+    follower = await quorum.start(follower_id)
+    with trio.fail_after(10):
+        await follower.wait_until_applied(last.last_offset + 1)
+    assert follower_id in replays, "the restarted follower replayed its log in the trio loop"
+    assert topic_names(follower) == names
+    assert follower.image.offset == leader.image.offset
+    last = await leader.propose([topic("after")])  # it still fetches, votes and applies as usual
+    with trio.fail_after(10):
+        await follower.wait_until_applied(last.last_offset + 1)
+    assert topic_names(follower) == names | {"after"}
 
 
 async def test_a_restarted_leader_does_not_lead_its_old_epoch_again(tmp_path, nursery):
