@@ -10,8 +10,8 @@ instead of biasing the one that ran last.
 `--quick` is a smoke-sized suite (about 4 minutes on 2 busy cores): small
 counts, short phases, short session timeouts; the full suite sweeps the
 issue's parameters (record size, acks, RF 1/3, partitions, producers,
-fault kinds) at realistic sizes and takes about an hour. `--only
-latency,failover` keeps some scenarios. A failing run is reported and the
+fault kinds, both metadata modes) at realistic sizes and takes about 90
+minutes. `--only latency,failover` keeps some scenarios. A failing run is reported and the
 suite goes on; Ctrl-C stops it (the running scenario stops its cluster).
 Every run's environment sidecar names the suite run (`suite_id`).
 """
@@ -58,6 +58,15 @@ FULL: list[tuple[str, list[str]]] = [
     *[("controller-failover", ["--fault", fault]) for fault in ("kill", "stop", "term")],
     ("metadata-scale", ["--partitions", "1000"]),
     ("metadata-scale", ["--partitions", "10000", "--topics", "100"]),
+    ("produce", ["--duration", "10", "--rf", "3", "--acks", "all"]),
+    # Issue #5's failover figures, and issue #8's modes side by side (same parameters in each mode).
+    *[("failover", ["--mode", mode, "--led-partitions", led, "--acks", "all", "--fault", fault, "--dir", "/dev/shm"])
+      for mode in ("kraft", "zk") for led, fault in (("10", "kill"), ("1000", "kill"), ("1000", "term"))],
+    *[("controller-failover", ["--mode", mode, "--brokers", "3"]) for mode in ("kraft", "zk")],
+    *[("topic-create", ["--mode", mode, "--topics", "100", "--dir", "/dev/shm"]) for mode in ("kraft", "zk")],
+    *[("metadata-scale", ["--mode", mode, "--partitions", "1000", "--controllers", "1", "--dir", "/dev/shm"])
+      for mode in ("kraft", "zk")],
+    *[("cold-start", ["--mode", mode, "--partitions", "1000", "--dir", "/dev/shm"]) for mode in ("kraft", "zk")],
     ("storage", []),
     ("quorum", ["--failover-runs", "3"]),
 ]
