@@ -71,13 +71,13 @@ from typing import Any
 import trio
 
 from quorum.metadata.image import MetadataImage
-from quorum.node.applier import MetadataState, apply_committed
+from quorum.node.applier import MetadataState
+from quorum.node.applying import Applying
 from quorum.node.events import Build, Call, MetadataListener, Proposal, ProposalTooLargeError, Staged, Waiter
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
 from quorum.node.network import RaftChannel
 from quorum.node.publish import LeadershipListener, Publisher
 from quorum.node.quorum_state import QuorumStateFile
-from quorum.node.snapshots import snapshot_of_image
 from quorum.raft import (
     AppendResult,
     ElectionState,
@@ -88,7 +88,6 @@ from quorum.raft import (
     QuorumConfig,
     QuorumStatus,
     RaftCore,
-    SnapshotId,
 )
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
@@ -102,17 +101,8 @@ EVENT_QUEUE_SIZE = 1024
 # busy machine looks like a dead leader. So a turn decides proposals worth
 # at most TURN_PROPOSAL_BYTES of records (always at least one; the rest
 # wait a turn) and applies at most APPLY_BYTES_PER_TURN of committed
-# records (in one replay, which is cheaper per record than many small ones).
+# records (quorum.node.applying).
 TURN_PROPOSAL_BYTES = 256 * 1024
-APPLY_BYTES_PER_TURN = 32 * 1024
-# A committed backlog longer than this (a node that just restarted on its
-# log) is replayed by a task in a worker thread instead, REPLAY_CHUNK_BYTES
-# at a time, so the loop keeps answering votes and Fetches meanwhile (the
-# thread holds the GIL for at most the switch interval, 5 ms, while the loop
-# has work): a restarted voter neither delays an election nor, as the
-# majority's second member, a commit, for as long as its replay takes.
-REPLAY_IN_THREAD_RECORDS = 5000
-REPLAY_CHUNK_BYTES = 1024 * 1024
 SLOW_TURN_MS = 500
 
 
@@ -120,7 +110,7 @@ def wall_clock_ms() -> int:
     """Record batch timestamps are wall-clock time; timers use trio's monotonic clock."""
     return time.time_ns() // 1_000_000
 
-class RaftNode:
+class RaftNode(Applying):
     """A member of the metadata quorum: a voter if `node_id` is in `voters`, else an observer.
 
     Build it, then `await nursery.start(node.run)`; cancel to stop (or
@@ -471,63 +461,7 @@ class RaftNode:
             assert self.log is not None
             self.log.flush(flush_to)
 
-    # --- applying ---------------------------------------------------------------------------
-
-    def _load_snapshot(self, snapshot_id: SnapshotId) -> None:
-        assert self.log is not None
-        old = self.state.image
-        self.state, _ = self.state.load_snapshot(self.log.snapshot_data(snapshot_id))
-        _log.info("node %d loaded snapshot %s", self.node_id, snapshot_id)
-        self._publish(old)
-
-    def _apply_committed(self) -> bool:
-        """Apply committed batches (a bounded amount per turn); True if more remain."""
-        core, log = self.core, self.log
-        assert core is not None and log is not None
-        hw = core.high_watermark
-        if hw is None or self._replaying:
-            return False
-        if hw - self.state.next_offset > REPLAY_IN_THREAD_RECORDS and not self._precomputed \
-                and self._nursery is not None:  # (an active leader adopts its staged images instead)
-            self._replaying = True
-            self._nursery.start_soon(self._replay_in_thread)
-            return False
-        old = self.state.image
-        self.state = apply_committed(self.state, log.read, hw, self._precomputed,
-                                     core.epoch if core.is_leader else None, APPLY_BYTES_PER_TURN)
-        if self.state.image is not old:
-            self._publish(old)
-        return self.state.next_offset < hw
-
-    async def _replay_in_thread(self) -> None:
-        """Replay a long committed backlog chunk by chunk in a worker thread
-        (see REPLAY_IN_THREAD_RECORDS). The log is read here, in the trio
-        thread; the thread only turns immutable bytes and an immutable image
-        into a new image. A state replaced meanwhile (a snapshot installed)
-        discards the chunk's result."""
-        try:
-            while True:
-                core, log = self.core, self.log
-                assert core is not None and log is not None
-                hw = core.high_watermark
-                if hw is None or hw - self.state.next_offset <= REPLAY_IN_THREAD_RECORDS:
-                    break
-                base = self.state
-                async with self._log_lock:
-                    data = log.read(base.next_offset, REPLAY_CHUNK_BYTES, hw)
-                if not data:
-                    break
-                state, _ = await trio.to_thread.run_sync(base.apply, data)
-                if self.state is base:
-                    self.state = state
-                    self._publish(base.image)
-                    self._after_turn()
-        finally:
-            self._replaying = False
-        await self.call(lambda now_ms: None)  # a loop turn applies the rest
-
-    def _publish(self, old: MetadataImage) -> None:
-        self._publisher.image_changed(old, self.state.image)
+    # --- applying (replay and snapshots: quorum.node.applying) ----------------------------------
 
     def _after_turn(self) -> None:
         core = self.core
@@ -568,28 +502,3 @@ class RaftNode:
         proposals, self._proposals = self._proposals, []
         for p in proposals:
             p.finish(error=error)
-
-    # --- snapshots ------------------------------------------------------------------------------
-
-    def _maybe_snapshot(self) -> None:
-        assert self.log is not None and self._nursery is not None
-        if self._snapshotting or self.state.next_offset <= self.log.log_start_offset:
-            return
-        self._snapshotting = True
-        self._nursery.start_soon(self._snapshot, self.state)
-
-    async def _snapshot(self, state: MetadataState) -> None:
-        """Encode the image off the loop (it is immutable), then have the loop store it."""
-        try:
-            snapshot_id = SnapshotId(state.next_offset, state.last_epoch)
-            blob = await trio.to_thread.run_sync(snapshot_of_image, state.image, snapshot_id)
-
-            def store(now_ms: int) -> Output:
-                assert self.core is not None
-                created, out = self.core.create_snapshot(state.next_offset, blob, now_ms)
-                _log.info("node %d wrote snapshot %s (%d bytes)", self.node_id, created, len(blob))
-                return out
-
-            await self.call(store)
-        finally:
-            self._snapshotting = False

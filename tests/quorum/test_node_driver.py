@@ -10,7 +10,7 @@ import trio
 
 from quorum.metadata.image import LoggedRecord
 from quorum.metadata.records import PartitionRecord, RegisterBrokerRecord, TopicRecord, encode_record
-from quorum.node import driver
+from quorum.node import applying, driver
 from quorum.node.applier import committed_records
 from quorum.node.events import Staged
 from quorum.node.metadata_log import metadata_log_dir
@@ -92,8 +92,8 @@ async def test_a_restarted_follower_catches_up_from_its_own_log(tmp_path, nurser
 
 
 async def test_a_long_backlog_is_replayed_off_the_loop_to_the_same_image(tmp_path, nursery, monkeypatch):
-    monkeypatch.setattr(driver, "REPLAY_IN_THREAD_RECORDS", 5)
-    monkeypatch.setattr(driver, "REPLAY_CHUNK_BYTES", 300)  # a few batches per chunk
+    monkeypatch.setattr(applying, "REPLAY_IN_THREAD_RECORDS", 5)
+    monkeypatch.setattr(applying, "REPLAY_CHUNK_BYTES", 300)  # a few batches per chunk
     replays = []
     original = driver.RaftNode._replay_in_thread
 
