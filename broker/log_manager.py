@@ -178,15 +178,18 @@ class LogManager:
             return log
         log_dir = self._dir_of.get(tp) or self._pick_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
-        stored_id = _read_topic_id(path) if os.path.isdir(path) else None
+        fresh = not os.path.isdir(path)
+        stored_id = None if fresh else _read_topic_id(path)
         if stored_id is not None and stored_id != topic_id:
             self._move_aside(path, f"the topic now has id {topic_id}")
         log = Log.open(path, config, now_ms=self._clock_ms(), producer_state=True)
         if self._producer_id_expiration_ms is not None and log.producer_state is not None:
             log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
         if stored_id != topic_id:
+            # A fresh log's file is not fsynced (nor is the rest of the new,
+            # empty log): lost or short after a crash, it is rewritten here.
             write_atomically(self._fs, os.path.join(path, PARTITION_METADATA_FILE),
-                             f"version: 0\ntopic_id: {topic_id}\n".encode())
+                             f"version: 0\ntopic_id: {topic_id}\n".encode(), durable=not fresh)
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
         return log

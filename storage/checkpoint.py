@@ -79,8 +79,12 @@ def parse_checkpoint(data: bytes, fields: int, what: str) -> list[list[str]]:
     return entries
 
 
-def write_atomically(fs: FileSystem, path: str, data: bytes) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename, fsync dir."""
+def write_atomically(fs: FileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data`: temp file, fsync, rename, fsync dir.
+
+    With durable=False nothing is fsynced: a reader sees the old or the new
+    file, but a crash may leave neither or a short one (for files that are
+    rewritten when found missing or malformed)."""
     tmp = path + TMP_SUFFIX
     if fs.exists(tmp):
         fs.remove(tmp)
@@ -88,11 +92,13 @@ def write_atomically(fs: FileSystem, path: str, data: bytes) -> None:
     try:
         f.truncate(0)
         f.pwrite(data, 0)
-        f.fsync()
+        if durable:
+            f.fsync()
     finally:
         f.close()
     fs.rename(tmp, path)
-    fs.fsync_dir(os.path.dirname(path) or ".")
+    if durable:
+        fs.fsync_dir(os.path.dirname(path) or ".")
 
 
 def _parse_int(text: str, what: str) -> int:

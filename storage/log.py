@@ -139,6 +139,10 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._dir_dirty = False
+        #: A log created by `open` has its own name in the parent dir made
+        #: durable by the first flush, not at creation (nothing in it is
+        #: promised before then; a crash just loses the empty dir).
+        self._parent_dir_dirty = False
         self._max_message_bytes = config.max_message_bytes
         self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
         self.topic_partition: tuple[str, int] | None = None
@@ -383,11 +387,19 @@ class Log:
                 if segment.next_offset > self._recovery_point and segment.base_offset < offset:
                     segment.flush()
             self._recovery_point = offset
+        self._fsync_dirs()
+        if offset == self._log_end_offset:
+            self._unflushed_messages = 0
+
+    def _fsync_dirs(self) -> None:
+        """Make created, renamed and removed names durable: the log's dir,
+        then (once, for a fresh log) its own entry in the parent dir."""
         if self._dir_dirty:
             self.fs.fsync_dir(self.dir_path)
             self._dir_dirty = False
-        if offset == self._log_end_offset:
-            self._unflushed_messages = 0
+        if self._parent_dir_dirty:
+            self.fs.fsync_dir(os.path.dirname(os.path.normpath(self.dir_path)) or ".")
+            self._parent_dir_dirty = False
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if `flush.messages` or `flush.ms` says it is time."""

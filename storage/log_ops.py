@@ -49,9 +49,14 @@ def rollback(f: File, size: int) -> None:
 def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint_files: bool) -> None:
     fs = log.fs
     dir_path = log.dir_path
-    if not fs.exists(dir_path):
+    # A fresh log fsyncs nothing here: it holds no batch, so a crash that
+    # loses its files loses nothing promised; its first flush makes the
+    # segment files and the directory entries durable (`Log._fsync_dirs`).
+    # Creating thousands of partitions costs no fsync each.
+    fresh = not fs.exists(dir_path)
+    if fresh:
         fs.makedirs(dir_path)
-        fs.fsync_dir(os.path.dirname(os.path.normpath(dir_path)) or ".")
+        log._parent_dir_dirty = True
     checkpointed_rp = recovery_point
     if checkpoint_files:
         name = os.path.basename(os.path.normpath(dir_path))
@@ -96,16 +101,19 @@ def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint
     log._log_end_offset = segments[-1].next_offset
     log._log_start_offset = max(log_start_offset or 0, segments[0].base_offset)
 
-    if rebuild_epochs:
+    if rebuild_epochs and not fresh:
         _rebuild_epoch_cache(log)
         epoch_file.write(log.epoch_cache.entries)
     log.epoch_cache.truncate_from_end(log._log_end_offset)
     log.epoch_cache.truncate_from_start(log._log_start_offset)
 
-    for segment in recovered:
-        segment.flush()
-    if recovered:
-        fs.fsync_dir(dir_path)
+    if fresh:
+        log._dir_dirty = True
+    else:
+        for segment in recovered:
+            segment.flush()
+        if recovered:
+            fs.fsync_dir(dir_path)
     log._recovery_point = log._log_end_offset
     log._checkpointed_recovery_point = checkpointed_rp or 0
     if log._log_start_offset > log._log_end_offset:
@@ -192,9 +200,8 @@ def truncate_to(log: Log, offset: int) -> bool:
     log.epoch_cache.truncate_from_end(log._log_end_offset)
     log._recovery_point = min(log._recovery_point, log._log_end_offset)
     segment.flush()
-    if removed or log._dir_dirty:
-        log.fs.fsync_dir(log.dir_path)
-        log._dir_dirty = False
+    log._dir_dirty = log._dir_dirty or bool(removed)
+    log._fsync_dirs()
     if start_moved or log._recovery_point < log._checkpointed_recovery_point:
         log.write_checkpoints()
     return True
@@ -211,8 +218,8 @@ def truncate_fully_and_start_at(log: Log, offset: int) -> None:
     log._log_start_offset = log._log_end_offset = log._recovery_point = offset
     log.epoch_cache.clear()
     segment.flush()
-    log.fs.fsync_dir(log.dir_path)
-    log._dir_dirty = False
+    log._dir_dirty = True
+    log._fsync_dirs()
     log.write_checkpoints()
     logger.info("%s: deleted every segment; the log restarts empty at offset %d", log.dir_path, offset)
 

@@ -196,3 +196,22 @@ def test_lost_tail_of_an_older_segment_drops_the_newer_ones():
     assert again.log_end_offset == 2
     assert again.read_bytes(0, 10**6) == STORED[0]
     assert [s.base_offset for s in again.segments] == [0]
+
+
+def test_a_new_log_costs_no_fsync_and_its_first_flush_makes_it_durable():
+    """Creating a partition fsyncs nothing (thousands are created at once);
+    a crash before the first flush loses only the empty log; after the
+    flush, its batches survive a crash that drops every unsynced write."""
+    fs = SimFileSystem(seed=5)
+    fs.makedirs("/data")
+    log = Log.open("/data/t-0", CONFIG, now_ms=0, fs=fs)
+    assert fs.fsync_count == 0
+    fs.crash()
+    log = Log.open("/data/t-0", CONFIG, now_ms=0, fs=fs)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    for raw in RAW[:5]:
+        log.append(raw, now_ms=0)
+    log.flush()
+    fs.crash()
+    log = Log.open("/data/t-0", CONFIG, now_ms=0, fs=fs)
+    assert log.read_bytes(0, 10**7) == stored_prefix(5)
