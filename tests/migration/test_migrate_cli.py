@@ -82,16 +82,7 @@ def test_migrate_command_moves_a_stopped_zookeeper_cluster_and_finalizes(tmp_pat
     try:
         bootstrap = migrate.wait_for("READY bootstrap=", 300).split("=", 1)[1]
         assert any("metadata copied" in line for line in migrate.lines)
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
-        c.assign([TopicPartition("orders", p, 0) for p in range(2)])
-        seen = {}
-        deadline = time.monotonic() + 60
-        while len(seen) < 100 and time.monotonic() < deadline:
-            m = c.poll(1)
-            if m is not None and not m.error():
-                seen[(m.partition(), m.offset())] = int(m.value())
-        c.close()
-        assert seen == {(i % 2, i // 2): i for i in range(100)}, "every record at its old offset"
+        assert read(bootstrap, 100) == {(i % 2, i // 2): i for i in range(100)}, "every record at its old offset"
 
         finalize = subprocess.run([sys.executable, "-m", "raftka.cli", "migrate", "finalize", "--data-dir", data_dir],
                                   cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -99,3 +90,24 @@ def test_migrate_command_moves_a_stopped_zookeeper_cluster_and_finalizes(tmp_pat
         migrate.wait_for("finalized", 120)
     finally:
         assert migrate.stop() == 0
+
+    # The finalized cluster is an ordinary KRaft cluster dir now.
+    up = Command("cluster", "up", "--controllers", "1", "--brokers", "2", "--base-port", "0", "--data-dir", data_dir)
+    try:
+        bootstrap = up.wait_for("READY bootstrap=", 120).split("=", 1)[1]
+        assert read(bootstrap, 100) == {(i % 2, i // 2): i for i in range(100)}
+    finally:
+        assert up.stop() == 0
+
+
+def read(bootstrap: str, count: int) -> dict[tuple[int, int], int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    c.assign([TopicPartition("orders", p, 0) for p in range(2)])
+    seen: dict[tuple[int, int], int] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < count and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            seen[(m.partition(), m.offset())] = int(m.value())
+    c.close()
+    return seen
