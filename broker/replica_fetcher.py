@@ -20,7 +20,9 @@ leave the ISR after `replica.lag.time.max.ms`: every leader each quarter of
 it (Kafka checks each half), and the few partitions with an ISR change
 under way (retries after `alter_partition_retry_backoff_ms`) every 100 ms,
 so a broker leading thousands of partitions does not scan them all 10
-times a second.
+times a second. With no ISR change under way the tick task sleeps until
+the next full tick (woken when one starts), so an idle broker does not
+wake 10 times a second.
 """
 
 from __future__ import annotations
@@ -239,6 +241,8 @@ class IsrSender:
         self.broker = broker
         #: Partitions whose ISR change is under way: ticked often for retries.
         self._changing: set[TopicIdPartition] = set()
+        #: Set when `_changing` gains partitions (they need ticks every `TICK_S`).
+        self._changing_added = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -251,7 +255,12 @@ class IsrSender:
         every_ms = max(TICK_S * 1000, replicas.replication.replica_lag_time_max_ms / 4)
         last_full = 0
         while True:
-            await trio.sleep(TICK_S)
+            wait_s = TICK_S
+            if self.broker.loaded and not self._changing and not replicas.alter_partition_queue:
+                wait_s = min(max(TICK_S, (last_full + every_ms - self.broker.clock_ms()) / 1000), every_ms / 1000)
+            with trio.move_on_after(wait_s):
+                await self._changing_added.wait()
+            self._changing_added = trio.Event()
             if not self.broker.loaded:
                 continue
             now = self.broker.clock_ms()
@@ -287,6 +296,7 @@ class IsrSender:
             for proposal in proposals:
                 key = TopicIdPartition(proposal.topic_id, proposal.partition)
                 self._changing.add(key)
+                self._changing_added.set()
                 hp = replicas.by_topic_id(key)
                 result = results.get(key)
                 if hp is None or result is None:
