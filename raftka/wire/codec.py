@@ -29,7 +29,7 @@ import functools
 import io
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 from kio.index import KioIndexError, load_request_schema, load_response_schema
@@ -59,8 +59,10 @@ def api_name(api_key: int) -> str:
     return "".join(w.capitalize() for w in name.split("_")) + f"({api_key})"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+# RequestHeader and DecodedRequest are built for every request: named
+# tuples, as immutable as frozen dataclasses, cost a third of their
+# construction time.
+class RequestHeader(NamedTuple):
     api_key: int
     api_version: int
     correlation_id: int
@@ -69,8 +71,7 @@ class RequestHeader:
     header_version: int
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedRequest:
+class DecodedRequest(NamedTuple):
     header: RequestHeader
     #: The kio request entity, e.g. `kio.schema.vote.v0.VoteRequest`. None only
     #: for an ApiVersions request of a version this server does not support,

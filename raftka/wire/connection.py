@@ -163,7 +163,7 @@ class Pipeline:
     async def wait_for_room(self) -> None:
         while len(self.slots) >= self.max_in_flight:
             # The head may be complete and waiting for the writer.
-            self._writer.unpark_all()
+            self._wake(self._writer)
             await self._reader.park()
 
     def add(self, slot: Slot) -> None:
@@ -179,7 +179,7 @@ class Pipeline:
         # records): let them go now rather than when the response is sent.
         slot.request = None
         if wake_writer and self.slots and self.slots[0] is slot:
-            self._writer.unpark_all()
+            self._wake(self._writer)
 
     def can_send_now(self) -> bool:
         """Whether the head is complete and nothing sent earlier is pending."""
@@ -192,7 +192,7 @@ class Pipeline:
         while slots and slots[0].done:
             batch.append(slots.popleft())
         if batch:
-            self._reader.unpark_all()
+            self._wake(self._reader)
         return batch
 
     def hand_over(self, parts: list[ResponsePart], slot_count: int) -> None:
@@ -200,11 +200,18 @@ class Pipeline:
         assert not self._unsent and parts
         self._unsent = parts
         self._unsent_slots = slot_count
-        self._writer.unpark_all()
+        self._wake(self._writer)
 
     def finish_reading(self) -> None:
         self.reading_done = True
-        self._writer.unpark_all()
+        self._wake(self._writer)
+
+    @staticmethod
+    def _wake(lot: trio.lowlevel.ParkingLot) -> None:
+        # `unpark_all` on an empty lot still costs microseconds, on every
+        # request of a busy connection.
+        if lot:
+            lot.unpark_all()
 
     async def next_batch(self) -> tuple[list[ResponsePart], int] | None:
         """The next parts to send and how many responses they finish; None
