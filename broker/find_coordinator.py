@@ -106,7 +106,8 @@ def _too_few_brokers(broker) -> str | None:
     """Why `__consumer_offsets` cannot be created now, if this broker's
     image shows fewer unfenced brokers than its replication factor."""
     wanted = broker.config.group_coordinator.offsets_topic_replication_factor
-    live = len(live_brokers(broker, broker.image))
+    # Every unfenced broker, whatever its listeners: the controller's count.
+    live = sum(1 for b in broker.image.brokers.values() if not b.fenced)
     runtime = broker.coordinator
     if live >= wanted:
         runtime.offsets_topic_refused_at_brokers = None
