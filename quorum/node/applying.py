@@ -59,7 +59,6 @@ class Applying:
 
         async def call(self, fn: Any) -> Any: ...
 
-
     def _load_snapshot(self, snapshot_id: SnapshotId) -> None:
         assert self.log is not None
         old = self.state.image
@@ -115,7 +114,6 @@ class Applying:
 
     def _publish(self, old: MetadataImage) -> None:
         self._publisher.image_changed(old, self.state.image)
-
 
     def _maybe_snapshot(self) -> None:
         assert self.log is not None and self._nursery is not None
