@@ -11,7 +11,10 @@ exactly two doors to the rest of the cluster:
   calls it with each new immutable `MetadataImage`. The broker swaps its
   image, opens/deletes logs and changes replica roles as the delta says,
   and wakes requests waiting for the image (admin requests waiting to see
-  their change; parked fetches and produces).
+  their change; parked fetches and produces). `await publish_metadata(image)`
+  is the same door in slices of the event loop's time, for a follower of
+  the metadata log that must keep heartbeating through a delta of
+  thousands of partitions (`broker.quorum_link`).
 - **controller out**: `ControllerChannel.send(request)`, for client admin
   requests (forwarded) and the broker's own AllocateProducerIds.
 
@@ -33,7 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import trio
 
@@ -51,6 +54,9 @@ from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from raftka.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 
 _log = logging.getLogger("broker")
+
+#: How long `publish_metadata` works on a delta before it lets the event loop run.
+PUBLISH_SLICE_S = 0.02
 
 # api_key: (min version, max version, handler). What the clients negotiate:
 # librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
@@ -132,10 +138,31 @@ class Broker:
         its first publish): logs of partitions it does not host here are
         moved aside as strays. Must be called from the trio thread.
         """
+        steps = self._publish_steps(image, delta)
+        if steps is not None:
+            for _ in steps:
+                pass
+
+    async def publish_metadata(self, image: MetadataImage, slice_s: float = PUBLISH_SLICE_S) -> None:
+        """`on_metadata_update`, letting the event loop run every `slice_s`
+        of work: heartbeats, the metadata fetch and client requests go on
+        while thousands of replicas are created or change role. Replicas not
+        reached yet answer as before (NOT_LEADER_OR_FOLLOWER: retriable).
+        The caller publishes one image at a time (the quorum link's task)."""
+        steps = self._publish_steps(image, None)
+        if steps is None:
+            return
+        started = time.monotonic()
+        for _ in steps:
+            if time.monotonic() - started >= slice_s:
+                await trio.sleep(0)
+                started = time.monotonic()
+
+    def _publish_steps(self, image: MetadataImage, delta: MetadataDelta | None) -> Iterator[None] | None:
         if image.offset < self.image.offset:
             _log.warning("ignoring metadata image at offset %d older than the current %d",
                          image.offset, self.image.offset)
-            return
+            return None
         if not self._loaded:
             self.log_manager.load(image, self.node_id)
             self._loaded = True
@@ -143,7 +170,10 @@ class Broker:
             delta = image_delta(self.image, image, self.node_id)
         configs_changed = image.configs is not self.image.configs
         self.image = image
-        self.replicas.apply_delta(image, delta)
+        return self._publish(image, delta, configs_changed)
+
+    def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:
+        yield from self.replicas.delta_steps(image, delta)
         if configs_changed:
             self.replicas.refresh_topic_configs(image)
         self.coordinator.on_metadata_update()

@@ -15,7 +15,9 @@ the `Broker`:
   not in the Raft driver's callback: opening or deleting logs must not
   stall the driver (a voter, on a combined node). The broker computes the
   delta from the image it has, so images that arrive meanwhile fold into
-  one delta.
+  one delta, and works through it in slices of the event loop's time
+  (`Broker.publish_metadata`), so heartbeats go on during a delta of
+  thousands of partitions.
 - **Lifecycle out.** `broker.lifecycle.BrokerLifecycle` decides when to
   register and heartbeat; this shell sends through the `ControllerClient`
   (to whichever voter is the active controller) and feeds answers back.
@@ -127,7 +129,9 @@ class BrokerQuorumLink:
             if image.offset > self.broker.image.offset or not self.published:
                 # The broker computes the delta from the image it has, so
                 # images that came while it worked fold into one delta.
-                self.broker.on_metadata_update(image)
+                # In slices: a delta of thousands of partitions must not
+                # starve the heartbeats below (the broker would be fenced).
+                await self.broker.publish_metadata(image)
                 self.published = True
                 self._wake()
             await self._new_image.wait()

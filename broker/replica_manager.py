@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -159,67 +159,101 @@ class ReplicaManager:
     # --- metadata ------------------------------------------------------
 
     def apply_delta(self, image: MetadataImage, delta: MetadataDelta) -> None:
-        """Make the hosted replicas match `image` (KIP-631's delta publishing)."""
+        """Make the hosted replicas match `image` (KIP-631's delta publishing), at once."""
+        for _ in self.delta_steps(image, delta):
+            pass
+
+    def delta_steps(self, image: MetadataImage, delta: MetadataDelta) -> Iterator[None]:
+        """`apply_delta` one replica at a time: yields after each one it
+        stopped, created or changed, so that a caller on an event loop can
+        let heartbeats and the metadata fetch run between them. A delta of
+        thousands of partitions (a topic created, a broker fenced) costs
+        milliseconds each (opening logs, leader epoch checkpoints); done in
+        one turn it held the loop past `broker.session.timeout.ms`, the
+        broker was fenced, and the leadership churn fed the next big delta.
+        The steps must all run, in order, before the next delta."""
         now_ms = self.clock_ms()
         for stopped in delta.stopped:
-            hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
-            if hp is not None:
-                if hp.state.topic_id != stopped.topic_id:
-                    # A newer topic of the same name already took the slot.
-                    self.partitions[(stopped.topic_name, stopped.partition)] = hp
-                    continue
-                self.on_follow(stopped.topic_name, stopped.partition, hp.state.topic_id, -1, -1)
-                self._drop(hp)
-                hp.state.stop()
-                hp.notify()
-            if stopped.delete:
-                self.log_manager.delete(stopped.topic_name, stopped.partition)
-            _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
+            self._stop_replica(stopped)
+            yield
         eligible = eligible_brokers(image)
         touched = set()
+        became: dict[str, int] = {}
         for local in (*delta.leaders, *delta.followers):
-            key = (local.topic_name, local.partition)
-            touched.add(key)
-            hp = self.partitions.get(key)
-            if hp is not None and hp.state.topic_id != local.topic_id:
-                # The topic was deleted and re-created in one delta.
-                self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
-                self._drop(hp)
-                hp.state.stop()
-                self.partitions.pop(key)
-                self.log_manager.delete(*key)
-                hp.notify()
-                hp = None
-            if hp is None:
-                config = log_config_for(image.topic_config(local.topic_name), self.log_defaults)
-                log = self.log_manager.get_or_create(local.topic_name, local.partition, local.topic_id, config)
-                state = ReplicaState(local.topic_name, local.partition, local.topic_id, self.broker_id, log,
-                                     self.replication)
-                hp = self.partitions[key] = HostedPartition(state, log, self)
-                self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
-                checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
-            else:
-                checkpointed_hw = None
-            self._apply_topic_configs(image, hp)
-            was = (hp.state.role, hp.state.leader_epoch)
-            change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
-                                                 checkpointed_high_watermark=checkpointed_hw)
-            if change.epoch_start is not None:
-                # A new leader starts its epoch at its LEO (KIP-101), so
-                # OffsetForLeaderEpoch for the previous epoch ends there.
-                hp.log.epoch_cache.assign(*change.epoch_start)
-            if change.follow is not None:
-                self.on_follow(local.topic_name, local.partition, local.topic_id, *change.follow)
-            self.act(hp, change.update)
-            if was != (hp.state.role, hp.state.leader_epoch):
-                _log.info("%s-%d: %s at leader epoch %d (leader %d, ISR %s, LEO %d, HW %d)",
-                          local.topic_name, local.partition, hp.state.role.value, hp.state.leader_epoch,
-                          hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset, hp.state.high_watermark)
-            hp.notify()
+            touched.add((local.topic_name, local.partition))
+            role = self._apply_local(image, local, eligible, now_ms)
+            if role is not None:
+                became[role] = became.get(role, 0) + 1
+            yield
+        if became:
+            _log.info("metadata offset %d: %s", image.offset,
+                      ", ".join(f"became {role} of {n} partition(s)" for role, n in sorted(became.items())))
         # Brokers fenced, unfenced or shutting down change who may join an ISR (KIP-841).
         for key, hp in self.partitions.items():
             if key not in touched and hp.state.leader is not None:
                 hp.state.update_eligibility(eligible)
+
+    def _stop_replica(self, stopped) -> None:
+        hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
+        if hp is not None:
+            if hp.state.topic_id != stopped.topic_id:
+                # A newer topic of the same name already took the slot.
+                self.partitions[(stopped.topic_name, stopped.partition)] = hp
+                return
+            self.on_follow(stopped.topic_name, stopped.partition, hp.state.topic_id, -1, -1)
+            self._drop(hp)
+            hp.state.stop()
+            hp.notify()
+        if stopped.delete:
+            self.log_manager.delete(stopped.topic_name, stopped.partition)
+        _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
+
+    def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int) -> str | None:
+        """Create or update one hosted replica; its new role if its role or
+        leader epoch changed (logged one line per partition at DEBUG: a
+        delta of 10,000 partitions is summed up in one INFO line)."""
+        key = (local.topic_name, local.partition)
+        hp = self.partitions.get(key)
+        if hp is not None and hp.state.topic_id != local.topic_id:
+            # The topic was deleted and re-created in one delta.
+            self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
+            self._drop(hp)
+            hp.state.stop()
+            self.partitions.pop(key)
+            self.log_manager.delete(*key)
+            hp.notify()
+            hp = None
+        if hp is None:
+            config = log_config_for(image.topic_config(local.topic_name), self.log_defaults)
+            log = self.log_manager.get_or_create(local.topic_name, local.partition, local.topic_id, config)
+            state = ReplicaState(local.topic_name, local.partition, local.topic_id, self.broker_id, log,
+                                 self.replication)
+            hp = self.partitions[key] = HostedPartition(state, log, self)
+            self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
+            checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
+        else:
+            checkpointed_hw = None
+        self._apply_topic_configs(image, hp)
+        was = (hp.state.role, hp.state.leader_epoch)
+        change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
+                                             checkpointed_high_watermark=checkpointed_hw)
+        if change.epoch_start is not None:
+            # A new leader starts its epoch at its LEO (KIP-101), so
+            # OffsetForLeaderEpoch for the previous epoch ends there.
+            hp.log.epoch_cache.assign(*change.epoch_start)
+        if change.follow is not None:
+            self.on_follow(local.topic_name, local.partition, local.topic_id, *change.follow)
+        self.act(hp, change.update)
+        role = None
+        if was != (hp.state.role, hp.state.leader_epoch):
+            role = hp.state.role.value
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("%s-%d: %s at leader epoch %d (leader %d, ISR %s, LEO %d, HW %d)",
+                           local.topic_name, local.partition, role, hp.state.leader_epoch,
+                           hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset,
+                           hp.state.high_watermark)
+        hp.notify()
+        return role
 
     def refresh_topic_configs(self, image: MetadataImage) -> None:
         """Adopt changed topic configs (`min.insync.replicas`,
