@@ -52,6 +52,8 @@ _log = logging.getLogger("broker.replica_fetcher")
 FETCH_VERSION = 12
 #: How often leaders are ticked (ISR shrink checks, AlterPartition retries).
 TICK_S = 0.1
+#: AlterPartition answers for more partitions than this are logged as one line.
+LOG_EACH_MAX = 20
 
 
 class ReplicaFetchers:
@@ -293,6 +295,10 @@ class IsrSender:
                 _log.info("AlterPartition of %d partitions failed: %s", len(proposals), exc)
                 results = failed(proposals, ErrorCode.request_timed_out)
             now = self.broker.clock_ms()
+            # One line per partition for a few; a sum for thousands (a
+            # broker's return expands the ISR of every partition it hosts).
+            per_partition = logging.INFO if len(proposals) <= LOG_EACH_MAX else logging.DEBUG
+            outcomes: dict[str, int] = {}
             for proposal in proposals:
                 key = TopicIdPartition(proposal.topic_id, proposal.partition)
                 self._changing.add(key)
@@ -301,6 +307,13 @@ class IsrSender:
                 result = results.get(key)
                 if hp is None or result is None:
                     continue
-                _log.info("%s-%d: ISR %s %s -> %s", hp.state.topic, hp.state.partition, proposal.kind,
-                          list(proposal.isr), result.error.name if result.error else list(result.isr))
+                outcome = result.error.name if result.error else "accepted"
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                if _log.isEnabledFor(per_partition):
+                    _log.log(per_partition, "%s-%d: ISR %s %s -> %s", hp.state.topic, hp.state.partition,
+                             proposal.kind, list(proposal.isr),
+                             result.error.name if result.error else list(result.isr))
                 replicas.act(hp, hp.state.on_alter_partition_result(proposal, result, now))
+            if per_partition is logging.DEBUG:
+                _log.info("AlterPartition of %d partitions: %s", len(proposals),
+                          ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items())))

@@ -93,7 +93,8 @@ def _sorted_partitions(image: MetadataImage, broker_ids: Collection[int]) -> lis
     seen: set[TopicPartition] = set()
     for b in broker_ids:
         seen.update(image.broker_replicas.get(b, ()))
-    return sorted(seen, key=lambda tp: (image.topics_by_id[tp.topic_id].name, tp.partition))
+    names = {topic_id: image.topics_by_id[topic_id].name for topic_id in {tp.topic_id for tp in seen}}
+    return sorted(seen, key=lambda tp: (names[tp.topic_id], tp.partition))
 
 
 def changes_for_leaving_brokers(
@@ -109,13 +110,17 @@ def changes_for_leaving_brokers(
         return b not in gone and image.is_usable(b)
 
     out = []
+    # One config lookup per topic, not per partition (a fenced broker may host 10,000).
+    unclean: dict[uuid.UUID, bool] = {}
     for tp in _sorted_partitions(image, gone):
         current = image.topics_by_id[tp.topic_id].partitions[tp.partition]
         if current.leader not in gone and gone.isdisjoint(current.isr):
             continue
         target = tuple(b for b in current.isr if b not in gone) or current.isr[-1:]
+        if tp.topic_id not in unclean:
+            unclean[tp.topic_id] = unclean_enabled(image, tp.topic_id, config)
         change = partition_change(tp.topic_id, tp.partition, current, is_live=is_live,
-                                  unclean=unclean_enabled(image, tp.topic_id, config), target_isr=target)
+                                  unclean=unclean[tp.topic_id], target_isr=target)
         if change is not None:
             out.append(change)
     return out
