@@ -53,7 +53,7 @@ from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.fs import OsFileSystem
-from storage.log import Log, parse_topic_partition
+from storage.log import Log, parse_topic_partition, write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -234,8 +234,7 @@ class LogManager:
 
     def checkpoint_logs(self) -> None:
         """Write every log's recovery point and log start offset checkpoints."""
-        for log in self._logs.values():
-            log.write_checkpoints()
+        write_checkpoints_of(self._logs.values())
 
     def flush_due(self, now_ms: int) -> None:
         """Apply `flush.ms` to logs that have it."""

@@ -58,6 +58,10 @@ def parse_checkpoint(data: bytes, fields: int, what: str) -> list[list[str]]:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise CorruptCheckpointError(f"{what} is not UTF-8 text") from None
+    if data and not data.endswith(b"\n"):
+        # Every line ends in a newline: a file cut short by a crash (a write
+        # that was not fsynced) must not parse as a shorter, wrong number.
+        raise CorruptCheckpointError(f"{what} ends mid-line: a write was cut short")
     if len(lines) < 2 or lines[0].strip() != str(VERSION):
         raise CorruptCheckpointError(
             f"{what} does not start with the version line {VERSION!r}: "
@@ -159,5 +163,5 @@ class LeaderEpochCheckpointFile:
             for e, o in parse_checkpoint(self.fs.read_file(self.path), 2, self.path)
         ]
 
-    def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        write_atomically(self.fs, self.path, format_checkpoint(entries))
+    def write(self, entries: Iterable[tuple[int, int]], *, durable: bool = True) -> None:
+        write_atomically(self.fs, self.path, format_checkpoint(entries), durable=durable)

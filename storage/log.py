@@ -83,6 +83,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from storage import log_ops
@@ -383,6 +384,7 @@ class Log:
         move the recovery point there."""
         offset = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
         if offset > self._recovery_point:
+            self.epoch_cache.flush()
             for segment in self._segments:
                 if segment.next_offset > self._recovery_point and segment.base_offset < offset:
                     segment.flush()
@@ -416,12 +418,7 @@ class Log:
 
     def write_checkpoints(self) -> None:
         """Write the recovery point and log start offset checkpoints."""
-        if not self._checkpoint_files:
-            return
-        tp = self.topic_partition
-        self._checkpoint_file(RECOVERY_POINT_OFFSET_CHECKPOINT).update({tp: self._recovery_point})
-        self._checkpoint_file(LOG_START_OFFSET_CHECKPOINT).update({tp: self._log_start_offset})
-        self._checkpointed_recovery_point = self._recovery_point
+        write_checkpoints_of([self])
 
     def close(self) -> None:
         """Flush everything, write the checkpoints, release the files."""
@@ -444,3 +441,21 @@ class Log:
             f"log_end_offset={self._log_end_offset}, segments={len(self._segments)})"
         )
 
+
+def write_checkpoints_of(logs: Iterable[Log]) -> None:
+    """Write the recovery point and log start offset checkpoints of `logs`,
+    each per-directory file once: one read, one write and one fsync per
+    file, not per log (a broker's periodic pass over thousands of logs)."""
+    by_parent: dict[str, list[Log]] = {}
+    for log in logs:
+        if log._checkpoint_files:
+            parent = os.path.dirname(os.path.normpath(log.dir_path)) or "."
+            by_parent.setdefault(parent, []).append(log)
+    for parent, group in by_parent.items():
+        fs = group[0].fs
+        OffsetCheckpointFile(fs, os.path.join(parent, RECOVERY_POINT_OFFSET_CHECKPOINT)).update(
+            {log.topic_partition: log._recovery_point for log in group})
+        OffsetCheckpointFile(fs, os.path.join(parent, LOG_START_OFFSET_CHECKPOINT)).update(
+            {log.topic_partition: log._log_start_offset for log in group})
+        for log in group:
+            log._checkpointed_recovery_point = log._recovery_point

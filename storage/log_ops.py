@@ -110,6 +110,7 @@ def open_log(log: Log, now_ms: int, recovery_point, log_start_offset, checkpoint
     if fresh:
         log._dir_dirty = True
     else:
+        log.epoch_cache.flush()
         for segment in recovered:
             segment.flush()
         if recovered:

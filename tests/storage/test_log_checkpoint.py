@@ -93,3 +93,12 @@ def test_crash_after_rename_gives_old_or_new_never_a_mix():
             fs.crash(tear=tear, lose_dir_ops=lose_dir_ops)
             got = OffsetCheckpointFile(fs, path).read()
             assert got == ({("t", 0): 10} if lose_dir_ops else {("t", 0): 20})
+
+
+def test_a_checkpoint_cut_short_by_a_crash_is_refused_not_misread():
+    # "0 10" cut after "0 1" would otherwise read as epoch 0 starting at offset 1.
+    whole = format_checkpoint([(0, 10)])
+    for cut in range(len(whole) - 1, 0, -1):
+        with pytest.raises(CorruptCheckpointError):
+            parse_checkpoint(whole[:cut], 2, "leader-epoch-checkpoint")
+    assert parse_checkpoint(whole, 2, "leader-epoch-checkpoint") == [["0", "10"]]

@@ -84,7 +84,7 @@ def test_epoch_for_offset():
     assert [cache.epoch_for_offset(o) for o in (0, 99, 100, 249, 250, 10**9)] == [1, 1, 3, 3, 4, 4]
 
 
-def test_every_change_reaches_the_checkpoint_file():
+def test_every_change_reaches_the_checkpoint_file_and_truncations_and_flushes_are_durable():
     fs = SimFileSystem(seed=0)
     fs.makedirs("/t-0")
     cp = LeaderEpochCheckpointFile(fs, "/t-0/leader-epoch-checkpoint")
@@ -92,12 +92,21 @@ def test_every_change_reaches_the_checkpoint_file():
     cache.assign(1, 0)
     cache.assign(2, 10)
     cache.assign(2, 20)  # no change
-    fs.crash()  # written atomically and durably: survives a power cut
+    assert cp.read() == [(1, 0), (2, 10)]
+    fs.crash()  # a new epoch is not fsynced: recovery re-assigns it from the batches
+    assert cp.read() == []
+    cache = LeaderEpochCache(checkpoint=cp)
+    cache.assign(1, 0)
+    cache.assign(2, 10)
+    cache.flush()  # what Log.flush does before the recovery point moves
+    fs.crash()
     assert cp.read() == [(1, 0), (2, 10)]
     cache.truncate_from_end(10)
+    fs.crash()  # truncation is durable at once
     assert cp.read() == [(1, 0)]
     cache.assign(3, 30)
     cache.truncate_from_start(35)
+    fs.crash()
     assert cp.read() == [(3, 35)]
     cache.clear()
     assert cp.read() == []
