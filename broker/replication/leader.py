@@ -307,6 +307,13 @@ class LeaderState:
         for r in [r for r in self.followers if r not in replicas]:
             del self.followers[r]
         self.replicas = tuple(replicas)
+        # A follower the controller itself put in the ISR (an election, a
+        # reassignment) gets replica.lag.time.max.ms from now to fetch, as a
+        # new leader gives its ISR, instead of being shrunk at the next check.
+        for r in isr:
+            if r != self.broker_id and r not in self.isr_state.maximal_isr:
+                follower = self.followers[r]
+                follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
         return self._commit(isr, partition_epoch)
 
     def update_eligibility(self, eligible: Mapping[int, int]) -> None:

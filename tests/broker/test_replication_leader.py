@@ -248,6 +248,21 @@ def test_a_controller_shrink_without_our_proposal_is_adopted_from_metadata():
     assert p.leader.isr == (1, 2) and update.update.isr_changed
 
 
+def test_a_follower_the_controller_puts_back_in_the_isr_gets_the_lag_time_from_then():
+    # Broker 3 never fetched in this term; the controller shrank it out and
+    # later put it back (a preferred election, a reassignment): it is not
+    # shrunk again before replica.lag.time.max.ms from that change.
+    p, log = leader_with_data(10, isr=(1, 2))
+    p.handle_replica_fetch(fetch(2, 10, log), log, now_ms=100)
+    p.apply_registration(replicas_registration(isr=(1, 2, 3), partition_epoch=11), log, 5000,
+                         eligible={1: 101, 2: 102, 3: 103})
+    assert p.leader.isr == (1, 2, 3)
+    p.handle_replica_fetch(fetch(2, 10, log), log, now_ms=5000)
+    assert p.tick(5000 + LAG_MS).alter_partition is None
+    proposal = p.tick(5001 + LAG_MS).alter_partition
+    assert proposal is not None and proposal.kind == "shrink" and proposal.isr == (1, 2)
+
+
 # --- acks=all -------------------------------------------------------------------------
 
 
