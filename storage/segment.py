@@ -77,8 +77,6 @@ class LogSegment:
         self.created_ms = now_ms
         self.last_append_ms = now_ms
         self.reset_state()
-        self._index_file: File | None = None
-        self._time_index_file: File | None = None
 
     def reset_state(self) -> None:
         """Forget everything learned from the batches (before a rebuild)."""
@@ -302,26 +300,30 @@ class LogSegment:
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def write_indexes(self) -> None:
-        """Write the index entries not on file yet (no fsync)."""
-        if self._index_file is None:
-            self._index_file = self.fs.open(self.path(INDEX_SUFFIX))
-            self._time_index_file = self.fs.open(self.path(TIME_INDEX_SUFFIX))
-        _write_tail(self._index_file, self.offset_index, OFFSET_ENTRY_SIZE)
-        _write_tail(self._time_index_file, self.time_index, TIME_ENTRY_SIZE)
+    def write_indexes(self, fsync: bool = False) -> None:
+        """Write the index entries not on file yet (fsync them if asked).
+
+        The index files are open only while written: a broker with tens of
+        thousands of partitions holds one descriptor per segment (`.log`),
+        not three, against the process's open-files limit."""
+        for suffix, index, entry_size in ((INDEX_SUFFIX, self.offset_index, OFFSET_ENTRY_SIZE),
+                                          (TIME_INDEX_SUFFIX, self.time_index, TIME_ENTRY_SIZE)):
+            f = self.fs.open(self.path(suffix))
+            try:
+                _write_tail(f, index, entry_size)
+                if fsync:
+                    f.fsync()
+            finally:
+                f.close()
 
     def flush(self) -> None:
         """Write the indexes and fsync the segment and both indexes."""
-        self.write_indexes()
         self.log.fsync()
-        self._index_file.fsync()
-        self._time_index_file.fsync()
+        self.write_indexes(fsync=True)
 
     def close(self) -> None:
         self.fd = -1  # the number may be reused once closed
-        for f in (self.log, self._index_file, self._time_index_file):
-            if f is not None:
-                f.close()
+        self.log.close()
 
     def delete(self) -> None:
         """Close and remove the files (the `.log` first: an index without
