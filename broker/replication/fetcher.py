@@ -22,6 +22,12 @@ epoch we follow at. `handle_response` turns each partition's result into a
 |   log start above our LEO      |   (Kafka's truncateFullyAndStartAt)           |
 | FENCED_LEADER_EPOCH            | our metadata is stale: park the partition     |
 |                                |   until `follow` names a newer epoch          |
+| UNKNOWN_LEADER_EPOCH           | the leader's metadata is behind ours (it has  |
+|                                |   not applied its election yet): retry after  |
+|                                |   `LEADER_CATCH_UP_RETRY_MS`, not the full    |
+|                                |   backoff (Kafka waits replica.fetch.backoff  |
+|                                |   .ms, 1 s, a whole second of every           |
+|                                |   controlled shutdown's acks=all stall)       |
 | any other error, no response   | back off `replica.fetch.backoff.ms`           |
 
 A result is applied only if it still matches the partition's state: the
@@ -51,6 +57,10 @@ from broker.replication.messages import (
     TopicIdPartition,
 )
 from quorum.metadata import NO_LEADER
+
+#: How soon a partition is fetched again after UNKNOWN_LEADER_EPOCH: the
+#: leader is one metadata update behind us, typically a few ms.
+LEADER_CATCH_UP_RETRY_MS = 25
 
 
 @dataclasses.dataclass(slots=True)
@@ -122,13 +132,13 @@ class ReplicaFetcher:
                 if results is None:
                     p.delayed_until_ms = backoff_until
                 continue
-            action = self._decide(p, sent, result, log, backoff_until)
+            action = self._decide(p, sent, result, log, now_ms)
             if action is not None:
                 actions.append(action)
         return actions
 
     def _decide(self, p: FollowedPartition, sent: PartitionFetch, result: PartitionFetchResult, log: LogView,
-                backoff_until: int) -> FollowerAction | None:
+                now_ms: int) -> FollowerAction | None:
         error = result.error
         if error == ErrorCode.none:
             diverging = result.diverging_epoch
@@ -143,8 +153,10 @@ class ReplicaFetcher:
             return FollowerAction(p.key, start_at=result.log_start_offset)
         if error == ErrorCode.fenced_leader_epoch:
             p.fenced = True
+        elif error == ErrorCode.unknown_leader_epoch:
+            p.delayed_until_ms = now_ms + min(self.config.replica_fetch_backoff_ms, LEADER_CATCH_UP_RETRY_MS)
         else:
-            p.delayed_until_ms = backoff_until
+            p.delayed_until_ms = now_ms + self.config.replica_fetch_backoff_ms
         return FollowerAction(p.key, error=error)
 
     def on_append_failed(self, key: TopicIdPartition, now_ms: int) -> None:

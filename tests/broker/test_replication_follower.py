@@ -3,6 +3,7 @@ stale results dropped, backoff, switching leaders within one metadata update."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +14,7 @@ from broker.replication import (
     PartitionFetchResult,
     TopicIdPartition,
 )
+from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS
 from replication_testing import CONFIG, EpochLog
 
 A = TopicIdPartition(uuid.UUID(int=1), 0)
@@ -100,6 +102,23 @@ def test_errors_and_lost_responses_back_off():
     assert fetcher.build_fetch(logs, 103, 149) is None
     assert fetcher.next_wakeup_ms(121) == 150 == 100 + CONFIG.replica_fetch_backoff_ms
     assert [p.key for p in fetcher.build_fetch(logs, 103, 170).partitions] == [A, B]
+
+
+def test_a_leader_behind_on_metadata_is_fetched_again_soon_not_after_the_full_backoff():
+    # Right after an election the follower may know the new epoch before its
+    # new leader does: UNKNOWN_LEADER_EPOCH is retried within a few ms.
+    config = dataclasses.replace(CONFIG, replica_fetch_backoff_ms=1000)
+    manager = FetcherManager(replica_id=3, config=config)
+    manager.follow(A, "t", 1, 6)
+    manager.follow(B, "t", 1, 6)
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.unknown_leader_epoch),
+                                   B: PartitionFetchResult(ErrorCode.not_leader_or_follower)}, logs, 100)
+    assert fetcher.next_wakeup_ms(100) == 100 + LEADER_CATCH_UP_RETRY_MS
+    plan = fetcher.build_fetch(logs, 103, 100 + LEADER_CATCH_UP_RETRY_MS)
+    assert [p.key for p in plan.partitions] == [A]  # B waits the whole replica.fetch.backoff.ms
 
 
 def test_a_follower_behind_the_leaders_log_start_starts_over_there():
