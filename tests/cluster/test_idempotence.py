@@ -68,7 +68,8 @@ class DropFirstProduceResponse:
                 with self.lock:
                     self.produce_requests += 1
                     produce_ids.add(correlation_id)
-            sink.sendall(frame)
+            if not _send(sink, frame):
+                return
 
     def _responses(self, source: socket.socket, sink: socket.socket, produce_ids: set[int]) -> None:
         for frame in _frames(source, sink):
@@ -78,8 +79,8 @@ class DropFirstProduceResponse:
                 if drop:
                     self.armed = False
                     self.dropped += 1
-            if not drop:
-                sink.sendall(frame)
+            if not drop and not _send(sink, frame):
+                return
 
     def close(self) -> None:
         try:
@@ -87,6 +88,16 @@ class DropFirstProduceResponse:
         except OSError:
             pass
         self.listener.close()
+
+
+def _send(sink: socket.socket, frame: bytes) -> bool:
+    """Forward `frame`; False once the other side has gone away (leaving
+    the loop closes the generator, whose `finally` shuts both sockets)."""
+    try:
+        sink.sendall(frame)
+    except OSError:
+        return False
+    return True
 
 
 def _frames(source: socket.socket, other: socket.socket):
