@@ -34,6 +34,7 @@ import random
 import signal
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -189,15 +190,14 @@ async def run_broker(
         task_status.started(server.port)
 
 
-async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerQuorumLink, broker_scope: trio.CancelScope,
-                           broker_stopped: trio.Event, link_scope: trio.CancelScope, node: RaftNode,
-                           shutdown_timeout_s: float) -> None:
+async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float) -> None:
+    """Wait for SIGTERM or SIGINT, then run `link.controlled_shutdown`; a
+    second signal cuts it short. Shared by both metadata modes' brokers."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             _log.info("received %s: shutting down", signal.Signals(signum).name)
             break
         async with trio.open_nursery() as nursery:
-            # A second signal cuts the controlled shutdown short.
             async def second_signal() -> None:
                 async for signum in signals:
                     _log.warning("received %s again: stopping without waiting", signal.Signals(signum).name)
@@ -207,6 +207,12 @@ async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerQuorumLin
             nursery.start_soon(second_signal)
             await link.controlled_shutdown(shutdown_timeout_s)
             nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerQuorumLink, broker_scope: trio.CancelScope,
+                           broker_stopped: trio.Event, link_scope: trio.CancelScope, node: RaftNode,
+                           shutdown_timeout_s: float) -> None:
+    await controlled_shutdown_on_signal(link, shutdown_timeout_s)
     # Stop serving and close the logs cleanly (Broker.run does on cancel),
     # then stop heartbeating, then leave the quorum.
     broker_scope.cancel()

@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,7 +59,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerUnavailableError
 from broker.lifecycle import ListenerSpec
-from broker.process import NodeReady, _int_key, advertised_listener
+from broker.process import NodeReady, _int_key, advertised_listener, controlled_shutdown_on_signal
 from quorum.controller.config import ControllerConfig
 from quorum.metadata.records import Endpoint
 from quorum.zookeeper import messages as m
@@ -80,7 +78,7 @@ from quorum.zookeeper.decisions import ZkControllerConfig
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
 from raftka.config import NodeConfig, parse_listener
 from raftka.errors import ConfigError, RaftkaError
-from raftka.meta_properties import META_PROPERTIES, read_meta
+from raftka.meta_properties import META_PROPERTIES, read_meta, write_meta
 from raftka.wire.errors import RemoteProtocolError
 from raftka.wire.framing import FrameBuffer
 
@@ -123,18 +121,7 @@ def check_zk_log_dirs(config: NodeConfig, cluster_id: str) -> None:
         path = Path(d) / META_PROPERTIES
         meta = read_meta(d)
         if meta is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                f.write(f"#raftka meta.properties\nversion=0\nbroker.id={config.node_id}\ncluster.id={cluster_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_meta(d, f"version=0\nbroker.id={config.node_id}\ncluster.id={cluster_id}\n")
             continue
         owner = meta.get("broker.id", meta.get("node.id"))
         if owner != str(config.node_id):
@@ -434,20 +421,7 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
 
 async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerZkLink, broker_scope: trio.CancelScope,
                            broker_stopped: trio.Event, shutdown_timeout_s: float) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            _log.info("received %s: shutting down", signal.Signals(signum).name)
-            break
-        async with trio.open_nursery() as nursery:
-            async def second_signal() -> None:
-                async for signum in signals:
-                    _log.warning("received %s again: stopping without waiting", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
-
-            nursery.start_soon(second_signal)
-            await link.controlled_shutdown(shutdown_timeout_s)
-            nursery.cancel_scope.cancel()
+    await controlled_shutdown_on_signal(link, shutdown_timeout_s)
     broker_scope.cancel()
     await broker_stopped.wait()
     cancel_scope.cancel()

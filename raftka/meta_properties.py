@@ -31,10 +31,17 @@ def format_log_dir(log_dir: str | Path, cluster_id: str, node_id: int) -> None:
     if path.exists():
         check_log_dir(log_dir, cluster_id, node_id)
         return
+    write_meta(log_dir, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+
+
+def write_meta(log_dir: str | Path, body: str) -> None:
+    """Replace `log_dir`'s meta.properties with `body` durably: temp file,
+    fsync, rename, directory fsync."""
+    path = Path(log_dir) / META_PROPERTIES
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
-        f.write(f"#raftka meta.properties\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+        f.write(f"#raftka meta.properties\n{body}")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
