@@ -27,6 +27,7 @@ import trio
 
 from raftka.cli_errors import run_reporting
 from raftka.config import NodeConfig, read_properties
+from raftka.gc_policy import tune_for_server
 from raftka.logs import setup_logging
 
 
@@ -44,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     def start() -> None:
         config = NodeConfig.from_properties(read_properties(args.config))
         setup_logging(config.node_id)
+        tune_for_server()
         trio.run(lambda: run_broker(config, on_ready=lambda ready: print(ready.line, flush=True)))
 
     return run_reporting(f"raftka broker: {args.config}", start)

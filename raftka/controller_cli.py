@@ -16,6 +16,7 @@ import trio
 
 from raftka.config import NodeConfig, read_properties
 from raftka.errors import RaftkaError
+from raftka.gc_policy import tune_for_server
 from raftka.logs import setup_logging
 
 
@@ -32,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = NodeConfig.from_properties(read_properties(args.config))
         setup_logging(config.node_id)
+        tune_for_server()
         trio.run(run_controller, config)
     except RaftkaError as exc:
         print(f"raftka controller: {exc}", file=sys.stderr)

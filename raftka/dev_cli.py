@@ -20,6 +20,7 @@ import trio
 
 from raftka.cli_errors import run_reporting
 from raftka.config import NodeConfig
+from raftka.gc_policy import tune_for_server
 from raftka.logs import setup_logging
 from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
 
@@ -77,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
             cluster_id = meta.get("cluster.id") if meta else None
             format_log_dir(log_dir, cluster_id or random_cluster_id(), config.node_id)
         setup_logging(config.node_id)
-
+        tune_for_server()
         trio.run(lambda: run_broker(
             config, on_ready=lambda ready: print(f"READY bootstrap={ready.host}:{ready.port}", flush=True)))
 
