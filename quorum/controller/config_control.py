@@ -89,9 +89,11 @@ class ConfigControlManager:
                                   now_ms: int) -> ControllerResult[iac_resp.IncrementalAlterConfigsResponse]:
         records: list[Record] = []
         responses = []
-        resource_counts = Counter((int(r.resource_type), r.resource_name) for r in request.resources)
+        seen: set[tuple[int, str]] = set()
+        repeated = {key for key in ((int(r.resource_type), r.resource_name) for r in request.resources)
+                    if key in seen or seen.add(key)}
         for r in request.resources:
-            if resource_counts[(int(r.resource_type), r.resource_name)] > 1:
+            if repeated and (int(r.resource_type), r.resource_name) in repeated:
                 error, message, changes = ErrorCode.invalid_request, "resource listed more than once", []
             else:
                 error, message, changes = self._alter_one(r, image)
@@ -108,12 +110,12 @@ class ConfigControlManager:
                    image: MetadataImage) -> tuple[ErrorCode, str | None, list[Record]]:
         if r.resource_type != ConfigResourceType.TOPIC:
             return ErrorCode.invalid_request, _BROKER_REFUSAL, []
-        if image.topic(r.resource_name) is None:
+        if image.topic_ids_by_name.get(r.resource_name) is None:
             return ErrorCode.unknown_topic_or_partition, f"Topic '{r.resource_name}' does not exist.", []
-        dupes = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
-        if dupes:
-            return ErrorCode.invalid_request, f"config {dupes[0]} is altered more than once in one request", []
-        explicit = dict(image.topic_config(r.resource_name).items())
+        if len(r.configs) > 1:
+            dupes = [k for k, n in Counter(c.name for c in r.configs).items() if n > 1]
+            if dupes:
+                return ErrorCode.invalid_request, f"config {dupes[0]} is altered more than once in one request", []
         out: list[Record] = []
         for c in r.configs:
             d = TOPIC_CONFIGS.get(c.name)
@@ -132,7 +134,7 @@ class ConfigControlManager:
                 if d.type != ConfigType.LIST:
                     verb = "append" if op == APPEND else "subtract"
                     return ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {c.name}", []
-                items = split_list(explicit.get(c.name, d.default))
+                items = split_list(image.topic_config(r.resource_name).get(c.name, d.default))
                 given = split_list(value)
                 if op == APPEND:
                     items += [i for i in given if i not in items]

@@ -35,6 +35,9 @@ class ConfigType(enum.IntEnum):
     LIST = 7
 
 
+_NUMBER_BOUNDS = {int(ConfigType.INT): (_INT_MIN, _INT_MAX), int(ConfigType.LONG): (_LONG_MIN, _LONG_MAX)}
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     """One topic config key."""
@@ -50,8 +53,9 @@ class ConfigDef:
         """None if `value` is acceptable, else a message saying what is wrong."""
         if value is None:
             return f"Null value not supported for topic config {self.name}"
-        if self.type in (ConfigType.INT, ConfigType.LONG):
-            lo, hi = (_INT_MIN, _INT_MAX) if self.type == ConfigType.INT else (_LONG_MIN, _LONG_MAX)
+        bounds = _NUMBER_BOUNDS.get(int(self.type))
+        if bounds is not None:
+            lo, hi = bounds
             try:
                 n = int(value.strip())
             except ValueError:
