@@ -35,6 +35,7 @@ import trio
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_req
 
+from broker.replica_manager import log_timeline
 from broker.replication import (
     EpochEndOffset,
     FetcherManager,
@@ -189,6 +190,9 @@ class ReplicaFetchers:
         if changed or action.leader_high_watermark is not None:
             if hp.state.on_follower_log_changed(log.log_end_offset, action.leader_high_watermark) or changed:
                 hp.notify()
+        timeline = self.broker.replicas.timeline
+        if action.leader_high_watermark is not None and timeline.watching:
+            log_timeline(timeline.on_fetch_answered(action.key, self.broker.clock_ms()))
 
 
 class _Logs(Mapping):

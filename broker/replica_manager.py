@@ -10,7 +10,9 @@ become leader, become follower, stop), appends client batches to leaders
 (`append_to_leader`) and acts on what the core decides (`act`): wake parked
 requests, queue an AlterPartition for `broker.replica_fetcher.IsrSender`,
 move a follower's fetching to its new leader (`on_follow`, the
-`ReplicaFetchers`).
+`ReplicaFetchers`). `timeline` (`broker.failover_timeline`) logs one line
+per delta that changed leaderships: how long it took to apply, and when
+its new leaders' followers fetched and committed the new epoch.
 
 Parked requests ("purgatory", Kafka's DelayedProduce and DelayedFetch):
 a long-polling Fetch and an acks=all Produce wait for *something to change*
@@ -35,6 +37,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.codec import ProducePartitionResult
+from broker.failover_timeline import LeadershipTimeline
 from broker.log_manager import LogManager, TopicPartitionName, log_config_for
 from broker.replica_state import ReplicaState
 from broker.replication import (
@@ -122,6 +125,8 @@ class ReplicaManager:
         #: `(topic, partition, topic_id, leader_id, leader_epoch)` -> None:
         #: fetch the partition from `leader_id` (-1: from nowhere).
         self.on_follow: Callable[[str, int, object, int, int], None] = lambda *_: None
+        #: When each delta's leadership changes took effect (one INFO line per delta).
+        self.timeline = LeadershipTimeline()
 
     # --- the core's decisions --------------------------------------------
 
@@ -154,6 +159,9 @@ class ReplicaManager:
                              getattr(fp, "current_leader_epoch", -1))
         decision = hp.state.handle_replica_fetch(fetch, hp.log, now_ms)
         self.act(hp, decision.update)
+        if self.timeline.watching:
+            log_timeline(self.timeline.on_replica_fetch(TopicIdPartition(hp.state.topic_id, hp.state.partition),
+                                                        decision.high_watermark, now_ms))
         return decision
 
     # --- metadata ------------------------------------------------------
@@ -179,15 +187,32 @@ class ReplicaManager:
         eligible = eligible_brokers(image)
         touched = set()
         became: dict[str, int] = {}
-        for local in (*delta.leaders, *delta.followers):
+        timeline = self.timeline
+        log_timeline(timeline.begin_delta(image.offset, now_ms))
+        # Followers first: a follow step is cheap (no file is written) and
+        # starts the fetch an acks=all write on the new leader waits for; a
+        # leader step writes its new epoch to the leader-epoch-checkpoint.
+        # Kafka makes the leaders first; done that way, a delta of
+        # thousands of leader changes held every follower switch until the
+        # last leader step, and the first acks=all commit with it.
+        for local in (*delta.followers, *delta.leaders):
             touched.add((local.topic_name, local.partition))
             role = self._apply_local(image, local, eligible, now_ms)
             if role is not None:
                 became[role] = became.get(role, 0) + 1
+                hp = self.partitions[(local.topic_name, local.partition)]
+                key = TopicIdPartition(local.topic_id, local.partition)
+                if hp.state.leader is not None:
+                    timeline.on_leader(key, hp.state.leader.epoch_start_offset)
+                elif hp.state.leader_id >= 0:
+                    timeline.on_follower(key)
             yield
+        applied_ms = self.clock_ms()
         if became:
-            _log.info("metadata offset %d: %s", image.offset,
-                      ", ".join(f"became {role} of {n} partition(s)" for role, n in sorted(became.items())))
+            _log.info("metadata offset %d: %s (in %d ms)", image.offset,
+                      ", ".join(f"became {role} of {n} partition(s)" for role, n in sorted(became.items())),
+                      applied_ms - now_ms)
+        log_timeline(timeline.end_delta(applied_ms))
         # Brokers fenced, unfenced or shutting down change who may join an ISR (KIP-841).
         for key, hp in self.partitions.items():
             if key not in touched and hp.state.leader is not None:
@@ -331,6 +356,11 @@ class ReplicaManager:
 
     def enforce_retention(self, now_ms: int) -> None:
         self.log_manager.enforce_retention(now_ms)
+
+
+def log_timeline(lines: list[str]) -> None:
+    for line in lines:
+        _log.info("%s", line)
 
 
 def _check_one_batch(records) -> tuple[ErrorCode, str | None]:
