@@ -11,7 +11,10 @@ metadata update; leader -1 (none, or this broker leads) removes it.
 A `ReplicaFetcher` has at most one Fetch in flight. `build_fetch` puts
 every ready partition into one `FetchPlan`: fetch offset = our LEO, last
 fetched epoch = the newest epoch of our log, current leader epoch = the
-epoch we follow at. `handle_response` turns each partition's result into a
+epoch we follow at. The leader may hold it up to
+`replica.fetch.wait.max.ms`, but no longer than until the first partition
+left out for a backoff may be fetched again, so a short retry is not held
+behind a long poll. `handle_response` turns each partition's result into a
 `FollowerAction` for the shell:
 
 | result                         | action                                        |
@@ -99,17 +102,31 @@ class ReplicaFetcher:
             return None
         config = self.config
         parts = []
+        next_ready_ms = None
         for p in self.partitions.values():
-            if p.fenced or p.delayed_until_ms > now_ms:
+            if p.fenced:
+                continue
+            if p.delayed_until_ms > now_ms:
+                if next_ready_ms is None or p.delayed_until_ms < next_ready_ms:
+                    next_ready_ms = p.delayed_until_ms
                 continue
             log = logs[p.key]
             parts.append(PartitionFetch(p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
                                         log.log_start_offset, config.replica_fetch_max_bytes))
         if not parts:
             return None
-        self.in_flight = FetchPlan(self.source_broker_id, self.replica_id, broker_epoch,
-                                   config.replica_fetch_wait_max_ms, config.replica_fetch_min_bytes,
-                                   config.replica_fetch_response_max_bytes, tuple(parts))
+        # The leader may hold this Fetch up to replica.fetch.wait.max.ms; a
+        # partition left out for a backoff waits for its answer. Right after
+        # an election most partitions are answered UNKNOWN_LEADER_EPOCH by a
+        # leader still applying it, and each waited a whole long poll
+        # (500 ms) instead of LEADER_CATCH_UP_RETRY_MS: ask for an answer by
+        # the time the first of them may be fetched again.
+        max_wait_ms = config.replica_fetch_wait_max_ms
+        if next_ready_ms is not None:
+            max_wait_ms = min(max_wait_ms, next_ready_ms - now_ms)
+        self.in_flight = FetchPlan(self.source_broker_id, self.replica_id, broker_epoch, max_wait_ms,
+                                   config.replica_fetch_min_bytes, config.replica_fetch_response_max_bytes,
+                                   tuple(parts))
         return self.in_flight
 
     def handle_response(self, plan: FetchPlan, results: Mapping[TopicIdPartition, PartitionFetchResult] | None,

@@ -146,3 +146,29 @@ def test_a_new_leader_takes_over_the_partition_within_one_metadata_update():
     # Leading (or no leader) stops fetching; an emptied fetcher goes away.
     assert manager.follow(B, "t", 3, 7) == (1, None)
     assert manager.fetcher(1) is None and manager.source_of(B) is None
+
+
+def test_a_partition_retried_soon_is_not_held_behind_a_long_poll_of_the_others():
+    # After an election the new leader answers UNKNOWN_LEADER_EPOCH for the
+    # partitions it has not applied yet; the Fetch for the rest must come back
+    # by the time those may be retried, not after replica.fetch.wait.max.ms.
+    config = dataclasses.replace(CONFIG, replica_fetch_backoff_ms=1000, replica_fetch_wait_max_ms=500)
+    manager = FetcherManager(replica_id=3, config=config)
+    for key in (A, B, C):
+        manager.follow(key, "t", 1, 6)
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0), C: EpochLog.of(0)}
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    assert plan.max_wait_ms == 500
+    fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.unknown_leader_epoch),
+                                   B: PartitionFetchResult(ErrorCode.none, 1, 0),
+                                   C: PartitionFetchResult(ErrorCode.none, 1, 0)}, logs, 100)
+    plan = fetcher.build_fetch(logs, 103, 110)
+    assert [p.key for p in plan.partitions] == [B, C]
+    assert plan.max_wait_ms == 100 + LEADER_CATCH_UP_RETRY_MS - 110
+    fetcher.handle_response(plan, {B: PartitionFetchResult(ErrorCode.none, 1, 0),
+                                   C: PartitionFetchResult(ErrorCode.not_leader_or_follower)}, logs, 125)
+    # A is ready again; C's full backoff does not cut the long poll short below it.
+    plan = fetcher.build_fetch(logs, 103, 125)
+    assert [p.key for p in plan.partitions] == [A, B]
+    assert plan.max_wait_ms == 500
