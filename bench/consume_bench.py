@@ -15,6 +15,15 @@ the CPU it could have (`bench.kafka_bench.verdict`), which names the
 bottleneck. The client ceiling is derived from the consumers' own CPU
 time: librdkafka's mock cluster serves fetches too slowly (thousands of
 records/s here) to show a consumer's ceiling.
+
+Also reported: the broker's CPU while idle (ms per second, measured for
+2 s between the fill and the read) and what that rate costs per GB over
+the measured phase. It is part of the headline figure, which stays all
+of the broker's CPU; it shows how much of it is fixed per second rather
+than per byte (docs/hot-path.md, third round: at the default --count the
+idle share is 0.03-0.1 CPU-s/GB, more when the consumers are starved of
+CPU and the phase lasts longer; the consumers' start-up costs the broker
+1-2 ms).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ TOPIC = "bench-consume"
 #: Target of the issue: broker CPU-seconds per GB served to consumers.
 TARGET_CPU_S_PER_GB = 0.5
 CONSUME_TIMEOUT_S = 600.0
+#: Seconds the idle broker's CPU is measured for, between the fill and the read.
+IDLE_MEASURE_S = 2.0
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -78,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         served = bc.broker_log_bytes()
         counts = _partition_counts(bc.bootstrap, args.partitions)
+        idle_ms_per_s = bc.broker_idle_cpu_ms_per_s(IDLE_MEASURE_S)
         # librdkafka stops fetching a partition whose local queue holds
         # queued.min.messages (100000) for fetch.queue.backoff.ms (default
         # 1000 ms): the broker then idles for whole seconds while the
@@ -107,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     who, broker_ceiling, client_ceiling = verdict(records_per_s, broker_cores, client_cores, consumers,
                                                   os.cpu_count() or 1)
     missing = args.count - result["records"]
+    # What the broker's own timers cost over the measured phase, per GB: a
+    # fixed cost per second that a slower or shorter run pays more of.
+    idle_per_gb = idle_ms_per_s / 1000 * elapsed / (served / GB) if served else float("nan")
     rows = [
         row(SCENARIO, params, "consume_records_per_s", records_per_s, "records/s"),
         row(SCENARIO, params, "consume_mb_per_s", mb_per_s, "MB/s"),
@@ -116,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         row(SCENARIO, params, "broker_ceiling_records_per_s", broker_ceiling, "records/s"),
         row(SCENARIO, params, "client_cpu_ceiling_records_per_s", client_ceiling, "records/s"),
         row(SCENARIO, params, "served_bytes", served, "bytes"),
+        row(SCENARIO, params, "broker_idle_cpu_ms_per_s", idle_ms_per_s, "ms/s"),
+        row(SCENARIO, params, "broker_idle_cpu_s_per_gb", idle_per_gb, "cpu_s"),
         row(SCENARIO, params, "missing_records", missing, "records"),
     ]
     from rich.table import Table
@@ -129,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_row("MB/s (payload)", f"{mb_per_s:,.1f}", "")
     table.add_row("broker CPU-s per GB served", f"{cpu_per_gb:.2f}",
                   f"target ≤ {TARGET_CPU_S_PER_GB}; {broker_cpu_s:.2f} CPU-s for {served / MB:,.0f} MB")
+    table.add_row("  of which the idle broker", f"{idle_per_gb:.2f}",
+                  f"its timers: {idle_ms_per_s:.1f} ms/s before the consumers started, over {elapsed:.1f} s")
     table.add_row("broker CPU", f"{broker_cores:.2f} cores", f"ceiling ≈ {broker_ceiling:,.0f} records/s")
     table.add_row("load generator CPU", f"{client_cores:.2f} cores", f"ceiling ≈ {client_ceiling:,.0f} records/s")
     table.add_row("bottleneck", who, "the side with the lower ceiling")

@@ -4,8 +4,9 @@
 one broker, as the targets are stated for one broker) through
 `bench.runner.Runner` (which stops it on Ctrl-C or SIGTERM too) and
 creates the bench topic with confluent-kafka's AdminClient. The broker's
-CPU time comes from /proc (`bench.proc_stats`), its appended bytes from the
-sizes of the topic's segment files.
+CPU time (user + system, all its threads) is read from its POSIX CPU-time
+clock, to the nanosecond (`process_cpu_seconds`; /proc's 10 ms ticks as a
+fallback), its appended bytes from the sizes of the topic's segment files.
 """
 
 from __future__ import annotations
@@ -61,11 +62,37 @@ class BenchCluster:
         return self.cluster.bootstrap
 
     def broker_cpu_seconds(self) -> float:
-        return sum(cpu_seconds(b.pid) for b in self.cluster.brokers)
+        return sum(process_cpu_seconds(b.pid) for b in self.cluster.brokers)
+
+    def broker_idle_cpu_ms_per_s(self, seconds: float) -> float:
+        """The brokers' CPU while no client uses them (their own timers: the
+        Raft observer's fetches of the metadata log, heartbeats,
+        checkpoints), in ms per second, over `seconds`. From their CPU
+        clocks (`process_cpu_seconds`): ticks could not resolve a few ms."""
+        cpu0, t0 = self.broker_cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        return (self.broker_cpu_seconds() - cpu0) * 1000 / (time.monotonic() - t0)
 
     def broker_log_bytes(self, topic: str | None = None) -> int:
         """Bytes of the segment files of `topic` (default: the bench topic), over every broker."""
         return sum(log_bytes(str(b.log_dir), topic or self.topic) for b in self.cluster.brokers)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread, live or ended) of process
+    `pid`, to the nanosecond: its POSIX CPU-time clock, whose id Linux
+    derives from the pid as `clock_getcpuclockid(3)` does. /proc's
+    utime + stime counts 10 ms ticks, which at the consume bench's default
+    size is 0.045 CPU-s/GB a tick; falls back to it where the clock is
+    not readable."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except OSError:
+        return cpu_seconds(pid)
+
+
+#: Linux's process CPU clock type (CPUCLOCK_SCHED: the scheduler's runtime).
+_CPUCLOCK_SCHED = 2
 
 
 @contextlib.contextmanager

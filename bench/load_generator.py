@@ -18,7 +18,9 @@ CPU seconds, and its latency samples.
   also records its latency, from `produce()` to its delivery report. The
   producer polls every 100 records, so a latency includes up to 100
   `produce()` calls of delay.
-- **consume_worker**: `assign()`s its partitions from the beginning and
+- **consume_worker**: creates its consumer before the release, then
+  `assign()`s its partitions from the beginning (after the release:
+  librdkafka fetches ahead as soon as partitions are assigned) and
   consumes until it has `count` records (or `timeout_s` passes).
 
 With `mock=True` a producer talks to librdkafka's own in-process mock
@@ -114,11 +116,14 @@ def consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
 
     consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group_id"],
                          "enable.auto.commit": False, "enable.auto.offset.store": False, **spec["config"]})
-    consumer.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING) for p in spec["partitions"]])
     count = spec["count"]
     ready.put(os.getpid())
     start.wait()
     cpu0, t0 = _cpu_seconds(), time.monotonic()
+    # Assigned only now: librdkafka starts fetching into its local queue as
+    # soon as partitions are assigned, and bytes fetched before the release
+    # would be served outside the measured phase.
+    consumer.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING) for p in spec["partitions"]])
     deadline = t0 + spec["timeout_s"]
     got = 0
     value_bytes = 0

@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.kafka_bench import create_topic  # noqa: E402
-from bench.proc_stats import cpu_seconds, log_bytes  # noqa: E402
+from bench.kafka_bench import create_topic, process_cpu_seconds  # noqa: E402
+from bench.proc_stats import log_bytes  # noqa: E402
 from storage.batch import build_batch, iter_batch_headers  # noqa: E402
 
 TOPIC = "hot-path"
@@ -195,11 +195,11 @@ class Meter:
         self.pid, self.idle_cores = pid, idle_cores
 
     def start(self) -> None:
-        self.cpu0, self.t0 = cpu_seconds(self.pid), time.monotonic()
+        self.cpu0, self.t0 = process_cpu_seconds(self.pid), time.monotonic()
 
     def stop(self) -> None:
         self.wall_s = time.monotonic() - self.t0
-        self.cpu_s = cpu_seconds(self.pid) - self.cpu0 - self.idle_cores * self.wall_s
+        self.cpu_s = process_cpu_seconds(self.pid) - self.cpu0 - self.idle_cores * self.wall_s
 
     def __enter__(self) -> "Meter":
         self.start()
