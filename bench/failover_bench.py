@@ -360,7 +360,7 @@ class _ClientProbe:
 
 
 def _produce_to_all(bootstrap: str, keys: list[Key], acks: str, warmup_s: float, timeout_s: float) -> None:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "queue.buffering.max.messages": 1_000_000})
@@ -374,7 +374,13 @@ def _produce_to_all(bootstrap: str, keys: list[Key], acks: str, warmup_s: float,
     while time.monotonic() - t0 < warmup_s or len(acked) < len(keys):
         for topic, p in keys:
             if (topic, p) not in acked:
-                producer.produce(topic, b"warm-up", partition=p, on_delivery=on_delivery)
+                try:
+                    producer.produce(topic, b"warm-up", partition=p, on_delivery=on_delivery)
+                except KafkaException as exc:
+                    # A loaded broker may not have applied a new topic yet
+                    # (librdkafka: UNKNOWN_TOPIC): the next round tries again.
+                    if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                        raise
         producer.flush(min(5.0, max(0.05, timeout_s - (time.monotonic() - t0))))
         if time.monotonic() - t0 > timeout_s:
             missing = sorted(set(keys) - acked)
