@@ -38,8 +38,12 @@ run per former partition:
   requests carry up to 500 partitions each, two in flight per broker,
   each broker's rounds at least 10 ms or 20 µs per partition apart;
 - **client** (up to `--client-partitions`, default 1,000, of them): until
-  a record handed to confluent-kafka right after the fault is acknowledged
-  (short retry backoffs, 60 s message timeout): what an application sees.
+  a record handed to confluent-kafka right after the fault is acknowledged:
+  what an application sees. Its settings are ones an application tuned
+  for fast failover would use: `retry.backoff.ms` 10 and
+  `retry.backoff.max.ms` 100, `reconnect.backoff.ms` 10 and
+  `reconnect.backoff.max.ms` 100, `message.timeout.ms` 60000; the rest
+  are librdkafka's defaults.
   librdkafka re-queries a leaderless partition's metadata on its 1 s
   topic scan, so this clock moves in ~1 s steps.
 
