@@ -31,6 +31,16 @@ _PRODUCE_PARTITION = struct.Struct(">ihqq")  # index, error, base_offset, log_ap
 _I64 = struct.Struct(">q")
 _FETCH_PARTITION = struct.Struct(">ihq")  # index, error, high_watermark
 _LSO_LOG_START = struct.Struct(">qq")
+#: index, error, high_watermark, last_stable_offset, log_start_offset (v5+).
+_FETCH_PARTITION_V11 = struct.Struct(">ihqqq")
+_ERROR_SESSION = struct.Struct(">hi")
+#: A null aborted_transactions array, then preferred_read_replica -1 (v11+).
+_NULL_ABORTED_NO_REPLICA = b"\xff\xff\xff\xff" + b"\xff\xff\xff\xff"
+_NULL_ABORTED_NO_REPLICA_FLEXIBLE = b"\x00" + b"\xff\xff\xff\xff"
+#: Encoded topic names (a broker serves a bounded set; cleared when full).
+_TOPIC_NAMES: dict[str, bytes] = {}
+_TOPIC_NAMES_FLEXIBLE: dict[str, bytes] = {}
+_TOPIC_NAME_CACHE_SIZE = 4096
 _EPOCH_END_OFFSET = struct.Struct(">iqB")  # epoch, end_offset, no tagged fields
 _LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged fields
 _NO_TAGS = b"\x00"
@@ -64,7 +74,12 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 
 def _array_length(count: int, flexible: bool) -> bytes:
-    return uvarint(count + 1) if flexible else _I32.pack(count)
+    if flexible:
+        return _ONE_BYTE_UVARINTS[count + 1] if count < 127 else uvarint(count + 1)
+    return _I32.pack(count)
+
+
+_ONE_BYTE_UVARINTS = [bytes((n,)) for n in range(128)]
 
 
 # --- Produce ----------------------------------------------------------------
@@ -95,7 +110,7 @@ def encode_produce_response(
     # partition's tag buffer (v9+): what every partition without an error ends with.
     plain_tail = (b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
     for name, partitions in topics:
-        append(_string(name, flexible))
+        append(_topic_name(name, flexible))
         append(_array_length(len(partitions), flexible))
         for p in partitions:
             append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
@@ -144,50 +159,77 @@ def encode_fetch_response(
     session_id: int,
     topics: Sequence[tuple[str, Sequence[FetchPartitionResult]]],
 ) -> list[ResponsePart]:
-    """One complete FetchResponse frame as a list of parts (size prefix first)."""
+    """One complete FetchResponse frame as a list of parts (size prefix first).
+
+    A consumer's Fetch is answered with one of these per request, cold (the
+    broker slept since the last one), so the common partition (no aborted
+    list, no tags) is one `struct` call and the frame's length is summed
+    as the parts are made rather than measured again at the end."""
     version = header.api_version
     assert FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION, version
     flexible = version >= 12
-    parts: list[ResponsePart] = []
+    parts: list[ResponsePart] = [b""]  # the size prefix, filled in last
     out = bytearray(encode_response_header(header))
     out += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
-        out += _I16.pack(error_code)
-        out += _I32.pack(session_id)
+        out += _ERROR_SESSION.pack(error_code, session_id)
     out += _array_length(len(topics), flexible)
+    total = 0
     for name, partitions in topics:
-        out += _string(name, flexible)
+        out += _topic_name(name, flexible)
         out += _array_length(len(partitions), flexible)
         for p in partitions:
-            out += _FETCH_PARTITION.pack(p.partition, p.error_code, p.high_watermark)
-            if version >= 5:
-                out += _LSO_LOG_START.pack(p.last_stable_offset, p.log_start_offset)
+            records = p.records
+            size = records_size(records) if records else 0
+            if p.aborted_transactions is None and version >= 11:
+                # The common case: a null aborted list, preferred_read_replica -1.
+                out += _FETCH_PARTITION_V11.pack(p.partition, p.error_code, p.high_watermark,
+                                                 p.last_stable_offset, p.log_start_offset)
+                out += _NULL_ABORTED_NO_REPLICA_FLEXIBLE if flexible else _NULL_ABORTED_NO_REPLICA
             else:
-                out += _I64.pack(p.last_stable_offset)
-            if p.aborted_transactions is None:
-                out += b"\x00" if flexible else _I32.pack(-1)
-            else:
-                out += _array_length(len(p.aborted_transactions), flexible)
-                for producer_id, first_offset in p.aborted_transactions:
-                    out += _LSO_LOG_START.pack(producer_id, first_offset)
-                    if flexible:
-                        out += _NO_TAGS
-            if version >= 11:
-                out += _I32.pack(-1)  # preferred_read_replica
-            size = records_size(p.records)
+                out += _FETCH_PARTITION.pack(p.partition, p.error_code, p.high_watermark)
+                if version >= 5:
+                    out += _LSO_LOG_START.pack(p.last_stable_offset, p.log_start_offset)
+                else:
+                    out += _I64.pack(p.last_stable_offset)
+                if p.aborted_transactions is None:
+                    out += b"\x00" if flexible else _I32.pack(-1)
+                else:
+                    out += _array_length(len(p.aborted_transactions), flexible)
+                    for producer_id, first_offset in p.aborted_transactions:
+                        out += _LSO_LOG_START.pack(producer_id, first_offset)
+                        if flexible:
+                            out += _NO_TAGS
+                if version >= 11:
+                    out += _I32.pack(-1)  # preferred_read_replica
             out += uvarint(size + 1) if flexible else _I32.pack(size)
             if size:
+                total += len(out) + size
                 parts.append(bytes(out))
-                parts.extend(r for r in p.records if part_length(r))
+                parts.extend(r for r in records if part_length(r))
                 out = bytearray()
             if flexible:
-                out += _partition_tags(p)
+                out += (_NO_TAGS if p.diverging_epoch is None and p.current_leader is None
+                        else _partition_tags(p))
         if flexible:
             out += _NO_TAGS
     if flexible:
         out += _NO_TAGS
+    total += len(out)
     parts.append(bytes(out))
-    return [frame_size_prefix(part_length(p) for p in parts), *parts]
+    parts[0] = frame_size_prefix((total,))
+    return parts
+
+
+def _topic_name(name: str, flexible: bool) -> bytes:
+    """A topic name as a (compact) string, encoded once per name."""
+    cache = _TOPIC_NAMES_FLEXIBLE if flexible else _TOPIC_NAMES
+    encoded = cache.get(name)
+    if encoded is None:
+        if len(cache) >= _TOPIC_NAME_CACHE_SIZE:
+            cache.clear()
+        encoded = cache[name] = _string(name, flexible)
+    return encoded
 
 
 def _partition_tags(p: FetchPartitionResult) -> bytes:

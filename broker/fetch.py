@@ -57,11 +57,13 @@ def handle_fetch(broker, ctx, request):
         return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
     replica_id = getattr(body, "replica_id", -1)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
-    deadline = trio.current_time() + max_wait_ms / 1000
     topics, size, errored, _hosted = _read(broker, body, replica_id, read_committed, header.api_version)
-    if size >= body.min_bytes or errored or max_wait_ms <= 0:
+    if size >= body.min_bytes or errored:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    if max_wait_ms <= 0:
+        return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    deadline = trio.current_time() + max_wait_ms / 1000
     return _long_poll(broker, body, header, replica_id, read_committed, deadline)
 
 
@@ -79,7 +81,8 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
     """One pass over the request's partitions: (topics, bytes, any error, partitions)."""
     partitions = broker.replicas.partitions
     image = broker.image
-    now_ms = broker.clock_ms()
+    # Only a follower's fetch needs the clock (its fetch time moves the ISR).
+    now_ms = broker.clock_ms() if replica_id >= 0 else -1
     budget = body.max_bytes
     total = 0
     errored = False
