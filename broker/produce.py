@@ -65,6 +65,8 @@ def handle_produce(broker, ctx, request):
         ctx.end_turn(request)
     if waiting:
         return _respond_when_replicated(ctx, request, results, waiting)
+    if acks:
+        return encode_produce_response(request.header, results)
     return _respond(ctx, request, results, any_error)
 
 

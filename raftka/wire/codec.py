@@ -152,7 +152,11 @@ def parse_request_header(frame: memoryview, header_version: int) -> tuple[Reques
         client_id = str(frame[pos : pos + client_id_len], "utf-8")
         pos += client_id_len
     if header_version >= 2:
-        pos = _skip_tagged_fields(frame, pos)
+        # Nearly always no tagged fields: one 0 byte.
+        if pos < frame.nbytes and frame[pos] == 0:
+            pos += 1
+        else:
+            pos = _skip_tagged_fields(frame, pos)
     header = RequestHeader(api_key, api_version, correlation_id, client_id, header_version)
     return header, pos
 
@@ -175,7 +179,9 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
     except ApiVersions, whose unsupported versions decode to `body=None` and
     get the v0 UNSUPPORTED_VERSION answer (KIP-511).
     """
-    api_key, api_version, _ = peek_request_api(frame)
+    if frame.nbytes < 10:
+        peek_request_api(frame)  # raises, saying why
+    api_key, api_version, _ = _REQUEST_FIXED.unpack_from(frame, 0)
     if not supports(api_key, api_version):
         what = f"{api_name(api_key)} v{api_version}"
         if api_key != API_VERSIONS_KEY:

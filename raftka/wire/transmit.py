@@ -79,6 +79,14 @@ def send_now(sock: socket.socket, parts: list, file_transfer: FileTransfer = "au
     Returns what went out and the parts still to send, in order (the first
     one trimmed to what is left of it); an empty list when all went.
     """
+    if len(parts) == 1 and type(parts[0]) is bytes:
+        # One hand-built response (an acks=1 Produce's): one send.
+        part = parts[0]
+        try:
+            sent = sock.send(part)
+        except BlockingIOError:
+            sent = 0
+        return SendReport(sent, 0, 0), ([] if sent == len(part) else [memoryview(part)[sent:]])
     total = via_sendfile = via_pread = 0
     i, n = 0, len(parts)
     while i < n:
