@@ -278,6 +278,10 @@ class _Connection:
         supports = self.owner.apis.supports
         recv_into = sock.recv_into
         wait_readable = trio.lowlevel.wait_readable
+        # The run's clock, asked directly: trio.current_time() is three calls.
+        current_time = trio.lowlevel.current_clock().current_time
+        pipeline = self.pipeline
+        dispatch_now = self._dispatch_now
         # Whether this task let others run since it last handled frames: a
         # peer that keeps the socket full must not starve the writer.
         yielded = True
@@ -303,7 +307,7 @@ class _Connection:
                 view = None
                 if not yielded:
                     await trio.lowlevel.checkpoint()
-                ctx._last_activity = trio.current_time()
+                ctx._last_activity = current_time()
                 ctx.bytes_received += nbytes
                 stats.bytes_received += nbytes
                 try:
@@ -312,14 +316,20 @@ class _Connection:
                             # A handler closed the connection: the requests
                             # after it are not handled (nor their appends done).
                             return
-                        await self._dispatch(decode_request(frame, supports))
+                        request = decode_request(frame, supports)
+                        if len(pipeline.slots) < pipeline.max_in_flight and request.header.api_key != API_VERSIONS_KEY:
+                            # The common case, without a coroutine per request.
+                            dispatch_now(request)
+                        else:
+                            await self._dispatch(request)
+                        request = None
                 except ProtocolError as exc:
                     stats.connections_closed_malformed += 1
                     self.log.warning("closing connection %d from %s: %s", ctx.connection_id, ctx.peer, exc)
                     ctx.close()
                     return
                 frame = None
-                if self.pipeline.can_send_now():
+                if pipeline.can_send_now():
                     self._send_at_once()
                 if drained:
                     await wait_readable(sock)
@@ -331,11 +341,11 @@ class _Connection:
 
     async def _dispatch(self, request: DecodedRequest) -> None:
         ctx, pipeline = self.ctx, self.pipeline
-        self.stats.requests += 1
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        slot = Slot(request)
         if request.header.api_key == API_VERSIONS_KEY:
+            self.stats.requests += 1
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            slot = Slot(request)
             if request.body is not None and request.header.api_version >= 3:
                 ctx.client_software_name = request.body.client_software_name
                 ctx.client_software_version = request.body.client_software_version
@@ -349,6 +359,18 @@ class _Connection:
             return
         if not pipeline.has_room():
             await pipeline.wait_for_room()
+        self._dispatch_now(request)
+
+    def _dispatch_now(self, request: DecodedRequest) -> None:
+        """Hand a request other than ApiVersions, with room in the pipeline,
+        to the handler: complete its slot now if the handler answered at
+        once, else start a task that awaits the answer. The reader calls it
+        directly when there is room (no coroutine per request)."""
+        ctx, pipeline = self.ctx, self.pipeline
+        self.stats.requests += 1
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        slot = Slot(request)
         pipeline.add(slot)
         ctx._in_flight += 1
         ctx._sequence_of[id(request)] = seq
@@ -404,19 +426,21 @@ class _Connection:
         except (ProtocolError, OSError) as exc:
             self._send_failed(exc)
             return
-        self._count_sent(report)
+        # No activity stamp: the reader made one at the read just before.
+        self._count_sent(report, stamp=False)
         if rest:
             pipeline.hand_over(rest, len(batch))
         else:
             self.ctx._in_flight -= len(batch)
 
-    def _count_sent(self, report: SendReport) -> None:
+    def _count_sent(self, report: SendReport, *, stamp: bool = True) -> None:
         ctx, stats = self.ctx, self.stats
         ctx.bytes_sent += report.total_bytes
         stats.bytes_sent += report.total_bytes
         stats.sendfile_bytes += report.sendfile_bytes
         stats.pread_bytes += report.pread_bytes
-        ctx._last_activity = trio.current_time()
+        if stamp:
+            ctx._last_activity = trio.current_time()
 
     def _send_failed(self, exc: BaseException) -> None:
         ctx = self.ctx
