@@ -426,6 +426,7 @@ class Log:
             return
         active = self._segments[-1]
         active.finalize_time_index()
+        self.epoch_cache.flush()
         self.flush()
         active.flush()
         self.write_checkpoints()
