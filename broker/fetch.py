@@ -21,8 +21,11 @@ The records go out as `FileSlice`s of the segment files (sent with
 Long poll (Kafka's DelayedFetch): if the response would carry fewer than
 `min_bytes` bytes and no partition errored, the request parks on its
 partitions (`wait_for_change`) until one changes (an append moving the HW,
-a leadership change) or `max_wait_ms` passes, and then reads again. Only
-then is the handler a coroutine; a fetch with data is answered at once.
+a leadership change) or `max_wait_ms` passes. Woken, it reads again only
+the partitions that changed: a follower's Fetch lists thousands of
+partitions, and reading every one of them again for each produce that
+wakes it made a replication round cost O(partitions). Only then is the
+handler a coroutine; a fetch with data is answered at once.
 
 Fetch sessions (KIP-227): the broker does not create sessions. A request
 with session id 0 is a full fetch and gets session id 0 back, which tells
@@ -68,13 +71,40 @@ def handle_fetch(broker, ctx, request):
 
 
 async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
-    while True:
-        # Read again first: an append may have come between the handler's
-        # read and this task's start, and it would not wake the wait below.
-        topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
-        if size >= body.min_bytes or errored or trio.current_time() >= deadline:
-            return encode_fetch_response(header, ErrorCode.none, 0, topics)
-        await wait_for_change(hosted, deadline)
+    # Read again first: an append may have come between the handler's
+    # read and this task's start, and it would not wake the wait below.
+    topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+    while not (size >= body.min_bytes or errored or trio.current_time() >= deadline):
+        changed = await wait_for_change(hosted, deadline)
+        if changed:
+            size, errored = _read_again(broker, body, topics, hosted, changed, replica_id, read_committed,
+                                        header.api_version)
+    return encode_fetch_response(header, ErrorCode.none, 0, topics)
+
+
+def _read_again(broker, body, topics, hosted, changed, replica_id: int, read_committed: bool, version: int):
+    """Read the `changed` partitions again into `topics` (in request order,
+    within what the unchanged ones leave of `max_bytes`): (bytes, any error).
+
+    A parked fetch has no errored partition, so `hosted` holds every
+    partition of the request, in request order, as `topics` does."""
+    changed_ids = {id(hp) for hp in changed}
+    places = [(fp, rs, j) for fetch_topic, (_, rs) in zip(body.topics, topics)
+              for j, fp in enumerate(fetch_topic.partitions)]
+    assert len(places) == len(hosted), "a parked fetch holds every partition of its request"
+    total = sum(records_size(rs[j].records) for hp, (_, rs, j) in zip(hosted, places) if id(hp) not in changed_ids)
+    budget = body.max_bytes - total
+    now_ms = broker.clock_ms() if replica_id >= 0 else -1
+    errored = False
+    for hp, (fp, rs, j) in zip(hosted, places):
+        if id(hp) in changed_ids:
+            result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
+            errored = errored or result.error_code != 0
+            size = records_size(result.records)
+            total += size
+            budget -= size
+            rs[j] = result
+    return total, errored
 
 
 def _read(broker, body, replica_id: int, read_committed: bool, version: int):

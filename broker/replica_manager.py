@@ -72,30 +72,47 @@ class HostedPartition:
         self.log = log
         #: The manager that acts on this partition's replication decisions.
         self.replicas = replicas
-        self.waiters: set[trio.Event] = set()
+        self.waiters: set[ChangeWaiter] = set()
         #: `message.timestamp.type=LogAppendTime`: the broker stamps batches (KIP-32).
         self.log_append_time = False
 
     def notify(self) -> None:
         """Wake every request parked on this partition."""
         if self.waiters:
-            for event in self.waiters:
-                event.set()
+            for waiter in self.waiters:
+                waiter.wake(self)
             self.waiters.clear()
 
 
-async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float) -> None:
-    """Return when any of `partitions` changes, or at `deadline` (trio time)."""
-    event = trio.Event()
+class ChangeWaiter:
+    """A parked request: woken by the first change, it also learns which of
+    its partitions changed before it ran, so it reads only those again."""
+
+    __slots__ = ("event", "changed")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.changed: list[HostedPartition] = []
+
+    def wake(self, hp: HostedPartition) -> None:
+        self.changed.append(hp)
+        self.event.set()
+
+
+async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float) -> list[HostedPartition]:
+    """Return when any of `partitions` changes, or at `deadline` (trio time):
+    the partitions that changed meanwhile (none at the deadline)."""
+    waiter = ChangeWaiter()
     hosted = list(partitions)
     for hp in hosted:
-        hp.waiters.add(event)
+        hp.waiters.add(waiter)
     try:
         with trio.move_on_at(deadline):
-            await event.wait()
+            await waiter.event.wait()
     finally:
         for hp in hosted:
-            hp.waiters.discard(event)
+            hp.waiters.discard(waiter)
+    return waiter.changed
 
 
 def _topic_config(image: MetadataImage, topic: str, key: str) -> str:

@@ -269,3 +269,42 @@ async def test_topic_configs_apply_to_hosted_partitions(nursery, tmp_path):
     assert refused.error_code == ErrorCode.not_enough_replicas
     accepted = only_partition(await conn.request(produce_request("strict", 0, batch(1), acks=1)))
     assert accepted.error_code == ErrorCode.none
+
+
+async def test_a_long_poll_over_many_partitions_answers_each_with_what_it_has_after_several_wakes(nursery, tmp_path):
+    # A parked fetch reads again only the partitions that changed: the
+    # answer must still carry every partition, in request order, each
+    # with its own records, once min_bytes is reached over several appends.
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("a", partitions=3)
+    await rb.create_topic("b", partitions=2)
+    consumer = await rb.connect(nursery)
+    producer = await rb.connect(nursery)
+    await producer.request(produce_request("a", 2, batch(1)))  # data before the poll: offset 0 of a-2
+    wanted = [("a", 0, 0, 1 << 20, -1), ("a", 1, 0, 1 << 20, -1), ("a", 2, 1, 1 << 20, -1),
+              ("b", 0, 0, 1 << 20, -1), ("b", 1, 0, 1 << 20, -1)]
+    one_batch = len(batch(2))
+    got = {}
+
+    async def poll():
+        got["response"] = await consumer.request(
+            fetch_request(wanted, max_wait_ms=10_000, min_bytes=2 * one_batch))
+
+    nursery.start_soon(poll)
+    await trio.sleep(0.1)
+    await producer.request(produce_request("b", 1, batch(2)))  # one wake: below min_bytes
+    await trio.sleep(0.1)
+    assert "response" not in got
+    await producer.request(produce_request("a", 1, batch(2)))  # the second reaches it
+    with trio.fail_after(5):
+        while "response" not in got:
+            await trio.sleep(0.005)
+    answered = {(t.topic, p.partition_index): p for t in got["response"].responses for p in t.partitions}
+    assert [(t.topic, [p.partition_index for p in t.partitions]) for t in got["response"].responses] == \
+        [("a", [0, 1, 2]), ("b", [0, 1])]
+    assert [h.base_offset for h in records_of(answered[("a", 1)])] == [0]
+    assert [h.base_offset for h in records_of(answered[("b", 1)])] == [0]
+    for quiet in (("a", 0), ("a", 2), ("b", 0)):
+        assert records_of(answered[quiet]) == [] and answered[quiet].error_code == 0
+    assert answered[("a", 2)].high_watermark == 1
+    assert answered[("a", 1)].high_watermark == 2 and answered[("b", 1)].high_watermark == 2
