@@ -57,7 +57,7 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class _Checkpoint(Protocol):
-    def write(self, entries: list[tuple[int, int]], *, durable: bool = True) -> None: ...
+    def write(self, entries: list[tuple[int, int]]) -> None: ...
 
 
 class LeaderEpochCache:
@@ -67,8 +67,6 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._checkpoint = checkpoint
-        #: An entry written without fsync since the last `flush`.
-        self._unsynced = False
         #: An entry `assign`ed but not written since the last `flush`.
         self._unwritten = False
         # The latest epoch, or UNDEFINED_EPOCH (-1) when empty: a plain
@@ -155,12 +153,11 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         """Write and fsync the entries `assign` added (before the recovery point passes them)."""
-        if self._unsynced or self._unwritten:
+        if self._unwritten:
             self._persist()
 
-    def _persist(self, durable: bool = True) -> None:
+    def _persist(self) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
         if self._checkpoint is not None:
-            self._checkpoint.write(self.entries, durable=durable)
-            self._unsynced = not durable
+            self._checkpoint.write(self.entries)
         self._unwritten = False
