@@ -60,7 +60,7 @@ def handle_fetch(broker, ctx, request):
         return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
     replica_id = getattr(body, "replica_id", -1)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    topics, size, errored, _hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
     if size >= body.min_bytes or errored:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
     max_wait_ms = int(body.max_wait.total_seconds() * 1000)
@@ -73,42 +73,40 @@ def handle_fetch(broker, ctx, request):
 async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
     # Read again first: an append may have come between the handler's
     # read and this task's start, and it would not wake the wait below.
-    topics, size, errored, hosted = _read(broker, body, replica_id, read_committed, header.api_version)
+    topics, size, errored, places = _read(broker, body, replica_id, read_committed, header.api_version)
     while not (size >= body.min_bytes or errored or trio.current_time() >= deadline):
-        changed = await wait_for_change(hosted, deadline)
+        changed = await wait_for_change((place[0] for place in places), deadline)
         if changed:
-            size, errored = _read_again(broker, body, topics, hosted, changed, replica_id, read_committed,
+            size, errored = _read_again(broker, body, places, changed, replica_id, read_committed,
                                         header.api_version)
     return encode_fetch_response(header, ErrorCode.none, 0, topics)
 
 
-def _read_again(broker, body, topics, hosted, changed, replica_id: int, read_committed: bool, version: int):
-    """Read the `changed` partitions again into `topics` (in request order,
-    within what the unchanged ones leave of `max_bytes`): (bytes, any error).
-
-    A parked fetch has no errored partition, so `hosted` holds every
-    partition of the request, in request order, as `topics` does."""
+def _read_again(broker, body, places, changed, replica_id: int, read_committed: bool, version: int):
+    """Read the `changed` partitions again into their places in the response
+    (in request order, within what the unchanged ones leave of `max_bytes`):
+    (bytes, any error). A parked fetch has no errored partition, so `places`
+    holds every partition of its request."""
     changed_ids = {id(hp) for hp in changed}
-    places = [(fp, rs, j) for fetch_topic, (_, rs) in zip(body.topics, topics)
-              for j, fp in enumerate(fetch_topic.partitions)]
-    assert len(places) == len(hosted), "a parked fetch holds every partition of its request"
-    total = sum(records_size(rs[j].records) for hp, (_, rs, j) in zip(hosted, places) if id(hp) not in changed_ids)
+    total = sum(records_size(results[i].records) for hp, _, results, i in places if id(hp) not in changed_ids)
     budget = body.max_bytes - total
     now_ms = broker.clock_ms() if replica_id >= 0 else -1
     errored = False
-    for hp, (fp, rs, j) in zip(hosted, places):
+    for hp, fp, results, i in places:
         if id(hp) in changed_ids:
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
             errored = errored or result.error_code != 0
             size = records_size(result.records)
             total += size
             budget -= size
-            rs[j] = result
+            results[i] = result
     return total, errored
 
 
 def _read(broker, body, replica_id: int, read_committed: bool, version: int):
-    """One pass over the request's partitions: (topics, bytes, any error, partitions)."""
+    """One pass over the request's partitions: (topics, bytes, any error,
+    places), a place being (hosted partition, fetch partition, its topic's
+    results, index there) for each partition hosted here."""
     partitions = broker.replicas.partitions
     image = broker.image
     # Only a follower's fetch needs the clock (its fetch time moves the ISR).
@@ -116,7 +114,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
     budget = body.max_bytes
     total = 0
     errored = False
-    hosted: list[HostedPartition] = []
+    places = []
     topics = []
     for fetch_topic in body.topics:
         name = fetch_topic.topic
@@ -130,7 +128,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
                 results.append(FetchPartitionResult(fp.partition, error))
                 errored = True
                 continue
-            hosted.append(hp)
+            places.append((hp, fp, results, len(results)))
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
             if result.error_code:
                 errored = True
@@ -139,7 +137,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
             budget -= size
             results.append(result)
         topics.append((name, results))
-    return topics, total, errored, hosted
+    return topics, total, errored, places
 
 
 def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bool, budget: int,
