@@ -25,9 +25,12 @@ the cache for every version they declare.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -210,10 +213,51 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
             f"{api_name(api_key)} v{api_version} request (correlation id "
             f"{header.correlation_id}): body does not decode: {type(exc).__name__}: {exc}"
         ) from None
+    null = _null_array(body)
+    if null is not None:
+        raise RemoteProtocolError(
+            f"{api_name(api_key)} v{api_version} request (correlation id {header.correlation_id}): "
+            f"{null} is a null array, which this version does not allow; send an empty array"
+        )
     # Bytes after a complete body are ignored, as Kafka's RequestContext does:
     # librdkafka 2.16 sends a 4-byte null array count where Metadata v9+ has
     # a 1-byte compact one, and Kafka brokers serve it.
     return DecodedRequest(header, body, frame.nbytes)
+
+
+@functools.cache
+def _array_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """(name, nullable, element entity class if it has arrays itself) of each
+    array field of a kio entity class."""
+    out = []
+    for f in dataclasses.fields(cls):
+        kind, nullable = f.type, False
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            args = typing.get_args(kind)
+            nullable = type(None) in args
+            kind = next(a for a in args if a is not type(None))
+        if typing.get_origin(kind) is tuple:
+            element = typing.get_args(kind)[0]
+            nested = element if dataclasses.is_dataclass(element) and _array_fields(element) else None
+            out.append((f.name, nullable, nested))
+    return tuple(out)
+
+
+def _null_array(entity: Any) -> str | None:
+    """The path of a non-nullable array kio decoded as null (a count of -1), if any."""
+    if not dataclasses.is_dataclass(entity):
+        return None
+    for name, nullable, nested in _array_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return name
+        elif nested is not None:
+            for item in value:
+                inner = _null_array(item)
+                if inner is not None:
+                    return f"{name}[].{inner}"
+    return None
 
 
 def response_header_bytes(correlation_id: int, response_header_version: int) -> bytes:

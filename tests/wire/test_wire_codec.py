@@ -219,3 +219,11 @@ def test_pure_modules_do_no_io():
             else:
                 continue
             assert not imported & forbidden, f"{name} imports {imported & forbidden}"
+
+
+def test_a_null_array_where_the_schema_allows_none_is_refused_naming_the_field():
+    raw = encode_request(11, "c", VoteRequest(cluster_id="c1", topics=()))
+    assert raw.endswith(b"\x01\x00")  # compact array of 0 topics, no tagged fields
+    null_topics = raw[:-2] + b"\x00\x00"  # compact count 0: a null array
+    with pytest.raises(RemoteProtocolError, match=r"Vote\(52\) v0 request \(correlation id 11\): topics is a null"):
+        decode_request(only_frame(null_topics), APIS.supports)
