@@ -12,7 +12,10 @@ follower Fetch that passes validation records the follower's log end offset
 (its fetch offset) and when it last *caught up*: a fetch at or past the
 leader's LEO as of that fetch catches up now; a fetch at or past the leader
 LEO seen by the follower's previous fetch caught up at that previous fetch.
-Followers in the ISR start as caught up at the start of the term.
+An append catches up, as of its time, every follower that was at the old
+LEO: a follower in a fetch session (KIP-227) does not name a partition
+whose position did not change, so its last fetch of an idle partition may
+be long past. Followers in the ISR start as caught up at the start of the term.
 
 **High watermark** (ARCHITECTURE "Replicate"). HW = min LEO over the
 *maximal* ISR (see `broker.replication.isr`); it never moves backwards, and
@@ -193,16 +196,24 @@ class LeaderState:
 
     # --- events ----------------------------------------------------------
 
-    def on_append(self, log_end_offset: int) -> LeaderUpdate:
-        """The leader's log grew to `log_end_offset`."""
+    def on_append(self, log_end_offset: int, now_ms: int = -1) -> LeaderUpdate:
+        """The leader's log grew to `log_end_offset` at `now_ms` (-1: unknown)."""
         assert log_end_offset >= self.log_end_offset, (log_end_offset, self.log_end_offset)
+        if now_ms >= 0:
+            # A follower at the old LEO was caught up until now. Its fetch
+            # usually says so, but a follower in a fetch session does not
+            # name a partition whose position did not change (KIP-227), so
+            # an idle partition's last fetch may be long past.
+            for follower in self.followers.values():
+                if follower.log_end_offset >= self.log_end_offset:
+                    follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
         self.log_end_offset = log_end_offset
         return LeaderUpdate(high_watermark_moved=self._maybe_advance_high_watermark())
 
     def handle_replica_fetch(self, fetch: ReplicaFetch, log: LogView, now_ms: int) -> ReplicaFetchDecision:
         """Validate and account one partition of a follower's Fetch (epochs
         already checked by the caller)."""
-        self._sync_log_end(log)
+        self._sync_log_end(log, now_ms)
         log_start = log.log_start_offset
         follower = self.followers.get(fetch.replica_id)
         if follower is None:
@@ -344,9 +355,9 @@ class LeaderState:
 
     # --- internals -----------------------------------------------------------
 
-    def _sync_log_end(self, log: LogView) -> None:
+    def _sync_log_end(self, log: LogView, now_ms: int) -> None:
         if log.log_end_offset != self.log_end_offset:
-            self.on_append(log.log_end_offset)
+            self.on_append(log.log_end_offset, now_ms)
 
     def _commit(self, isr: tuple[int, ...], partition_epoch: int) -> LeaderUpdate:
         assert self.broker_id in isr, f"leader {self.broker_id} outside its ISR {isr}"

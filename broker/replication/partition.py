@@ -230,9 +230,9 @@ class Partition:
 
     # --- leader events -------------------------------------------------------
 
-    def on_leader_append(self, log_end_offset: int) -> LeaderUpdate:
+    def on_leader_append(self, log_end_offset: int, now_ms: int = -1) -> LeaderUpdate:
         assert self.leader is not None, f"{self.topic}-{self.partition}: append on a {self.role.value}"
-        return self.leader.on_append(log_end_offset)
+        return self.leader.on_append(log_end_offset, now_ms)
 
     def handle_replica_fetch(self, fetch: ReplicaFetch, log: LogView, now_ms: int) -> ReplicaFetchDecision:
         """One partition of a follower's Fetch: epochs, leadership, then the

@@ -93,6 +93,21 @@ def test_a_follower_at_the_leaders_log_end_is_never_shrunk_however_old_its_fetch
     assert p.tick(10 * LAG_MS).alter_partition is None
 
 
+def test_an_append_to_an_idle_partition_does_not_shrink_a_follower_that_was_at_its_log_end():
+    """A follower in a fetch session (KIP-227) does not name a partition
+    whose position did not change: its last fetch of an idle partition may
+    be older than the lag time. It was caught up until the append."""
+    p, log = leader_with_data(10)
+    p.handle_replica_fetch(fetch(2, 10, log), log, now_ms=100)
+    p.handle_replica_fetch(fetch(3, 10, log), log, now_ms=100)
+    idle_until = 100 + 5 * LAG_MS
+    p.on_leader_append(log.append(5, 5), now_ms=idle_until)
+    assert p.tick(idle_until + 1).alter_partition is None
+    # Not caught up again within the lag time after the append: out.
+    p.handle_replica_fetch(fetch(2, 15, log), log, now_ms=idle_until + 10)
+    assert p.tick(idle_until + LAG_MS + 1).alter_partition.isr == (1, 2)
+
+
 def test_caught_up_time_counts_the_previous_fetch_when_the_follower_reached_its_leader_end():
     """Kafka's Replica.updateFetchState: reaching the leader LEO of the previous
     fetch means the follower was caught up at that previous fetch."""
