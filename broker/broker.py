@@ -45,6 +45,7 @@ from broker.cleaner_runtime import run_log_cleaner
 from broker.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
+from broker.fetch_session import FetchSessionCache
 from broker.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.group import GROUP_API_VERSIONS
 from broker.log_manager import LogManager
@@ -113,6 +114,8 @@ class Broker:
                                        config.replication)
         #: Replication: follower fetchers, and the leaders' ISR changes to the controller.
         self.fetchers = ReplicaFetchers(self)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                                config.min_incremental_fetch_session_eviction_ms)
         self.replicas.on_follow = self.fetchers.follow
         self.isr_sender = IsrSender(self)
         self.apis = SupportedApis()

@@ -75,6 +75,10 @@ class BrokerConfig:
     #: `producer.id.expiration.ms` and `producer.id.expiration.check.interval.ms`.
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    #: `max.incremental.fetch.session.cache.slots`,
+    #: `min.incremental.fetch.session.eviction.ms`: follower fetch sessions (KIP-227).
+    max_incremental_fetch_session_cache_slots: int = 1000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
     #: `replica.lag.time.max.ms`, `replica.fetch.*`: replication of data partitions.
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
@@ -147,6 +151,10 @@ class BrokerConfig:
             producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", 86_400_000, 1),
             producer_id_expiration_check_interval_ms=_int(
                 props, "producer.id.expiration.check.interval.ms", 600_000, 1),
+            max_incremental_fetch_session_cache_slots=_int(
+                props, "max.incremental.fetch.session.cache.slots", 1000, 0),
+            min_incremental_fetch_session_eviction_ms=_int(
+                props, "min.incremental.fetch.session.eviction.ms", 120_000, 0),
             replication=ReplicationConfig(
                 replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 30000, 1),
                 replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 1000, 0),

@@ -27,11 +27,17 @@ partitions, and reading every one of them again for each produce that
 wakes it made a replication round cost O(partitions). Only then is the
 handler a coroutine; a fetch with data is answered at once.
 
-Fetch sessions (KIP-227): the broker does not create sessions. A request
-with session id 0 is a full fetch and gets session id 0 back, which tells
-a client asking for a new session (epoch 0) that none was created, so it
-keeps sending full fetches. A non-zero session id gets
-FETCH_SESSION_ID_NOT_FOUND, so the client falls back to a full fetch.
+Fetch sessions (KIP-227, `broker.fetch_session`): a follower asking for
+one (session epoch 0) gets one; its incremental fetches name only the
+partitions whose position changed, and are answered with only the
+partitions that have something new: the ones named and the ones the
+session marked dirty. A parked incremental fetch waits on its session, not
+on each partition. A consumer asking for a session gets session id 0 and
+keeps sending full fetches.
+
+A response goes out at once, whatever `min_bytes` says, when a partition
+errored or has a DivergingEpoch for the follower (as Kafka's DelayedFetch:
+the follower must truncate before it can fetch anything).
 """
 
 from __future__ import annotations
@@ -54,11 +60,26 @@ def handle_fetch(broker, ctx, request):
     header = request.header
     session_id = getattr(body, "session_id", 0)
     session_epoch = getattr(body, "session_epoch", -1)
-    if session_id != 0:
-        return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
-    if session_epoch not in (-1, 0):
-        return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
     replica_id = getattr(body, "replica_id", -1)
+    if session_epoch > 0 and session_id != 0:
+        session = broker.fetch_sessions.get(session_id)
+        if session is None or session.replica_id != replica_id:
+            return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
+        if session_epoch != session.next_epoch:
+            return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
+        return _session_fetch(broker, session, body, header, full=False)
+    if session_id != 0:
+        if session_epoch not in (-1, 0):
+            return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
+        session = broker.fetch_sessions.get(session_id)
+        if session is not None and session.replica_id == replica_id:
+            broker.fetch_sessions.close(session_id)
+    elif session_epoch not in (-1, 0):
+        return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
+    if session_epoch == 0 and replica_id >= 0:
+        session = broker.fetch_sessions.create(replica_id, broker.clock_ms())
+        if session is not None:
+            return _session_fetch(broker, session, body, header, full=True)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
     if size >= body.min_bytes or errored:
@@ -68,6 +89,91 @@ def handle_fetch(broker, ctx, request):
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
     deadline = trio.current_time() + max_wait_ms / 1000
     return _long_poll(broker, body, header, replica_id, read_committed, deadline)
+
+
+def _session_fetch(broker, session, body, header, full: bool):
+    """A follower's fetch in `session`: a full one (it was just created:
+    every partition named is answered) or an incremental one."""
+    named = session.begin_fetch(body.topics, () if full else body.forgotten_topics_data, broker.clock_ms(),
+                                incremental=not full)
+    answer: dict = {}
+    candidates = list(session.partitions.values()) if full else list({**dict.fromkeys(named), **session.dirty})
+    size, now = _read_session(broker, session, candidates, answer, body.max_bytes, header.api_version, full)
+    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    if now or size >= body.min_bytes or max_wait_ms <= 0:
+        return _session_response(header, session, answer)
+    return _session_long_poll(broker, session, body, header, answer, trio.current_time() + max_wait_ms / 1000)
+
+
+async def _session_long_poll(broker, session, body, header, answer: dict, deadline: float):
+    size = sum(records_size(r.records) for r in answer.values())
+    now = False
+    while not (now or size >= body.min_bytes or trio.current_time() >= deadline):
+        with trio.move_on_at(deadline):
+            await session.changed.wait()
+        if session.dirty:
+            size, now = _read_session(broker, session, list(session.dirty), answer, body.max_bytes,
+                                      header.api_version, False)
+    return _session_response(header, session, answer)
+
+
+def _session_response(header, session, answer: dict):
+    topics: dict[str, list] = {}
+    for sp, result in answer.items():
+        topics.setdefault(sp.topic, []).append(result)
+    return encode_fetch_response(header, ErrorCode.none, session.session_id, list(topics.items()))
+
+
+def _read_session(broker, session, candidates, answer: dict, max_bytes: int, version: int,
+                  full: bool) -> tuple[int, bool]:
+    """Read `candidates` (session partitions) for the session's follower;
+    put those with something new (every one when `full`) into `answer`.
+    Returns (bytes in `answer`, whether to answer now: an error or a
+    DivergingEpoch). See `broker.fetch_session` for what stays dirty."""
+    partitions = broker.replicas.partitions
+    replica_id = session.replica_id
+    now_ms = broker.clock_ms()
+    rereads = set(candidates)
+    total = sum(records_size(r.records) for sp, r in answer.items() if sp not in rereads)
+    budget = max_bytes - total
+    now = False
+    pending = []
+    for sp in candidates:
+        hp = partitions.get((sp.topic, sp.partition))
+        session.bind(sp, hp)
+        if hp is None:
+            result = FetchPartitionResult(sp.partition, _not_hosted_error(broker.image, sp.topic, sp.partition))
+        else:
+            result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
+        stale = result.error_code != 0 or result.diverging_epoch is not None
+        if full or stale or result.records or result.high_watermark != sp.high_watermark_sent \
+                or result.log_start_offset != sp.log_start_offset_sent:
+            answer[sp] = result
+            sp.high_watermark_sent = result.high_watermark
+            sp.log_start_offset_sent = result.log_start_offset
+        kept = answer.get(sp)
+        if kept is not None and kept.records:
+            size = records_size(kept.records)
+            total += size
+            budget -= size
+        now = now or stale
+        if stale or (hp is not None and sp.fetch_offset < hp.log.log_end_offset):
+            pending.append(sp)
+    # Reading moved HWs, whose notify marked the partitions just read dirty
+    # again: clear that, keeping only the ones still pending.
+    dirty = session.dirty
+    for sp in candidates:
+        dirty.pop(sp, None)
+    for sp in pending:
+        dirty[sp] = None
+    session.changed = trio.Event()
+    return total, now
+
+
+def _not_hosted_error(image, topic: str, partition: int) -> ErrorCode:
+    topic_image = image.topic(topic)
+    known = topic_image is not None and partition in topic_image.partitions
+    return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
 
 
 async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
@@ -95,7 +201,7 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     for hp, fp, results, i in places:
         if id(hp) in changed_ids:
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
-            errored = errored or result.error_code != 0
+            errored = errored or result.error_code != 0 or result.diverging_epoch is not None
             size = records_size(result.records)
             total += size
             budget -= size
@@ -122,15 +228,12 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
         for fp in fetch_topic.partitions:
             hp = partitions.get((name, fp.partition))
             if hp is None:
-                topic_image = image.topic(name)
-                known = topic_image is not None and fp.partition in topic_image.partitions
-                error = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
-                results.append(FetchPartitionResult(fp.partition, error))
+                results.append(FetchPartitionResult(fp.partition, _not_hosted_error(image, name, fp.partition)))
                 errored = True
                 continue
             places.append((hp, fp, results, len(results)))
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
-            if result.error_code:
+            if result.error_code or result.diverging_epoch is not None:
                 errored = True
             size = records_size(result.records)
             total += size

@@ -6,7 +6,8 @@ Theory of operation
 ReplicaFetcherThread). The pure `FetcherManager` decides which partitions
 each source serves and what each Fetch carries (replica id = this broker,
 fetch offset = our LEO, last fetched epoch, current leader epoch); the
-task sends it as one Fetch v12 over a `raftka.wire` connection to the
+task sends it as one Fetch v12 (incremental within a KIP-227 fetch
+session once the leader grants one) over a `raftka.wire` connection to the
 source's listener, applies each partition's `FollowerAction` to the log
 (truncate by DivergingEpoch, start over at the leader's log start, append
 as follower) and tells the partition (`on_follower_log_changed`). A failed
@@ -53,6 +54,8 @@ _log = logging.getLogger("broker.replica_fetcher")
 FETCH_VERSION = 12
 #: How often leaders are ticked (ISR shrink checks, AlterPartition retries).
 TICK_S = 0.1
+#: Top-level Fetch errors that only end the fetch session (KIP-227).
+SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 #: AlterPartition answers for more partitions than this are logged as one line.
 LOG_EACH_MAX = 20
 
@@ -154,8 +157,16 @@ class ReplicaFetchers:
                 raise
             results = None
             if response.error_code == ErrorCode.none:
-                results = _results(plan, response)
-            actions = fetcher.handle_response(plan, results, self._logs(), broker.clock_ms())
+                results = _results(fetcher, response)
+            elif response.error_code in SESSION_ERRORS:
+                # The leader lost the session (it restarted, or evicted it):
+                # the next Fetch is a full one, at once.
+                _log.info("fetcher from broker %d: %s; starting a new fetch session", source,
+                          ErrorCode(response.error_code).name)
+                fetcher.on_session_error(plan)
+                self.manager.on_response_done(source)
+                continue
+            actions = fetcher.handle_response(plan, results, self._logs(), broker.clock_ms(), response.session_id)
             self.manager.on_response_done(source)
             for action in actions:
                 self._apply(fetcher, action)
@@ -218,19 +229,23 @@ def _fetch_request(plan: FetchPlan) -> fetch_req.FetchRequest:
             partition=p.key.partition, current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
             last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
             partition_max_bytes=p.partition_max_bytes))
+    forgotten: dict[str, list[int]] = {}
+    for p in plan.forgotten:
+        forgotten.setdefault(p.topic, []).append(p.key.partition)
     return fetch_req.FetchRequest(
         replica_id=plan.replica_id, max_wait=datetime.timedelta(milliseconds=plan.max_wait_ms),
-        min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+        min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, isolation_level=0, session_id=plan.session_id,
+        session_epoch=plan.session_epoch,
         topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
-        forgotten_topics_data=(), rack_id="")
+        forgotten_topics_data=tuple(fetch_req.ForgottenTopic(topic=t, partitions=tuple(ps))
+                                    for t, ps in forgotten.items()), rack_id="")
 
 
-def _results(plan: FetchPlan, response) -> dict[TopicIdPartition, PartitionFetchResult]:
-    keys = {(p.topic, p.key.partition): p.key for p in plan.partitions}
+def _results(fetcher, response) -> dict[TopicIdPartition, PartitionFetchResult]:
     out = {}
     for topic in response.responses:
         for p in topic.partitions:
-            key = keys.get((topic.topic, p.partition_index))
+            key = fetcher.key_of(topic.topic, p.partition_index)
             if key is None:
                 continue
             de = p.diverging_epoch

@@ -24,7 +24,9 @@ the replica stopping -- calls `HostedPartition.notify`, which sets every
 parked request's `trio.Event`. A waiter registers one event with each
 partition it touches (`wait_for_change`), so a Fetch over many partitions
 wakes on the first of them. Deadlines are trio cancel scopes; a produce
-that times out answers REQUEST_TIMED_OUT.
+that times out answers REQUEST_TIMED_OUT. A follower's fetch session
+(`broker.fetch_session`) subscribes for good instead: `notify` marks the
+partition dirty in it.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ _log = logging.getLogger("broker.replica_manager")
 
 
 class HostedPartition:
-    __slots__ = ("state", "log", "waiters", "log_append_time", "replicas")
+    __slots__ = ("state", "log", "waiters", "sessions", "log_append_time", "replicas")
 
     def __init__(self, state: ReplicaState, log: Log, replicas: ReplicaManager | None = None) -> None:
         self.state = state
@@ -73,15 +75,22 @@ class HostedPartition:
         #: The manager that acts on this partition's replication decisions.
         self.replicas = replicas
         self.waiters: set[ChangeWaiter] = set()
+        #: The follower fetch sessions holding this partition (`broker.fetch_session`):
+        #: session -> its SessionPartition. Unlike a waiter, a session stays subscribed.
+        self.sessions: dict = {}
         #: `message.timestamp.type=LogAppendTime`: the broker stamps batches (KIP-32).
         self.log_append_time = False
 
     def notify(self) -> None:
-        """Wake every request parked on this partition."""
+        """Wake every request parked on this partition; mark it dirty in
+        every fetch session holding it."""
         if self.waiters:
             for waiter in self.waiters:
                 waiter.wake(self)
             self.waiters.clear()
+        if self.sessions:
+            for session, sp in self.sessions.items():
+                session.mark_dirty(sp)
 
 
 class ChangeWaiter:

@@ -33,6 +33,18 @@ behind a long poll. `handle_response` turns each partition's result into a
 |                                |   controlled shutdown's acks=all stall)       |
 | any other error, no response   | back off `replica.fetch.backoff.ms`           |
 
+Fetch sessions (KIP-227). The first Fetch to a leader is a full one that
+asks for a session (session epoch 0). Once the leader grants one, each
+Fetch is incremental: it names only the partitions whose position (fetch
+offset, last fetched epoch, leader epoch, log start) differs from what the
+leader holds for the session (`view`), and forgets the ones no longer
+fetched (moved to another leader, or backing off); the leader answers only
+partitions with something new. A partition not in an answer has nothing
+new: its records and HW are as before. Any failed Fetch, and the session
+errors FETCH_SESSION_ID_NOT_FOUND and INVALID_FETCH_SESSION_EPOCH, end the
+session: the next Fetch is a full one again. A leader that grants no
+session (session id 0 in its answer) gets full fetches.
+
 A result is applied only if it still matches the partition's state: the
 same leader epoch and the same log end offset as when the Fetch was built;
 anything else is a leftover of an older leader or of a truncation. The
@@ -64,6 +76,8 @@ from quorum.metadata import NO_LEADER
 #: How soon a partition is fetched again after UNKNOWN_LEADER_EPOCH: the
 #: leader is one metadata update behind us, typically a few ms.
 LEADER_CATCH_UP_RETRY_MS = 25
+#: Session epochs after this wrap to 1 (KIP-227).
+MAX_SESSION_EPOCH = (1 << 31) - 1
 
 
 @dataclasses.dataclass(slots=True)
@@ -85,14 +99,28 @@ class ReplicaFetcher:
         self.replica_id = replica_id
         self.config = config
         self.partitions: dict[TopicIdPartition, FollowedPartition] = {}
+        #: The same keys by (topic name, partition): how an answer names them.
+        self._keys: dict[tuple[str, int], TopicIdPartition] = {}
         self.in_flight: FetchPlan | None = None
+        #: The fetch session with the leader (0: none) and its next epoch.
+        self.session_id = 0
+        self.session_epoch = 0
+        #: Every partition of the session as the leader holds it.
+        self.session: dict[TopicIdPartition, PartitionFetch] = {}
 
     def add_partition(self, key: TopicIdPartition, topic: str, leader_epoch: int) -> None:
         """Follow `key` from this broker at `leader_epoch` (ready at once)."""
         self.partitions[key] = FollowedPartition(key, topic, leader_epoch)
+        self._keys[(topic, key.partition)] = key
 
     def remove_partition(self, key: TopicIdPartition) -> None:
-        self.partitions.pop(key, None)
+        p = self.partitions.pop(key, None)
+        if p is not None:
+            self._keys.pop((p.topic, key.partition), None)
+
+    def key_of(self, topic: str, partition: int) -> TopicIdPartition | None:
+        """The followed partition an answer names by `topic`, `partition`."""
+        return self._keys.get((topic, partition))
 
     def build_fetch(self, logs: Mapping[TopicIdPartition, LogView], broker_epoch: int,
                     now_ms: int) -> FetchPlan | None:
@@ -101,7 +129,7 @@ class ReplicaFetcher:
         if self.in_flight is not None:
             return None
         config = self.config
-        parts = []
+        ready = []
         next_ready_ms = None
         for p in self.partitions.values():
             if p.fenced:
@@ -111,10 +139,17 @@ class ReplicaFetcher:
                     next_ready_ms = p.delayed_until_ms
                 continue
             log = logs[p.key]
-            parts.append(PartitionFetch(p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
+            ready.append(PartitionFetch(p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
                                         log.log_start_offset, config.replica_fetch_max_bytes))
-        if not parts:
-            return None
+        if self.session_id == 0:
+            if not ready:
+                return None
+            parts, forgotten = tuple(ready), ()
+            self.session = {pf.key: pf for pf in ready}
+        else:
+            parts, forgotten = self._changes(ready)
+            if not self.session and not forgotten:
+                return None
         # The leader may hold this Fetch up to replica.fetch.wait.max.ms; a
         # partition left out for a backoff waits for its answer. Right after
         # an election most partitions are answered UNKNOWN_LEADER_EPOCH by a
@@ -126,29 +161,72 @@ class ReplicaFetcher:
             max_wait_ms = min(max_wait_ms, next_ready_ms - now_ms)
         self.in_flight = FetchPlan(self.source_broker_id, self.replica_id, broker_epoch, max_wait_ms,
                                    config.replica_fetch_min_bytes, config.replica_fetch_response_max_bytes,
-                                   tuple(parts))
+                                   parts, self.session_id, self.session_epoch, forgotten, self.session)
         return self.in_flight
 
-    def handle_response(self, plan: FetchPlan, results: Mapping[TopicIdPartition, PartitionFetchResult] | None,
-                        logs: Mapping[TopicIdPartition, LogView], now_ms: int) -> list[FollowerAction]:
-        """Turn the response to `plan` into actions (None: the Fetch failed
-        as a whole -- no connection, timeout, top-level error)."""
+    def _changes(self, ready: list[PartitionFetch]) -> tuple[tuple[PartitionFetch, ...], tuple[PartitionFetch, ...]]:
+        """The partitions an incremental fetch names (new or changed) and
+        forgets (in the session, not ready); the session view follows."""
+        session = self.session
+        changed = []
+        for pf in ready:
+            if session.get(pf.key) != pf:
+                session[pf.key] = pf
+                changed.append(pf)
+        forgotten = ()
+        if len(session) > len(ready):
+            ready_keys = {pf.key for pf in ready}
+            forgotten = tuple(pf for key, pf in session.items() if key not in ready_keys)
+            for pf in forgotten:
+                del session[pf.key]
+        return tuple(changed), forgotten
+
+    def end_session(self) -> None:
+        """Start over with a full fetch (the leader lost or refused the session)."""
+        self.session_id = 0
+        self.session_epoch = 0
+        self.session = {}
+
+    def on_session_error(self, plan: FetchPlan) -> None:
+        """The answer to `plan` was FETCH_SESSION_ID_NOT_FOUND or
+        INVALID_FETCH_SESSION_EPOCH: a full fetch next, with no backoff."""
         assert plan is self.in_flight, "a response to a Fetch that is not in flight"
         self.in_flight = None
-        backoff_until = now_ms + self.config.replica_fetch_backoff_ms
+        self.end_session()
+
+    def handle_response(self, plan: FetchPlan, results: Mapping[TopicIdPartition, PartitionFetchResult] | None,
+                        logs: Mapping[TopicIdPartition, LogView], now_ms: int,
+                        session_id: int = 0) -> list[FollowerAction]:
+        """Turn the response to `plan` into actions (None: the Fetch failed
+        as a whole -- no connection, timeout, top-level error). `session_id`:
+        the answer's (a full fetch's answer grants a session with it)."""
+        assert plan is self.in_flight, "a response to a Fetch that is not in flight"
+        self.in_flight = None
+        if results is None:
+            self.end_session()
+            backoff_until = now_ms + self.config.replica_fetch_backoff_ms
+            for key in plan.view:
+                p = self.partitions.get(key)
+                if p is not None:
+                    p.delayed_until_ms = backoff_until
+            return []
+        if plan.session_id == 0:
+            if session_id == 0:
+                self.end_session()
+            else:
+                self.session_id, self.session_epoch = session_id, 1
+        else:
+            self.session_epoch = 1 if self.session_epoch >= MAX_SESSION_EPOCH else self.session_epoch + 1
         actions = []
-        for sent in plan.partitions:
-            p = self.partitions.get(sent.key)
-            if p is None or p.leader_epoch != sent.current_leader_epoch:
+        view = plan.view
+        for key, result in results.items():
+            sent = view.get(key)
+            p = self.partitions.get(key)
+            if sent is None or p is None or p.leader_epoch != sent.current_leader_epoch:
                 continue  # moved to another leader or epoch meanwhile
-            log = logs.get(sent.key)
+            log = logs.get(key)
             if log is None or log.log_end_offset != sent.fetch_offset:
                 continue  # the log changed meanwhile (a truncation)
-            result = None if results is None else results.get(sent.key)
-            if result is None:
-                if results is None:
-                    p.delayed_until_ms = backoff_until
-                continue
             action = self._decide(p, sent, result, log, now_ms)
             if action is not None:
                 actions.append(action)

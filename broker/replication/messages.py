@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -192,7 +193,18 @@ class FetchPlan:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    #: The partitions the request names: every one of a full fetch, the
+    #: changed ones of an incremental fetch (KIP-227).
     partitions: tuple[PartitionFetch, ...]
+    #: 0 (and epoch 0: a full fetch asking for a session), or the session's id.
+    session_id: int = 0
+    session_epoch: int = 0
+    #: Partitions an incremental fetch drops from its session.
+    forgotten: tuple[PartitionFetch, ...] = ()
+    #: Every partition of the fetch as the leader will know it after this
+    #: request (for a full fetch, `partitions` by key): what a response
+    #: partition is checked against.
+    view: Mapping[TopicIdPartition, PartitionFetch] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -172,3 +172,62 @@ def test_a_partition_retried_soon_is_not_held_behind_a_long_poll_of_the_others()
     plan = fetcher.build_fetch(logs, 103, 125)
     assert [p.key for p in plan.partitions] == [A, B]
     assert plan.max_wait_ms == 500
+
+
+# --- fetch sessions (KIP-227) ------------------------------------------------
+
+def test_once_the_leader_grants_a_session_a_fetch_names_only_what_changed():
+    logs = {A: EpochLog.of(0, 0), B: EpochLog.of(0)}
+    fetcher = manager_following(A, B).fetcher(1)
+    full = fetcher.build_fetch(logs, 103, 0)
+    assert (full.session_id, full.session_epoch, [p.key for p in full.partitions]) == (0, 0, [A, B])
+    fetcher.handle_response(full, {}, logs, 1, session_id=77)
+
+    idle = fetcher.build_fetch(logs, 103, 2)
+    assert (idle.session_id, idle.session_epoch, idle.partitions, idle.forgotten) == (77, 1, (), ())
+    assert set(idle.view) == {A, B}, "the leader still holds both"
+    # The leader answers a partition the fetch did not name: its records are appended.
+    (action,) = fetcher.handle_response(idle, {B: PartitionFetchResult(ErrorCode.none, 1, 0, None, b"b")}, logs, 3)
+    assert (action.key, action.records) == (B, b"b")
+    logs[B].append(1, 0)
+
+    moved = fetcher.build_fetch(logs, 103, 4)
+    assert (moved.session_epoch, [(p.key, p.fetch_offset) for p in moved.partitions]) == (2, [(B, 2)])
+
+
+def test_a_partition_backing_off_is_forgotten_and_named_again_when_ready():
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    fetcher = manager_following(A, B).fetcher(1)
+    fetcher.handle_response(fetcher.build_fetch(logs, 103, 0), {}, logs, 1, session_id=9)
+    plan = fetcher.build_fetch(logs, 103, 2)
+    fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.not_leader_or_follower)}, logs, 3)
+    forgets = fetcher.build_fetch(logs, 103, 4)
+    assert ([p.key for p in forgets.forgotten], forgets.partitions, set(forgets.view)) == ([A], (), {B})
+    fetcher.handle_response(forgets, {}, logs, 5)
+    back = fetcher.build_fetch(logs, 103, 3 + CONFIG.replica_fetch_backoff_ms)
+    assert ([p.key for p in back.partitions], back.forgotten, back.session_epoch) == ([A], (), 3)
+
+
+def test_a_failed_fetch_or_a_lost_session_starts_over_with_a_full_fetch():
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    fetcher = manager_following(A, B).fetcher(1)
+    fetcher.handle_response(fetcher.build_fetch(logs, 103, 0), {}, logs, 1, session_id=9)
+    plan = fetcher.build_fetch(logs, 103, 2)
+    fetcher.on_session_error(plan)  # FETCH_SESSION_ID_NOT_FOUND: at once, no backoff
+    full = fetcher.build_fetch(logs, 103, 2)
+    assert (full.session_id, full.session_epoch, [p.key for p in full.partitions]) == (0, 0, [A, B])
+    fetcher.handle_response(full, {}, logs, 3, session_id=10)
+    plan = fetcher.build_fetch(logs, 103, 4)
+    assert plan.session_id == 10
+    fetcher.handle_response(plan, None, logs, 5)  # no answer: backoff, then a full fetch
+    assert fetcher.build_fetch(logs, 103, 6) is None
+    again = fetcher.build_fetch(logs, 103, 5 + CONFIG.replica_fetch_backoff_ms)
+    assert (again.session_id, [p.key for p in again.partitions]) == (0, [A, B])
+
+
+def test_a_leader_that_grants_no_session_gets_full_fetches():
+    logs = {A: EpochLog.of(0)}
+    fetcher = manager_following(A).fetcher(1)
+    fetcher.handle_response(fetcher.build_fetch(logs, 103, 0), {}, logs, 1, session_id=0)
+    plan = fetcher.build_fetch(logs, 103, 2)
+    assert (plan.session_id, plan.session_epoch, [p.key for p in plan.partitions]) == (0, 0, [A])

@@ -1,0 +1,144 @@
+"""Follower fetch sessions (KIP-227) on a real broker, over a socket: a
+hand-made follower (broker 2, registered, no process) asks for a session
+and fetches incrementally; the leader answers only what changed."""
+
+import datetime
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fr
+
+from broker_testing import batch, fetch_request, produce_request, start_broker
+from storage.batch import iter_batch_headers
+
+TOPIC = "s"
+
+
+async def three_partitions_led_here(rb) -> None:
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2)] * 3)
+
+
+def incremental(session_id: int, epoch: int, positions=(), forgotten=(), max_wait_ms: int = 0):
+    """An incremental Fetch of follower 2: `positions` [(partition, fetch offset)], `forgotten` [partition]."""
+    return fr.FetchRequest(
+        replica_id=2, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50 << 20,
+        isolation_level=0, session_id=session_id, session_epoch=epoch,
+        topics=(fr.FetchTopic(topic=TOPIC, partitions=tuple(fr.FetchPartition(
+            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=1 << 20) for p, offset in positions)),) if positions else (),
+        forgotten_topics_data=(fr.ForgottenTopic(topic=TOPIC, partitions=tuple(forgotten)),) if forgotten else (),
+        rack_id="")
+
+
+def answered(response) -> dict[int, tuple[int, list[int]]]:
+    """{partition: (high watermark, base offsets of its batches)} of a Fetch response."""
+    out = {}
+    for topic in response.responses:
+        assert topic.topic == TOPIC
+        for p in topic.partitions:
+            assert p.error_code == ErrorCode.none, p
+            out[p.partition_index] = (p.high_watermark,
+                                      [h.base_offset for _, h in iter_batch_headers(bytes(p.records or b""))])
+    return out
+
+
+async def test_an_incremental_fetch_answers_only_partitions_with_something_new(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    for p in range(3):
+        await producer.request(produce_request(TOPIC, p, batch(2), acks=1))
+
+    full = await follower.request(fetch_request([(TOPIC, p, 0, 1 << 20, -1) for p in range(3)], replica_id=2,
+                                                session_epoch=0))
+    session = full.session_id
+    assert full.error_code == ErrorCode.none and session != 0, "a follower asking for a session gets one"
+    assert answered(full) == {0: (0, [0]), 1: (0, [0]), 2: (0, [0])}
+
+    # The follower now holds 0..1 everywhere: the HWs move, and only that is new.
+    caught_up = await follower.request(incremental(session, 1, [(0, 2), (1, 2), (2, 2)]))
+    assert (caught_up.error_code, caught_up.session_id) == (ErrorCode.none, session)
+    assert answered(caught_up) == {0: (2, []), 1: (2, []), 2: (2, [])}
+
+    # Nothing new: a fetch naming nothing waits out its max wait and names nothing.
+    start = trio.current_time()
+    idle = await follower.request(incremental(session, 2, max_wait_ms=200))
+    assert idle.error_code == ErrorCode.none and answered(idle) == {}
+    assert trio.current_time() - start >= 0.15
+
+    # A produce to partition 1 wakes a parked fetch that did not name it.
+    answer = {}
+
+    async def parked():
+        answer["r"] = await follower.request(incremental(session, 3, max_wait_ms=10_000))
+
+    nursery.start_soon(parked)
+    await trio.sleep(0.1)
+    assert "r" not in answer
+    start = trio.current_time()
+    await producer.request(produce_request(TOPIC, 1, batch(3), acks=1))
+    with trio.fail_after(5):
+        while "r" not in answer:
+            await trio.sleep(0.005)
+    assert trio.current_time() - start < 2
+    assert answered(answer["r"]) == {1: (2, [2])}
+
+    # Not acknowledged by a new position: the same records again.
+    again = await follower.request(incremental(session, 4))
+    assert answered(again) == {1: (2, [2])}
+    confirmed = await follower.request(incremental(session, 5, [(1, 5)]))
+    assert answered(confirmed) == {1: (5, [])}
+
+
+async def test_forgotten_partitions_are_no_longer_answered(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    full = await follower.request(fetch_request([(TOPIC, p, 0, 1 << 20, -1) for p in range(3)], replica_id=2,
+                                                session_epoch=0))
+    session = full.session_id
+    assert answered(full) == {0: (0, []), 1: (0, []), 2: (0, [])}
+    forget = await follower.request(incremental(session, 1, forgotten=[0]))
+    assert answered(forget) == {}
+    await producer.request(produce_request(TOPIC, 0, batch(1), acks=1))
+    await producer.request(produce_request(TOPIC, 2, batch(1), acks=1))
+    after = await follower.request(incremental(session, 2, max_wait_ms=1000))
+    assert answered(after) == {2: (0, [0])}
+    # Named again, it is back in the session, answered from the position given.
+    back = await follower.request(incremental(session, 3, [(0, 0), (2, 1)]))
+    assert answered(back) == {0: (0, [0]), 2: (1, [])}
+
+
+async def test_session_errors_tell_the_follower_to_start_over(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    follower = await rb.connect(nursery)
+    full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, -1)], replica_id=2, session_epoch=0))
+    session = full.session_id
+    assert session != 0
+    wrong_epoch = await follower.request(incremental(session, 5))
+    assert (wrong_epoch.error_code, wrong_epoch.responses) == (ErrorCode.invalid_fetch_session_epoch, ())
+    unknown = await follower.request(incremental(session + 1, 1))
+    assert (unknown.error_code, unknown.responses) == (ErrorCode.fetch_session_id_not_found, ())
+    # The session is still usable at its next epoch ...
+    assert (await follower.request(incremental(session, 1))).error_code == ErrorCode.none
+    # ... until a new full fetch replaces it.
+    renewed = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, -1)], replica_id=2,
+                                                   session_id=session, session_epoch=0))
+    assert renewed.error_code == ErrorCode.none and renewed.session_id not in (0, session)
+    gone = await follower.request(incremental(session, 2))
+    assert gone.error_code == ErrorCode.fetch_session_id_not_found
+
+
+async def test_a_full_cache_makes_no_session_and_full_fetches_still_work(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path, max_incremental_fetch_session_cache_slots=0)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
+    full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, -1)], replica_id=2, session_epoch=0))
+    assert (full.error_code, full.session_id) == (ErrorCode.none, 0)
+    assert answered(full) == {0: (0, [0])}
