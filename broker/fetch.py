@@ -142,9 +142,11 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
         hp = partitions.get((sp.topic, sp.partition))
         session.bind(sp, hp)
         if hp is None:
-            result = FetchPartitionResult(sp.partition, _not_hosted_error(broker.image, sp.topic, sp.partition))
-        else:
-            result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
+            answer[sp] = FetchPartitionResult(sp.partition, _not_hosted_error(broker.image, sp.topic, sp.partition))
+            pending.append(sp)
+            now = True
+            continue
+        result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
         stale = result.error_code != 0 or result.diverging_epoch is not None
         if full or stale or result.records or result.high_watermark != sp.high_watermark_sent \
                 or result.log_start_offset != sp.log_start_offset_sent:
@@ -157,7 +159,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             total += size
             budget -= size
         now = now or stale
-        if stale or (hp is not None and sp.fetch_offset < hp.log.log_end_offset):
+        if stale or sp.fetch_offset < hp.log.log_end_offset or replica_id not in hp.state.isr:
             pending.append(sp)
     # Reading moved HWs, whose notify marked the partitions just read dirty
     # again: clear that, keeping only the ones still pending.

@@ -22,8 +22,13 @@ sets `changed`, which a parked fetch of the session waits on. A fetch reads
 the partitions it names and the dirty ones. A partition read stays dirty
 while the follower has not confirmed everything the leader holds (its fetch
 offset below the leader's LEO: records sent but not yet acknowledged by a
-new position, or left out for `max_bytes`), or while its answer is an
-error: it is read, and sent, again on the next fetch, as Kafka would.
+new position, or left out for `max_bytes`), while its answer is an error,
+or while the follower is outside its ISR: it is read, and sent, again on
+the next fetch, as Kafka would. The last matters because a follower joins
+the ISR when the leader handles one of its fetches: a follower that caught
+up while it was not yet eligible (a restarted broker before the leader's
+metadata shows it unfenced, KIP-841) would otherwise never be looked at
+again, since its position no longer changes.
 
 Protocol (`session_id`, `session_epoch` of the request; Kafka's FetchMetadata):
 
