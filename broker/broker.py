@@ -49,6 +49,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.group import GROUP_API_VERSIONS
 from broker.log_manager import LogManager
+from broker.metadata_codec import MetadataEncoder
 from broker.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.replica_manager import ReplicaManager
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
@@ -114,6 +115,7 @@ class Broker:
                                        config.replication)
         #: Replication: follower fetchers, and the leaders' ISR changes to the controller.
         self.fetchers = ReplicaFetchers(self)
+        self.metadata_encoder = MetadataEncoder()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 config.min_incremental_fetch_session_eviction_ms)
         self.replicas.on_follow = self.fetchers.follow

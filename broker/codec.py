@@ -62,18 +62,18 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def _string(value: str, flexible: bool) -> bytes:
+def string_bytes(value: str, flexible: bool) -> bytes:
     raw = value.encode()
     return (uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
-def _nullable_string(value: str | None, flexible: bool) -> bytes:
+def nullable_string_bytes(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else _I16.pack(-1)
-    return _string(value, flexible)
+    return string_bytes(value, flexible)
 
 
-def _array_length(count: int, flexible: bool) -> bytes:
+def array_length_bytes(count: int, flexible: bool) -> bytes:
     if flexible:
         return _ONE_BYTE_UVARINTS[count + 1] if count < 127 else uvarint(count + 1)
     return _I32.pack(count)
@@ -104,21 +104,21 @@ def encode_produce_response(
     # Response header v1 (a tag buffer) exactly when flexible, as for every
     # API but ApiVersions.
     parts = [_I32.pack(header.correlation_id), _NO_TAGS if flexible else b"",
-             _array_length(len(topics), flexible)]
+             array_length_bytes(len(topics), flexible)]
     append = parts.append
     # An empty record_errors array and a null error_message (v8+), and the
     # partition's tag buffer (v9+): what every partition without an error ends with.
     plain_tail = (b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
     for name, partitions in topics:
         append(_topic_name(name, flexible))
-        append(_array_length(len(partitions), flexible))
+        append(array_length_bytes(len(partitions), flexible))
         for p in partitions:
             append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
                 append(_I64.pack(p.log_start_offset))
             if version >= 8 and p.error_message is not None:
-                append(_array_length(0, flexible))  # record_errors
-                append(_nullable_string(p.error_message, flexible))
+                append(array_length_bytes(0, flexible))  # record_errors
+                append(nullable_string_bytes(p.error_message, flexible))
                 if flexible:
                     append(_NO_TAGS)
             else:
@@ -173,11 +173,11 @@ def encode_fetch_response(
     out += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
         out += _ERROR_SESSION.pack(error_code, session_id)
-    out += _array_length(len(topics), flexible)
+    out += array_length_bytes(len(topics), flexible)
     total = 0
     for name, partitions in topics:
         out += _topic_name(name, flexible)
-        out += _array_length(len(partitions), flexible)
+        out += array_length_bytes(len(partitions), flexible)
         for p in partitions:
             records = p.records
             size = records_size(records) if records else 0
@@ -195,7 +195,7 @@ def encode_fetch_response(
                 if p.aborted_transactions is None:
                     out += b"\x00" if flexible else _I32.pack(-1)
                 else:
-                    out += _array_length(len(p.aborted_transactions), flexible)
+                    out += array_length_bytes(len(p.aborted_transactions), flexible)
                     for producer_id, first_offset in p.aborted_transactions:
                         out += _LSO_LOG_START.pack(producer_id, first_offset)
                         if flexible:
@@ -228,7 +228,7 @@ def _topic_name(name: str, flexible: bool) -> bytes:
     if encoded is None:
         if len(cache) >= _TOPIC_NAME_CACHE_SIZE:
             cache.clear()
-        encoded = cache[name] = _string(name, flexible)
+        encoded = cache[name] = string_bytes(name, flexible)
     return encoded
 
 

@@ -35,6 +35,7 @@ from raftka.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
 _NO_OPERATIONS = -2147483648
+_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 BROKER_ENDPOINT_TYPE = 1
@@ -69,9 +70,10 @@ def live_brokers(broker, image: MetadataImage) -> list[tuple[int, str, int, str 
 
 
 async def handle_metadata(broker, ctx, request):
+    """Encoded by `broker.metadata_codec`, which keeps each topic's bytes
+    while the image does not change it."""
     body = request.body
     header = request.header
-    mod = response_module(header)
     if body.topics is None:
         names = sorted(broker.image.topic_ids_by_name)
     else:
@@ -83,14 +85,12 @@ async def handle_metadata(broker, ctx, request):
         if missing:
             await _auto_create(broker, missing)
     image = broker.image
-    live = live_brokers(broker, image)
-    live_ids = {b[0] for b in live}
-    brokers = tuple(build(mod.MetadataResponseBroker, node_id=i, host=h, port=p, rack=r) for i, h, p, r in live)
-    topics = tuple(_topic(mod, image, name, live_ids, broker.config.auto_create_topics_enable and allow_auto)
-                   for name in names)
-    return build(mod.MetadataResponse, throttle_time=_NO_THROTTLE, brokers=brokers,
-                 cluster_id=broker.config.cluster_id, controller_id=broker.node_id, topics=topics,
-                 cluster_authorized_operations=_NO_OPERATIONS)
+    auto_created = broker.config.auto_create_topics_enable and allow_auto
+    answers = [(name, _topic_error(image, name, auto_created)) for name in names]
+    # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
+    return broker.metadata_encoder.encode(header.correlation_id, header.api_version, image,
+                                          live_brokers(broker, image), broker.config.cluster_id, broker.node_id,
+                                          answers, _INTERNAL_TOPICS)
 
 
 def _requested_name(image: MetadataImage, t) -> str | None:
@@ -102,33 +102,15 @@ def _requested_name(image: MetadataImage, t) -> str | None:
     return name
 
 
-def _topic(mod, image: MetadataImage, name: str | None, live_ids: set[int], auto_created: bool):
-    topic = None if name is None else image.topic(name)
-    if topic is None:
-        if name is not None and topic_name_error(name) is not None:
-            error = ErrorCode.invalid_topic_exception
-        elif auto_created:
-            error = ErrorCode.leader_not_available
-        else:
-            error = ErrorCode.unknown_topic_or_partition
-        return build(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=None, is_internal=False,
-                     partitions=(), topic_authorized_operations=_NO_OPERATIONS)
-    partitions = []
-    for index, p in sorted(topic.partitions.items()):
-        leader_live = p.leader in live_ids
-        partitions.append(build(
-            mod.MetadataResponsePartition,
-            error_code=ErrorCode.none if leader_live else ErrorCode.leader_not_available,
-            partition_index=index,
-            leader_id=p.leader if leader_live else -1,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=p.replicas,
-            isr_nodes=p.isr,
-            offline_replicas=tuple(r for r in p.replicas if r not in live_ids),
-        ))
-    # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
-    return build(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id,
-                 is_internal=name == OFFSETS_TOPIC_NAME, partitions=tuple(partitions), topic_authorized_operations=_NO_OPERATIONS)
+def _topic_error(image: MetadataImage, name: str | None, auto_created: bool) -> ErrorCode | None:
+    """None for a topic the image has (answered from it); else the error its answer carries."""
+    if name is not None and image.topic(name) is not None:
+        return None
+    if name is not None and topic_name_error(name) is not None:
+        return ErrorCode.invalid_topic_exception
+    if auto_created:
+        return ErrorCode.leader_not_available
+    return ErrorCode.unknown_topic_or_partition
 
 
 async def _auto_create(broker, names: list[str]) -> None:

@@ -15,6 +15,7 @@ from broker.codec import (
     encode_fetch_response,
     encode_produce_response,
 )
+from broker.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
 from raftka.wire import FileSlice, RequestHeader, api_codec, decode_response, part_length
 from storage.batch import build_batch
 
@@ -83,3 +84,72 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
     if version >= 12:
         assert (p1.current_leader.leader_id, p1.current_leader.leader_epoch) == (3, 9)
         assert (p2.diverging_epoch.epoch, p2.diverging_epoch.end_offset) == (4, 100)
+
+
+# --- Metadata ---------------------------------------------------------------
+
+def _metadata_image():
+    import uuid
+
+    from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+    from quorum.metadata.pmap import PMap
+
+    topics = {
+        "events": TopicImage("events", uuid.UUID(int=7), PMap({
+            1: PartitionRegistration((3, 2), (3,), 3, 4, 9),
+            0: PartitionRegistration((2, 3, 5), (2, 3), 2, 6, 11),
+            2: PartitionRegistration((5, 3), (5,), 5, 1, 1),  # its leader is not live
+        })),
+        "__consumer_offsets": TopicImage("__consumer_offsets", uuid.UUID(int=8), PMap({
+            0: PartitionRegistration((2,), (2,), 2, 0, 0)})),
+    }
+    return MetadataImage(offset=5, epoch=1, topics_by_id=PMap({t.topic_id: t for t in topics.values()}),
+                         topic_ids_by_name=PMap({t.name: t.topic_id for t in topics.values()}))
+
+
+@pytest.mark.parametrize("version", range(METADATA_MIN_VERSION, METADATA_MAX_VERSION + 1))
+def test_metadata_response_decodes_with_kio_and_kept_topics_follow_the_image(version):
+    import dataclasses
+
+    from kio.schema.errors import ErrorCode
+
+    from quorum.metadata.image import PartitionRegistration
+
+    image = _metadata_image()
+    encoder = MetadataEncoder()
+    brokers = [(2, "127.0.0.1", 9092, None), (3, "127.0.0.2", 9093, "rack-b")]
+    asked = [("events", None), ("missing", ErrorCode.unknown_topic_or_partition), ("__consumer_offsets", None)]
+
+    def answer(image):
+        frame = encoder.encode(77, version, image, brokers, "cluster-x", 3, asked, frozenset({"__consumer_offsets"}))
+        assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+        return decode_response(memoryview(frame)[4:], api_codec(3, version), 77)
+
+    body = answer(image)
+    assert [(b.node_id, b.host, b.port, b.rack) for b in body.brokers] == brokers
+    assert body.controller_id == 3
+    if version >= 2:
+        assert body.cluster_id == "cluster-x"
+    events, missing, offsets = body.topics
+    assert (events.name, events.error_code, events.is_internal) == ("events", ErrorCode.none, False)
+    assert (missing.name, missing.error_code, missing.partitions) == ("missing", ErrorCode.unknown_topic_or_partition, ())
+    assert offsets.is_internal and [p.leader_id for p in offsets.partitions] == [2]
+    if version >= 10:
+        assert str(events.topic_id) == "00000000-0000-0000-0000-000000000007"
+    rows = [(p.partition_index, p.error_code, p.leader_id, p.replica_nodes, p.isr_nodes) for p in events.partitions]
+    assert rows == [(0, ErrorCode.none, 2, (2, 3, 5), (2, 3)), (1, ErrorCode.none, 3, (3, 2), (3,)),
+                    (2, ErrorCode.leader_not_available, -1, (5, 3), (5,))]
+    if version >= 5:
+        assert [p.offline_replicas for p in events.partitions] == [(5,), (), (5,)]
+    if version >= 7:
+        assert [p.leader_epoch for p in events.partitions] == [6, 4, 1]
+
+    # A new image that moves partition 2's leader: the answer follows it.
+    topic = image.topic("events")
+    moved = dataclasses.replace(topic, partitions=topic.partitions.set(2, PartitionRegistration((5, 3), (3,), 3, 2, 2)))
+    image2 = dataclasses.replace(image, topics_by_id=image.topics_by_id.set(moved.topic_id, moved))
+    again = answer(image2).topics[0].partitions[2]
+    assert (again.error_code, again.leader_id) == (ErrorCode.none, 3)
+    # So does a change of the live brokers alone (3 is no longer live).
+    brokers.pop()
+    assert [p.leader_id for p in answer(image2).topics[0].partitions] == [2, -1, -1]
