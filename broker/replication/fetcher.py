@@ -115,8 +115,8 @@ class ReplicaFetcher:
 
     def remove_partition(self, key: TopicIdPartition) -> None:
         p = self.partitions.pop(key, None)
-        if p is not None:
-            self._keys.pop((p.topic, key.partition), None)
+        if p is not None and self._keys.get((p.topic, key.partition)) == key:
+            del self._keys[(p.topic, key.partition)]
 
     def key_of(self, topic: str, partition: int) -> TopicIdPartition | None:
         """The followed partition an answer names by `topic`, `partition`."""
