@@ -198,6 +198,8 @@ class ReplicaFetchers:
             _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
             fetcher.on_append_failed(action.key, self.broker.clock_ms())
             return
+        if changed:
+            fetcher.log_changed(action.key)
         if changed or action.leader_high_watermark is not None:
             if hp.state.on_follower_log_changed(log.log_end_offset, action.leader_high_watermark) or changed:
                 hp.notify()

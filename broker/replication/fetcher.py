@@ -78,6 +78,9 @@ from quorum.metadata import NO_LEADER
 LEADER_CATCH_UP_RETRY_MS = 25
 #: Session epochs after this wrap to 1 (KIP-227).
 MAX_SESSION_EPOCH = (1 << 31) - 1
+#: How often an incremental fetch compares every followed partition with
+#: the session (see `ReplicaFetcher.build_fetch`).
+SESSION_SWEEP_MS = 5000
 
 
 @dataclasses.dataclass(slots=True)
@@ -107,47 +110,73 @@ class ReplicaFetcher:
         self.session_epoch = 0
         #: Every partition of the session as the leader holds it.
         self.session: dict[TopicIdPartition, PartitionFetch] = {}
+        #: Partitions whose position may differ from `session` (an
+        #: incremental fetch looks at these, not at every partition).
+        self._changed: set[TopicIdPartition] = set()
+        #: Partitions backing off, and until when.
+        self._delayed: dict[TopicIdPartition, int] = {}
+        self._next_sweep_ms = 0
 
     def add_partition(self, key: TopicIdPartition, topic: str, leader_epoch: int) -> None:
         """Follow `key` from this broker at `leader_epoch` (ready at once)."""
         self.partitions[key] = FollowedPartition(key, topic, leader_epoch)
         self._keys[(topic, key.partition)] = key
+        self._delayed.pop(key, None)
+        self._changed.add(key)
 
     def remove_partition(self, key: TopicIdPartition) -> None:
         p = self.partitions.pop(key, None)
         if p is not None and self._keys.get((p.topic, key.partition)) == key:
             del self._keys[(p.topic, key.partition)]
+        self._delayed.pop(key, None)
+        self._changed.add(key)
 
     def key_of(self, topic: str, partition: int) -> TopicIdPartition | None:
         """The followed partition an answer names by `topic`, `partition`."""
         return self._keys.get((topic, partition))
 
+    def log_changed(self, key: TopicIdPartition) -> None:
+        """The shell appended to or truncated `key`'s log: its position moved."""
+        self._changed.add(key)
+
+    def _delay(self, p: FollowedPartition, until_ms: int) -> None:
+        p.delayed_until_ms = until_ms
+        self._delayed[p.key] = until_ms
+        self._changed.add(p.key)
+
     def build_fetch(self, logs: Mapping[TopicIdPartition, LogView], broker_epoch: int,
                     now_ms: int) -> FetchPlan | None:
         """The next Fetch to send, or None (one is in flight, or no
-        partition is ready: see `next_wakeup_ms`)."""
+        partition is ready: see `next_wakeup_ms`).
+
+        An incremental fetch looks only at the partitions marked changed
+        (added, removed, log moved, backing off, fenced) and the ones whose
+        backoff ended; every `SESSION_SWEEP_MS` it compares them all with
+        the session anyway, so a change nobody marked is sent late, never
+        lost."""
         if self.in_flight is not None:
             return None
         config = self.config
-        ready = []
-        next_ready_ms = None
-        for p in self.partitions.values():
-            if p.fenced:
-                continue
-            if p.delayed_until_ms > now_ms:
-                if next_ready_ms is None or p.delayed_until_ms < next_ready_ms:
-                    next_ready_ms = p.delayed_until_ms
-                continue
-            log = logs[p.key]
-            ready.append(PartitionFetch(p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
-                                        log.log_start_offset, config.replica_fetch_max_bytes))
-        if self.session_id == 0:
-            if not ready:
-                return None
-            parts, forgotten = tuple(ready), ()
-            self.session = {pf.key: pf for pf in ready}
+        delayed = self._delayed
+        for key in [k for k, until in delayed.items() if until <= now_ms]:
+            del delayed[key]
+            self._changed.add(key)
+        next_ready_ms = min(delayed.values(), default=None)
+        if self.session_id == 0 or now_ms >= self._next_sweep_ms:
+            self._next_sweep_ms = now_ms + SESSION_SWEEP_MS
+            candidates = list(self.partitions)
+            candidates += [k for k in self.session if k not in self.partitions]
         else:
-            parts, forgotten = self._changes(ready)
+            candidates = self._changed
+        self._changed = set()
+        positions = {key: self._position(key, logs, now_ms) for key in candidates}
+        if self.session_id == 0:
+            parts, forgotten = tuple(pf for pf in positions.values() if pf is not None), ()
+            if not parts:
+                return None
+            self.session = {pf.key: pf for pf in parts}
+        else:
+            parts, forgotten = self._changes(positions)
             if not self.session and not forgotten:
                 return None
         # The leader may hold this Fetch up to replica.fetch.wait.max.ms; a
@@ -164,22 +193,31 @@ class ReplicaFetcher:
                                    parts, self.session_id, self.session_epoch, forgotten, self.session)
         return self.in_flight
 
-    def _changes(self, ready: list[PartitionFetch]) -> tuple[tuple[PartitionFetch, ...], tuple[PartitionFetch, ...]]:
-        """The partitions an incremental fetch names (new or changed) and
-        forgets (in the session, not ready); the session view follows."""
+    def _position(self, key: TopicIdPartition, logs: Mapping[TopicIdPartition, LogView],
+                  now_ms: int) -> PartitionFetch | None:
+        """What a Fetch says of `key` now (None: not fetched now)."""
+        p = self.partitions.get(key)
+        if p is None or p.fenced or p.delayed_until_ms > now_ms:
+            return None
+        log = logs[key]
+        return PartitionFetch(key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
+                              log.log_start_offset, self.config.replica_fetch_max_bytes)
+
+    def _changes(self, positions: dict[TopicIdPartition, PartitionFetch | None],
+                 ) -> tuple[tuple[PartitionFetch, ...], tuple[PartitionFetch, ...]]:
+        """The partitions an incremental fetch names (new or moved) and
+        forgets (in the session, not fetched now); the session follows."""
         session = self.session
-        changed = []
-        for pf in ready:
-            if session.get(pf.key) != pf:
-                session[pf.key] = pf
-                changed.append(pf)
-        forgotten = ()
-        if len(session) > len(ready):
-            ready_keys = {pf.key for pf in ready}
-            forgotten = tuple(pf for key, pf in session.items() if key not in ready_keys)
-            for pf in forgotten:
-                del session[pf.key]
-        return tuple(changed), forgotten
+        named = []
+        forgotten = []
+        for key, pf in positions.items():
+            if pf is None:
+                if key in session:
+                    forgotten.append(session.pop(key))
+            elif session.get(key) != pf:
+                session[key] = pf
+                named.append(pf)
+        return tuple(named), tuple(forgotten)
 
     def end_session(self) -> None:
         """Start over with a full fetch (the leader lost or refused the session)."""
@@ -208,7 +246,7 @@ class ReplicaFetcher:
             for key in plan.view:
                 p = self.partitions.get(key)
                 if p is not None:
-                    p.delayed_until_ms = backoff_until
+                    self._delay(p, backoff_until)
             return []
         if plan.session_id == 0:
             if session_id == 0:
@@ -226,6 +264,7 @@ class ReplicaFetcher:
                 continue  # moved to another leader or epoch meanwhile
             log = logs.get(key)
             if log is None or log.log_end_offset != sent.fetch_offset:
+                self._changed.add(key)
                 continue  # the log changed meanwhile (a truncation)
             action = self._decide(p, sent, result, log, now_ms)
             if action is not None:
@@ -248,10 +287,11 @@ class ReplicaFetcher:
             return FollowerAction(p.key, start_at=result.log_start_offset)
         if error == ErrorCode.fenced_leader_epoch:
             p.fenced = True
+            self._changed.add(p.key)
         elif error == ErrorCode.unknown_leader_epoch:
-            p.delayed_until_ms = now_ms + min(self.config.replica_fetch_backoff_ms, LEADER_CATCH_UP_RETRY_MS)
+            self._delay(p, now_ms + min(self.config.replica_fetch_backoff_ms, LEADER_CATCH_UP_RETRY_MS))
         else:
-            p.delayed_until_ms = now_ms + self.config.replica_fetch_backoff_ms
+            self._delay(p, now_ms + self.config.replica_fetch_backoff_ms)
         return FollowerAction(p.key, error=error)
 
     def on_append_failed(self, key: TopicIdPartition, now_ms: int) -> None:
@@ -259,7 +299,7 @@ class ReplicaFetcher:
         at the wrong offset, a disk error): back off."""
         p = self.partitions.get(key)
         if p is not None:
-            p.delayed_until_ms = now_ms + self.config.replica_fetch_backoff_ms
+            self._delay(p, now_ms + self.config.replica_fetch_backoff_ms)
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """When `build_fetch` may next return a Fetch (None: not before a

@@ -14,7 +14,7 @@ from broker.replication import (
     PartitionFetchResult,
     TopicIdPartition,
 )
-from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS
+from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS, SESSION_SWEEP_MS
 from replication_testing import CONFIG, EpochLog
 
 A = TopicIdPartition(uuid.UUID(int=1), 0)
@@ -190,9 +190,22 @@ def test_once_the_leader_grants_a_session_a_fetch_names_only_what_changed():
     (action,) = fetcher.handle_response(idle, {B: PartitionFetchResult(ErrorCode.none, 1, 0, None, b"b")}, logs, 3)
     assert (action.key, action.records) == (B, b"b")
     logs[B].append(1, 0)
+    fetcher.log_changed(B)  # as the shell does after the append
 
     moved = fetcher.build_fetch(logs, 103, 4)
     assert (moved.session_epoch, [(p.key, p.fetch_offset) for p in moved.partitions]) == (2, [(B, 2)])
+
+
+def test_a_position_change_nobody_marked_is_sent_by_the_next_sweep():
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    fetcher = manager_following(A, B).fetcher(1)
+    fetcher.handle_response(fetcher.build_fetch(logs, 103, 0), {}, logs, 1, session_id=9)
+    logs[A].append(2, 0)  # not marked
+    plan = fetcher.build_fetch(logs, 103, 2)
+    assert plan.partitions == ()
+    fetcher.handle_response(plan, {}, logs, 3)
+    swept = fetcher.build_fetch(logs, 103, SESSION_SWEEP_MS)
+    assert [(p.key, p.fetch_offset) for p in swept.partitions] == [(A, 3)]
 
 
 def test_a_partition_backing_off_is_forgotten_and_named_again_when_ready():
