@@ -211,6 +211,7 @@ class ReplicaManager:
             self._stop_replica(stopped)
             yield
         eligible = eligible_brokers(image)
+        settings: dict[str, tuple[int, bool]] = {}
         touched = set()
         became: dict[str, int] = {}
         timeline = self.timeline
@@ -223,7 +224,7 @@ class ReplicaManager:
         # last leader step, and the first acks=all commit with it.
         for local in (*delta.followers, *delta.leaders):
             touched.add((local.topic_name, local.partition))
-            role = self._apply_local(image, local, eligible, now_ms)
+            role = self._apply_local(image, local, eligible, now_ms, settings)
             if role is not None:
                 became[role] = became.get(role, 0) + 1
                 hp = self.partitions[(local.topic_name, local.partition)]
@@ -259,7 +260,8 @@ class ReplicaManager:
             self.log_manager.delete(stopped.topic_name, stopped.partition)
         _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
 
-    def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int) -> str | None:
+    def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int,
+                     settings: dict[str, tuple[int, bool]]) -> str | None:
         """Create or update one hosted replica; its new role if its role or
         leader epoch changed (logged one line per partition at DEBUG: a
         delta of 10,000 partitions is summed up in one INFO line)."""
@@ -284,7 +286,7 @@ class ReplicaManager:
             checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
         else:
             checkpointed_hw = None
-        self._apply_topic_configs(image, hp)
+        self._apply_topic_configs(image, hp, settings)
         was = (hp.state.role, hp.state.leader_epoch)
         change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
                                              checkpointed_high_watermark=checkpointed_hw)
@@ -309,17 +311,24 @@ class ReplicaManager:
     def refresh_topic_configs(self, image: MetadataImage) -> None:
         """Adopt changed topic configs (`min.insync.replicas`,
         `message.timestamp.type`) on every hosted partition."""
+        settings: dict[str, tuple[int, bool]] = {}
         for hp in self.partitions.values():
-            self._apply_topic_configs(image, hp)
+            self._apply_topic_configs(image, hp, settings)
 
     @staticmethod
-    def _apply_topic_configs(image: MetadataImage, hp: HostedPartition) -> None:
+    def _apply_topic_configs(image: MetadataImage, hp: HostedPartition,
+                             settings: dict[str, tuple[int, bool]]) -> None:
+        """`settings`: (min.insync.replicas, LogAppendTime) by topic, filled
+        as topics are met (a delta of 10,000 partitions has a few topics)."""
         topic = hp.state.topic
-        min_isr = int(_topic_config(image, topic, "min.insync.replicas"))
+        setting = settings.get(topic)
+        if setting is None:
+            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas")),
+                                         _topic_config(image, topic, "message.timestamp.type") == "LogAppendTime")
+        min_isr, hp.log_append_time = setting
         if min_isr != hp.state.min_insync_replicas:
             hp.state.set_min_insync_replicas(min_isr)
             hp.notify()
-        hp.log_append_time = _topic_config(image, topic, "message.timestamp.type") == "LogAppendTime"
 
     # --- produce -------------------------------------------------------
 
