@@ -114,6 +114,8 @@ async def _session_long_poll(broker, session, body, header, answer: dict, deadli
         if session.dirty:
             size, now = _read_session(broker, session, list(session.dirty), answer, body.max_bytes,
                                       header.api_version, False)
+        else:  # set, then emptied by another fetch of the session (or its close): wait again
+            session.changed = trio.Event()
     return _session_response(header, session, answer)
 
 
@@ -147,6 +149,12 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             now = True
             continue
         result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
+        if result.error_code == ErrorCode.unknown_leader_epoch:
+            # Our metadata is behind the follower's: we have not applied
+            # the election it saw. Not an answer yet: applying it notifies
+            # the partition, and the parked fetch reads it again.
+            pending.append(sp)
+            continue
         stale = result.error_code != 0 or result.diverging_epoch is not None
         if full or stale or result.records or result.high_watermark != sp.high_watermark_sent \
                 or result.log_start_offset != sp.log_start_offset_sent:

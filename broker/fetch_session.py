@@ -30,6 +30,15 @@ up while it was not yet eligible (a restarted broker before the leader's
 metadata shows it unfenced, KIP-841) would otherwise never be looked at
 again, since its position no longer changes.
 
+A partition this broker would answer UNKNOWN_LEADER_EPOCH -- the follower
+has seen an election this broker has not applied yet, typically by a few
+hundred milliseconds after a broker failure -- is not answered at all
+until it has: it stays dirty, and the election's `notify` wakes the parked
+fetch. Kafka answers the error and the follower backs off; with thousands
+of partitions that cost two extra rounds over all of them (the errors, then
+the follower naming them all again) at the moment a failover is waiting
+for its first commit.
+
 Protocol (`session_id`, `session_epoch` of the request; Kafka's FetchMetadata):
 
 | id | epoch | meaning                                                  |

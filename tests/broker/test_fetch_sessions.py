@@ -142,3 +142,33 @@ async def test_a_full_cache_makes_no_session_and_full_fetches_still_work(nursery
     full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, -1)], replica_id=2, session_epoch=0))
     assert (full.error_code, full.session_id) == (ErrorCode.none, 0)
     assert answered(full) == {0: (0, [0])}
+
+
+async def test_a_follower_ahead_of_the_leaders_metadata_is_answered_once_the_leader_catches_up(nursery, tmp_path):
+    """Not UNKNOWN_LEADER_EPOCH in a session: the leader holds the partition's
+    answer until it has applied the election the follower saw; the first
+    records after that go out at once."""
+    from quorum.metadata import PartitionChangeRecord
+
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    follower = await rb.connect(nursery)
+    producer = await rb.connect(nursery)
+    answer = {}
+
+    async def parked():
+        answer["r"] = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, 1)], replica_id=2,
+                                                           session_epoch=0, max_wait_ms=10_000))
+
+    nursery.start_soon(parked)
+    await trio.sleep(0.2)
+    assert "r" not in answer, "answered before the leader knew epoch 1"
+    topic_id = rb.broker.image.topic(TOPIC).topic_id
+    rb.controller.append([PartitionChangeRecord(topic_id=topic_id, partition=0, leader=1)])  # leader epoch 1
+    await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
+    start = trio.current_time()
+    with trio.fail_after(5):
+        while "r" not in answer:
+            await trio.sleep(0.005)
+    assert trio.current_time() - start < 2
+    assert answer["r"].session_id != 0 and answered(answer["r"]) == {0: (0, [0])}
