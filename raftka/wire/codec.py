@@ -42,6 +42,7 @@ from kio.serial.errors import SerialError
 
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
+from raftka.wire.length_check import check_lengths
 from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
 API_VERSIONS_KEY = 18
@@ -207,6 +208,8 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
             f"{api_name(api_key)} v{api_version} request: bad request header: {exc}"
         ) from None
     try:
+        if api_key != PRODUCE_KEY:  # decoded by hand, not by kio
+            check_lengths(codec.request_type, frame, pos)
         body, size = codec.read_request(frame, pos)
     except Exception as exc:  # kio raises SerialError, ValueError, ... on garbage
         raise RemoteProtocolError(
@@ -347,6 +350,7 @@ def decode_response(frame: memoryview, codec: ApiCodec, expected_correlation_id:
         pos = 4
         if codec.response_header_version >= 1:
             pos = _skip_tagged_fields(frame, pos)
+        check_lengths(codec.response_type, frame, pos)
         body, size = codec.read_response(frame, pos)
     except Exception as exc:
         raise RemoteProtocolError(f"{what}: does not decode: {type(exc).__name__}: {exc}") from None

@@ -227,3 +227,12 @@ def test_a_null_array_where_the_schema_allows_none_is_refused_naming_the_field()
     null_topics = raw[:-2] + b"\x00\x00"  # compact count 0: a null array
     with pytest.raises(RemoteProtocolError, match=r"Vote\(52\) v0 request \(correlation id 11\): topics is a null"):
         decode_request(only_frame(null_topics), APIS.supports)
+
+
+def test_an_array_count_past_the_end_of_the_frame_is_refused_before_kio_allocates_it():
+    """kio makes room for an array as soon as it reads the count; this Vote
+    claims about 7 billion topics, and the allocation failure used to abort
+    the whole process (the wire fuzz test found it)."""
+    frame = bytes.fromhex("003400000000000100016300036361bf8ff1e1197507")
+    with pytest.raises(RemoteProtocolError, match=r"Vote\(52\) v0 request .*a length of \d+ where \d+ bytes are left"):
+        decode_request(memoryview(frame), APIS.supports)

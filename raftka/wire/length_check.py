@@ -1,0 +1,152 @@
+"""Check a message body's length fields before kio decodes it (pure).
+
+kio's native reader makes room for an array as soon as it reads its
+count: a peer that sends a count of two billion makes the process ask for
+tens of gigabytes, and the allocation failure aborts the whole process --
+it is not an exception anyone can catch. So every body kio is given is
+walked here first, by the same schema, reading only lengths: an array,
+string or byte field that claims more elements or bytes than the frame
+has left is refused as a `RemoteProtocolError` (each array element takes
+at least one byte). The walk builds no objects; a plan per entity class is
+made once (`functools.cache`).
+
+Layout rules (Kafka's protocol guide, KIP-482 for flexible versions): in a
+flexible version every string, byte field and array is "compact" (an
+unsigned varint holding length + 1, 0 for null) and every struct ends with
+a tagged-field section (a varint count, then tag, size and bytes for each);
+fields carrying a `tag` are in that section, not in line. Otherwise strings
+have an int16 length, byte fields and arrays an int32 one, -1 for null.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable
+
+from raftka.wire.errors import RemoteProtocolError
+
+_FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
+          "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
+_BYTES = ("bytes", "records")
+
+#: (buffer, position, end) -> new position; raises RemoteProtocolError.
+Step = Callable[[memoryview, int, int], int]
+
+
+def check_lengths(entity_type: type, buf: memoryview, pos: int) -> None:
+    """Raise `RemoteProtocolError` if `buf[pos:]`, read as `entity_type`,
+    has a length field pointing past its end."""
+    _plan(entity_type)(buf, pos, len(buf))
+
+
+def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 28:
+            raise RemoteProtocolError("a varint runs past the end of the frame or is too long")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _signed(buf: memoryview, pos: int, end: int, size: int) -> tuple[int, int]:
+    if pos + size > end:
+        raise RemoteProtocolError("a length field runs past the end of the frame")
+    return int.from_bytes(buf[pos:pos + size], "big", signed=True), pos + size
+
+
+def _count(buf: memoryview, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
+    """A length or count (-1: null), checked against what is left."""
+    if flexible:
+        n, pos = _uvarint(buf, pos, end)
+        n -= 1
+    else:
+        n, pos = _signed(buf, pos, end, size)
+    if n > end - pos:
+        raise RemoteProtocolError(f"a length of {n} where {end - pos} bytes are left in the frame")
+    return n, pos
+
+
+def _skip(size: int) -> Step:
+    def step(buf, pos, end):
+        if pos + size > end:
+            raise RemoteProtocolError("a field runs past the end of the frame")
+        return pos + size
+    return step
+
+
+def _sized(flexible: bool, width: int) -> Step:
+    def step(buf, pos, end):
+        n, pos = _count(buf, pos, end, flexible, width)
+        return pos + max(n, 0)
+    return step
+
+
+def _array(flexible: bool, element: Step) -> Step:
+    def step(buf, pos, end):
+        n, pos = _count(buf, pos, end, flexible, 4)
+        for _ in range(n):
+            pos = element(buf, pos, end)
+        return pos
+    return step
+
+
+def _tags(buf: memoryview, pos: int, end: int) -> int:
+    n, pos = _uvarint(buf, pos, end)
+    if n > end - pos:
+        raise RemoteProtocolError(f"{n} tagged fields where {end - pos} bytes are left in the frame")
+    for _ in range(n):
+        _, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if pos + size > end:
+            raise RemoteProtocolError("a tagged field runs past the end of the frame")
+        pos += size
+    return pos
+
+
+@functools.cache
+def _plan(cls: type) -> Step:
+    flexible = bool(getattr(cls, "__flexible__", False))
+    steps = []
+    for field in dataclasses.fields(cls):
+        if "tag" in field.metadata:
+            continue  # in the tagged-field section
+        steps.append(_field_step(field, flexible))
+
+    def step(buf, pos, end):
+        for s in steps:
+            pos = s(buf, pos, end)
+        return _tags(buf, pos, end) if flexible else pos
+    return step
+
+
+def _field_step(field: dataclasses.Field, flexible: bool) -> Step:
+    kind = field.type
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    is_array = typing.get_origin(kind) is tuple
+    if is_array:
+        kind = typing.get_args(kind)[0]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if dataclasses.is_dataclass(kind):
+        element = _plan(kind)
+    else:
+        element = _primitive(field.metadata["kafka_type"], flexible)
+    return _array(flexible, element) if is_array else element
+
+
+def _primitive(kafka_type: str, flexible: bool) -> Step:
+    if kafka_type in _FIXED:
+        return _skip(_FIXED[kafka_type])
+    if kafka_type == "string":
+        return _sized(flexible, 2)
+    if kafka_type in _BYTES:
+        return _sized(flexible, 4)
+    raise AssertionError(f"kio type {kafka_type!r} unknown to the length check")
