@@ -25,16 +25,12 @@ the cache for every version they declare.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
 import struct
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-from kio._kio_native import read_unsigned_varint
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
@@ -42,7 +38,7 @@ from kio.serial.errors import SerialError
 
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
-from raftka.wire.length_check import check_lengths
+from raftka.wire.length_check import check_lengths, skip_tagged_fields
 from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
 API_VERSIONS_KEY = 18
@@ -128,19 +124,6 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
     )
 
 
-def _skip_tagged_fields(buf: memoryview, pos: int) -> int:
-    count, n = read_unsigned_varint(buf, pos)
-    pos += n
-    for _ in range(count):
-        _tag, n = read_unsigned_varint(buf, pos)
-        pos += n
-        size, n = read_unsigned_varint(buf, pos)
-        pos += n + size
-    if pos > buf.nbytes:
-        raise ValueError("tagged fields run past the end of the frame")
-    return pos
-
-
 def parse_request_header(frame: memoryview, header_version: int) -> tuple[RequestHeader, int]:
     """The request header at the start of `frame`, and where the body starts."""
     api_key, api_version, correlation_id = _REQUEST_FIXED.unpack_from(frame, 0)
@@ -160,7 +143,7 @@ def parse_request_header(frame: memoryview, header_version: int) -> tuple[Reques
         if pos < frame.nbytes and frame[pos] == 0:
             pos += 1
         else:
-            pos = _skip_tagged_fields(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
     header = RequestHeader(api_key, api_version, correlation_id, client_id, header_version)
     return header, pos
 
@@ -211,56 +194,19 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
         if api_key != PRODUCE_KEY:  # decoded by hand, not by kio
             check_lengths(codec.request_type, frame, pos)
         body, size = codec.read_request(frame, pos)
+    except RemoteProtocolError as exc:  # the length check's own words
+        raise RemoteProtocolError(
+            f"{api_name(api_key)} v{api_version} request (correlation id {header.correlation_id}): {exc}"
+        ) from None
     except Exception as exc:  # kio raises SerialError, ValueError, ... on garbage
         raise RemoteProtocolError(
             f"{api_name(api_key)} v{api_version} request (correlation id "
             f"{header.correlation_id}): body does not decode: {type(exc).__name__}: {exc}"
         ) from None
-    null = _null_array(body)
-    if null is not None:
-        raise RemoteProtocolError(
-            f"{api_name(api_key)} v{api_version} request (correlation id {header.correlation_id}): "
-            f"{null} is a null array, which this version does not allow; send an empty array"
-        )
     # Bytes after a complete body are ignored, as Kafka's RequestContext does:
     # librdkafka 2.16 sends a 4-byte null array count where Metadata v9+ has
     # a 1-byte compact one, and Kafka brokers serve it.
     return DecodedRequest(header, body, frame.nbytes)
-
-
-@functools.cache
-def _array_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
-    """(name, nullable, element entity class if it has arrays itself) of each
-    array field of a kio entity class."""
-    out = []
-    for f in dataclasses.fields(cls):
-        kind, nullable = f.type, False
-        if typing.get_origin(kind) in (typing.Union, types.UnionType):
-            args = typing.get_args(kind)
-            nullable = type(None) in args
-            kind = next(a for a in args if a is not type(None))
-        if typing.get_origin(kind) is tuple:
-            element = typing.get_args(kind)[0]
-            nested = element if dataclasses.is_dataclass(element) and _array_fields(element) else None
-            out.append((f.name, nullable, nested))
-    return tuple(out)
-
-
-def _null_array(entity: Any) -> str | None:
-    """The path of a non-nullable array kio decoded as null (a count of -1), if any."""
-    if not dataclasses.is_dataclass(entity):
-        return None
-    for name, nullable, nested in _array_fields(type(entity)):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                return name
-        elif nested is not None:
-            for item in value:
-                inner = _null_array(item)
-                if inner is not None:
-                    return f"{name}[].{inner}"
-    return None
 
 
 def response_header_bytes(correlation_id: int, response_header_version: int) -> bytes:
@@ -349,7 +295,7 @@ def decode_response(frame: memoryview, codec: ApiCodec, expected_correlation_id:
     try:
         pos = 4
         if codec.response_header_version >= 1:
-            pos = _skip_tagged_fields(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
         check_lengths(codec.response_type, frame, pos)
         body, size = codec.read_response(frame, pos)
     except Exception as exc:

@@ -7,7 +7,8 @@ it is not an exception anyone can catch. So every body kio is given is
 walked here first, by the same schema, reading only lengths: an array,
 string or byte field that claims more elements or bytes than the frame
 has left is refused as a `RemoteProtocolError` (each array element takes
-at least one byte). The walk builds no objects; a plan per entity class is
+at least one byte), and so is a null array (count -1) where the schema
+allows none, which kio would hand on as None. The walk builds no objects; a plan per entity class is
 made once (`functools.cache`).
 
 Layout rules (Kafka's protocol guide, KIP-482 for flexible versions): in a
@@ -26,6 +27,8 @@ import types
 import typing
 from collections.abc import Callable
 
+from kio._kio_native import read_unsigned_varint
+
 from raftka.wire.errors import RemoteProtocolError
 
 _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
@@ -38,21 +41,10 @@ Step = Callable[[memoryview, int, int], int]
 
 def check_lengths(entity_type: type, buf: memoryview, pos: int) -> None:
     """Raise `RemoteProtocolError` if `buf[pos:]`, read as `entity_type`,
-    has a length field pointing past its end."""
-    _plan(entity_type)(buf, pos, len(buf))
-
-
-def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 28:
-            raise RemoteProtocolError("a varint runs past the end of the frame or is too long")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+    has a length field pointing past its end (a varint cut short raises
+    kio's BufferUnderflow or ValueError; callers turn every exception into
+    a protocol error)."""
+    _plan(entity_type)(buf, pos, buf.nbytes)
 
 
 def _signed(buf: memoryview, pos: int, end: int, size: int) -> tuple[int, int]:
@@ -64,8 +56,8 @@ def _signed(buf: memoryview, pos: int, end: int, size: int) -> tuple[int, int]:
 def _count(buf: memoryview, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
     """A length or count (-1: null), checked against what is left."""
     if flexible:
-        n, pos = _uvarint(buf, pos, end)
-        n -= 1
+        n, size = read_unsigned_varint(buf, pos)
+        n, pos = n - 1, pos + size
     else:
         n, pos = _signed(buf, pos, end, size)
     if n > end - pos:
@@ -88,25 +80,30 @@ def _sized(flexible: bool, width: int) -> Step:
     return step
 
 
-def _array(flexible: bool, element: Step) -> Step:
+def _array(flexible: bool, element: Step, name: str, nullable: bool) -> Step:
     def step(buf, pos, end):
         n, pos = _count(buf, pos, end, flexible, 4)
+        if n < 0 and not nullable:
+            raise RemoteProtocolError(f"{name} is a null array, which this version does not allow; "
+                                      "send an empty array")
         for _ in range(n):
             pos = element(buf, pos, end)
         return pos
     return step
 
 
-def _tags(buf: memoryview, pos: int, end: int) -> int:
-    n, pos = _uvarint(buf, pos, end)
-    if n > end - pos:
-        raise RemoteProtocolError(f"{n} tagged fields where {end - pos} bytes are left in the frame")
-    for _ in range(n):
-        _, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        if pos + size > end:
-            raise RemoteProtocolError("a tagged field runs past the end of the frame")
-        pos += size
+def skip_tagged_fields(buf: memoryview, pos: int) -> int:
+    """Where the tagged-field section at `pos` ends (ValueError, or kio's
+    BufferUnderflow, if it runs past the end of `buf`)."""
+    count, n = read_unsigned_varint(buf, pos)
+    pos += n
+    for _ in range(count):
+        _tag, n = read_unsigned_varint(buf, pos)
+        pos += n
+        size, n = read_unsigned_varint(buf, pos)
+        pos += n + size
+    if pos > buf.nbytes:
+        raise ValueError("tagged fields run past the end of the frame")
     return pos
 
 
@@ -122,24 +119,24 @@ def _plan(cls: type) -> Step:
     def step(buf, pos, end):
         for s in steps:
             pos = s(buf, pos, end)
-        return _tags(buf, pos, end) if flexible else pos
+        return skip_tagged_fields(buf, pos) if flexible else pos
     return step
 
 
 def _field_step(field: dataclasses.Field, flexible: bool) -> Step:
-    kind = field.type
+    kind, nullable = _unwrap_optional(field.type)
+    if typing.get_origin(kind) is not tuple:
+        return _plan(kind) if dataclasses.is_dataclass(kind) else _primitive(field.metadata["kafka_type"], flexible)
+    element, _ = _unwrap_optional(typing.get_args(kind)[0])
+    step = _plan(element) if dataclasses.is_dataclass(element) else _primitive(field.metadata["kafka_type"], flexible)
+    return _array(flexible, step, field.name, nullable)
+
+
+def _unwrap_optional(kind) -> tuple[type, bool]:
+    """(`kind` without `| None`, whether it had it)."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
-    is_array = typing.get_origin(kind) is tuple
-    if is_array:
-        kind = typing.get_args(kind)[0]
-        if typing.get_origin(kind) in (typing.Union, types.UnionType):
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-    if dataclasses.is_dataclass(kind):
-        element = _plan(kind)
-    else:
-        element = _primitive(field.metadata["kafka_type"], flexible)
-    return _array(flexible, element) if is_array else element
+        return next(a for a in typing.get_args(kind) if a is not type(None)), True
+    return kind, False
 
 
 def _primitive(kafka_type: str, flexible: bool) -> Step:

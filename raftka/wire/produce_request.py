@@ -41,6 +41,8 @@ from typing import Any, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 
+from raftka.wire.length_check import skip_tagged_fields
+
 PRODUCE_KEY = 0
 #: The versions decoded here; the rest go to kio.
 FIRST_VERSION, LAST_VERSION = 3, 12
@@ -128,19 +130,6 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics)), pos - start
 
 
-def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
-    count, n = read_unsigned_varint(frame, pos)
-    pos += n
-    for _ in range(count):
-        _tag, n = read_unsigned_varint(frame, pos)
-        pos += n
-        size, n = read_unsigned_varint(frame, pos)
-        pos += n + size
-    if pos > frame.nbytes:
-        raise _past_end("tagged fields")
-    return pos
-
-
 def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     # Lengths and counts are unsigned varints, nearly always one byte (below
     # 128), and tag sections nearly always empty (one 0 byte): both are read
@@ -198,11 +187,11 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
                     raise _past_end("records")
                 records = frame[pos : pos + length]
                 pos += length
-            pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
+            pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
             partitions.append(PartitionProduceData(index, records))
-        pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
+        pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
         topics.append(TopicProduceData(name, tuple(partitions)))
-    pos = pos + 1 if frame[pos] == 0 else _skip_tagged_fields(frame, pos)
+    pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics)), pos - start
 
 
