@@ -58,28 +58,14 @@ def handle_fetch(broker, ctx, request):
     """The response, or (long poll) a coroutine giving it."""
     body = request.body
     header = request.header
-    session_id = getattr(body, "session_id", 0)
     session_epoch = getattr(body, "session_epoch", -1)
     replica_id = getattr(body, "replica_id", -1)
-    if session_epoch > 0 and session_id != 0:
-        session = broker.fetch_sessions.get(session_id)
-        if session is None or session.replica_id != replica_id:
-            return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
-        if session_epoch != session.next_epoch:
-            return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
-        return _session_fetch(broker, session, body, header, full=False)
-    if session_id != 0:
-        if session_epoch not in (-1, 0):
-            return encode_fetch_response(header, ErrorCode.fetch_session_id_not_found, 0, [])
-        session = broker.fetch_sessions.get(session_id)
-        if session is not None and session.replica_id == replica_id:
-            broker.fetch_sessions.close(session_id)
-    elif session_epoch not in (-1, 0):
-        return encode_fetch_response(header, ErrorCode.invalid_fetch_session_epoch, 0, [])
-    if session_epoch == 0 and replica_id >= 0:
-        session = broker.fetch_sessions.create(replica_id, broker.clock_ms())
-        if session is not None:
-            return _session_fetch(broker, session, body, header, full=True)
+    error, session = broker.fetch_sessions.open_for(getattr(body, "session_id", 0), session_epoch, replica_id,
+                                                    broker.clock_ms)
+    if error is not ErrorCode.none:
+        return encode_fetch_response(header, error, 0, [])
+    if session is not None:
+        return _session_fetch(broker, session, body, header, full=session_epoch == 0)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
     if size >= body.min_bytes or errored:

@@ -65,9 +65,10 @@ makes room, or no session is made.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import trio
+from kio.schema.errors import ErrorCode
 
 #: Kafka's defaults for `max.incremental.fetch.session.cache.slots` and
 #: `min.incremental.fetch.session.eviction.ms`.
@@ -182,6 +183,32 @@ class FetchSessionCache:
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
+
+    def open_for(self, session_id: int, epoch: int, replica_id: int,
+                 clock_ms: Callable[[], int]) -> tuple[ErrorCode, FetchSession | None]:
+        """What a Fetch's (`session_id`, `epoch`) asks for, by the table in
+        the module docstring: an error to answer with no partitions, or the
+        session to fetch in (None: a full fetch with no session). A session
+        returned for epoch 0 was just made: its fetch is a full one. The
+        clock is read only then (a consumer's Fetch reads none)."""
+        if session_id != 0:
+            session = self.sessions.get(session_id)
+            owned = session is not None and session.replica_id == replica_id
+            if epoch > 0:
+                if not owned:
+                    return ErrorCode.fetch_session_id_not_found, None
+                if epoch != session.next_epoch:
+                    return ErrorCode.invalid_fetch_session_epoch, None
+                return ErrorCode.none, session
+            if epoch != -1 and epoch != 0:
+                return ErrorCode.fetch_session_id_not_found, None
+            if owned:
+                self.close(session_id)
+        elif epoch != -1 and epoch != 0:
+            return ErrorCode.invalid_fetch_session_epoch, None
+        if epoch == 0 and replica_id >= 0:
+            return ErrorCode.none, self.create(replica_id, clock_ms())
+        return ErrorCode.none, None
 
     def create(self, replica_id: int, now_ms: int) -> FetchSession | None:
         """A new session for the follower `replica_id` (its older ones here

@@ -45,7 +45,6 @@ METADATA_MIN_VERSION, METADATA_MAX_VERSION = 1, 12
 NO_OPERATIONS = -2147483648
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_BROKER_TAIL = struct.Struct(">i")  # port
 _PARTITION_HEAD = struct.Struct(">hii")  # error_code, partition_index, leader_id
 _NO_TAGS = b"\x00"
 _NULL_UUID = bytes(16)
@@ -79,7 +78,7 @@ class MetadataEncoder:
             parts.append(b"\x00\x00\x00\x00")  # throttle_time_ms
         parts.append(array_length_bytes(len(brokers), flexible))
         for node_id, host, port, rack in brokers:
-            parts.append(_I32.pack(node_id) + string_bytes(host, flexible) + _BROKER_TAIL.pack(port)
+            parts.append(_I32.pack(node_id) + string_bytes(host, flexible) + _I32.pack(port)
                          + nullable_string_bytes(rack, flexible) + (_NO_TAGS if flexible else b""))
         if version >= 2:
             parts.append(nullable_string_bytes(cluster_id, flexible))
