@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+#: Longest wait for a delivery report while librdkafka's queue is full.
+QUEUE_FULL_WAIT_S = 0.05
 POLL_EVERY = 100
 READY_TIMEOUT_S = 60.0
 
@@ -98,7 +100,10 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
             else:
                 produce(topic, value)
         except BufferError:
-            poll(0.0005)
+            # The queue is full (queue.buffering.max.messages): wait for
+            # the first delivery report instead of spinning; poll returns
+            # as soon as it has served one.
+            poll(QUEUE_FULL_WAIT_S)
             continue
         i += 1
         if i % POLL_EVERY == 0:
