@@ -51,7 +51,7 @@ from raftka.wire.errors import (
     RequestTimeoutError,
     UnsupportedVersionError,
 )
-from raftka.wire.framing import DEFAULT_REQUEST_MAX_BYTES, FrameBuffer
+from raftka.wire.framing import DEFAULT_REQUEST_MAX_BYTES, ReceiveBuffer
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
 DEFAULT_CONNECT_TIMEOUT_MS = 10000
@@ -78,7 +78,7 @@ class KafkaConnection:
 
     def __init__(
         self,
-        stream: trio.abc.Stream,
+        stream: trio.SocketStream,
         host: str,
         port: int,
         *,
@@ -92,7 +92,7 @@ class KafkaConnection:
         #: api_key -> (min_version, max_version), after `api_versions()`.
         self.api_versions_supported: dict[int, tuple[int, int]] | None = None
         self._stream = stream
-        self._frames = FrameBuffer(response_max_bytes)
+        self._frames = ReceiveBuffer(response_max_bytes)
         self._send_lock = trio.Lock()
         self._pending: collections.deque[_Pending] = collections.deque()
         self._next_correlation_id = 0
@@ -231,13 +231,20 @@ class KafkaConnection:
         with self._reader_scope:
             task_status.started()
             try:
+                # Received straight into the buffer's chunk, and each frame
+                # a view of it: a Fetch answer's records reach the log with
+                # no copy in between (fetch_response.py).
+                frames = self._frames
+                recv_into = self._stream.socket.recv_into
                 while True:
-                    want = max(65536, min(self._frames.bytes_wanted, 4 * 1024 * 1024))
-                    data = await self._stream.receive_some(want)
-                    if not data:
+                    view = frames.receive_view()
+                    nbytes = await recv_into(view)
+                    view = None  # must not pin the chunk (ReceiveBuffer)
+                    if not nbytes:
                         raise ConnectionFailedError(f"{self.host}:{self.port} closed the connection")
-                    for frame in self._frames.feed(data):
+                    for frame in frames.received(nbytes):
                         self._deliver(frame)
+                    frame = None
             except ConnectionFailedError as exc:
                 error = exc
             except RemoteProtocolError as exc:

@@ -39,6 +39,7 @@ from kio.serial.errors import SerialError
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
 from raftka.wire.length_check import check_lengths, skip_tagged_fields
+from raftka.wire.fetch_response import FETCH_KEY, fetch_response_reader
 from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
 API_VERSIONS_KEY = 18
@@ -96,6 +97,9 @@ class ApiCodec:
     request_header_version: int
     #: 0 or 1; ApiVersions is always 0.
     response_header_version: int
+    #: Whether read_response is kio's (which needs `check_lengths` first)
+    #: rather than a hand decoder that checks its own bounds.
+    kio_reads_response: bool = True
 
 
 @functools.cache
@@ -110,6 +114,7 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
             "declare only versions kio knows"
         ) from None
     hand_reader = produce_request_reader(api_version) if api_key == PRODUCE_KEY else None
+    hand_response_reader = fetch_response_reader(api_version) if api_key == FETCH_KEY else None
     return ApiCodec(
         api_key=api_key,
         api_version=api_version,
@@ -117,10 +122,11 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
         response_type=response_type,
         read_request=hand_reader or entity_reader(request_type),
         write_request=entity_writer(request_type),
-        read_response=entity_reader(response_type),
+        read_response=hand_response_reader or entity_reader(response_type),
         write_response=entity_writer(response_type),
         request_header_version=2 if request_type.__flexible__ else 1,
         response_header_version=response_type.__header_schema__.__version__,
+        kio_reads_response=hand_response_reader is None,
     )
 
 
@@ -296,7 +302,8 @@ def decode_response(frame: memoryview, codec: ApiCodec, expected_correlation_id:
         pos = 4
         if codec.response_header_version >= 1:
             pos = skip_tagged_fields(frame, pos)
-        check_lengths(codec.response_type, frame, pos)
+        if codec.kio_reads_response:
+            check_lengths(codec.response_type, frame, pos)
         body, size = codec.read_response(frame, pos)
     except Exception as exc:
         raise RemoteProtocolError(f"{what}: does not decode: {type(exc).__name__}: {exc}") from None
