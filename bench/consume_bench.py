@@ -24,6 +24,12 @@ than per byte (docs/hot-path.md, third round: at the default --count the
 idle share is 0.03-0.1 CPU-s/GB, more when the consumers are starved of
 CPU and the phase lasts longer; the consumers' start-up costs the broker
 1-2 ms).
+
+And beside it, the floor (`bench.floors.sendfile_floor`, skipped with
+`--no-floor`): right after the consume phase, the same segment files sent
+once over loopback by a process that does nothing but `os.sendfile`, its
+CPU per GB, and the broker's figure over it. On this project's 2-core VM
+the floor alone was 0.53-0.80 CPU-s/GB (docs/hot-path.md, fourth round).
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--producers", type=int, default=2, help="processes that fill the topic (default 2)")
     p.add_argument("--fetch-max-bytes", type=int, default=None, metavar="BYTES",
                    help="librdkafka fetch.max.bytes (default: librdkafka's)")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the consume phase, measure what sending the same segment files with nothing "
+                        "but sendfile costs, and report the broker's figure over it (default on)")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -111,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
                                            on_start=lambda: before.update(cpu=bc.broker_cpu_seconds()),
                                            on_progress=lambda n: progress.update(task, completed=n)))
         broker_cpu_s = bc.broker_cpu_seconds() - before["cpu"]
+        floor = None
+        if args.floor:
+            from bench.floors import segment_files, sendfile_floor
+
+            floor = sendfile_floor([path for b in bc.cluster.brokers for path in segment_files(str(b.log_dir), TOPIC)])
     elapsed = result["elapsed_s"]
     records_per_s = result["records"] / elapsed
     mb_per_s = result["records"] * args.record_size / MB / elapsed
@@ -135,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         row(SCENARIO, params, "broker_idle_cpu_s_per_gb", idle_per_gb, "cpu_s"),
         row(SCENARIO, params, "missing_records", missing, "records"),
     ]
+    if floor is not None:
+        rows += [row(SCENARIO, params, "sendfile_floor_cpu_s_per_gb", floor["cpu_s_per_gb"], "cpu_s"),
+                 row(SCENARIO, params, "broker_over_sendfile_floor", cpu_per_gb / floor["cpu_s_per_gb"], "ratio")]
     from rich.table import Table
 
     table = Table(title=f"consume: {consumers} consumers, {args.count:,} records of {args.record_size} B, "
@@ -148,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
                   f"target ≤ {TARGET_CPU_S_PER_GB}; {broker_cpu_s:.2f} CPU-s for {served / MB:,.0f} MB")
     table.add_row("  of which the idle broker", f"{idle_per_gb:.2f}",
                   f"its timers: {idle_ms_per_s:.1f} ms/s before the consumers started, over {elapsed:.1f} s")
+    if floor is not None:
+        table.add_row("sendfile floor, CPU-s per GB", f"{floor['cpu_s_per_gb']:.2f}",
+                      f"the same {floor['bytes'] / MB:,.0f} MB by a process that only calls sendfile; "
+                      f"the broker spent {cpu_per_gb / floor['cpu_s_per_gb']:.2f}× that")
     table.add_row("broker CPU", f"{broker_cores:.2f} cores", f"ceiling ≈ {broker_ceiling:,.0f} records/s")
     table.add_row("load generator CPU", f"{client_cores:.2f} cores", f"ceiling ≈ {client_ceiling:,.0f} records/s")
     table.add_row("bottleneck", who, "the side with the lower ceiling")

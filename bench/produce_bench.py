@@ -28,6 +28,14 @@ baseline: its records/s and p50/p99 as `rf1_acks1_*` rows, and the ratios
 `replication_records_per_s_ratio` (replicated / baseline: 1 is free
 replication) and `replication_latency_p50_ratio`, `..._p99_ratio`
 (replicated / baseline: 1 is no added latency).
+
+And a reference (`bench.floors.page_cache_write_cost`, skipped with
+`--no-floor`): after the phases, what writing a new file of the size the
+measured phase appended (at most 1 GB) costs this machine per GB. On this
+project's VM, page cache grown into memory the host has reclaimed costs
+about 3 CPU-s/GB beyond the first ~0.75 GB, 15 times a write into warm
+memory, and every replica pays it for every byte it appends: with RF=3 it
+was most of the brokers' CPU (docs/hot-path.md, fourth round).
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ BASELINE = "rf1_acks1_"
 TARGET_REPLICATION_RATIO = 0.6
 #: Target of the issue: broker CPU-seconds per GB appended at librdkafka's default batching.
 TARGET_CPU_S_PER_GB = 1.5
+#: Bytes the page-cache write reference writes at most (about 3 s of CPU on this VM).
+MAX_WRITE_COST_BYTES = 1_000_000_000
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -65,6 +75,9 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--sample-every", type=int, default=100, metavar="N",
                    help="time the delivery of every N-th record (default 100)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the mock-cluster client ceiling run")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the phases, measure what writing a new file costs this machine per GB "
+                        "(the page-cache write every replica does for every byte appended; default on)")
     p.add_argument("--compare-rf1", action=argparse.BooleanOptionalAction, default=True,
                    help="with --rf above 1 or --acks other than 1, first run the same load against an RF=1 "
                         "topic with acks=1 on the same cluster and report both and their ratio (default on)")
@@ -114,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
             base_spec = {**spec, "topic": BASELINE_TOPIC, "config": {**spec["config"], "acks": "1"}}
             baseline = _measure(console, args, bc, base_spec, "RF=1 acks=1 baseline")
         result = _measure(console, args, bc, spec, f"RF={args.replication_factor} acks={args.acks}")
+        write_cost = None
+        if args.floor and result["appended"]:
+            from bench.floors import page_cache_write_cost
+
+            write_cost = page_cache_write_cost(os.path.dirname(str(bc.cluster.brokers[0].log_dir)),
+                                               min(result["appended"], MAX_WRITE_COST_BYTES))
     if result["failed"]:
         console.print(f"[red]{result['failed']} records failed: {result['errors']}[/red]")
     elapsed = result["elapsed_s"]
@@ -138,12 +157,14 @@ def run(args: argparse.Namespace) -> int:
     if histogram.count:
         rows += [row(SCENARIO, params, "produce_latency_p50", histogram.percentile(50), "ms"),
                  row(SCENARIO, params, "produce_latency_p99", histogram.percentile(99), "ms")]
+    if write_cost is not None:
+        rows.append(row(SCENARIO, params, "page_cache_write_cpu_s_per_gb", write_cost["cpu_s_per_gb"], "cpu_s"))
     samples = {"produce_latency": result["latencies_ms"]}
     if baseline is not None:
         rows += _baseline_rows(params, result, baseline)
         samples[f"{BASELINE}produce_latency"] = baseline["latencies_ms"]
     _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
-                 client_cores, who, broker_ceiling, client_ceiling)
+                 client_cores, who, broker_ceiling, client_ceiling, write_cost)
     if baseline is not None:
         _print_comparison(console, args, result, baseline)
     emit(args, console, rows, samples, SCENARIO, params)
@@ -221,7 +242,7 @@ def _phase(console, title, specs, args, on_start=None) -> dict:
 
 
 def _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
-                 client_cores, who, broker_ceiling, client_ceiling) -> None:
+                 client_cores, who, broker_ceiling, client_ceiling, write_cost) -> None:
     from rich.table import Table
 
     broker_cpu_s, appended = result["broker_cpu_s"], result["appended"]
@@ -237,6 +258,10 @@ def _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_c
                       f"{histogram.count:,} samples")
     table.add_row("broker CPU-s per GB appended", f"{cpu_per_gb:.2f}",
                   f"target ≤ {TARGET_CPU_S_PER_GB}; {broker_cpu_s:.2f} CPU-s for {appended / MB:,.0f} MB")
+    if write_cost is not None:
+        table.add_row("page-cache write, CPU-s per GB", f"{write_cost['cpu_s_per_gb']:.2f}",
+                      f"a new {write_cost['bytes'] / MB:,.0f} MB file written after the phases: what every "
+                      "replica pays this machine per GB appended before any broker work")
     table.add_row("broker CPU", f"{broker_cores:.2f} cores", f"ceiling ≈ {broker_ceiling:,.0f} records/s")
     table.add_row("load generator CPU", f"{client_cores:.2f} cores", f"ceiling ≈ {client_ceiling:,.0f} records/s")
     if ceiling is not None:

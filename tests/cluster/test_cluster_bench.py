@@ -28,6 +28,8 @@ def test_bench_produce_reports_throughput_latency_cpu_and_ceiling(tmp_path):
     assert rows["broker_cpu_s_per_gb"]["value"] >= 0  # /proc counts 10 ms ticks: a short run may see none
     assert rows["produce_latency_p99"]["value"] >= rows["produce_latency_p50"]["value"] > 0
     assert rows["client_ceiling_records_per_s"]["value"] > 0
+    # The page-cache write reference ran on what the phase appended.
+    assert rows["page_cache_write_cpu_s_per_gb"]["value"] > 0
     assert rows["produce_records_per_s"]["partitions"] == 2 and rows["produce_records_per_s"]["acks"] == "1"
     stored = {r["metric"] for r in read_rows(str(tmp_path / "results"))}
     assert set(rows) <= stored
@@ -44,6 +46,10 @@ def test_bench_consume_reads_every_record_and_reports_cpu_per_gb(tmp_path):
     assert rows["consume_records_per_s"]["value"] > 0
     assert rows["served_bytes"]["value"] >= 5000 * 100
     assert rows["broker_cpu_s_per_gb"]["unit"] == "cpu_s"
+    # The sendfile floor sent the same segment files, and the broker's figure is read against it.
+    floor = rows["sendfile_floor_cpu_s_per_gb"]["value"]
+    assert floor > 0
+    assert abs(rows["broker_over_sendfile_floor"]["value"] - rows["broker_cpu_s_per_gb"]["value"] / floor) < 1e-9
 
 
 def test_demo_runs_a_cluster_end_to_end(tmp_path):
