@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 
-from raftka.wire.length_check import skip_tagged_fields
+from raftka.wire.length_check import past_end, read_compact_name, skip_tagged_fields
 
 FETCH_KEY = 1
 #: The one version decoded here; the rest go to kio.
@@ -124,10 +124,6 @@ class FetchResponse(NamedTuple):
         return datetime.timedelta(milliseconds=self.throttle_time_ms)
 
 
-def _past_end(what: str) -> ValueError:
-    return ValueError(f"{what} runs past the end of the frame")
-
-
 def _count(frame: memoryview, pos: int, what: str) -> tuple[int, int]:
     """A compact array's entry count (not null) and where its entries start."""
     count, n = read_unsigned_varint(frame, pos)
@@ -148,7 +144,7 @@ def _partition_tags(frame: memoryview, pos: int) -> tuple[EpochEndOffset, Leader
         size, n = read_unsigned_varint(frame, pos)
         pos += n
         if pos + size > end:
-            raise _past_end(f"tagged field {tag}")
+            raise past_end(f"tagged field {tag}")
         # Each struct ends in its own tagged-field section, skipped with the
         # rest of the tag's bytes; an unknown tag is skipped whole.
         layout = _TAGGED.get(tag)
@@ -175,19 +171,8 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
     topic_count, pos = _count(frame, pos + _HEAD.size, "responses")
     topics = []
     for _ in range(topic_count):
-        length = frame[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, n = uvarint(frame, pos)
-            pos += n
-        if not length:
-            raise ValueError("a topic name is null")
-        length -= 1
-        if pos + length > end:
-            raise _past_end("a topic name")
-        name = str(frame[pos : pos + length], "utf-8")
-        partition_count, pos = _count(frame, pos + length, "partitions")
+        name, pos = read_compact_name(frame, pos, "a topic name")
+        partition_count, pos = _count(frame, pos, "partitions")
         partitions = []
         for _ in range(partition_count):
             index, p_error, hw, lso, log_start = _PARTITION.unpack_from(frame, pos)
@@ -208,7 +193,7 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
             if length:
                 length -= 1
                 if pos + length > end:
-                    raise _past_end("records")
+                    raise past_end("records")
                 records = frame[pos : pos + length]
                 pos += length
             if frame[pos] == 0:

@@ -92,6 +92,29 @@ def _array(flexible: bool, element: Step, name: str, nullable: bool) -> Step:
     return step
 
 
+def past_end(what: str) -> ValueError:
+    """The error of a hand decoder whose field runs past the end of its frame."""
+    return ValueError(f"{what} runs past the end of the frame")
+
+
+def read_compact_name(frame: memoryview, pos: int, what: str) -> tuple[str, int]:
+    """A compact (flexible-version) string that may not be null, as a hand
+    decoder reads a topic name: (the string, where it ends). Its length
+    is nearly always one byte (below 128), read inline."""
+    length = frame[pos]
+    if length < 0x80:
+        pos += 1
+    else:
+        length, n = read_unsigned_varint(frame, pos)
+        pos += n
+    if not length:
+        raise ValueError(f"{what} is null")
+    end = pos + length - 1
+    if end > frame.nbytes:
+        raise past_end(what)
+    return str(frame[pos:end], "utf-8"), end
+
+
 def skip_tagged_fields(buf: memoryview, pos: int) -> int:
     """Where the tagged-field section at `pos` ends (ValueError, or kio's
     BufferUnderflow, if it runs past the end of `buf`)."""

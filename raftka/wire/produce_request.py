@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 
-from raftka.wire.length_check import skip_tagged_fields
+from raftka.wire.length_check import past_end, read_compact_name, skip_tagged_fields
 
 PRODUCE_KEY = 0
 #: The versions decoded here; the rest go to kio.
@@ -76,10 +76,6 @@ class ProduceRequest(NamedTuple):
         return datetime.timedelta(milliseconds=self.timeout_ms)
 
 
-def _past_end(what: str) -> ValueError:
-    return ValueError(f"{what} runs past the end of the frame")
-
-
 def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     start = pos
     end = frame.nbytes
@@ -90,7 +86,7 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     transactional_id = None
     if length >= 0:
         if pos + length > end:
-            raise _past_end("transactional_id")
+            raise past_end("transactional_id")
         transactional_id = str(frame[pos : pos + length], "utf-8")
         pos += length
     elif length != -1:
@@ -106,7 +102,7 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
         (length,) = unpack_i16(frame, pos)
         pos += 2
         if length < 0 or pos + length > end:
-            raise _past_end("a topic name") if length >= 0 else ValueError(f"a topic name has length {length}")
+            raise past_end("a topic name") if length >= 0 else ValueError(f"a topic name has length {length}")
         name = str(frame[pos : pos + length], "utf-8")
         pos += length
         (partition_count,) = unpack_i32(frame, pos)
@@ -120,7 +116,7 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
             records = None
             if length >= 0:
                 if pos + length > end:
-                    raise _past_end("records")
+                    raise past_end("records")
                 records = frame[pos : pos + length]
                 pos += length
             elif length != -1:
@@ -147,7 +143,7 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     if length:
         length -= 1
         if pos + length > end:
-            raise _past_end("transactional_id")
+            raise past_end("transactional_id")
         transactional_id = str(frame[pos : pos + length], "utf-8")
         pos += length
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
@@ -158,19 +154,7 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
         raise ValueError("topic_data is null")
     topics = []
     for _ in range(topic_count - 1):
-        length = frame[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, n = uvarint(frame, pos)
-            pos += n
-        if not length:
-            raise ValueError("a topic name is null")
-        length -= 1
-        if pos + length > end:
-            raise _past_end("a topic name")
-        name = str(frame[pos : pos + length], "utf-8")
-        pos += length
+        name, pos = read_compact_name(frame, pos, "a topic name")
         partition_count, n = uvarint(frame, pos)
         pos += n
         if not partition_count:
@@ -184,7 +168,7 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
             if length:
                 length -= 1
                 if pos + length > end:
-                    raise _past_end("records")
+                    raise past_end("records")
                 records = frame[pos : pos + length]
                 pos += length
             pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
