@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
         broker_cpu_s = bc.broker_cpu_seconds() - before["cpu"]
         floor = None
         if args.floor:
-            from bench.floors import segment_files, sendfile_floor
+            from bench.floors import sendfile_floor
 
-            floor = sendfile_floor([path for b in bc.cluster.brokers for path in segment_files(str(b.log_dir), TOPIC)])
+            floor = sendfile_floor(bc.broker_segment_files())
     elapsed = result["elapsed_s"]
     records_per_s = result["records"] / elapsed
     mb_per_s = result["records"] * args.record_size / MB / elapsed

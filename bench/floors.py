@@ -96,17 +96,6 @@ def sendfile_floor(paths: Sequence[str], chunk_bytes: int = CHUNK_BYTES) -> dict
     return {"bytes": sent, "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (sent / 1e9) if sent else float("nan")}
 
 
-def segment_files(log_dir: str, topic: str) -> list[str]:
-    """The `.log` segment files of `topic`'s partitions in `log_dir` (what `log_bytes` counts)."""
-    prefix = f"{topic}-"
-    paths = []
-    for name in sorted(os.listdir(log_dir)):
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            partition_dir = os.path.join(log_dir, name)
-            paths += [os.path.join(partition_dir, s) for s in sorted(os.listdir(partition_dir)) if s.endswith(".log")]
-    return paths
-
-
 def page_cache_write_cost(directory: str, nbytes: int, chunk_bytes: int = CHUNK_BYTES) -> dict[str, float]:
     """Write `nbytes` to a new file in `directory` (then delete it): bytes
     written, this thread's CPU seconds, and CPU seconds per GB."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.cli import add_common_options
-from bench.proc_stats import cpu_seconds, log_bytes
+from bench.proc_stats import cpu_seconds, log_bytes, segment_files
 
 GB = 1e9
 MB = 1e6
@@ -76,6 +76,10 @@ class BenchCluster:
     def broker_log_bytes(self, topic: str | None = None) -> int:
         """Bytes of the segment files of `topic` (default: the bench topic), over every broker."""
         return sum(log_bytes(str(b.log_dir), topic or self.topic) for b in self.cluster.brokers)
+
+    def broker_segment_files(self, topic: str | None = None) -> list[str]:
+        """The segment files of `topic` (default: the bench topic), over every broker."""
+        return [path for b in self.cluster.brokers for path in segment_files(str(b.log_dir), topic or self.topic)]
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -23,16 +23,17 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLOCK_TICKS_PER_S
 
 
+def segment_files(log_dir: str, topic: str) -> list[str]:
+    """The `.log` segment files of `topic`'s partitions in `log_dir`."""
+    prefix = f"{topic}-"
+    paths = []
+    for name in sorted(os.listdir(log_dir)):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            partition_dir = os.path.join(log_dir, name)
+            paths += [os.path.join(partition_dir, s) for s in sorted(os.listdir(partition_dir)) if s.endswith(".log")]
+    return paths
+
+
 def log_bytes(log_dir: str, topic: str) -> int:
     """Bytes in the `.log` segment files of `topic`'s partitions in `log_dir`."""
-    total = 0
-    prefix = f"{topic}-"
-    for name in os.listdir(log_dir):
-        suffix = name[len(prefix):]
-        if not name.startswith(prefix) or not suffix.isdigit():
-            continue
-        partition_dir = os.path.join(log_dir, name)
-        for segment in os.listdir(partition_dir):
-            if segment.endswith(".log"):
-                total += os.path.getsize(os.path.join(partition_dir, segment))
-    return total
+    return sum(os.path.getsize(path) for path in segment_files(log_dir, topic))

@@ -88,11 +88,10 @@ def _session_fetch(broker, session, body, header, full: bool):
     max_wait_ms = int(body.max_wait.total_seconds() * 1000)
     if now or size >= body.min_bytes or max_wait_ms <= 0:
         return _session_response(header, session, answer)
-    return _session_long_poll(broker, session, body, header, answer, trio.current_time() + max_wait_ms / 1000)
+    return _session_long_poll(broker, session, body, header, answer, size, trio.current_time() + max_wait_ms / 1000)
 
 
-async def _session_long_poll(broker, session, body, header, answer: dict, deadline: float):
-    size = sum(records_size(r.records) for r in answer.values())
+async def _session_long_poll(broker, session, body, header, answer: dict, size: int, deadline: float):
     now = False
     while not (now or size >= body.min_bytes or trio.current_time() >= deadline):
         with trio.move_on_at(deadline):
@@ -141,7 +140,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             # the partition, and the parked fetch reads it again.
             pending.append(sp)
             continue
-        stale = result.error_code != 0 or result.diverging_epoch is not None
+        stale = _answers_at_once(result)
         if full or stale or result.records or result.high_watermark != sp.high_watermark_sent \
                 or result.log_start_offset != sp.log_start_offset_sent:
             answer[sp] = result
@@ -164,6 +163,12 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
         dirty[sp] = None
     session.changed = trio.Event()
     return total, now
+
+
+def _answers_at_once(result: FetchPartitionResult) -> bool:
+    """Whether `result` makes its fetch answer now, whatever `min_bytes`
+    says: an error, or a DivergingEpoch the follower must truncate by."""
+    return result.error_code != 0 or result.diverging_epoch is not None
 
 
 def _not_hosted_error(image, topic: str, partition: int) -> ErrorCode:
@@ -197,7 +202,7 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     for hp, fp, results, i in places:
         if id(hp) in changed_ids:
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
-            errored = errored or result.error_code != 0 or result.diverging_epoch is not None
+            errored = errored or _answers_at_once(result)
             size = records_size(result.records)
             total += size
             budget -= size
@@ -229,7 +234,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
                 continue
             places.append((hp, fp, results, len(results)))
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
-            if result.error_code or result.diverging_epoch is not None:
+            if _answers_at_once(result):
                 errored = True
             size = records_size(result.records)
             total += size

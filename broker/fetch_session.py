@@ -70,12 +70,12 @@ from collections.abc import Callable, Iterable
 import trio
 from kio.schema.errors import ErrorCode
 
+from broker.replication.messages import MAX_SESSION_EPOCH, next_session_epoch
+
 #: Kafka's defaults for `max.incremental.fetch.session.cache.slots` and
 #: `min.incremental.fetch.session.eviction.ms`.
 DEFAULT_CACHE_SLOTS = 1000
 DEFAULT_EVICTION_MS = 120_000
-#: Session epochs after this wrap to 1 (Kafka's FetchMetadata.nextEpoch).
-MAX_EPOCH = (1 << 31) - 1
 
 
 class SessionPartition:
@@ -127,7 +127,7 @@ class FetchSession:
         fetch that made the session is followed by epoch 1). Returns the
         partitions named."""
         if incremental:
-            self.next_epoch = 1 if self.next_epoch >= MAX_EPOCH else self.next_epoch + 1
+            self.next_epoch = next_session_epoch(self.next_epoch)
         self.last_used_ms = now_ms
         for topic in forgotten:
             for partition in topic.partitions:
@@ -219,7 +219,7 @@ class FetchSessionCache:
             return None
         session_id = 0
         while session_id == 0 or session_id in self.sessions:
-            session_id = self._rng.randrange(1, MAX_EPOCH)
+            session_id = self._rng.randrange(1, MAX_SESSION_EPOCH)
         session = self.sessions[session_id] = FetchSession(session_id, replica_id, now_ms)
         return session
 

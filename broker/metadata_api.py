@@ -30,11 +30,11 @@ from kio.schema.errors import ErrorCode
 from broker.controller_channel import ControllerUnavailableError
 from broker.group import OFFSETS_TOPIC_NAME
 from broker.kio_util import build, response_module
+from broker.metadata_codec import NO_OPERATIONS
 from quorum.metadata import MetadataImage
 from raftka.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
-_NO_OPERATIONS = -2147483648
 _INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -143,9 +143,9 @@ async def handle_describe_cluster(broker, ctx, request):
         return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.mismatched_endpoint_type,
                      error_message="this is a broker listener: ask a controller for controller endpoints",
                      endpoint_type=endpoint_type, cluster_id=broker.config.cluster_id, controller_id=-1,
-                     brokers=(), cluster_authorized_operations=_NO_OPERATIONS)
+                     brokers=(), cluster_authorized_operations=NO_OPERATIONS)
     brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
                     for i, h, p, r in live_brokers(broker, image))
     return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                  error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE, cluster_id=broker.config.cluster_id,
-                 controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=_NO_OPERATIONS)
+                 controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=NO_OPERATIONS)

@@ -70,14 +70,13 @@ from broker.replication.messages import (
     PartitionFetch,
     PartitionFetchResult,
     TopicIdPartition,
+    next_session_epoch,
 )
 from quorum.metadata import NO_LEADER
 
 #: How soon a partition is fetched again after UNKNOWN_LEADER_EPOCH: the
 #: leader is one metadata update behind us, typically a few ms.
 LEADER_CATCH_UP_RETRY_MS = 25
-#: Session epochs after this wrap to 1 (KIP-227).
-MAX_SESSION_EPOCH = (1 << 31) - 1
 #: How often an incremental fetch compares every followed partition with
 #: the session (see `ReplicaFetcher.build_fetch`).
 SESSION_SWEEP_MS = 5000
@@ -254,7 +253,7 @@ class ReplicaFetcher:
             else:
                 self.session_id, self.session_epoch = session_id, 1
         else:
-            self.session_epoch = 1 if self.session_epoch >= MAX_SESSION_EPOCH else self.session_epoch + 1
+            self.session_epoch = next_session_epoch(self.session_epoch)
         actions = []
         view = plan.view
         for key, result in results.items():

@@ -183,6 +183,16 @@ class PartitionFetch:
     partition_max_bytes: int
 
 
+#: Fetch session ids and epochs are positive int32s (KIP-227).
+MAX_SESSION_EPOCH = (1 << 31) - 1
+
+
+def next_session_epoch(epoch: int) -> int:
+    """The session epoch after `epoch`, both sides' count: it wraps to 1
+    after the largest (Kafka's FetchMetadata.nextEpoch)."""
+    return 1 if epoch >= MAX_SESSION_EPOCH else epoch + 1
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FetchPlan:
     """A whole follower Fetch to one source broker (Kafka's ReplicaFetch)."""

@@ -50,7 +50,8 @@ from typing import Any, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 
-from raftka.wire.length_check import past_end, read_compact_name, skip_tagged_fields
+from raftka.wire.length_check import (past_end, read_compact_bytes_view, read_compact_count, read_compact_string,
+                                      skip_tagged_fields)
 
 FETCH_KEY = 1
 #: The one version decoded here; the rest go to kio.
@@ -124,14 +125,6 @@ class FetchResponse(NamedTuple):
         return datetime.timedelta(milliseconds=self.throttle_time_ms)
 
 
-def _count(frame: memoryview, pos: int, what: str) -> tuple[int, int]:
-    """A compact array's entry count (not null) and where its entries start."""
-    count, n = read_unsigned_varint(frame, pos)
-    if not count:
-        raise ValueError(f"{what} is null")
-    return count - 1, pos + n
-
-
 def _partition_tags(frame: memoryview, pos: int) -> tuple[EpochEndOffset, LeaderIdAndEpoch, SnapshotId, int]:
     """The tagged fields of a partition (nearly always none: one 0 byte)."""
     diverging, leader, snapshot = _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT
@@ -165,14 +158,13 @@ def _partition_tags(frame: memoryview, pos: int) -> tuple[EpochEndOffset, Leader
 def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int]:
     """Fetch v12 response body at `pos`: (body, bytes used), kio's reader signature."""
     start = pos
-    end = frame.nbytes
     uvarint = read_unsigned_varint
     throttle_ms, error_code, session_id = _HEAD.unpack_from(frame, pos)
-    topic_count, pos = _count(frame, pos + _HEAD.size, "responses")
+    topic_count, pos = read_compact_count(frame, pos + _HEAD.size, "responses")
     topics = []
     for _ in range(topic_count):
-        name, pos = read_compact_name(frame, pos, "a topic name")
-        partition_count, pos = _count(frame, pos, "partitions")
+        name, pos = read_compact_string(frame, pos, "a topic name")
+        partition_count, pos = read_compact_count(frame, pos, "partitions")
         partitions = []
         for _ in range(partition_count):
             index, p_error, hw, lso, log_start = _PARTITION.unpack_from(frame, pos)
@@ -187,15 +179,7 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
                     pos = skip_tagged_fields(frame, pos + _ABORTED.size)
                 aborted = tuple(aborted)
             (preferred,) = _INT32.unpack_from(frame, pos)
-            length, n = uvarint(frame, pos + 4)
-            pos += 4 + n
-            records = None
-            if length:
-                length -= 1
-                if pos + length > end:
-                    raise past_end("records")
-                records = frame[pos : pos + length]
-                pos += length
+            records, pos = read_compact_bytes_view(frame, pos + 4, "records")
             if frame[pos] == 0:
                 pos += 1
                 diverging, leader, snapshot = _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT

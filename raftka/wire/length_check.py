@@ -17,6 +17,11 @@ unsigned varint holding length + 1, 0 for null) and every struct ends with
 a tagged-field section (a varint count, then tag, size and bytes for each);
 fields carrying a `tag` are in that section, not in line. Otherwise strings
 have an int16 length, byte fields and arrays an int32 one, -1 for null.
+
+The module also holds the readers of flexible-version fields that the
+hand decoders (`produce_request`, `fetch_response`) share: they raise
+ValueError (or kio's BufferUnderflow, or IndexError) on a field that runs
+past the end of the frame, which `codec` turns into a RemoteProtocolError.
 """
 
 from __future__ import annotations
@@ -97,10 +102,41 @@ def past_end(what: str) -> ValueError:
     return ValueError(f"{what} runs past the end of the frame")
 
 
-def read_compact_name(frame: memoryview, pos: int, what: str) -> tuple[str, int]:
-    """A compact (flexible-version) string that may not be null, as a hand
-    decoder reads a topic name: (the string, where it ends). Its length
-    is nearly always one byte (below 128), read inline."""
+def _compact_length(frame: memoryview, pos: int) -> tuple[int, int]:
+    """A compact length (length + 1, 0: null) and where its field starts;
+    nearly always one byte (below 128), read inline."""
+    length = frame[pos]
+    if length < 0x80:
+        return length, pos + 1
+    length, n = read_unsigned_varint(frame, pos)
+    return length, pos + n
+
+
+def read_compact_count(frame: memoryview, pos: int, what: str) -> tuple[int, int]:
+    """A compact array's entry count (the array may not be null), and where its entries start."""
+    count, pos = _compact_length(frame, pos)
+    if not count:
+        raise ValueError(f"{what} is null")
+    return count - 1, pos
+
+
+def read_compact_string(frame: memoryview, pos: int, what: str, *, nullable: bool = False) -> tuple[str | None, int]:
+    """A compact string (None when `nullable` and null), and where it ends."""
+    length, pos = _compact_length(frame, pos)
+    if not length:
+        if nullable:
+            return None, pos
+        raise ValueError(f"{what} is null")
+    end = pos + length - 1
+    if end > frame.nbytes:
+        raise past_end(what)
+    return str(frame[pos:end], "utf-8"), end
+
+
+def read_compact_bytes_view(frame: memoryview, pos: int, what: str) -> tuple[memoryview | None, int]:
+    """Compact nullable bytes as a view of `frame` (no copy), and where they
+    end. Read once per partition of a Produce or Fetch: `_compact_length`
+    inline."""
     length = frame[pos]
     if length < 0x80:
         pos += 1
@@ -108,11 +144,11 @@ def read_compact_name(frame: memoryview, pos: int, what: str) -> tuple[str, int]
         length, n = read_unsigned_varint(frame, pos)
         pos += n
     if not length:
-        raise ValueError(f"{what} is null")
+        return None, pos
     end = pos + length - 1
     if end > frame.nbytes:
         raise past_end(what)
-    return str(frame[pos:end], "utf-8"), end
+    return frame[pos:end], end
 
 
 def skip_tagged_fields(buf: memoryview, pos: int) -> int:

@@ -39,9 +39,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kio._kio_native import read_unsigned_varint
-
-from raftka.wire.length_check import past_end, read_compact_name, skip_tagged_fields
+from raftka.wire.length_check import (past_end, read_compact_bytes_view, read_compact_count, read_compact_string,
+                                      skip_tagged_fields)
 
 PRODUCE_KEY = 0
 #: The versions decoded here; the rest go to kio.
@@ -127,50 +126,19 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
 
 
 def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
-    # Lengths and counts are unsigned varints, nearly always one byte (below
-    # 128), and tag sections nearly always empty (one 0 byte): both are read
-    # inline, the general case with kio's varint reader.
+    # Tag sections are nearly always empty (one 0 byte): read inline.
     start = pos
-    end = frame.nbytes
-    uvarint = read_unsigned_varint
-    length = frame[pos]
-    if length < 0x80:
-        pos += 1
-    else:
-        length, n = uvarint(frame, pos)
-        pos += n
-    transactional_id = None
-    if length:
-        length -= 1
-        if pos + length > end:
-            raise past_end("transactional_id")
-        transactional_id = str(frame[pos : pos + length], "utf-8")
-        pos += length
+    transactional_id, pos = read_compact_string(frame, pos, "transactional_id", nullable=True)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
-    pos += 6
-    topic_count, n = uvarint(frame, pos)
-    pos += n
-    if not topic_count:
-        raise ValueError("topic_data is null")
+    topic_count, pos = read_compact_count(frame, pos + 6, "topic_data")
     topics = []
-    for _ in range(topic_count - 1):
-        name, pos = read_compact_name(frame, pos, "a topic name")
-        partition_count, n = uvarint(frame, pos)
-        pos += n
-        if not partition_count:
-            raise ValueError("partition_data is null")
+    for _ in range(topic_count):
+        name, pos = read_compact_string(frame, pos, "a topic name")
+        partition_count, pos = read_compact_count(frame, pos, "partition_data")
         partitions = []
-        for _ in range(partition_count - 1):
+        for _ in range(partition_count):
             (index,) = _INT32.unpack_from(frame, pos)
-            length, n = uvarint(frame, pos + 4)
-            pos += 4 + n
-            records = None
-            if length:
-                length -= 1
-                if pos + length > end:
-                    raise past_end("records")
-                records = frame[pos : pos + length]
-                pos += length
+            records, pos = read_compact_bytes_view(frame, pos + 4, "records")
             pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
             partitions.append(PartitionProduceData(index, records))
         pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from bench.floors import CHUNK_BYTES, page_cache_write_cost, segment_files, sendfile_floor
+from bench.floors import CHUNK_BYTES, page_cache_write_cost, sendfile_floor
+from bench.proc_stats import log_bytes, segment_files
 
 
 def test_sendfile_floor_sends_every_byte_of_every_file(tmp_path):
@@ -45,3 +46,4 @@ def test_segment_files_are_the_topics_log_segments_only(tmp_path):
     found = [os.path.relpath(p, tmp_path) for p in segment_files(str(tmp_path), "bench-consume")]
     assert found == ["bench-consume-0/00000000000000000000.log", "bench-consume-0/00000000000000005000.log",
                      "bench-consume-1/00000000000000000000.log"]
+    assert log_bytes(str(tmp_path), "bench-consume") == 3  # what the CPU per GB divides by: the same files
