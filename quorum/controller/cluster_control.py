@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterBrokerResponse
 
 from quorum.controller.config import ControllerConfig
-from quorum.controller.elections import changes_for_leaving_brokers, changes_for_returning_broker
+from quorum.controller.elections import LeaderMoves, changes_for_leaving_brokers, changes_for_returning_broker
 from quorum.controller.result import NO_THROTTLE, ControllerResult
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
@@ -60,6 +60,9 @@ class ClusterControlManager:
         self._last_heartbeat_ms: dict[int, int] = {b: now_ms for b in image.brokers}
         # Brokers this manager has fenced whose fencing the image does not show yet.
         self._fencing: set[int] = set()
+        # Their partitions, moved a batch per tick (and a fenced broker's
+        # leftovers when a controller failover came halfway).
+        self._moves = LeaderMoves(image)
 
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         last = self._last_heartbeat_ms.get(broker_id)
@@ -170,7 +173,9 @@ class ClusterControlManager:
     # --- session expiry -----------------------------------------------------------
 
     def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
-        """Fence every unfenced broker whose last heartbeat is older than the session timeout."""
+        """Fence every unfenced broker whose last heartbeat is older than the
+        session timeout, with the first `fence_moves_per_batch` moves of
+        its partitions; else the next moves still owed (`LeaderMoves`)."""
         for gone in self._last_heartbeat_ms.keys() - image.brokers.keys():
             del self._last_heartbeat_ms[gone]
         stale = []
@@ -183,17 +188,22 @@ class ClusterControlManager:
             last = self._last_heartbeat_ms.setdefault(broker_id, now_ms)
             if now_ms - last > self._config.broker_session_timeout_ms:
                 stale.append(reg)
+        limit = self._config.fence_moves_per_batch
         if not stale:
-            return []
+            return list(self._moves.take(image, self._config, limit)) if self._moves else []
         stale.sort(key=lambda r: r.broker_id)
         records: list[Record] = [BrokerRegistrationChangeRecord(broker_id=r.broker_id, broker_epoch=r.epoch, fenced=True)
                                  for r in stale]
-        records += changes_for_leaving_brokers(image, [r.broker_id for r in stale], self._config)
-        self._fencing.update(r.broker_id for r in stale)
+        ids = [r.broker_id for r in stale]
+        self._moves.add(image, ids)
+        records += self._moves.take(image, self._config, limit, fencing=ids)
+        self._fencing.update(ids)
         return records
 
     def next_deadline_ms(self, image: MetadataImage) -> int | None:
-        """When `tick` may next fence someone (None: no unfenced broker to watch)."""
+        """When `tick` may next fence someone or move partitions (None: no unfenced broker to watch)."""
+        if self._moves:
+            return 0
         deadlines = [self._last_heartbeat_ms[b] + self._config.broker_session_timeout_ms + 1
                      for b, reg in image.brokers.items()
                      if not reg.fenced and b not in self._fencing and b in self._last_heartbeat_ms]

@@ -27,6 +27,9 @@ class ControllerConfig:
       (`leader.imbalance.per.broker.percentage`): every interval, brokers
       whose share of preferred partitions led by someone else exceeds the
       percentage get their leadership back (`leader_balance`).
+    - `fence_moves_per_batch`: partition moves per metadata batch when a
+      broker is fenced (`elections.LeaderMoves`); no Kafka key, Kafka's
+      brokers replay a batch of 10,000 records in milliseconds.
     """
 
     broker_session_timeout_ms: int = 9000
@@ -38,6 +41,7 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
+    fence_moves_per_batch: int = 500
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0
@@ -45,6 +49,7 @@ class ControllerConfig:
         assert 0 <= self.leader_imbalance_per_broker_percentage <= 100
         assert self.num_partitions >= 1 and self.default_replication_factor >= 1
         assert self.producer_id_block_size >= 1
+        assert self.fence_moves_per_batch >= 1
 
     @classmethod
     def from_node_config(cls, node_config: Any, cluster_id: str | None = None) -> ControllerConfig:

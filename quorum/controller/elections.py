@@ -23,7 +23,8 @@ Every leader or ISR change the controller makes goes through
   `PartitionRegistration.merge`), which fences the old leader's requests.
 
 `changes_for_leaving_brokers` applies these rules to every partition a set
-of brokers hosts (fencing, controlled shutdown, unregistration);
+of brokers hosts (controlled shutdown, unregistration), and `LeaderMoves`
+to a fenced broker's partitions, a batch of them per controller tick;
 `changes_for_returning_broker` re-elects offline partitions when a broker
 is unfenced (and finishes a reassignment that only waited for a leader
 among its target replicas, KIP-455). Both walk the image's broker->partitions index, not the whole
@@ -32,8 +33,9 @@ cluster.
 
 from __future__ import annotations
 
+import collections
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from quorum.controller.config import ControllerConfig
 from quorum.controller.reassignment import IsLive, complete_if_done
@@ -102,19 +104,29 @@ def changes_for_leaving_brokers(
 ) -> list[PartitionChangeRecord]:
     """Move leadership off `leaving` and drop them from every ISR (keeping the last member).
 
-    Used when brokers are fenced, start a controlled shutdown or unregister.
+    Used when brokers start a controlled shutdown or unregister; fencing
+    goes through `LeaderMoves`, a batch at a time.
     """
     gone = set(leaving)
+    return _changes_off(image, gone, iter(_sorted_partitions(image, gone)), config, None)
+
+
+def _changes_off(image: MetadataImage, gone: set[int], partitions: Iterator[TopicPartition],
+                 config: ControllerConfig, limit: int | None) -> list[PartitionChangeRecord]:
+    """The changes that take `gone` out of the leadership and ISR of each of
+    `partitions` (consumed until `limit` changes are made); partitions no
+    longer in the image are passed over."""
 
     def is_live(b: int) -> bool:
         return b not in gone and image.is_usable(b)
 
-    out = []
+    out: list[PartitionChangeRecord] = []
     # One config lookup per topic, not per partition (a fenced broker may host 10,000).
     unclean: dict[uuid.UUID, bool] = {}
-    for tp in _sorted_partitions(image, gone):
-        current = image.topics_by_id[tp.topic_id].partitions[tp.partition]
-        if current.leader not in gone and gone.isdisjoint(current.isr):
+    for tp in partitions:
+        topic = image.topics_by_id.get(tp.topic_id)
+        current = None if topic is None else topic.partitions.get(tp.partition)
+        if current is None or (current.leader not in gone and gone.isdisjoint(current.isr)):
             continue
         target = tuple(b for b in current.isr if b not in gone) or current.isr[-1:]
         if tp.topic_id not in unclean:
@@ -123,7 +135,67 @@ def changes_for_leaving_brokers(
                                   unclean=unclean[tp.topic_id], target_isr=target)
         if change is not None:
             out.append(change)
+            # An unclean election can leave only target replicas in the ISR:
+            # that finishes a reassignment (KIP-455), as after any change.
+            done = complete_if_done(tp.topic_id, tp.partition, current.merge(change), is_live)
+            if done is not None:
+                out.append(done)
+            if limit is not None and len(out) >= limit:
+                break
     return out
+
+
+class LeaderMoves:
+    """Partitions still to move off fenced brokers, `limit` changes per tick.
+
+    Fencing a broker that leads 10,000 partitions makes 10,000 records. As
+    one metadata batch, every broker must decode and replay all of them
+    before acting on the first, and the controller must decide all of them
+    before appending any: the first partition took writes again only ~1 s
+    after the fence. So the fence record goes out with the first `limit`
+    changes, and each later tick takes the next `limit` partitions (by
+    topic name, partition), decided against the working image of its own
+    time: a topic deleted or a partition changed meanwhile is judged as it
+    is then, never by a record computed earlier. Kafka's controller, too,
+    appends a large non-atomic result as several batches.
+
+    Soft state: a newly active controller queues the partitions of every
+    fenced broker (`__init__`), so a failover halfway loses no move.
+    """
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._brokers: set[int] = set()
+        self._queue: collections.deque[TopicPartition] = collections.deque()
+        self.add(image, [b for b, reg in image.brokers.items() if reg.fenced])
+
+    def __bool__(self) -> bool:
+        return bool(self._queue)
+
+    def add(self, image: MetadataImage, broker_ids: Collection[int]) -> None:
+        if broker_ids:
+            self._brokers.update(broker_ids)
+            self._queue.extend(_sorted_partitions(image, broker_ids))
+
+    def take(self, image: MetadataImage, config: ControllerConfig, limit: int,
+             fencing: Collection[int] = ()) -> list[PartitionChangeRecord]:
+        """The next (at most) `limit` changes. `fencing`: brokers fenced by
+        records not in `image` yet; a broker usable again (re-registered
+        and unfenced) is no longer moved off."""
+        gone = {b for b in self._brokers if b in fencing or not image.is_usable(b)}
+        if not gone:
+            self._brokers.clear()
+            self._queue.clear()
+            return []
+        queue = self._queue
+        changes = _changes_off(image, gone, _drain(queue), config, limit)
+        if not queue:
+            self._brokers.clear()
+        return changes
+
+
+def _drain(queue: collections.deque[TopicPartition]) -> Iterator[TopicPartition]:
+    while queue:
+        yield queue.popleft()
 
 
 def changes_for_returning_broker(

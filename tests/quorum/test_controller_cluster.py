@@ -4,6 +4,7 @@ import uuid
 
 from controller_testing import Cluster
 from kio.schema.broker_registration.v4 import BrokerRegistrationRequest
+from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.errors import ErrorCode
 from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest
 
@@ -179,3 +180,79 @@ def test_controller_config_reads_kafka_keys_from_the_node_config():
     c = Cluster(config)
     c.start_brokers(1)
     assert c.tick(3001) and c.image.brokers[1].fenced
+
+
+def _fenced_leader_of(c: Cluster, broker_id: int, topics: dict[str, int]) -> None:
+    """`topics` (name -> partitions) with `broker_id` the leader of every partition, RF=3 on 1, 2, 3."""
+    others = [b for b in (1, 2, 3) if b != broker_id]
+    for name, n in topics.items():
+        c.create_topic(name, assignments={i: [broker_id, *others] for i in range(n)})
+
+
+def _expire(c: Cluster, victim: int, now_ms: int) -> None:
+    c.now_ms = now_ms - 1000
+    for b in (1, 2, 3):
+        if b != victim:
+            c.heartbeat(b)
+
+
+def test_fencing_a_broker_that_leads_many_partitions_moves_them_a_batch_per_tick():
+    c = Cluster(ControllerConfig(fence_moves_per_batch=4))
+    c.start_brokers(1, 2, 3)
+    _fenced_leader_of(c, 1, {"a": 6, "b": 4})
+    _expire(c, 1, 9001)
+    first = c.tick(9001)
+    # The fence record first, with the first batch of moves, in (topic, partition) order.
+    assert isinstance(first[0], BrokerRegistrationChangeRecord) and first[0].fenced
+    assert c.image.brokers[1].fenced
+    assert [c.partition("a", i).leader for i in range(6)] == [2, 2, 2, 2, 1, 1]
+    assert c.controller.next_deadline_ms(c.image) == 0  # more moves owed: tick again at once
+    assert len(c.tick(9002)) == 4
+    assert [c.partition("a", i).leader for i in range(6)] == [2] * 6
+    assert [c.partition("b", i).leader for i in range(4)] == [2, 2, 1, 1]
+    assert len(c.tick(9003)) == 2
+    assert all(1 not in c.partition(t, i).isr for t, n in (("a", 6), ("b", 4)) for i in range(n))
+    assert c.tick(9004) == [] and c.controller.next_deadline_ms(c.image) != 0
+
+
+def test_moves_owed_to_a_fenced_broker_pass_over_a_topic_deleted_meanwhile():
+    c = Cluster(ControllerConfig(fence_moves_per_batch=2))
+    c.start_brokers(1, 2, 3)
+    _fenced_leader_of(c, 1, {"a": 2, "b": 2, "c": 2})
+    _expire(c, 1, 9001)
+    c.tick(9001)
+    assert c.partition("a", 1).leader == 2 and c.partition("b", 0).leader == 1
+    c.send(dt_req.DeleteTopicsRequest(topics=(dt_req.DeleteTopicState(name="b", topic_id=None),), timeout=0))
+    # b's partitions are gone: the next batch is c's (a record for b would not replay).
+    moves = c.tick(9002)
+    assert {r.topic_id for r in moves} == {c.image.topic("c").topic_id}
+    assert [c.partition("c", i).leader for i in range(2)] == [2, 2]
+    assert c.tick(9003) == []
+
+
+def test_a_fenced_broker_back_before_its_moves_are_done_is_not_moved_off():
+    c = Cluster(ControllerConfig(fence_moves_per_batch=2))
+    c.start_brokers(1, 2, 3)
+    _fenced_leader_of(c, 1, {"a": 4})
+    _expire(c, 1, 9001)
+    c.tick(9001)
+    c.heartbeat(1)  # caught up and unfenced again before the next tick
+    assert not c.image.brokers[1].fenced
+    assert c.tick(9002) == []
+    assert [c.partition("a", i).leader for i in range(4)] == [2, 2, 1, 1]
+    assert c.controller.next_deadline_ms(c.image) != 0
+
+
+def test_a_new_active_controller_finishes_the_moves_the_last_one_owed():
+    c = Cluster(ControllerConfig(fence_moves_per_batch=3))
+    c.start_brokers(1, 2, 3)
+    _fenced_leader_of(c, 1, {"a": 7})
+    _expire(c, 1, 9001)
+    c.tick(9001)
+    assert [c.partition("a", i).leader for i in range(7)] == [2, 2, 2, 1, 1, 1, 1]
+    c.failover()  # the soft state is lost; the image says broker 1 is fenced
+    assert c.controller.next_deadline_ms(c.image) == 0
+    c.tick(9100)
+    c.tick(9101)
+    assert [c.partition("a", i).leader for i in range(7)] == [2] * 7
+    assert c.tick(9102) == []

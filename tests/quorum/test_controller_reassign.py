@@ -170,6 +170,20 @@ def test_a_fenced_leader_during_a_reassignment_hands_over_to_an_original_isr_mem
     assert (p.replicas, p.isr, p.leader) == ((3, 4), (3, 4), 3)
 
 
+def test_an_unclean_election_onto_the_only_target_replica_finishes_the_move():
+    # Found by test_controller_reassign_model: the fence elected the adding
+    # replica (unclean, ISR = [it]), and the move was left half done.
+    c = started(2)
+    c.create_topic("t", assignments={0: [1]}, configs={"unclean.leader.election.enable": "true"})
+    assert reassign(c, {("t", 0): [2]}) == {("t", 0): ErrorCode.none}
+    assert c.partition("t").adding_replicas == (2,)
+    c.now_ms = 19_000
+    c.heartbeat(2)
+    c.tick(20_000)  # broker 1 fenced: 2 is elected uncleanly
+    p = c.partition("t")
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas, p.removing_replicas) == ((2,), (2,), 2, (), ())
+
+
 def test_a_move_that_waits_for_its_only_in_sync_target_to_return_completes_when_it_does():
     c = started(2)
     c.create_topic("t", assignments={0: [1, 2]})
