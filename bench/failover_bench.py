@@ -28,19 +28,20 @@ a controlled shutdown), and, from the instant before the signal, clocks
 run per former partition:
 
 - **metadata**: until a surviving broker's Metadata answer names a new,
-  live leader (one Metadata request for all the partitions every 10 ms, or
-  100 µs per partition when that is longer, to the surviving brokers in
+  live leader (one Metadata request for the topics that still have a
+  partition with no new leader known, every 10 ms, or 100 µs per
+  partition asked for when that is longer, to the surviving brokers in
   turn: a probe must not load the machine it times: decoding an answer
-  for 10,000 partitions costs the probe about 40 ms of CPU, the broker
-  about 1 ms once it has encoded the topics, `broker.metadata_codec`.
-  Polling 10 times as often at 10,000 partitions moved no clock beyond
-  the run-to-run noise: the answer names the new leaders as soon as the
-  brokers have applied the election);
+  for 10,000 partitions costs the probe about 40 ms of CPU. The
+  controller moves a fenced broker's partitions 500 at a time, topic by
+  topic (`quorum.controller.elections.LeaderMoves`), so the requests
+  shrink, and come more often, as topics are done);
 - **produce**: until a Produce of one record (acks `--acks`) sent to the
   leader that metadata names is answered without error: the partition
   takes writes again (with acks=all: committed by the new ISR). Produce
-  requests carry up to 500 partitions each, two in flight per broker,
-  each broker's rounds at least 10 ms or 20 µs per partition apart;
+  requests carry up to 500 partitions each, two in flight per broker;
+  whenever one is answered, the next takes the partitions with a known
+  new leader and no write yet (a failed one is tried again 50 ms later);
 - **client** (up to `--client-partitions`, default 1,000, of them): until
   a record handed to confluent-kafka right after the fault is acknowledged:
   what an application sees. Its settings are ones an application tuned
@@ -85,7 +86,8 @@ PRODUCE_CHUNK = 500
 PRODUCE_IN_FLIGHT = 2
 #: Probe pacing per partition probed (see the module docstring).
 METADATA_PACE_S_PER_PARTITION = 100e-6
-PRODUCE_PACE_S_PER_PARTITION = 20e-6
+#: A partition whose probe write failed is tried again after this.
+PRODUCE_RETRY_S = 0.05
 #: Partitions of one led topic at most: see the module docstring.
 MAX_PARTITIONS_PER_TOPIC = 500
 
@@ -281,16 +283,23 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
     topics = sorted({t for t, _ in moved})
     wanted = set(moved)
     leader_of: dict[Key, int] = {}
-    pace_s = max(POLL_S, METADATA_PACE_S_PER_PARTITION * len(moved))
+    moved_of: dict[str, list[Key]] = {}
+    for k in moved:
+        moved_of.setdefault(k[0], []).append(k)
 
     async def watch_metadata() -> None:
         seen = clocks["metadata"]
+        unresolved = set(topics)
         turn = 0
         while len(clocks["produce"]) < len(moved):
+            # Only the topics with a partition whose new leader is not known
+            # yet: the controller moves a fenced broker's partitions a batch
+            # at a time, topic by topic, so the answers shrink as they come.
+            asked = sorted(unresolved) or topics
             broker = survivors[turn % len(survivors)]
             turn += 1
             try:
-                leaders = await topic_partitions(broker.host, broker.port, topics, 10_000)
+                leaders = await topic_partitions(broker.host, broker.port, asked, 10_000)
             except PROBE_ERRORS:
                 leaders = {}
             now = time.monotonic()
@@ -298,30 +307,52 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                 if k in wanted and leader >= 0 and leader != victim:
                     seen.setdefault(k, now - t0)
                     leader_of[k] = leader
-            await trio.sleep(pace_s)
+            unresolved = {t for t in unresolved if any(k not in seen for k in moved_of[t])}
+            await trio.sleep(max(POLL_S, METADATA_PACE_S_PER_PARTITION * sum(len(moved_of[t]) for t in asked)))
 
-    async def produce_chunk(broker: Any, chunk: list[Key], limiter: trio.CapacityLimiter) -> None:
-        async with limiter:
+    async def produce_chunk(broker: Any, chunk: list[Key], in_flight: set[Key], retry_at: dict[Key, float],
+                            slots: trio.Semaphore) -> None:
+        try:
             try:
                 codes = await produce_many(broker.host, broker.port, chunk, acks=-1 if acks == "all" else 1,
                                            timeout_ms=5000)
             except PROBE_ERRORS:
-                return
-        now = time.monotonic()
-        for k, code in codes.items():
-            if code == 0:
-                clocks["produce"].setdefault(k, now - t0)
+                codes = {}
+            now = time.monotonic()
+            for k in chunk:
+                if codes.get(k) == 0:
+                    clocks["produce"].setdefault(k, now - t0)
+                else:
+                    retry_at[k] = now + PRODUCE_RETRY_S
+        finally:
+            in_flight.difference_update(chunk)
+            slots.release()
 
     async def watch_produce(broker: Any) -> None:
+        """Whenever one of its request slots is free: the next partitions
+        this broker leads (by the metadata) with no write yet, none in
+        flight, and past their retry pause."""
         done = clocks["produce"]
-        limiter = trio.CapacityLimiter(PRODUCE_IN_FLIGHT)
-        while len(done) < len(moved):
-            mine = [k for k in moved if k not in done and leader_of.get(k) == broker.node_id]
-            if mine:
-                async with trio.open_nursery() as requests:
-                    for i in range(0, len(mine), PRODUCE_CHUNK):
-                        requests.start_soon(produce_chunk, broker, mine[i:i + PRODUCE_CHUNK], limiter)
-            await trio.sleep(max(POLL_S, PRODUCE_PACE_S_PER_PARTITION * len(mine)))
+        in_flight: set[Key] = set()
+        retry_at: dict[Key, float] = {}
+        slots = trio.Semaphore(PRODUCE_IN_FLIGHT)
+        async with trio.open_nursery() as requests:
+            while len(done) < len(moved):
+                await slots.acquire()
+                now = time.monotonic()
+                chunk = []
+                for k in moved:
+                    if k not in done and k not in in_flight and leader_of.get(k) == broker.node_id \
+                            and retry_at.get(k, 0.0) <= now:
+                        chunk.append(k)
+                        if len(chunk) == PRODUCE_CHUNK:
+                            break
+                if not chunk:
+                    slots.release()
+                    await trio.sleep(POLL_S)
+                    continue
+                in_flight.update(chunk)
+                requests.start_soon(produce_chunk, broker, chunk, in_flight, retry_at, slots)
 
     # trio's clock is not time.monotonic: the deadline is relative.
     with trio.move_on_after(max(0.0, t0 + timeout_s - time.monotonic())):
