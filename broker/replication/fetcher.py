@@ -14,7 +14,10 @@ fetched epoch = the newest epoch of our log, current leader epoch = the
 epoch we follow at. The leader may hold it up to
 `replica.fetch.wait.max.ms`, but no longer than until the first partition
 left out for a backoff may be fetched again, so a short retry is not held
-behind a long poll. `handle_response` turns each partition's result into a
+behind a long poll; and for `SETTLING_MS` after a Fetch named a partition
+new to this fetcher, no longer than `SETTLING_WAIT_MS`: a fenced broker's
+partitions come a metadata batch at a time, and each one added while a
+Fetch is parked waits for its answer. `handle_response` turns each partition's result into a
 `FollowerAction` for the shell:
 
 | result                         | action                                        |
@@ -80,6 +83,10 @@ LEADER_CATCH_UP_RETRY_MS = 25
 #: How often an incremental fetch compares every followed partition with
 #: the session (see `ReplicaFetcher.build_fetch`).
 SESSION_SWEEP_MS = 5000
+#: For this long after a Fetch named partitions new to the session, the
+#: leader may hold a Fetch only `SETTLING_WAIT_MS` (see `build_fetch`).
+SETTLING_MS = 1000
+SETTLING_WAIT_MS = 25
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,6 +98,8 @@ class FollowedPartition:
     delayed_until_ms: int = 0
     #: The leader said our epoch is old: wait for newer metadata.
     fenced: bool = False
+    #: Named in a Fetch since it was added.
+    named: bool = False
 
 
 class ReplicaFetcher:
@@ -115,6 +124,8 @@ class ReplicaFetcher:
         #: Partitions backing off, and until when.
         self._delayed: dict[TopicIdPartition, int] = {}
         self._next_sweep_ms = 0
+        #: Until when partitions are likely still being added (SETTLING_MS).
+        self._settling_until_ms = 0
 
     def add_partition(self, key: TopicIdPartition, topic: str, leader_epoch: int) -> None:
         """Follow `key` from this broker at `leader_epoch` (ready at once)."""
@@ -178,6 +189,12 @@ class ReplicaFetcher:
             parts, forgotten = self._changes(positions)
             if not self.session and not forgotten:
                 return None
+        partitions = self.partitions
+        for pf in parts:
+            p = partitions[pf.key]
+            if not p.named:
+                p.named = True
+                self._settling_until_ms = now_ms + SETTLING_MS
         # The leader may hold this Fetch up to replica.fetch.wait.max.ms; a
         # partition left out for a backoff waits for its answer. Right after
         # an election most partitions are answered UNKNOWN_LEADER_EPOCH by a
@@ -187,6 +204,13 @@ class ReplicaFetcher:
         max_wait_ms = config.replica_fetch_wait_max_ms
         if next_ready_ms is not None:
             max_wait_ms = min(max_wait_ms, next_ready_ms - now_ms)
+        # Partitions come in batches when a broker fails (the controller
+        # moves its partitions 500 per metadata batch), and one added while
+        # a Fetch is in flight waits for its answer: on an idle session, a
+        # whole long poll (500 ms), and every batch's first commit with it.
+        # So while they come, the leader may hold a Fetch only briefly.
+        if now_ms < self._settling_until_ms:
+            max_wait_ms = min(max_wait_ms, SETTLING_WAIT_MS)
         self.in_flight = FetchPlan(self.source_broker_id, self.replica_id, broker_epoch, max_wait_ms,
                                    config.replica_fetch_min_bytes, config.replica_fetch_response_max_bytes,
                                    parts, self.session_id, self.session_epoch, forgotten, self.session)

@@ -14,7 +14,7 @@ from broker.replication import (
     PartitionFetchResult,
     TopicIdPartition,
 )
-from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS, SESSION_SWEEP_MS
+from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS, SESSION_SWEEP_MS, SETTLING_MS, SETTLING_WAIT_MS
 from replication_testing import CONFIG, EpochLog
 
 A = TopicIdPartition(uuid.UUID(int=1), 0)
@@ -158,20 +158,42 @@ def test_a_partition_retried_soon_is_not_held_behind_a_long_poll_of_the_others()
         manager.follow(key, "t", 1, 6)
     logs = {A: EpochLog.of(0), B: EpochLog.of(0), C: EpochLog.of(0)}
     fetcher = manager.fetcher(1)
-    plan = fetcher.build_fetch(logs, 103, 0)
+    t = SETTLING_MS  # past the short polls that follow new partitions (the next test)
+    fetcher.handle_response(fetcher.build_fetch(logs, 103, 0), {}, logs, 0)
+    plan = fetcher.build_fetch(logs, 103, t)
     assert plan.max_wait_ms == 500
     fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.unknown_leader_epoch),
                                    B: PartitionFetchResult(ErrorCode.none, 1, 0),
-                                   C: PartitionFetchResult(ErrorCode.none, 1, 0)}, logs, 100)
-    plan = fetcher.build_fetch(logs, 103, 110)
+                                   C: PartitionFetchResult(ErrorCode.none, 1, 0)}, logs, t + 100)
+    plan = fetcher.build_fetch(logs, 103, t + 110)
     assert [p.key for p in plan.partitions] == [B, C]
     assert plan.max_wait_ms == 100 + LEADER_CATCH_UP_RETRY_MS - 110
     fetcher.handle_response(plan, {B: PartitionFetchResult(ErrorCode.none, 1, 0),
-                                   C: PartitionFetchResult(ErrorCode.not_leader_or_follower)}, logs, 125)
+                                   C: PartitionFetchResult(ErrorCode.not_leader_or_follower)}, logs, t + 125)
     # A is ready again; C's full backoff does not cut the long poll short below it.
-    plan = fetcher.build_fetch(logs, 103, 125)
+    plan = fetcher.build_fetch(logs, 103, t + 125)
     assert [p.key for p in plan.partitions] == [A, B]
     assert plan.max_wait_ms == 500
+
+
+def test_while_partitions_are_being_added_the_leader_may_hold_a_fetch_only_briefly():
+    # A fenced broker's partitions come in metadata batches; one added while
+    # a Fetch is parked at the leader waits for its answer.
+    manager = FetcherManager(replica_id=3, config=dataclasses.replace(CONFIG, replica_fetch_wait_max_ms=500))
+    manager.follow(A, "t", 1, 6)
+    logs = {A: EpochLog.of(0), B: EpochLog.of(0)}
+    fetcher = manager.fetcher(1)
+    plan = fetcher.build_fetch(logs, 103, 0)
+    assert plan.max_wait_ms == SETTLING_WAIT_MS
+    fetcher.handle_response(plan, {A: PartitionFetchResult(ErrorCode.none, 0, 0)}, logs, 10, session_id=7)
+    manager.follow(B, "t", 1, 6)  # the next batch, 300 ms later
+    plan = fetcher.build_fetch(logs, 103, 300)
+    assert [p.key for p in plan.partitions] == [B] and plan.max_wait_ms == SETTLING_WAIT_MS
+    fetcher.handle_response(plan, {}, logs, 320)
+    # Settled: nothing new for SETTLING_MS since B came: long polls again.
+    assert fetcher.build_fetch(logs, 103, 300 + SETTLING_MS - 1).max_wait_ms == SETTLING_WAIT_MS
+    fetcher.handle_response(fetcher.in_flight, {}, logs, 300 + SETTLING_MS)
+    assert fetcher.build_fetch(logs, 103, 300 + SETTLING_MS).max_wait_ms == 500
 
 
 # --- fetch sessions (KIP-227) ------------------------------------------------
