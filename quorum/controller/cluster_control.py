@@ -190,7 +190,7 @@ class ClusterControlManager:
                 stale.append(reg)
         limit = self._config.fence_moves_per_batch
         if not stale:
-            return list(self._moves.take(image, self._config, limit)) if self._moves else []
+            return self._moves.take(image, self._config, limit) if self._moves else []
         stale.sort(key=lambda r: r.broker_id)
         records: list[Record] = [BrokerRegistrationChangeRecord(broker_id=r.broker_id, broker_epoch=r.epoch, fenced=True)
                                  for r in stale]

@@ -189,21 +189,23 @@ def _fenced_leader_of(c: Cluster, broker_id: int, topics: dict[str, int]) -> Non
         c.create_topic(name, assignments={i: [broker_id, *others] for i in range(n)})
 
 
-def _expire(c: Cluster, victim: int, now_ms: int) -> None:
-    c.now_ms = now_ms - 1000
-    for b in (1, 2, 3):
-        if b != victim:
-            c.heartbeat(b)
+def _fenced(batch: int, topics: dict[str, int]) -> Cluster:
+    """Brokers 1, 2, 3; broker 1 leads every partition of `topics` and is
+    fenced at 9001 ms, moving `batch` partitions per tick."""
+    c = Cluster(ControllerConfig(fence_moves_per_batch=batch))
+    c.start_brokers(1, 2, 3)
+    _fenced_leader_of(c, 1, topics)
+    c.now_ms = 8000
+    c.heartbeat(2)
+    c.heartbeat(3)
+    c.tick(9001)
+    return c
 
 
 def test_fencing_a_broker_that_leads_many_partitions_moves_them_a_batch_per_tick():
-    c = Cluster(ControllerConfig(fence_moves_per_batch=4))
-    c.start_brokers(1, 2, 3)
-    _fenced_leader_of(c, 1, {"a": 6, "b": 4})
-    _expire(c, 1, 9001)
-    first = c.tick(9001)
+    c = _fenced(4, {"a": 6, "b": 4})
     # The fence record first, with the first batch of moves, in (topic, partition) order.
-    assert isinstance(first[0], BrokerRegistrationChangeRecord) and first[0].fenced
+    assert isinstance(c.log[-5], BrokerRegistrationChangeRecord) and c.log[-5].fenced
     assert c.image.brokers[1].fenced
     assert [c.partition("a", i).leader for i in range(6)] == [2, 2, 2, 2, 1, 1]
     assert c.controller.next_deadline_ms(c.image) == 0  # more moves owed: tick again at once
@@ -216,11 +218,7 @@ def test_fencing_a_broker_that_leads_many_partitions_moves_them_a_batch_per_tick
 
 
 def test_moves_owed_to_a_fenced_broker_pass_over_a_topic_deleted_meanwhile():
-    c = Cluster(ControllerConfig(fence_moves_per_batch=2))
-    c.start_brokers(1, 2, 3)
-    _fenced_leader_of(c, 1, {"a": 2, "b": 2, "c": 2})
-    _expire(c, 1, 9001)
-    c.tick(9001)
+    c = _fenced(2, {"a": 2, "b": 2, "c": 2})
     assert c.partition("a", 1).leader == 2 and c.partition("b", 0).leader == 1
     c.send(dt_req.DeleteTopicsRequest(topics=(dt_req.DeleteTopicState(name="b", topic_id=None),), timeout=0))
     # b's partitions are gone: the next batch is c's (a record for b would not replay).
@@ -231,11 +229,7 @@ def test_moves_owed_to_a_fenced_broker_pass_over_a_topic_deleted_meanwhile():
 
 
 def test_a_fenced_broker_back_before_its_moves_are_done_is_not_moved_off():
-    c = Cluster(ControllerConfig(fence_moves_per_batch=2))
-    c.start_brokers(1, 2, 3)
-    _fenced_leader_of(c, 1, {"a": 4})
-    _expire(c, 1, 9001)
-    c.tick(9001)
+    c = _fenced(2, {"a": 4})
     c.heartbeat(1)  # caught up and unfenced again before the next tick
     assert not c.image.brokers[1].fenced
     assert c.tick(9002) == []
@@ -244,11 +238,7 @@ def test_a_fenced_broker_back_before_its_moves_are_done_is_not_moved_off():
 
 
 def test_a_new_active_controller_finishes_the_moves_the_last_one_owed():
-    c = Cluster(ControllerConfig(fence_moves_per_batch=3))
-    c.start_brokers(1, 2, 3)
-    _fenced_leader_of(c, 1, {"a": 7})
-    _expire(c, 1, 9001)
-    c.tick(9001)
+    c = _fenced(3, {"a": 7})
     assert [c.partition("a", i).leader for i in range(7)] == [2, 2, 2, 1, 1, 1, 1]
     c.failover()  # the soft state is lost; the image says broker 1 is fenced
     assert c.controller.next_deadline_ms(c.image) == 0
