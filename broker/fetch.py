@@ -48,7 +48,7 @@ from kio.schema.errors import ErrorCode
 from broker.codec import FetchPartitionResult, encode_fetch_response, records_size
 from broker.partition import NO_EPOCH
 from broker.replica_manager import HostedPartition, wait_for_change
-from raftka.wire import FileSlice
+from raftka.wire import FileSlice, duration_ms
 from storage.errors import OffsetOutOfRangeError
 
 READ_COMMITTED = 1
@@ -70,7 +70,7 @@ def handle_fetch(broker, ctx, request):
     topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
     if size >= body.min_bytes or errored:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
-    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    max_wait_ms = duration_ms(body.max_wait)
     if max_wait_ms <= 0:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
     deadline = trio.current_time() + max_wait_ms / 1000
@@ -85,7 +85,7 @@ def _session_fetch(broker, session, body, header, full: bool):
     answer: dict = {}
     candidates = list(session.partitions.values()) if full else list({**dict.fromkeys(named), **session.dirty})
     size, now = _read_session(broker, session, candidates, answer, body.max_bytes, header.api_version, full)
-    max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+    max_wait_ms = duration_ms(body.max_wait)
     if now or size >= body.min_bytes or max_wait_ms <= 0:
         return _session_response(header, session, answer)
     return _session_long_poll(broker, session, body, header, answer, size, trio.current_time() + max_wait_ms / 1000)

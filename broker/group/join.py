@@ -40,6 +40,7 @@ from broker.group.classic_group import ClassicGroup, GroupState, Member, Parked
 from broker.group.effects import Effects, RequestContext
 from broker.group.records import GroupMetadataValue, group_metadata_record
 from broker.group.responses import join_response, request_version, response_module
+from raftka.wire.codec import duration_ms
 
 if TYPE_CHECKING:
     from broker.group.shard import GroupCoordinatorShard
@@ -54,7 +55,7 @@ SKIP_ASSIGNMENT_VERSION = 9
 def timedelta_ms(value: Any, default: int) -> int:
     if value is None:
         return default
-    return int(value.total_seconds() * 1000)
+    return duration_ms(value)
 
 
 class _Join:

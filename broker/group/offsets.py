@@ -56,6 +56,7 @@ from broker.group.responses import (
     request_version,
     response_module,
 )
+from raftka.wire.codec import duration_ms
 
 if TYPE_CHECKING:
     from broker.group.shard import GroupCoordinatorShard
@@ -184,7 +185,7 @@ def handle_offset_commit(shard: GroupCoordinatorShard, ctx: RequestContext, requ
 def _retention_ms(value: Any) -> int:
     if value is None:
         return -1
-    ms = int(value.total_seconds() * 1000)
+    ms = duration_ms(value)
     return -1 if ms < 0 else ms
 
 

@@ -55,6 +55,7 @@ from quorum.raft.messages import (
     VoteResponse,
 )
 from raftka.errors import RaftkaError
+from raftka.wire.codec import duration_ms
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT = 52, 53, 54, 1, 59
@@ -160,7 +161,7 @@ def request_from_kio(body: Any) -> tuple[int, Message]:
             cluster_id=body.cluster_id, replica_id=replica_id, current_leader_epoch=p.current_leader_epoch,
             fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
             log_start_offset=p.log_start_offset, max_bytes=min(int(body.max_bytes), int(p.partition_max_bytes)),
-            max_wait_ms=max(0, int(body.max_wait.total_seconds() * 1000)))
+            max_wait_ms=max(0, duration_ms(body.max_wait)))
     if isinstance(body, vote_req.VoteRequest):
         p = _partition(body.topics, lambda t: t.topic_name, "Vote")
         return p.replica_id, VoteRequest(

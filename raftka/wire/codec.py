@@ -25,6 +25,7 @@ the cache for every version they declare.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import struct
@@ -50,6 +51,15 @@ _INT32 = struct.Struct(">i")
 _EMPTY_TAGGED_FIELDS = b"\x00"
 # What parsing a header out of garbage can raise.
 _HEADER_ERRORS = (ValueError, struct.error, UnicodeDecodeError, SerialError)
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def duration_ms(value: datetime.timedelta) -> int:
+    """A kio duration field (a timedelta) as the wire's whole milliseconds.
+    Exact: `int(value.total_seconds() * 1000)` turns 1001 ms into 1000."""
+    return value // _ONE_MS
 
 
 def api_name(api_key: int) -> str:
