@@ -107,8 +107,10 @@ class ApiCodec:
     request_header_version: int
     #: 0 or 1; ApiVersions is always 0.
     response_header_version: int
-    #: Whether read_response is kio's (which needs `check_lengths` first)
-    #: rather than a hand decoder that checks its own bounds.
+    #: Whether read_request / read_response are kio's (which need
+    #: `check_lengths` first) rather than hand decoders that check their
+    #: own bounds (`produce_request`, `fetch_response`).
+    kio_reads_request: bool = True
     kio_reads_response: bool = True
 
 
@@ -136,6 +138,7 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
         write_response=entity_writer(response_type),
         request_header_version=2 if request_type.__flexible__ else 1,
         response_header_version=response_type.__header_schema__.__version__,
+        kio_reads_request=hand_reader is None,
         kio_reads_response=hand_response_reader is None,
     )
 
@@ -207,7 +210,7 @@ def decode_request(frame: memoryview, supports: Callable[[int, int], bool]) -> D
             f"{api_name(api_key)} v{api_version} request: bad request header: {exc}"
         ) from None
     try:
-        if api_key != PRODUCE_KEY:  # decoded by hand, not by kio
+        if codec.kio_reads_request:
             check_lengths(codec.request_type, frame, pos)
         body, size = codec.read_request(frame, pos)
     except RemoteProtocolError as exc:  # the length check's own words
