@@ -89,6 +89,21 @@ def leaders_seen_by_clients(cluster, topic: str) -> dict[int, int]:
     return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
 
 
+def settled_leaders(cluster, topic: str, partitions: int) -> dict[int, int]:
+    """`leaders_seen_by_clients` once every partition has a leader: in
+    ZooKeeper mode CreateTopics returns when ZooKeeper has the topic, before
+    the controller's UpdateMetadata has reached every broker."""
+    seen: dict[int, int] = {}
+
+    def settled() -> bool:
+        seen.clear()
+        seen.update(leaders_seen_by_clients(cluster, topic))
+        return len(seen) == partitions and all(leader >= 0 for leader in seen.values())
+
+    wait_until(settled, 30, f"every partition of {topic} has a leader clients see")
+    return dict(seen)
+
+
 def zk_states(zk, topic: str, partitions: int):
     return store.read_partition_states(zk, [NamedPartition(topic, p) for p in range(partitions)])
 
@@ -283,7 +298,7 @@ def test_paused_controller_is_replaced_and_steps_down_when_it_resumes(cluster, z
 def test_killed_broker_loses_its_leaderships_within_the_session_timeout(cluster, zk):
     create_topic(cluster, "crash", 6, 3)
     holder = controller(zk)[0]
-    leaders = leaders_seen_by_clients(cluster, "crash")
+    leaders = settled_leaders(cluster, "crash", 6)
     victim = next(b for b in sorted(set(leaders.values())) if b != holder)
     led = sorted(p for p, leader in leaders.items() if leader == victim)
     before = zk_states(zk, "crash", 6)
@@ -311,7 +326,7 @@ def leaders_seen_by_clients_via(brokers, topic: str) -> dict[int, int]:
 def test_sigterm_moves_leaderships_before_the_broker_exits(cluster, zk):
     create_topic(cluster, "graceful", 6, 3)
     holder = controller(zk)[0]
-    leaders = leaders_seen_by_clients(cluster, "graceful")
+    leaders = settled_leaders(cluster, "graceful", 6)
     victim = next(b for b in sorted(set(leaders.values())) if b != holder)
     led = [NamedPartition("graceful", p) for p, leader in leaders.items() if leader == victim]
     node = cluster.node(victim)
