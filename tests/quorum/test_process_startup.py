@@ -74,5 +74,8 @@ def test_sigterm_stops_a_controller_cleanly_and_it_restarts_on_its_data(tmp_path
         assert time.monotonic() - started < 5
         quorum.start(1)
         quorum.wait_listening(1)
-        output = quorum.output_path(1).read_text()
-        assert output.count("READY node=1") == 2
+        # READY is printed just after the listener opens: give it a moment.
+        deadline = time.monotonic() + 10
+        while quorum.output_path(1).read_text().count("READY node=1") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert quorum.output_path(1).read_text().count("READY node=1") == 2
