@@ -336,6 +336,7 @@ class Runner:
         if not node.is_running():
             raise BenchError(f"{node.role} {node_id} is not running; cannot inject {fault}")
         self._faults[(id(cluster), node_id)] = fault
+        wall = time.time()
         t0 = time.monotonic()
         if fault == "kill":
             cluster.kill(node_id, signal.SIGKILL)
@@ -344,6 +345,9 @@ class Runner:
             os.kill(node.pid, signal.SIGSTOP)
         else:
             cluster.kill(node_id, signal.SIGTERM)
+        # On the node logs' clock, so a reader can line the logs up with the fault.
+        self.say(f"{fault}: {node.role} {node_id} at {time.strftime('%H:%M:%S', time.localtime(wall))}"
+                 f",{int(wall * 1000) % 1000:03d}")
         return t0
 
     def resume(self, cluster: Any, node_id: int) -> None:

@@ -5,7 +5,9 @@ Each must start its cluster, measure, write rows with every required field
 same rows with --json, record its environment, and stop what it started.
 """
 
+import datetime
 import json
+import re
 
 import pytest
 
@@ -47,9 +49,14 @@ def test_suite_repeats_latency_runs_with_percentiles_samples_and_environment(tmp
 
 def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
     results = str(tmp_path / "results")
+    started = datetime.datetime.now()
     out = run_bench("failover", "--brokers", "2", "--replication-factor", "2", "--partitions", "2",
                     *FAST_SESSION, "--results", results, "--json", timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]
+    # The fault's wall-clock time, as the node logs write theirs, to line them up with it.
+    (at,) = re.findall(r"^kill: broker \d at (\d\d:\d\d:\d\d,\d{3})$", out.stderr, re.MULTILINE)
+    at = datetime.datetime.combine(started.date(), datetime.datetime.strptime(at, "%H:%M:%S,%f").time())
+    assert started <= at <= datetime.datetime.now(), (started, at)
     metrics = by_metric(json_rows(out.stdout))
     assert metrics["partitions_without_leader"]["value"] == 0
     for clock in ("metadata", "produce", "client"):
