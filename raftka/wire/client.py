@@ -286,11 +286,22 @@ async def _open_stream(host: str, port: int, connect_timeout_ms: int) -> trio.So
     try:
         with trio.fail_after(connect_timeout_ms / 1000):
             return await trio.open_tcp_stream(host, port)
-    except (OSError, trio.TooSlowError) as exc:
+    except trio.TooSlowError:
         raise ConnectionFailedError(
-            f"cannot connect to {host}:{port} within {connect_timeout_ms} ms: "
-            f"{exc or type(exc).__name__}"
+            f"cannot connect to {host}:{port}: no answer within {connect_timeout_ms} ms; "
+            "is the node up and the address right?"
         ) from None
+    except OSError as exc:  # refused, unreachable: at once, not after the timeout
+        raise ConnectionFailedError(
+            f"cannot connect to {host}:{port}: {_why(exc)}; is the node up and the address right?"
+        ) from None
+
+
+def _why(exc: OSError) -> str:
+    """The reasons each attempt failed (trio's "all attempts ... failed" keeps them as its cause)."""
+    attempts = exc.__cause__.exceptions if isinstance(exc.__cause__, BaseExceptionGroup) else ()
+    reasons = sorted({(getattr(e, "strerror", None) or str(e)) for e in attempts})
+    return "; ".join(reasons) if reasons else str(exc)
 
 
 async def connect(
