@@ -286,6 +286,12 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
     topics = sorted({t for t, _ in moved})
     wanted = set(moved)
     leader_of: dict[Key, int] = {}
+    #: Per broker, the partitions it leads by the metadata and has taken no
+    #: write yet, in the order their leader became known: what its
+    #: producer picks from. (Scanning all 10,000 moved partitions every
+    #: 10 ms, per broker, while nothing had moved, was 0.45 -> 0.26 cores
+    #: of probe CPU in the second before the fence.)
+    unwritten: dict[int, dict[Key, None]] = {b.node_id: {} for b in survivors}
     moved_of: dict[str, list[Key]] = {}
     for k in moved:
         moved_of.setdefault(k[0], []).append(k)
@@ -309,6 +315,11 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             for k, leader in leaders.items():
                 if k in wanted and leader >= 0 and leader != victim:
                     seen.setdefault(k, now - t0)
+                    old = leader_of.get(k)
+                    if old != leader and k not in clocks["produce"]:
+                        if old is not None:
+                            unwritten.get(old, {}).pop(k, None)
+                        unwritten.setdefault(leader, {})[k] = None
                     leader_of[k] = leader
             unresolved = {t for t in unresolved if any(k not in seen for k in moved_of[t])}
             await trio.sleep(max(POLL_S, METADATA_PACE_S_PER_PARTITION * sum(len(moved_of[t]) for t in asked)))
@@ -325,6 +336,8 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             for k in chunk:
                 if codes.get(k) == 0:
                     clocks["produce"].setdefault(k, now - t0)
+                    for waiting in unwritten.values():
+                        waiting.pop(k, None)
                 else:
                     retry_at[k] = now + PRODUCE_RETRY_S
         finally:
@@ -339,14 +352,14 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
         in_flight: set[Key] = set()
         retry_at: dict[Key, float] = {}
         slots = trio.Semaphore(PRODUCE_IN_FLIGHT)
+        mine = unwritten[broker.node_id]
         async with trio.open_nursery() as requests:
             while len(done) < len(moved):
                 await slots.acquire()
                 now = time.monotonic()
                 chunk = []
-                for k in moved:
-                    if k not in done and k not in in_flight and leader_of.get(k) == broker.node_id \
-                            and retry_at.get(k, 0.0) <= now:
+                for k in mine:
+                    if k not in in_flight and retry_at.get(k, 0.0) <= now:
                         chunk.append(k)
                         if len(chunk) == PRODUCE_CHUNK:
                             break
