@@ -200,6 +200,11 @@ class ClusterControlManager:
         self._fencing.update(ids)
         return records
 
+    @property
+    def moves_owed(self) -> int:
+        """Partitions of fenced brokers that later ticks still have to look at (`LeaderMoves`)."""
+        return len(self._moves)
+
     def next_deadline_ms(self, image: MetadataImage) -> int | None:
         """When `tick` may next fence someone or move partitions (None: no unfenced broker to watch)."""
         if self._moves:

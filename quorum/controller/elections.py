@@ -171,6 +171,10 @@ class LeaderMoves:
     def __bool__(self) -> bool:
         return bool(self._queue)
 
+    def __len__(self) -> int:
+        """Partitions still to look at (each moves, or turns out not to need it)."""
+        return len(self._queue)
+
     def add(self, image: MetadataImage, broker_ids: Collection[int]) -> None:
         if broker_ids:
             self._brokers.update(broker_ids)

@@ -44,7 +44,7 @@ from kio.schema.errors import ErrorCode
 
 from quorum.controller import SUPPORTED_REQUESTS, ControllerConfig, ControllerResult, QuorumController
 from quorum.metadata.image import LoggedRecord, MetadataImage
-from quorum.metadata.records import Record, encode_record
+from quorum.metadata.records import BrokerRegistrationChangeRecord, Record, encode_record
 from quorum.node.controller_errors import error_response
 from quorum.node.driver import RaftNode
 from quorum.node.events import Staged
@@ -188,8 +188,17 @@ class ControllerService:
         if controller is None or working is None or epoch != self._epoch:
             raise _NotActive(f"not the active controller in epoch {epoch}")
         records = controller.tick(working, int(trio.current_time() * 1000))
+        owed = controller.cluster.moves_owed
+        for record in records:
+            if isinstance(record, BrokerRegistrationChangeRecord) and record.fenced is True:
+                # Kafka: "Fencing broker N because its session has timed out."
+                _log.info("fencing broker %d (epoch %d): no heartbeat for over broker.session.timeout.ms=%d ms; "
+                          "its partitions leave it in batches of %d (%d still to look at after this one)",
+                          record.broker_id, record.broker_epoch, self.config.broker_session_timeout_ms,
+                          self.config.fence_moves_per_batch, owed)
         if records:
-            _log.info("controller tick (session expiry or leader rebalance): %d records", len(records))
+            _log.info("controller tick (session expiry or leader rebalance): %d records%s", len(records),
+                      f", {owed} partitions of fenced brokers still to look at" if owed else "")
         return self._stage(records, base_offset, epoch)
 
     # --- hooks for the ZooKeeper migration (quorum/migration) ----------------------------

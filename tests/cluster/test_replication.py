@@ -50,6 +50,13 @@ def test_leader_killed_and_restarted_loses_no_acknowledged_record(tmp_path) -> N
         # A new leader takes over from the ISR and acks=all goes on with two replicas.
         wait_for("a new leader of partition 0",
                  lambda: partition_state(bootstrap, "orders")[0][0] not in (victim, -1))
+        # The active controller says whom it fenced and why.
+        fenced = f"fencing broker {victim} (epoch "
+        wait_for("the fence in the active controller's log",
+                 lambda: any(fenced in cluster.node(c).output_since_start() for c in (1, 2, 3)), 10)
+        (line,) = [line for c in (1, 2, 3) for line in cluster.node(c).output_since_start().splitlines()
+                   if fenced in line]
+        assert "no heartbeat for over broker.session.timeout.ms=3000 ms" in line, line
         wait_for("records acknowledged by the new leaders", lambda: producer.acked_count() > acked_at_kill + 200)
         cluster.start(victim)
         cluster.wait_ready(120)

@@ -209,12 +209,15 @@ def test_fencing_a_broker_that_leads_many_partitions_moves_them_a_batch_per_tick
     assert c.image.brokers[1].fenced
     assert [c.partition("a", i).leader for i in range(6)] == [2, 2, 2, 2, 1, 1]
     assert c.controller.next_deadline_ms(c.image) == 0  # more moves owed: tick again at once
+    assert c.controller.cluster.moves_owed == 6  # what the controller's log line counts
     assert len(c.tick(9002)) == 4
     assert [c.partition("a", i).leader for i in range(6)] == [2] * 6
     assert [c.partition("b", i).leader for i in range(4)] == [2, 2, 1, 1]
+    assert c.controller.cluster.moves_owed == 2
     assert len(c.tick(9003)) == 2
     assert all(1 not in c.partition(t, i).isr for t, n in (("a", 6), ("b", 4)) for i in range(n))
     assert c.tick(9004) == [] and c.controller.next_deadline_ms(c.image) != 0
+    assert c.controller.cluster.moves_owed == 0
 
 
 def test_moves_owed_to_a_fenced_broker_pass_over_a_topic_deleted_meanwhile():
