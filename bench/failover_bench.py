@@ -29,10 +29,10 @@ run per former partition:
 
 - **metadata**: until a surviving broker's Metadata answer names a new,
   live leader (one Metadata request for the topics that still have a
-  partition with no new leader known, every 10 ms, or 20 µs per
+  partition with no new leader known, every 10 ms, or 10 µs per
   partition asked for when that is longer, to the surviving brokers in
   turn. A probe must not load the machine it times: decoding an answer
-  for 10,000 partitions costs the probe about 40 ms of CPU, so at most
+  for 10,000 partitions costs the probe about 20 ms of CPU, so at most
   a fifth of a core while nothing has moved. The controller moves a
   fenced broker's partitions 500 at a time, topic by topic
   (`quorum.controller.elections.LeaderMoves`), so the requests shrink,
@@ -88,7 +88,7 @@ POLL_S = 0.01
 PRODUCE_CHUNK = 500
 PRODUCE_IN_FLIGHT = 2
 #: Probe pacing per partition probed (see the module docstring).
-METADATA_PACE_S_PER_PARTITION = 20e-6
+METADATA_PACE_S_PER_PARTITION = 10e-6
 #: A partition whose probe write failed is tried again after this.
 PRODUCE_RETRY_S = 0.05
 #: Partitions of one led topic at most: see the module docstring.
