@@ -97,7 +97,7 @@ def _sized(flexible: bool, width: int) -> Step:
 
 def _array(flexible: bool, element: Layout, name: str, nullable: bool) -> Step:
     """An array of `element`s; of fixed-size ones, skipped in one step."""
-    def null(n):
+    def check_null(n):
         if n < 0 and not nullable:
             raise RemoteProtocolError(f"{name} is a null array, which this version does not allow; "
                                       "send an empty array")
@@ -108,7 +108,7 @@ def _array(flexible: bool, element: Layout, name: str, nullable: bool) -> Step:
         def fixed_step(buf, pos, end):
             n, pos = _count(buf, pos, end, flexible, 4)
             if n < 0:
-                null(n)
+                check_null(n)
                 return pos
             pos += n * size
             if pos > end:
@@ -118,7 +118,7 @@ def _array(flexible: bool, element: Layout, name: str, nullable: bool) -> Step:
 
     def step(buf, pos, end):
         n, pos = _count(buf, pos, end, flexible, 4)
-        null(n)
+        check_null(n)
         for _ in range(n):
             pos = element(buf, pos, end)
         return pos
