@@ -12,7 +12,7 @@ partition's replica ids, is skipped in one step checked against its
 entries' whole size), and so is a null array (count -1) where the schema
 allows none, which kio would hand on as None. The walk builds no objects; a plan per entity class is
 made once (`functools.cache`), with each run of fixed-size fields one
-skip: on a 10,000-partition Metadata answer the walk takes about 9 ms,
+skip: on a 10,000-partition Metadata answer the walk takes about 10 ms,
 against kio's own 10 ms decode (35 ms with a step per field).
 
 Layout rules (Kafka's protocol guide, KIP-482 for flexible versions): in a
@@ -67,12 +67,8 @@ def _signed(buf: memoryview, pos: int, end: int, size: int) -> tuple[int, int]:
 def _count(buf: memoryview, pos: int, end: int, flexible: bool, size: int) -> tuple[int, int]:
     """A length or count (-1: null), checked against what is left."""
     if flexible:
-        n = buf[pos]  # a compact length, nearly always one byte
-        if n < 0x80:
-            n, pos = n - 1, pos + 1
-        else:
-            n, size = read_unsigned_varint(buf, pos)
-            n, pos = n - 1, pos + size
+        n, pos = _compact_length(buf, pos)
+        n -= 1
     else:
         n, pos = _signed(buf, pos, end, size)
     if n > end - pos:
@@ -222,10 +218,8 @@ def _layout(cls: type) -> Layout:
     def step(buf, pos, end):
         for s in walk:
             pos = s(buf, pos, end)
-        if flexible:
-            if pos < end and not buf[pos]:  # nearly always: no tagged fields
-                return pos + 1
-            return skip_tagged_fields(buf, pos)
+        if flexible:  # nearly always an empty tagged-field section, read inline
+            return pos + 1 if buf[pos] == 0 else skip_tagged_fields(buf, pos)
         return pos
     return step
 
