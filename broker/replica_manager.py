@@ -153,6 +153,8 @@ class ReplicaManager:
         self.on_follow: Callable[[str, int, object, int, int], None] = lambda *_: None
         #: When each delta's leadership changes took effect (one INFO line per delta).
         self.timeline = LeadershipTimeline()
+        #: `eligible_brokers` of the newest delta: what every leader here holds.
+        self._eligible: dict[int, int] | None = None
 
     # --- the core's decisions --------------------------------------------
 
@@ -240,10 +242,16 @@ class ReplicaManager:
                       ", ".join(f"became {role} of {n} partition(s)" for role, n in sorted(became.items())),
                       applied_ms - now_ms)
         log_timeline(timeline.end_delta(applied_ms))
-        # Brokers fenced, unfenced or shutting down change who may join an ISR (KIP-841).
-        for key, hp in self.partitions.items():
-            if key not in touched and hp.state.leader is not None:
-                hp.state.update_eligibility(eligible)
+        # Brokers fenced, unfenced or shutting down change who may join an
+        # ISR (KIP-841). Only then: the leaders this delta did not touch
+        # already hold the same, and walking every hosted partition after
+        # each of a fence's 500-partition deltas cost a broker hosting
+        # 10,000 of them about 6 us per partition moved.
+        if eligible != self._eligible:
+            for key, hp in self.partitions.items():
+                if key not in touched and hp.state.leader is not None:
+                    hp.state.update_eligibility(eligible)
+            self._eligible = eligible
 
     def _stop_replica(self, stopped) -> None:
         hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)

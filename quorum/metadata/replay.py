@@ -150,6 +150,8 @@ class _ImageBuilder:
 
     def _index_partition(self, tp: TopicPartition, old: PartitionRegistration | None,
                          new: PartitionRegistration | None) -> None:
+        if old is not None and new is not None and old.replicas == new.replicas:
+            return  # a leader or ISR change (a fence moves thousands): nothing indexed moved
         old_pos = {b: i for i, b in enumerate(old.replicas)} if old else {}
         new_pos = {b: i for i, b in enumerate(new.replicas)} if new else {}
         for b in old_pos.keys() - new_pos.keys():

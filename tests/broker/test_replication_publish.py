@@ -80,3 +80,40 @@ async def test_a_big_delta_lets_other_tasks_run_and_ends_like_a_publish_at_once(
     result, _hp, _end = sliced.replicas.append_to_leader(
         sliced.image, "many", 0, build_batch([(None, b"v", (), 0)]), acks=1, now_ms=0)
     assert result.error_code == ErrorCode.none
+
+
+async def test_a_delta_that_only_fences_or_unfences_a_broker_reaches_the_leaders_it_does_not_touch(tmp_path, nursery):
+    """KIP-841: a fenced broker may not join an ISR, an unfenced one may.
+    Fencing or unfencing changes only the brokers' registrations, not the
+    partition: the broker must still hand the new set of eligible brokers to
+    the leaders the delta did not name (it skips that walk over every hosted
+    partition only when the set did not change)."""
+    from types import SimpleNamespace
+
+    from quorum.metadata.records import BrokerRegistrationChangeRecord, PartitionChangeRecord
+
+    controller = LocalController(cluster_id=CLUSTER_ID)
+    broker = await _broker(nursery, tmp_path / "b1", controller, 1)
+    epoch_2 = await controller.register_broker(2, "127.0.0.1", 1)  # only its registration is used
+    await _create_topic(controller, "t", [[1, 2]])
+    topic_id = controller.image.topic("t").topic_id
+    controller.append([PartitionChangeRecord(topic_id, 0, isr=(1,))])  # broker 2 fell out of the ISR
+    await broker.publish_metadata(controller.image)
+    hp = broker.replicas.partitions[("t", 0)]
+    assert hp.state.role is Role.LEADER and tuple(hp.state.isr) == (1,)
+
+    def caught_up_fetch_by_2():
+        """Broker 2 fetches at the leader's log end: the ISR change the leader proposes, if any."""
+        fp = SimpleNamespace(fetch_offset=hp.log.log_end_offset, last_fetched_epoch=hp.log.latest_epoch,
+                             current_leader_epoch=hp.state.leader_epoch)
+        return broker.replicas.serve_replica_fetch(hp, 2, fp, broker.clock_ms()).update.alter_partition
+
+    for fenced in (True, False):
+        controller.append([BrokerRegistrationChangeRecord(2, epoch_2, fenced=fenced)])
+        await broker.publish_metadata(controller.image)
+        assert controller.image.partition(topic_id, 0).isr == (1,)  # the delta did not touch the partition
+        proposal = caught_up_fetch_by_2()
+        if fenced:
+            assert proposal is None
+        else:
+            assert proposal is not None and [m.broker_id for m in proposal.new_isr] == [1, 2]
