@@ -50,9 +50,11 @@ def test_suite_repeats_latency_runs_with_percentiles_samples_and_environment(tmp
 def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
     results = str(tmp_path / "results")
     started = datetime.datetime.now()
+    clusters = tmp_path / "not" / "made" / "yet"
     out = run_bench("failover", "--brokers", "2", "--replication-factor", "2", "--partitions", "2",
-                    *FAST_SESSION, "--results", results, "--json", timeout=150)
+                    *FAST_SESSION, "--results", results, "--json", "--dir", str(clusters), timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert clusters.is_dir()  # --dir is made if missing, like mkdir -p
     # The fault's wall-clock time, as the node logs write theirs, to line them up with it.
     (at,) = re.findall(r"^kill: broker \d at (\d\d:\d\d:\d\d,\d{3})$", out.stderr, re.MULTILINE)
     at = datetime.datetime.combine(started.date(), datetime.datetime.strptime(at, "%H:%M:%S,%f").time())
@@ -113,3 +115,14 @@ def test_the_quick_suite_runs_each_entry_round_robin():
     assert len(runs) == 3 * len(QUICK) and runs[: len(QUICK)] == runs[len(QUICK): 2 * len(QUICK)]
     assert [name for name, _ in plan(quick=True, repeats=2, only={"latency", "failover"})] == [
         "latency", "failover", "latency", "failover"]
+
+
+def test_a_dir_that_cannot_be_made_is_refused_with_what_to_do(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    out = run_bench("failover", "--partitions", "2", "--dir", str(blocker / "clusters"), "--results",
+                    str(tmp_path / "results"), timeout=60)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"--dir {blocker / 'clusters'}: cannot make the cluster's directory there" in out.stderr
+    assert "pass a writable directory" in out.stderr
