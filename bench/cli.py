@@ -8,6 +8,7 @@ stdout). A `RaftkaError` out of a scenario is printed as one line
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -53,9 +54,25 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
         from raftka.errors import RaftkaError
 
         try:
+            if getattr(args, "results", None):
+                _check_results_dir(args.results)
             return func(args)
         except RaftkaError as exc:
             print(f"raftka bench {name}: {exc}", file=sys.stderr)
             return 2
 
     return run
+
+
+def _check_results_dir(path: str) -> None:
+    """Make `--results` (like `mkdir -p`) before the run, so that one that
+    cannot take the rows fails now, not after minutes of measuring."""
+    from raftka.errors import RaftkaError
+
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise RaftkaError(f"--results {path}: cannot make the directory ({exc.strerror or exc}); "
+                          "pass a writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RaftkaError(f"--results {path}: the directory is not writable; pass a writable directory")

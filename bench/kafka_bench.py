@@ -36,19 +36,28 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record-size", type=int, default=100, metavar="BYTES", help="value bytes (default 100)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker config key for every node, e.g. --set log.segment.bytes=1073741824")
-    p.add_argument("--dir", default=None, help="where the cluster's temp dir goes (default: system temp)")
+    p.add_argument("--dir", default=None,
+                   help="where the cluster's temp dir goes (made if missing; default: system temp)")
     p.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
                    help="metadata mode of the cluster (default kraft; zk is not available yet)")
     add_common_options(p)
 
 
 def resolve_brokers(args: argparse.Namespace) -> int:
-    """--brokers, or as many brokers as the replication factor needs (at least one)."""
+    """--brokers, or as many brokers as the replication factor needs (at
+    least one); the cluster options checked before anything runs."""
+    from raftka.cluster_cli import parse_overrides
+    from raftka.errors import RaftkaError
+
+    if args.partitions < 1 or args.replication_factor < 1 or args.controllers < 1:
+        raise RaftkaError(f"--partitions ({args.partitions}), --replication-factor ({args.replication_factor}) "
+                          f"and --controllers ({args.controllers}) must be at least 1")
     if args.brokers is None:
         args.brokers = max(1, args.replication_factor)
     if args.brokers < args.replication_factor:
-        raise SystemExit(f"--replication-factor {args.replication_factor} needs at least that many --brokers "
-                         f"(got {args.brokers})")
+        raise RaftkaError(f"--replication-factor {args.replication_factor} needs at least that many --brokers "
+                          f"(got {args.brokers})")
+    parse_overrides(args.set)  # a malformed --set fails now, not after the client-ceiling run
     return args.brokers
 
 
