@@ -50,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replication_factor is None:
         args.replication_factor = min(3, args.brokers)
     console = Console()
+    problem = _bad_options(args)
+    if problem is not None:
+        Console(stderr=True).print(f"raftka demo: {problem}", highlight=False)
+        return 2
     console.rule("[bold]raftka demo")
     with tempfile.TemporaryDirectory(prefix="raftka-demo-") as tmp:
         cluster = LocalCluster(tmp, controllers=args.controllers, brokers=args.brokers, die_with_parent=True)
@@ -84,6 +88,17 @@ def run(args: argparse.Namespace) -> int:
     if args.results and ok:
         write_results(console, args, produced, consumed)
     return 0 if ok and clean else 1
+
+
+def _bad_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line, checked before a cluster starts; None if nothing."""
+    for name in ("records", "record_size", "partitions", "controllers", "brokers"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})"
+    if not 1 <= args.replication_factor <= args.brokers:
+        return (f"--replication-factor {args.replication_factor} must be between 1 and --brokers "
+                f"({args.brokers})")
+    return None
 
 
 def write_results(console, args: argparse.Namespace, produced: tuple[int, float],

@@ -57,3 +57,14 @@ def test_demo_runs_a_cluster_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "20,000 records of 100 B" in result.stdout
     assert "cluster stopped cleanly" in result.stdout
+
+
+def test_demo_refuses_a_bad_count_before_starting_a_cluster(tmp_path):
+    for args, says in ((("--records", "0"), "--records must be at least 1 (got 0)"),
+                       (("--brokers", "2", "--replication-factor", "3"),
+                        "--replication-factor 3 must be between 1 and --brokers (2)")):
+        result = run_cli("demo", *args, timeout=60)
+        assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+        assert f"raftka demo: {says}" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert result.stdout.strip() == ""  # no cluster was started, nothing was measured
