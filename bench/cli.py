@@ -54,8 +54,9 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
         from raftka.errors import RaftkaError
 
         try:
-            if getattr(args, "results", None):
-                _check_results_dir(args.results)
+            for option in ("results", "dir"):
+                if getattr(args, option, None):
+                    ensure_dir(f"--{option}", getattr(args, option))
             return func(args)
         except RaftkaError as exc:
             print(f"raftka bench {name}: {exc}", file=sys.stderr)
@@ -64,15 +65,16 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
     return run
 
 
-def _check_results_dir(path: str) -> None:
-    """Make `--results` (like `mkdir -p`) before the run, so that one that
-    cannot take the rows fails now, not after minutes of measuring."""
+def ensure_dir(option: str, path: str) -> None:
+    """Make `path` (like `mkdir -p`) before the run, so that a `--results`
+    or `--dir` that cannot be written fails now, not after minutes of
+    measuring or with a traceback."""
     from raftka.errors import RaftkaError
 
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise RaftkaError(f"--results {path}: cannot make the directory ({exc.strerror or exc}); "
+        raise RaftkaError(f"{option} {path}: cannot make the directory ({exc.strerror or exc}); "
                           "pass a writable directory") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise RaftkaError(f"--results {path}: the directory is not writable; pass a writable directory")
+        raise RaftkaError(f"{option} {path}: the directory is not writable; pass a writable directory")

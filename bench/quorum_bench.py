@@ -63,7 +63,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot-bytes", type=int, default=None,
                    help="metadata.log.max.record.bytes.between.snapshots for the controllers (default Kafka's 20 MiB)")
     p.add_argument("--only", default="writes,failover,catchup", help="comma-separated subset of the three")
-    p.add_argument("--dir", default=None, help="where the controllers' data dirs go (default: system temp)")
+    p.add_argument("--dir", default=None, help="where the controllers' data dirs go (made if missing; default: system temp)")
     add_common_options(p)
     p.set_defaults(func=run)
 
@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = phases - {"writes", "failover", "catchup"}
     if unknown:
         raise SystemExit(f"raftka bench quorum: unknown --only parts {sorted(unknown)}")
+    if (args.duration <= 0 or args.writers < 1 or args.batch_writers < 1 or args.failover_runs < 1
+            or args.catchup_records < 0 or (args.snapshot_bytes is not None and args.snapshot_bytes < 1)):
+        raise SystemExit("raftka bench quorum: --duration, --writers, --batch-writers, --failover-runs and "
+                         "--snapshot-bytes must be positive, --catchup-records at least 0")
     with tempfile.TemporaryDirectory(prefix="raftka-bench-quorum-", dir=args.dir) as tmp:
         rows, samples = trio.run(_bench, args, phases, tmp, console)
     _report(args, rows, samples, console)

@@ -77,18 +77,6 @@ class BenchError(RaftkaError):
     """A scenario cannot run as asked or its cluster misbehaved; the message says what to change."""
 
 
-def _make_cluster_dir(scenario: str, parent: str | None) -> str:
-    """A new temp dir for the bench's clusters, in `parent` (`--dir`, made
-    if missing, like `mkdir -p`) or the system's temp dir."""
-    try:
-        if parent is not None:
-            os.makedirs(parent, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f"raftka-bench-{scenario}-", dir=parent)
-    except OSError as exc:
-        raise BenchError(f"--dir {parent}: cannot make the cluster's directory there ({exc.strerror or exc}); "
-                         "pass a writable directory, or leave --dir out for the system's temp dir") from None
-
-
 class ModeNotAvailableError(BenchError):
     """The metadata mode asked for is not available in this build."""
 
@@ -320,7 +308,8 @@ class Runner:
 
         kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
         if self._tmp is None:
-            self._tmp = _make_cluster_dir(self.scenario, getattr(self.args, "dir", None))
+            # `raftka bench` made --dir, if given, before the run (bench.cli.ensure_dir).
+            self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))
         base = Path(self._tmp) / f"cluster-{len(self._clusters)}"
         cluster = LocalCluster(base, controllers=controllers, brokers=brokers, overrides=overrides,
                                broker_overrides=broker_overrides, die_with_parent=True, **kwargs)

@@ -56,7 +56,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
         help="append and read back N MiB of 16 KiB batches; compare with plain file writes",
     )
     p.add_argument("--size-mb", type=int, default=256, help="MiB to append (default 256)")
-    p.add_argument("--dir", default=None, help="where to put the temp files (default: system temp)")
+    p.add_argument("--dir", default=None, help="where to put the temp files (made if missing; default: system temp)")
     p.add_argument(
         "--cold",
         action="store_true",
