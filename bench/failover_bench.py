@@ -137,8 +137,9 @@ def led_assignment(victim: int, others: list[int], partitions: int, replication_
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.partitions < 1:
-        raise SystemExit("raftka bench failover: --partitions must be at least 1")
+    if args.partitions < 1 or args.timeout <= 0 or args.session_timeout_ms < 1 or args.client_partitions < 0:
+        raise SystemExit("raftka bench failover: --partitions, --timeout and --session-timeout-ms must be "
+                         "positive, --client-partitions at least 0")
     if args.replication_factor < 2 or args.brokers < args.replication_factor or args.rounds < 1:
         raise SystemExit("raftka bench failover: leader failover needs --replication-factor >= 2 and at least "
                          "that many --brokers, and --rounds >= 1")
