@@ -23,11 +23,13 @@ and the other keys apply to the brokers as in Kafka.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import tempfile
 import time
 
+from raftka.config import MAX_PORT
 from raftka.errors import RaftkaError
 
 DEFAULT_BASE_PORT = 9092
@@ -82,6 +84,20 @@ def up_main(args: argparse.Namespace) -> int:
         what = "a ZooKeeper ensemble has 1, 3 or 5 servers" if args.mode == "zk" else "a quorum has 1, 3 or 5 voters"
         console.print(f"raftka cluster up: --controllers {args.controllers}: {what}", style="red")
         return 2
+    # Brokers on P, P+1, ...; controllers (or ZooKeeper) on P+100, P+101, ...
+    highest = args.base_port + max(args.brokers - 1, 100 + args.controllers - 1)
+    if args.base_port < 0 or (args.base_port > 0 and highest > MAX_PORT):
+        why = "is not a port" if args.base_port < 0 else f"would have the nodes listen on ports up to {highest}"
+        console.print(f"raftka cluster up: --base-port {args.base_port} {why}; pass a port from 1 to "
+                      f"{MAX_PORT - highest + args.base_port}, or 0 for free ports", style="red")
+        return 2
+    if args.data_dir:
+        try:
+            os.makedirs(args.data_dir, exist_ok=True)
+        except OSError as exc:
+            console.print(f"raftka cluster up: --data-dir {args.data_dir}: cannot make the directory "
+                          f"({exc.strerror or exc}); pass a writable directory", style="red")
+            return 2
     if args.mode == "zk":
         from quorum.zookeeper.ensemble import zookeeper_missing_reason
 

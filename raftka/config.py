@@ -19,6 +19,7 @@ from raftka.errors import ConfigError
 _VOTER = re.compile(r"^(\d+)@([^:]+):(\d+)$")
 _ZK_CONNECT = re.compile(r"^[^,:/\s]+:\d+(,[^,:/\s]+:\d+)*(/[^\s]*)?$")
 _LISTENER = re.compile(r"^(?:([A-Za-z_]+)://)?([^:]*):(\d+)$")
+MAX_PORT = 65535
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -49,7 +50,7 @@ def parse_voters(value: str) -> dict[int, tuple[str, int]]:
                 f"controller.quorum.voters: {item!r} is not of the form id@host:port "
                 f"(e.g. 1@127.0.0.1:9093)"
             )
-        voters[int(m.group(1))] = (m.group(2), int(m.group(3)))
+        voters[int(m.group(1))] = (m.group(2), _port(int(m.group(3)), "controller.quorum.voters", item, lowest=1))
     if not voters:
         raise ConfigError("controller.quorum.voters is empty: list the voters as id@host:port,...")
     return voters
@@ -61,7 +62,15 @@ def parse_listener(value: str, key: str = "listeners") -> tuple[str, str, int]:
     m = _LISTENER.match(first)
     if not m:
         raise ConfigError(f"{key}: {first!r} is not of the form NAME://host:port (e.g. PLAINTEXT://127.0.0.1:9092)")
-    return (m.group(1) or "PLAINTEXT", m.group(2) or "127.0.0.1", int(m.group(3)))
+    return (m.group(1) or "PLAINTEXT", m.group(2) or "127.0.0.1", _port(int(m.group(3)), key, first, lowest=0))
+
+
+def _port(port: int, key: str, where: str, lowest: int) -> int:
+    """`port` if it is a TCP port (the OS would silently take 70000 as 4464)."""
+    if not lowest <= port <= MAX_PORT:
+        free = " (0 picks a free port)" if lowest == 0 else ""
+        raise ConfigError(f"{key}: port {port} in {where!r} is out of range: use {lowest}-{MAX_PORT}{free}")
+    return port
 
 
 def _int(props: dict[str, str], key: str, default: int, minimum: int | None = None) -> int:

@@ -19,7 +19,8 @@ from pathlib import Path
 import trio
 
 from raftka.cli_errors import run_reporting
-from raftka.config import NodeConfig
+from raftka.config import MAX_PORT, NodeConfig
+from raftka.errors import RaftkaError
 from raftka.gc_policy import tune_for_server
 from raftka.logs import setup_logging
 from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
@@ -50,6 +51,13 @@ def dev_properties(args: argparse.Namespace) -> dict[str, str]:
     from raftka.cluster import free_ports
     from raftka.cluster_cli import parse_overrides
 
+    if not 0 <= args.port <= MAX_PORT:
+        raise RaftkaError(f"--port {args.port} is out of range: use 0-{MAX_PORT} (0 picks a free port)")
+    if args.controller_port is not None and not 1 <= args.controller_port <= MAX_PORT:
+        raise RaftkaError(f"--controller-port {args.controller_port} is out of range: use 1-{MAX_PORT}, "
+                          "or leave it out (--port + 1)")
+    if args.controller_port is None and args.port == MAX_PORT:
+        raise RaftkaError(f"--port {MAX_PORT} leaves no port for the controller (--port + 1): pass --controller-port")
     controller_port = args.controller_port
     if controller_port is None:
         controller_port = free_ports(1, args.host)[0] if args.port == 0 else args.port + 1

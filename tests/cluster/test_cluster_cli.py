@@ -100,10 +100,13 @@ def broker_config(tmp_path, **keys) -> str:
 
 
 @pytest.mark.parametrize("case", ["bad value", "meta.properties of another node", "unformatted dir",
-                                  "heartbeat not below session"])
+                                  "heartbeat not below session", "listener port", "voter port"])
 def test_broker_start_up_errors_name_what_to_fix(tmp_path, case):
     keys = {"bad value": {"num.partitions": "six"}, "heartbeat not below session":
-            {"broker.heartbeat.interval.ms": "9000"}}.get(case, {})
+            {"broker.heartbeat.interval.ms": "9000"},
+            # The OS would take 70000 as 4464 (70000 - 65536), silently.
+            "listener port": {"listeners": "PLAINTEXT://127.0.0.1:70000"},
+            "voter port": {"controller.quorum.voters": "1@127.0.0.1:0"}}.get(case, {})
     config = broker_config(tmp_path, **keys)
     if case != "unformatted dir":
         format_log_dir(tmp_path / "broker-4", "test-cluster", 5 if case.startswith("meta") else 4)
@@ -116,5 +119,30 @@ def test_broker_start_up_errors_name_what_to_fix(tmp_path, case):
         "meta.properties of another node": f"{tmp_path / 'broker-4' / 'meta.properties'} says node.id=5",
         "unformatted dir": "raftka storage format",
         "heartbeat not below session": "broker.heartbeat.interval.ms=9000 must be below broker.session.timeout.ms",
+        "listener port": "listeners: port 70000 in 'PLAINTEXT://127.0.0.1:70000' is out of range: use 0-65535",
+        "voter port": "controller.quorum.voters: port 0 in '1@127.0.0.1:0' is out of range: use 1-65535",
     }[case]
     assert expected in message
+
+
+@pytest.mark.parametrize("args, says", [
+    (("dev", "--port", "70000"), "raftka dev: --port 70000 is out of range: use 0-65535"),
+    (("dev", "--controller-port", "0"), "raftka dev: --controller-port 0 is out of range: use 1-65535"),
+    (("cluster", "up", "--base-port", "65500"),
+     "raftka cluster up: --base-port 65500 would have the nodes listen on ports up to 65602"),
+    (("cluster", "up", "--base-port", "-1"), "raftka cluster up: --base-port -1 is not a port"),
+    (("cluster", "up", "--data-dir", "{file}/cluster"), "raftka cluster up: --data-dir {file}/cluster: cannot make"),
+])
+def test_node_command_lines_out_of_range_are_refused_before_anything_starts(tmp_path, args, says):
+    """A port over 65535 used to be taken modulo 65536 by the OS (dev
+    --port 70000 served on 4464); a --data-dir under a file was a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    args = tuple(a.format(file=blocker) for a in args)
+    if args[0] == "dev":
+        args += ("--data-dir", str(tmp_path / "dev"))
+    result = run_cli(*args, timeout=30)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert says.format(file=blocker) in " ".join(result.stderr.split()), result.stderr[-3000:]
+    assert "READY" not in result.stdout
