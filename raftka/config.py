@@ -205,6 +205,8 @@ class NodeConfig:
                 f"zookeeper.connect={connect!r} is not of the form host:port[,host:port...][/chroot] "
                 "(e.g. 127.0.0.1:2181 or zk1:2181,zk2:2181,zk3:2181/kafka)"
             )
+        for server in connect.split("/", 1)[0].split(","):
+            _port(int(server.rsplit(":", 1)[1]), "zookeeper.connect", server, lowest=1)
         ids = {k: props[k] for k in ("broker.id", "node.id") if k in props}
         if not ids:
             raise ConfigError("broker.id is required in ZooKeeper mode: give every broker a unique integer id")

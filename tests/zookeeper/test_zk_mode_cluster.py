@@ -402,6 +402,8 @@ def test_zookeeper_mode_config_errors_say_what_to_fix():
         NodeConfig.from_properties({**base, "zookeeper.connect": "127.0.0.1:2181"})
     with pytest.raises(ConfigError, match="host:port"):
         NodeConfig.from_properties({**base, "broker.id": "1", "zookeeper.connect": "localhost"})
+    with pytest.raises(ConfigError, match=r"zookeeper.connect: port 70000 in 'zk2:70000' is out of range: use 1-65535"):
+        NodeConfig.from_properties({**base, "broker.id": "1", "zookeeper.connect": "zk1:2181,zk2:70000/kafka"})
 
 
 def test_broker_without_zookeeper_fails_fast_naming_the_address(tmp_path):
