@@ -8,7 +8,6 @@ stdout). A `RaftkaError` out of a scenario is printed as one line
 """
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 
@@ -51,9 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """`func`, with a RaftkaError (whose message says what to change) printed as one line, exit 2."""
     def run(args: argparse.Namespace) -> int:
+        from raftka.cli_errors import ensure_dir
         from raftka.errors import RaftkaError
 
         try:
+            # Made before the run: one that cannot take the rows (or the
+            # cluster) fails now, not after minutes of measuring.
             for option in ("results", "dir"):
                 if getattr(args, option, None):
                     ensure_dir(f"--{option}", getattr(args, option))
@@ -64,17 +66,3 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
 
     return run
 
-
-def ensure_dir(option: str, path: str) -> None:
-    """Make `path` (like `mkdir -p`) before the run, so that a `--results`
-    or `--dir` that cannot be written fails now, not after minutes of
-    measuring or with a traceback."""
-    from raftka.errors import RaftkaError
-
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise RaftkaError(f"{option} {path}: cannot make the directory ({exc.strerror or exc}); "
-                          "pass a writable directory") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise RaftkaError(f"{option} {path}: the directory is not writable; pass a writable directory")

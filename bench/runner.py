@@ -308,7 +308,7 @@ class Runner:
 
         kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
         if self._tmp is None:
-            # `raftka bench` made --dir, if given, before the run (bench.cli.ensure_dir).
+            # `raftka bench` made --dir, if given, before the run (raftka.cli_errors.ensure_dir).
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))
         base = Path(self._tmp) / f"cluster-{len(self._clusters)}"
         cluster = LocalCluster(base, controllers=controllers, brokers=brokers, overrides=overrides,

@@ -23,12 +23,12 @@ and the other keys apply to the brokers as in Kafka.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import tempfile
 import time
 
+from raftka.cli_errors import ensure_dir
 from raftka.config import MAX_PORT
 from raftka.errors import RaftkaError
 
@@ -93,10 +93,9 @@ def up_main(args: argparse.Namespace) -> int:
         return 2
     if args.data_dir:
         try:
-            os.makedirs(args.data_dir, exist_ok=True)
-        except OSError as exc:
-            console.print(f"raftka cluster up: --data-dir {args.data_dir}: cannot make the directory "
-                          f"({exc.strerror or exc}); pass a writable directory", style="red")
+            ensure_dir("--data-dir", args.data_dir)
+        except RaftkaError as exc:
+            console.print(f"raftka cluster up: {exc}", style="red")
             return 2
     if args.mode == "zk":
         from quorum.zookeeper.ensemble import zookeeper_missing_reason
