@@ -254,14 +254,8 @@ def test_killed_controller_is_replaced_with_a_higher_epoch_and_its_stale_write_i
     # ... and it has left every ISR (onBrokerFailure). Until then the new
     # controller may still rewrite a state znode read below: when the dead
     # broker led no partition, the leaders above are settled from the start.
-    def in_some_isr(broker: int) -> bool:
-        for p in range(2):
-            data, stat = zk.get(z.partition_state_path("failover", p))
-            if broker in z.decode_partition_state("failover", p, data, stat.version).isr:
-                return True
-        return False
-
-    wait_until(lambda: not in_some_isr(old_holder), SESSION_TIMEOUT_S + SLACK_S, "the dead controller out of every ISR")
+    wait_until(lambda: all(old_holder not in s.isr for s in zk_states(zk, "failover", 2).values()),
+               SESSION_TIMEOUT_S + SLACK_S, "the dead controller out of every ISR")
     # The dead controller's view: a write it would make (its broker leading
     # again, at its epoch), fenced by the /controller_epoch zkVersion it won
     # with, is rejected as a whole, even though the partition's own zkVersion
