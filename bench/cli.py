@@ -57,8 +57,9 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
             # Made before the run: one that cannot take the rows (or the
             # cluster) fails now, not after minutes of measuring.
             for option in ("results", "dir"):
-                if getattr(args, option, None):
-                    ensure_dir(f"--{option}", getattr(args, option))
+                path = getattr(args, option, None)
+                if path:
+                    ensure_dir(f"--{option}", path)
             return func(args)
         except RaftkaError as exc:
             print(f"raftka bench {name}: {exc}", file=sys.stderr)

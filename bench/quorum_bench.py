@@ -63,7 +63,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot-bytes", type=int, default=None,
                    help="metadata.log.max.record.bytes.between.snapshots for the controllers (default Kafka's 20 MiB)")
     p.add_argument("--only", default="writes,failover,catchup", help="comma-separated subset of the three")
-    p.add_argument("--dir", default=None, help="where the controllers' data dirs go (made if missing; default: system temp)")
+    p.add_argument("--dir", default=None,
+                   help="where the controllers' data dirs go (made if missing; default: system temp)")
     add_common_options(p)
     p.set_defaults(func=run)
 

@@ -226,11 +226,11 @@ def _layout(cls: type) -> Layout:
 
 def _field_layout(field: dataclasses.Field, flexible: bool) -> Layout:
     kind, nullable = _unwrap_optional(field.type)
-    if typing.get_origin(kind) is not tuple:
-        return _layout(kind) if dataclasses.is_dataclass(kind) else _primitive(field.metadata["kafka_type"], flexible)
-    element, _ = _unwrap_optional(typing.get_args(kind)[0])
-    layout = _layout(element) if dataclasses.is_dataclass(element) else _primitive(field.metadata["kafka_type"], flexible)
-    return _array(flexible, layout, field.name, nullable)
+    is_array = typing.get_origin(kind) is tuple
+    if is_array:
+        kind, _ = _unwrap_optional(typing.get_args(kind)[0])
+    layout = _layout(kind) if dataclasses.is_dataclass(kind) else _primitive(field.metadata["kafka_type"], flexible)
+    return _array(flexible, layout, field.name, nullable) if is_array else layout
 
 
 def _unwrap_optional(kind) -> tuple[type, bool]:
