@@ -53,6 +53,8 @@ def test_partitions_that_never_get_there_are_counted_missing_after_the_give_up_t
     assert timeline.watching
     [line] = timeline.begin_delta(offset=8, started_ms=10 + GIVE_UP_MS)
     assert line.endswith("HW past the epoch start +20..+20 ms (median +20) (1 not within 60 s)")
+    # The partition given up on is forgotten: its late commit reports nothing.
+    assert timeline.on_replica_fetch("b", high_watermark=1, now_ms=30 + GIVE_UP_MS) == []
     # A delta that changed no leadership writes no line.
     assert timeline.end_delta(applied_ms=20 + GIVE_UP_MS) == []
     assert not timeline.watching
