@@ -15,7 +15,13 @@ Each call returns an `Output`, and the driver must act on it in this order:
    to `flush_log_to_offset`. Nothing may be sent before: a vote granted or a
    message of a new epoch that a crash could make us forget would let one
    epoch elect two leaders; a Fetch offset that a crash could take back would
-   let the leader count a record as committed on a voter that lost it;
+   let the leader count a record as committed on a voter that lost it.
+   An observer (a broker) asks for a flush at most once per
+   `OBSERVER_FLUSH_INTERVAL_MS`, not per append, as Kafka's observers do
+   not flush (`KafkaRaftClient.appendAsFollower`): its fetch offset counts
+   toward nothing, and it is only ever sent committed records, so a crash
+   that loses its unflushed tail loses records it fetches again; the flush
+   only bounds what a restart re-reads;
 2. send `messages`;
 3. apply records below `high_watermark` to the state machine;
 4. call `tick` at `wake_at_ms` at the latest, and after each flush.
@@ -68,6 +74,10 @@ from quorum.raft.status import QuorumStatus, describe
 from quorum.raft.unattached import UnattachedState, VotedState
 
 
+#: An observer flushes its log at most this often (see the module docstring).
+OBSERVER_FLUSH_INTERVAL_MS = 1000
+
+
 class RaftCore:
     def __init__(
         self,
@@ -102,6 +112,7 @@ class RaftCore:
         self._persisted = election_state if self.is_voter else None
         self._snapshot_installed: SnapshotId | None = None
         self._bytes_since_snapshot = 0
+        self._observer_flush_at_ms = now_ms
         self.state: EpochState = self._initial_state(election_state, now_ms)
         self.state.on_enter(self, now_ms)
 
@@ -248,6 +259,10 @@ class RaftCore:
         log = self.log
         installed, self._snapshot_installed = self._snapshot_installed, None
         latest = log.latest_snapshot_id
+        flush_to = None
+        if log.flushed_offset < log.log_end_offset and (self.is_voter or now_ms >= self._observer_flush_at_ms):
+            flush_to = log.log_end_offset
+            self._observer_flush_at_ms = now_ms + OBSERVER_FLUSH_INTERVAL_MS
         suggested = (
             self._bytes_since_snapshot >= self.config.metadata_log_max_record_bytes_between_snapshots
             and self.high_watermark is not None
@@ -256,7 +271,7 @@ class RaftCore:
         return Output(
             messages=messages,
             persist_election_state=persist,
-            flush_log_to_offset=log.log_end_offset if log.flushed_offset < log.log_end_offset else None,
+            flush_log_to_offset=flush_to,
             high_watermark=self.high_watermark,
             leader=self.leader_and_epoch,
             role=self.state.name,

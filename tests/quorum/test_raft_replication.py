@@ -210,6 +210,43 @@ def test_observers_get_only_committed_records_and_do_not_count_for_the_hw() -> N
     assert leader.core.high_watermark == leader.log.log_end_offset == observer.log.log_end_offset
 
 
+def test_an_observer_flushes_its_log_at_most_once_a_second_where_a_voter_flushes_every_fetch() -> None:
+    """Kafka's observers do not fsync what they fetch (a broker's copy of the
+    metadata log counts toward no commit); a voter flushes before its next
+    Fetch tells the leader its offset."""
+    nodes = [Node(i, VOTERS, seed=6) for i in VOTERS] + [Node(7, VOTERS, seed=6)]
+    h = Harness(nodes)
+    leader = h.elect()
+    h.advance(50)
+    observer = h[7]
+    voter = next(n for n in h.nodes.values() if n.core.is_voter and n is not leader)
+    observer.outputs.clear()
+    voter.outputs.clear()
+    lagged = False
+    for _ in range(20):  # 2 s, a record every 100 ms
+        leader.propose([b"x"], h.now_ms)
+        h.advance(100)
+        assert voter.log.flushed_offset == voter.log.log_end_offset
+        lagged |= observer.log.flushed_offset < observer.log.log_end_offset
+    assert observer.log.log_end_offset == voter.log.log_end_offset == leader.core.high_watermark
+    flushes = {n.node_id: sum(out.flush_log_to_offset is not None for out in n.outputs) for n in (voter, observer)}
+    assert flushes[voter.node_id] >= 20, flushes
+    assert 1 <= flushes[observer.node_id] <= 3, flushes
+    assert lagged, "the observer's fetched records waited for its next flush"
+    # What it had not flushed is lost with a crash, and fetched again.
+    for _ in range(20):
+        if observer.log.flushed_offset < observer.log.log_end_offset:
+            break
+        leader.propose([b"y"], h.now_ms)
+        h.advance(100)
+    flushed = observer.log.flushed_offset
+    assert flushed < observer.log.log_end_offset
+    observer.restart(h.now_ms)
+    assert observer.log.log_end_offset == flushed < leader.core.high_watermark
+    h.advance(100)
+    assert observer.log.log_end_offset == leader.core.high_watermark
+
+
 def test_fetch_errors_say_who_leads_which_epoch() -> None:
     h = Harness(Node(i, VOTERS, seed=7) for i in VOTERS)
     leader = h.elect()

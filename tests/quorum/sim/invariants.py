@@ -5,10 +5,13 @@
   applied below a high watermark it reported is recorded in `committed`;
   any node applying, loading from a snapshot, or still holding a different
   record at that offset is a violation (State Machine Safety, §5.4.3). A
-  node's log must still hold, after a crash, everything below the highest HW
-  it ever reported.
-- The HW of every node is monotonic, across crashes too.
-- An observer's log is always a prefix of the committed log.
+  voter's log must still hold, after a crash, everything below the highest
+  HW it ever reported.
+- The HW of every voter is monotonic, across crashes too.
+- An observer's log is always a prefix of the committed log. It flushes only
+  now and then (`quorum.raft.core`, as Kafka's observers): after a crash it
+  must still hold what it had flushed (up to its HW), and what it holds is
+  committed; its HW is monotonic within each life.
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ class Invariants:
     def on_restart(self, node: SimNode) -> None:
         """What a node reported committed must have survived its crash."""
         log = node.log
+        if not node.is_voter:
+            durable = min(node.max_high_watermark, node.flushed_before_crash)
+            if log.log_end_offset < durable:
+                raise SafetyViolation(
+                    f"observer {node.node_id} lost flushed records: log end {log.log_end_offset} < {durable}, "
+                    f"what it had flushed below its HW before crashing"
+                )
+            self._check_log(node, log.log_start_offset, min(log.log_end_offset, node.max_high_watermark), "still holds")
+            # It fetches the lost tail again: its HW starts over from what it holds.
+            node.max_high_watermark = min(node.max_high_watermark, log.log_end_offset)
+            return
         if log.log_end_offset < node.max_high_watermark:
             raise SafetyViolation(
                 f"node {node.node_id} lost committed records: log end {log.log_end_offset} "

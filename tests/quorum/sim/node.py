@@ -60,6 +60,7 @@ class SimNode:
         self.wake_at_ms = 0
         self.crash_mid_next_event = False
         self.observer_checked_offset = 0
+        self.flushed_before_crash = 0
         self.paused_until_ms = 0  # a paused process (SIGSTOP, a long GC) does nothing until then
         self._ticks_at: tuple[int, int] = (-1, 0)
 
@@ -101,6 +102,7 @@ class SimNode:
     def crash(self, rng: random.Random) -> None:
         """Lose memory and every unflushed write (some may reach the disk anyway)."""
         self.core = None
+        self.flushed_before_crash = self.log.flushed_offset
         self.disk.crash(rng)
 
     # --- the driver loop -------------------------------------------------------
