@@ -66,4 +66,3 @@ def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable
             return 2
 
     return run
-
