@@ -258,6 +258,7 @@ class Log:
         else:
             old.finalize_time_index()
             old.write_indexes()
+            old.recent_batches = {}  # readers that keep up read the new segment: no memory per old one
         if self.producer_state is not None:
             self.producer_state.take_snapshot(self._log_end_offset)
         segment = LogSegment(self.fs, self.dir_path, base, self.config, now_ms)
@@ -282,6 +283,15 @@ class Log:
         if offset == self._log_end_offset or (max_offset is not None and offset >= max_offset):
             return []
         segments = self._segments
+        active = segments[-1]
+        position = active.recent_batches.get(offset)
+        if position is not None and (max_offset is None or max_offset >= self._log_end_offset):
+            # A reader that keeps up: from one of the last batches appended
+            # to the end of the log (the active segment holds only whole
+            # batches), no header read.
+            size = active.log.size - position
+            if size <= max_bytes:
+                return [FileSlice(active.log, position, size)]
         # Below the first segment only after a follower's gap: start there.
         i = max(bisect_right(self._base_offsets, offset) - 1, 0)
         slices: list[FileSlice] = []

@@ -31,6 +31,7 @@ from storage.batch import (
 )
 from storage.errors import CorruptRecordError, UnexpectedAppendOffsetError
 from storage.producer_state import ProduceCheck, ProducerStateError
+from storage.segment import RECENT_BATCHES
 
 if TYPE_CHECKING:
     from storage.log import Log
@@ -142,6 +143,10 @@ def append_as_leader(log: Log, batch, now_ms: int, leader_epoch: int | None = No
                 segment.index_full = True
     elif not position:
         segment.set_first_batch_timestamp(max_timestamp)
+    recent = segment.recent_batches
+    recent[base] = position
+    if len(recent) > RECENT_BATCHES:
+        del recent[next(iter(recent))]
     segment.next_offset = next_offset
     segment.last_append_ms = now_ms
     log._log_end_offset = next_offset

@@ -17,7 +17,11 @@ appending (a test holds them to it).
 
 Finding the batch that holds an offset costs one index bisect and a scan
 of batch headers from the floor entry: at most `index.interval.bytes` of
-batches, read in small chunks that hold several headers.
+batches, read in small chunks that hold several headers. Readers mostly ask
+for the start of one of the last few batches appended (a caught-up
+follower's fetch offset, a consumer's HW bound), so the segment also keeps
+the positions of its last `RECENT_BATCHES` batches by base offset
+(`recent_batches`), and those lookups skip the scan.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK = 4096
 _NEVER = 1 << 63
 _BATCH_LENGTH = struct.Struct(">i")
+#: Batch starts kept by base offset (`LogSegment.recent_batches`): a
+#: follower that keeps up asks for one of the last few.
+RECENT_BATCHES = 8
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -82,6 +89,8 @@ class LogSegment:
         """Forget everything learned from the batches (before a rebuild)."""
         self.offset_index.clear()
         self.time_index.clear()
+        #: {base offset: position} of the last `RECENT_BATCHES` batches, oldest first.
+        self.recent_batches: dict[int, int] = {}
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
@@ -163,6 +172,10 @@ class LogSegment:
                     self.index_full = True
         elif not position:
             self.set_first_batch_timestamp(max_timestamp)
+        recent = self.recent_batches
+        recent[base_offset] = position
+        if len(recent) > RECENT_BATCHES:
+            del recent[next(iter(recent))]
         self.next_offset = next_offset
 
     def should_roll(
@@ -231,6 +244,9 @@ class LogSegment:
             # A sequential reader asks for a batch boundary, most often one
             # with an index entry: the batch there starts at `offset`.
             return start, parse_header(self.log.pread(HEADER_SIZE, start))
+        recent = self.recent_batches.get(offset)
+        if recent is not None:
+            return recent, parse_header(self.log.pread(HEADER_SIZE, recent))
         for position, header in self.scan_headers(start):
             if header[0] + header[6] >= offset:
                 return position, header
@@ -274,6 +290,7 @@ class LogSegment:
         cut = found[0]
         removed = self.log.size - cut
         self.log.truncate(cut)
+        self.recent_batches = {o: p for o, p in self.recent_batches.items() if p < cut}
         self.offset_index.truncate_to_position(cut)
         self.time_index.truncate_to_offset(found[1].base_offset)
         # Rebuild what was learned after the last surviving index point.

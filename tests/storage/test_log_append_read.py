@@ -228,3 +228,28 @@ def test_index_rebuilt_by_recovery_equals_the_one_built_by_appending():
     # The closed segments' last time entry was added at roll; compare the rest.
     assert [b[:2] + b[4:] for b in built] == [r[:2] + r[4:] for r in rebuilt]
     assert all(r[2] == b[2][: len(r[2])] for b, r in zip(built, rebuilt))
+
+
+def test_a_reader_that_keeps_up_reads_no_batch_header(monkeypatch):
+    """A follower's fetch offset is mostly the start of one of the last
+    batches appended: the segment knows where those start, so reading from
+    there to the end costs no header reads; an older offset between index
+    entries is still found by scanning headers."""
+    from storage import sim_fs
+
+    preads = []
+    real_pread = sim_fs.SimFile.pread
+    monkeypatch.setattr(sim_fs.SimFile, "pread", lambda f, size, position: preads.append(position)
+                        or real_pread(f, size, position))
+    log = Log.open("/d/t-0", LogConfig(index_interval_bytes=1 << 20), fs=SimFileSystem(seed=1), now_ms=0)
+    raws = [batch(2) for _ in range(30)]
+    for raw in raws:
+        log.append(raw, now_ms=1)
+    stored = [as_stored(raw, 2 * i) for i, raw in enumerate(raws)]
+    slices = log.read(56, 1 << 20)
+    assert preads == []
+    assert b"".join(s.file.pread(s.size, s.position) for s in slices) == b"".join(stored[28:])
+    preads.clear()
+    assert log.read_bytes(10, 1 << 20) == b"".join(stored[5:])
+    assert preads, "offset 10 is neither indexed nor recent: found by a header scan"
+    log.close()

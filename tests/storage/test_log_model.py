@@ -191,6 +191,18 @@ class LogMachine(RuleBasedStateMachine):
         max_offset = data.draw(st.none() | st.integers(offset, self.model.leo + 1))
         assert self.log.read_bytes(offset, max_bytes, max_offset) == self.model.read(offset, max_bytes, max_offset)
 
+    @precondition(lambda self: self.model.visible())
+    @rule(data=st.data())
+    def read_from_a_recent_batch(self, data):
+        """What a follower that keeps up asks for: the start of one of the
+        last few batches, to the end of the log (the segment's
+        `recent_batches` shortcut), or stopped short by `max_bytes`."""
+        recent = self.model.visible()[-12:]
+        offset = max(data.draw(st.sampled_from(recent)).base, self.model.log_start)
+        max_bytes = data.draw(st.integers(0, 1500) | st.just(10**9))
+        max_offset = data.draw(st.sampled_from([None, self.model.leo, self.model.leo + 1]))
+        assert self.log.read_bytes(offset, max_bytes, max_offset) == self.model.read(offset, max_bytes, max_offset)
+
     @rule(delta_ms=st.integers(-30, 600))
     def offset_for_timestamp(self, delta_ms):
         target = self.now_ms - delta_ms
