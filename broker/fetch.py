@@ -133,7 +133,17 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             pending.append(sp)
             now = True
             continue
-        result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
+        state = hp.state
+        leader = state.leader
+        if leader is not None and sp.recorded_by is leader and replica_id in state.isr:
+            # Not named since this leadership recorded the position, and in
+            # the ISR (no expansion to consider): only the log and the HW
+            # can have moved.
+            result = _reread_for_follower(hp, sp, budget, total == 0, now_ms)
+        else:
+            result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
+            if result.error_code == 0 and result.diverging_epoch is None:
+                sp.recorded_by = state.leader
         if result.error_code == ErrorCode.unknown_leader_epoch:
             # Our metadata is behind the follower's: we have not applied
             # the election it saw. Not an answer yet: applying it notifies
@@ -274,6 +284,27 @@ def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bo
         # Only the response's first partition with data may overshoot (KIP-74).
         records = []
     return FetchPartitionResult(fp.partition, ErrorCode.none, hw, lso, log_start, records, aborted)
+
+
+def _reread_for_follower(hp: HostedPartition, sp, budget: int, first: bool, now_ms: int) -> FetchPartitionResult:
+    """A session partition read again at the position its leadership
+    already took into account (`_read_session`): `_read_for_follower`
+    without the replication core, whose answer would be the same."""
+    log = hp.log
+    hw = hp.state.high_watermark
+    log_start = log.log_start_offset
+    hp.replicas.note_replica_fetch(hp, hw, now_ms)
+    limit = min(sp.partition_max_bytes, budget)
+    if limit <= 0 and not first:
+        return FetchPartitionResult(sp.partition, ErrorCode.none, hw, hw, log_start, ())
+    try:
+        slices = log.read(sp.fetch_offset, max(limit, 1), max_offset=log.log_end_offset)
+    except OffsetOutOfRangeError:
+        return FetchPartitionResult(sp.partition, ErrorCode.offset_out_of_range, hw, hw, log_start)
+    records = [FileSlice(s.file, s.position, s.size) for s in slices]
+    if not first and records_size(records) > limit:
+        records = []
+    return FetchPartitionResult(sp.partition, ErrorCode.none, hw, hw, log_start, records)
 
 
 def _read_for_follower(hp: HostedPartition, fp, replica_id: int, budget: int, first: bool,

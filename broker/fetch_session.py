@@ -85,7 +85,7 @@ class SessionPartition:
 
     __slots__ = ("topic", "partition", "fetch_offset", "last_fetched_epoch", "current_leader_epoch",
                  "log_start_offset", "partition_max_bytes", "high_watermark_sent", "log_start_offset_sent",
-                 "hosted")
+                 "hosted", "recorded_by")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -95,9 +95,13 @@ class SessionPartition:
         self.log_start_offset_sent: int | None = None
         #: The HostedPartition this session is subscribed to (None: none).
         self.hosted = None
+        #: The leadership (a `LeaderState`) that took this position into
+        #: its accounting, or None: see `broker.fetch._read_session`.
+        self.recorded_by = None
 
     def update(self, fp) -> None:
         """Adopt the position a Fetch request's partition carries."""
+        self.recorded_by = None
         self.fetch_offset = fp.fetch_offset
         self.last_fetched_epoch = fp.last_fetched_epoch
         self.current_leader_epoch = fp.current_leader_epoch

@@ -187,10 +187,14 @@ class ReplicaManager:
                              getattr(fp, "current_leader_epoch", -1))
         decision = hp.state.handle_replica_fetch(fetch, hp.log, now_ms)
         self.act(hp, decision.update)
+        self.note_replica_fetch(hp, decision.high_watermark, now_ms)
+        return decision
+
+    def note_replica_fetch(self, hp: HostedPartition, high_watermark: int, now_ms: int) -> None:
+        """For the failover timeline: a follower's fetch of `hp` was served at `high_watermark`."""
         if self.timeline.watching:
             log_timeline(self.timeline.on_replica_fetch(TopicIdPartition(hp.state.topic_id, hp.state.partition),
-                                                        decision.high_watermark, now_ms))
-        return decision
+                                                        high_watermark, now_ms))
 
     # --- metadata ------------------------------------------------------
 

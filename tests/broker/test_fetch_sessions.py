@@ -172,3 +172,55 @@ async def test_a_follower_ahead_of_the_leaders_metadata_is_answered_once_the_lea
             await trio.sleep(0.005)
     assert trio.current_time() - start < 2
     assert answer["r"].session_id != 0 and answered(answer["r"]) == {0: (0, [0])}
+
+
+async def test_a_parked_session_partition_is_checked_again_after_a_new_leader_epoch(nursery, tmp_path):
+    """A session partition the follower does not name is read again
+    without the replication core while the same leadership holds its
+    position; a new leader epoch ends that, and the follower's stale epoch
+    is answered FENCED_LEADER_EPOCH at once."""
+    from quorum.metadata import PartitionChangeRecord
+
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+
+    def at_epoch_0(session_id: int, epoch: int, offset: int | None, max_wait_ms: int = 0):
+        partitions = () if offset is None else (fr.FetchPartition(
+            partition=0, current_leader_epoch=0, fetch_offset=offset, last_fetched_epoch=0, log_start_offset=-1,
+            partition_max_bytes=1 << 20),)
+        return fr.FetchRequest(
+            replica_id=2, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50 << 20,
+            isolation_level=0, session_id=session_id, session_epoch=epoch,
+            topics=(fr.FetchTopic(topic=TOPIC, partitions=partitions),) if partitions else (),
+            forgotten_topics_data=(), rack_id="")
+
+    await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
+    full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, 0)], replica_id=2, session_epoch=0))
+    session = full.session_id
+    assert answered(full) == {0: (0, [0])}
+    assert answered(await follower.request(at_epoch_0(session, 1, 2))) == {0: (2, [])}
+
+    # Same leadership: an append wakes the parked fetch, which reads from the recorded position.
+    await producer.request(produce_request(TOPIC, 0, batch(1), acks=1))
+    assert answered(await follower.request(at_epoch_0(session, 2, None, max_wait_ms=5000))) == {0: (2, [2])}
+    assert answered(await follower.request(at_epoch_0(session, 3, 3))) == {0: (3, [])}
+
+    # A new leader epoch (the same leader): the position is checked again, against the new epoch.
+    answer = {}
+
+    async def parked():
+        answer["r"] = await follower.request(at_epoch_0(session, 4, None, max_wait_ms=10_000))
+
+    nursery.start_soon(parked)
+    await trio.sleep(0.1)
+    assert "r" not in answer, "answered with nothing new"
+    topic_id = rb.broker.image.topic(TOPIC).topic_id
+    rb.controller.append([PartitionChangeRecord(topic_id=topic_id, partition=0, leader=1)])
+    with trio.fail_after(5):
+        while "r" not in answer:
+            await trio.sleep(0.005)
+    [topic] = answer["r"].responses
+    [p] = topic.partitions
+    assert (p.partition_index, p.error_code) == (0, ErrorCode.fenced_leader_epoch)
