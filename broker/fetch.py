@@ -292,19 +292,8 @@ def _reread_for_follower(hp: HostedPartition, sp, budget: int, first: bool, now_
     without the replication core, whose answer would be the same."""
     log = hp.log
     hw = hp.state.high_watermark
-    log_start = log.log_start_offset
     hp.replicas.note_replica_fetch(hp, hw, now_ms)
-    limit = min(sp.partition_max_bytes, budget)
-    if limit <= 0 and not first:
-        return FetchPartitionResult(sp.partition, ErrorCode.none, hw, hw, log_start, ())
-    try:
-        slices = log.read(sp.fetch_offset, max(limit, 1), max_offset=log.log_end_offset)
-    except OffsetOutOfRangeError:
-        return FetchPartitionResult(sp.partition, ErrorCode.offset_out_of_range, hw, hw, log_start)
-    records = [FileSlice(s.file, s.position, s.size) for s in slices]
-    if not first and records_size(records) > limit:
-        records = []
-    return FetchPartitionResult(sp.partition, ErrorCode.none, hw, hw, log_start, records)
+    return _follower_records(hp, sp, sp.fetch_offset, log.log_end_offset, budget, first, hw, log.log_start_offset)
 
 
 def _read_for_follower(hp: HostedPartition, fp, replica_id: int, budget: int, first: bool,
@@ -321,11 +310,21 @@ def _read_for_follower(hp: HostedPartition, fp, replica_id: int, budget: int, fi
     if decision.diverging_epoch is not None:
         return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start,
                                     diverging_epoch=tuple(decision.diverging_epoch))
+    if decision.read_offset < 0:
+        return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start, ())
+    return _follower_records(hp, fp, decision.read_offset, decision.read_max_offset, budget, first, hw, log_start)
+
+
+def _follower_records(hp: HostedPartition, fp, offset: int, max_offset: int, budget: int, first: bool, hw: int,
+                      log_start: int) -> FetchPartitionResult:
+    """A follower's answer for `fp`: the batches from `offset` below
+    `max_offset`, within its partition max bytes and what is left of the
+    response's (only the first partition with data may overshoot, KIP-74)."""
     limit = min(fp.partition_max_bytes, budget)
-    if decision.read_offset < 0 or (limit <= 0 and not first):
+    if limit <= 0 and not first:
         return FetchPartitionResult(fp.partition, ErrorCode.none, hw, hw, log_start, ())
     try:
-        slices = hp.log.read(decision.read_offset, max(limit, 1), max_offset=decision.read_max_offset)
+        slices = hp.log.read(offset, max(limit, 1), max_offset=max_offset)
     except OffsetOutOfRangeError:
         return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, hw, log_start)
     records = [FileSlice(s.file, s.position, s.size) for s in slices]
