@@ -224,3 +224,36 @@ async def test_a_parked_session_partition_is_checked_again_after_a_new_leader_ep
     [topic] = answer["r"].responses
     [p] = topic.partitions
     assert (p.partition_index, p.error_code) == (0, ErrorCode.fenced_leader_epoch)
+
+
+async def test_a_caught_up_follower_outside_the_isr_joins_it_once_eligible_without_moving(nursery, tmp_path):
+    """KIP-841 in a session: follower 2 caught up while fenced, so it may not
+    join the ISR, and its position no longer changes, so it names the
+    partition no more. Its later fetches must still run the leader's ISR
+    check (reads that skip the replication core are for ISR members only):
+    once 2 is unfenced, the ISR expands."""
+    from quorum.metadata.records import BrokerRegistrationChangeRecord, PartitionChangeRecord
+
+    rb = await start_broker(nursery, tmp_path)
+    epoch_2 = await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2)])
+    topic_id = rb.broker.image.topic(TOPIC).topic_id
+    rb.controller.append([PartitionChangeRecord(topic_id, 0, isr=(1,)),
+                          BrokerRegistrationChangeRecord(2, epoch_2, fenced=True)])
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
+    full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, -1)], replica_id=2, session_epoch=0))
+    session = full.session_id
+    assert answered(full)[0][1] == [0]
+    await follower.request(incremental(session, 1, [(0, 2)]))  # at the leader's log end
+    await trio.sleep(0.2)
+    assert rb.controller.image.partition(topic_id, 0).isr == (1,), "a fenced broker joined the ISR"
+
+    rb.controller.append([BrokerRegistrationChangeRecord(2, epoch_2, fenced=False)])
+    epoch = 2
+    with trio.fail_after(10):
+        while rb.controller.image.partition(topic_id, 0).isr != (1, 2):
+            answer = await follower.request(incremental(session, epoch, max_wait_ms=50))
+            assert answer.error_code == ErrorCode.none
+            epoch += 1
