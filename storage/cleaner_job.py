@@ -13,7 +13,9 @@ segment is never touched):
    boundary: the pass then covers the dirty section up to `map_end` only.
 2. **Clean**: every segment with a base offset below `map_end` is
    rewritten through `storage.batch_filter` (newest record per key,
-   tombstones until their delete horizon, offsets unchanged), in groups
+   tombstones until their delete horizon, offsets unchanged; batches at
+   or past `map_end`, the tail of the last such segment, are copied as
+   they are, as Kafka retains records past the map's latest offset), in groups
    of consecutive segments that together fit one segment (`segment.bytes`,
    32-bit relative offsets, index capacity); each group becomes one
    `.cleaned` segment swapped in by `storage.segment_swap`.
@@ -232,10 +234,21 @@ class CleaningJob:
         offset_map = self.offset_map
         retain = self.retain_last_batches
         delete_retention_ms = self.config.delete_retention_ms
+        map_end = self.map_end
         for position, header, data in batches:
+            self.bytes_read += header.size_in_bytes
+            if header.last_offset >= map_end:
+                # Past what this pass mapped (a segment's tail beyond a full
+                # map or the HW): kept as it is, as Kafka retains a record
+                # past the map's latest offset. A tombstone there has not
+                # met the older records of its key in a map yet; dropping
+                # it when its horizon passed would bring them back.
+                cleaned.append_batch(data, header.base_offset, header.next_offset, header.max_timestamp)
+                self.bytes_written += len(data)
+                self._position = position + header.size_in_bytes
+                continue
             keep_if_empty = header.producer_id >= 0 and retain.get(header.producer_id) == header.last_offset
             result = filter_batch(data, header, offset_map, now_ms, delete_retention_ms, keep_if_empty)
-            self.bytes_read += header.size_in_bytes
             self.records_removed += result.records_removed
             out = result.batch
             if out is not None:
