@@ -143,7 +143,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
         else:
             result = _read_partition(hp, sp, replica_id, False, budget, total == 0, now_ms, version)
             if result.error_code == 0 and result.diverging_epoch is None:
-                sp.recorded_by = state.leader
+                sp.recorded_by = leader
         if result.error_code == ErrorCode.unknown_leader_epoch:
             # Our metadata is behind the follower's: we have not applied
             # the election it saw. Not an answer yet: applying it notifies

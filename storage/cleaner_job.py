@@ -243,21 +243,18 @@ class CleaningJob:
                 # past the map's latest offset. A tombstone there has not
                 # met the older records of its key in a map yet; dropping
                 # it when its horizon passed would bring them back.
-                cleaned.append_batch(data, header.base_offset, header.next_offset, header.max_timestamp)
-                self.bytes_written += len(data)
-                self._position = position + header.size_in_bytes
-                continue
-            keep_if_empty = header.producer_id >= 0 and retain.get(header.producer_id) == header.last_offset
-            result = filter_batch(data, header, offset_map, now_ms, delete_retention_ms, keep_if_empty)
-            self.records_removed += result.records_removed
-            out = result.batch
+                out, horizon = data, None
+            else:
+                keep_if_empty = header.producer_id >= 0 and retain.get(header.producer_id) == header.last_offset
+                result = filter_batch(data, header, offset_map, now_ms, delete_retention_ms, keep_if_empty)
+                self.records_removed += result.records_removed
+                out, horizon = result.batch, result.delete_horizon_ms
             if out is not None:
                 max_timestamp = header.max_timestamp if out is data else parse_header(out).max_timestamp
                 cleaned.append_batch(out, header.base_offset, header.next_offset, max_timestamp)
                 self.bytes_written += len(out)
-            if result.delete_horizon_ms is not None:
-                if self.delete_horizon_ms is None or result.delete_horizon_ms < self.delete_horizon_ms:
-                    self.delete_horizon_ms = result.delete_horizon_ms
+            if horizon is not None and (self.delete_horizon_ms is None or horizon < self.delete_horizon_ms):
+                self.delete_horizon_ms = horizon
             self._position = position + header.size_in_bytes
 
     def _swap(self, group: list[LogSegment], now_ms: int) -> None:
