@@ -2,9 +2,10 @@
 to KRaft (and, before finalize, rolled back), checked with confluent-kafka."""
 
 import time
+from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kazoo.client import KazooClient
 
@@ -42,15 +43,30 @@ def produce(bootstrap: str, topic: str, values: range) -> None:
 
 
 def read_all(bootstrap: str, topic: str, count: int) -> dict[tuple[int, int], int]:
-    """(partition, offset) -> value of the first `count` records, read from offset 0."""
+    """(partition, offset) -> value of the first `count` records, read from offset 0.
+
+    A read that ends short prints what the consumer saw (its errors, the
+    partitions' leaders and watermarks), which pytest shows with the failure."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in range(3)])
     out: dict[tuple[int, int], int] = {}
+    errors: Counter[str] = Counter()
     deadline = time.monotonic() + 60
     while len(out) < count and time.monotonic() < deadline:
         m = c.poll(1)
         if m is not None and not m.error():
             out[(m.partition(), m.offset())] = int(m.value())
+        elif m is not None:
+            errors[str(m.error())] += 1
+    if len(out) < count:
+        print(f"read {len(out)} of {count} records of {topic!r}; consumer errors: {dict(errors)}")
+        try:
+            for p, pm in sorted(c.list_topics(topic, timeout=10).topics[topic].partitions.items()):
+                print(f"  partition {p}: leader {pm.leader}, replicas {pm.replicas}, isr {pm.isrs}, "
+                      f"watermarks {c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)}, "
+                      f"position {c.position([TopicPartition(topic, p)])[0].offset}")
+        except KafkaException as exc:
+            print(f"  and the cluster's view of it could not be read: {exc}")
     c.close()
     return out
 
