@@ -57,8 +57,9 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300000
     #: `log.segment.bytes`, `log.retention.ms`, ...: broker defaults of topic configs.
     log_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: How Fetch responses send record bytes: "auto" (sendfile on plain
-    #: sockets), "sendfile", or "pread" (read and copy; for benchmarks).
+    #: How Fetch responses send record bytes: "auto" (sendfile, but slices
+    #: of at most 64 KiB read into the surrounding sendmsg), "sendfile"
+    #: (every slice), or "pread" (read and copy; for benchmarks).
     fetch_file_transfer: str = "auto"
     #: Bound on the wait of admin requests for this broker's image to show
     #: the change when the request carries no timeout (Metadata auto-create).
