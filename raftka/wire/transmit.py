@@ -153,8 +153,9 @@ def send_now(sock: socket.socket, parts: list, file_transfer: FileTransfer = "au
             j += 1
         via_pread += read
         sizes = [part_length(buffer) for buffer in run]
-        sent = _sendmsg(sock, run, socket.MSG_MORE if j < n else 0) if sum(sizes) else 0
-        if sent == 0 and sum(sizes):
+        length = sum(sizes)
+        sent = _sendmsg(sock, run, socket.MSG_MORE if j < n else 0) if length else 0
+        if sent == 0 and length:
             return SendReport(total, via_sendfile, via_pread), [*run, *parts[j:]]  # slices read stay read
         total += sent
         for k, size in enumerate(sizes):

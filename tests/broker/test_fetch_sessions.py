@@ -19,13 +19,16 @@ async def three_partitions_led_here(rb) -> None:
     await rb.create_topic(TOPIC, assignments=[(1, 2)] * 3)
 
 
-def incremental(session_id: int, epoch: int, positions=(), forgotten=(), max_wait_ms: int = 0):
-    """An incremental Fetch of follower 2: `positions` [(partition, fetch offset)], `forgotten` [partition]."""
+def incremental(session_id: int, epoch: int, positions=(), forgotten=(), max_wait_ms: int = 0,
+                leader_epoch: int = -1):
+    """An incremental Fetch of follower 2: `positions` [(partition, fetch offset)], `forgotten` [partition];
+    `leader_epoch` is both the current leader epoch and the last fetched epoch of each position."""
     return fr.FetchRequest(
         replica_id=2, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50 << 20,
         isolation_level=0, session_id=session_id, session_epoch=epoch,
         topics=(fr.FetchTopic(topic=TOPIC, partitions=tuple(fr.FetchPartition(
-            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+            partition=p, current_leader_epoch=leader_epoch, fetch_offset=offset, last_fetched_epoch=leader_epoch,
+            log_start_offset=-1,
             partition_max_bytes=1 << 20) for p, offset in positions)),) if positions else (),
         forgotten_topics_data=(fr.ForgottenTopic(topic=TOPIC, partitions=tuple(forgotten)),) if forgotten else (),
         rack_id="")
@@ -186,32 +189,22 @@ async def test_a_parked_session_partition_is_checked_again_after_a_new_leader_ep
     producer = await rb.connect(nursery)
     follower = await rb.connect(nursery)
 
-    def at_epoch_0(session_id: int, epoch: int, offset: int | None, max_wait_ms: int = 0):
-        partitions = () if offset is None else (fr.FetchPartition(
-            partition=0, current_leader_epoch=0, fetch_offset=offset, last_fetched_epoch=0, log_start_offset=-1,
-            partition_max_bytes=1 << 20),)
-        return fr.FetchRequest(
-            replica_id=2, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=50 << 20,
-            isolation_level=0, session_id=session_id, session_epoch=epoch,
-            topics=(fr.FetchTopic(topic=TOPIC, partitions=partitions),) if partitions else (),
-            forgotten_topics_data=(), rack_id="")
-
     await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
     full = await follower.request(fetch_request([(TOPIC, 0, 0, 1 << 20, 0)], replica_id=2, session_epoch=0))
     session = full.session_id
     assert answered(full) == {0: (0, [0])}
-    assert answered(await follower.request(at_epoch_0(session, 1, 2))) == {0: (2, [])}
+    assert answered(await follower.request(incremental(session, 1, [(0, 2)], leader_epoch=0))) == {0: (2, [])}
 
     # Same leadership: an append wakes the parked fetch, which reads from the recorded position.
     await producer.request(produce_request(TOPIC, 0, batch(1), acks=1))
-    assert answered(await follower.request(at_epoch_0(session, 2, None, max_wait_ms=5000))) == {0: (2, [2])}
-    assert answered(await follower.request(at_epoch_0(session, 3, 3))) == {0: (3, [])}
+    assert answered(await follower.request(incremental(session, 2, max_wait_ms=5000, leader_epoch=0))) == {0: (2, [2])}
+    assert answered(await follower.request(incremental(session, 3, [(0, 3)], leader_epoch=0))) == {0: (3, [])}
 
     # A new leader epoch (the same leader): the position is checked again, against the new epoch.
     answer = {}
 
     async def parked():
-        answer["r"] = await follower.request(at_epoch_0(session, 4, None, max_wait_ms=10_000))
+        answer["r"] = await follower.request(incremental(session, 4, max_wait_ms=10_000))
 
     nursery.start_soon(parked)
     await trio.sleep(0.1)
