@@ -29,6 +29,17 @@ baseline: its records/s and p50/p99 as `rf1_acks1_*` rows, and the ratios
 replication) and `replication_latency_p50_ratio`, `..._p99_ratio`
 (replicated / baseline: 1 is no added latency).
 
+Where the ratio comes from, per phase: the CPU each side spent per record
+acknowledged (`client_cpu_us_per_record`, `broker_cpu_us_per_record`, and
+the baseline's with the `rf1_acks1_` prefix) and the bytes the topic grew
+by per record over all its replicas (`appended_bytes_per_record`). The
+load generator and the brokers share this machine's cores, so when both
+phases keep them equally busy the ratio is the baseline's CPU per record
+over the replicated phase's. With the page-cache reference below,
+`replication_ratio_bound` is that ratio had the replicated brokers spent
+nothing beyond writing what they appended into the page cache: what this
+machine allows, whatever the broker does.
+
 And a reference (`bench.floors.page_cache_write_cost`, skipped with
 `--no-floor`): after the phases, what writing a new file of the size the
 measured phase appended (at most 1 GB) costs this machine per GB. On this
@@ -41,6 +52,7 @@ was most of the brokers' CPU (docs/hot-path.md, fourth round).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -154,19 +166,24 @@ def run(args: argparse.Namespace) -> int:
         row(SCENARIO, params, "appended_bytes", appended, "bytes"),
         row(SCENARIO, params, "failed_records", result["failed"], "records"),
     ]
+    rows += _per_record_rows(params, "", result)
     if histogram.count:
         rows += [row(SCENARIO, params, "produce_latency_p50", histogram.percentile(50), "ms"),
                  row(SCENARIO, params, "produce_latency_p99", histogram.percentile(99), "ms")]
     if write_cost is not None:
         rows.append(row(SCENARIO, params, "page_cache_write_cpu_s_per_gb", write_cost["cpu_s_per_gb"], "cpu_s"))
     samples = {"produce_latency": result["latencies_ms"]}
+    bound = None
     if baseline is not None:
         rows += _baseline_rows(params, result, baseline)
         samples[f"{BASELINE}produce_latency"] = baseline["latencies_ms"]
+        if write_cost is not None and result["records"] and baseline["records"]:
+            bound = replication_ratio_bound(per_record(baseline), per_record(result), write_cost["cpu_s_per_gb"])
+            rows.append(row(SCENARIO, params, "replication_ratio_bound", bound, "ratio"))
     _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
                  client_cores, who, broker_ceiling, client_ceiling, write_cost)
     if baseline is not None:
-        _print_comparison(console, args, result, baseline)
+        _print_comparison(console, args, result, baseline, bound)
     emit(args, console, rows, samples, SCENARIO, params)
     failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
     return 0 if not failed else 1
@@ -192,12 +209,49 @@ def _measure(console: Any, args: argparse.Namespace, bc: Any, spec: dict[str, An
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class PerRecord:
+    """What one phase cost per record acknowledged."""
+
+    client_cpu_us: float
+    broker_cpu_us: float
+    #: Bytes the topic's logs grew by, over all its replicas.
+    appended_bytes: float
+
+
+def per_record(phase: dict[str, Any]) -> PerRecord:
+    n = phase["records"]
+    return PerRecord(phase["cpu_s"] / n * 1e6, phase["broker_cpu_s"] / n * 1e6, phase["appended"] / n)
+
+
+def replication_ratio_bound(baseline: PerRecord, replicated: PerRecord, write_cpu_s_per_gb: float) -> float:
+    """The replicated phase's records/s over the baseline's had its brokers
+    spent no CPU beyond writing what they appended into new page cache (at
+    `write_cpu_s_per_gb`, measured on this machine), with both phases
+    keeping the cores as busy: the baseline's CPU per record (load
+    generator and brokers) over the replicated load generator's plus that
+    write. The load generator and the brokers share the cores, so no broker
+    work, however lean, gets the ratio above this."""
+    write_us = write_cpu_s_per_gb * replicated.appended_bytes / GB * 1e6
+    return (baseline.client_cpu_us + baseline.broker_cpu_us) / (replicated.client_cpu_us + write_us)
+
+
+def _per_record_rows(params: dict[str, Any], prefix: str, phase: dict[str, Any]) -> list[dict]:
+    if not phase["records"]:
+        return []
+    cost = per_record(phase)
+    return [row(SCENARIO, params, f"{prefix}client_cpu_us_per_record", cost.client_cpu_us, "us"),
+            row(SCENARIO, params, f"{prefix}broker_cpu_us_per_record", cost.broker_cpu_us, "us"),
+            row(SCENARIO, params, f"{prefix}appended_bytes_per_record", cost.appended_bytes, "bytes")]
+
+
 def _baseline_rows(params: dict[str, Any], result: dict[str, Any], baseline: dict[str, Any]) -> list[dict]:
     """The baseline's own figures, and the replicated run's over them."""
     out = [row(SCENARIO, params, f"{BASELINE}produce_records_per_s", baseline["records_per_s"], "records/s"),
            row(SCENARIO, params, f"{BASELINE}produce_mb_per_s", baseline["mb_per_s"], "MB/s"),
            row(SCENARIO, params, "replication_records_per_s_ratio",
                result["records_per_s"] / baseline["records_per_s"], "ratio")]
+    out += _per_record_rows(params, BASELINE, baseline)
     ours, theirs = result["histogram"], baseline["histogram"]
     if theirs.count:
         for q in (50, 99):
@@ -208,7 +262,8 @@ def _baseline_rows(params: dict[str, Any], result: dict[str, Any], baseline: dic
     return out
 
 
-def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, Any], baseline: dict[str, Any]) -> None:
+def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, Any], baseline: dict[str, Any],
+                      bound: float | None) -> None:
     from rich.table import Table
 
     ratio = result["records_per_s"] / baseline["records_per_s"]
@@ -223,7 +278,22 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
         for q in (50, 99):
             table.add_row(f"latency p{q} (ms)", f"{ours.percentile(q):.1f}", f"{theirs.percentile(q):.1f}",
                           f"{ours.percentile(q) / max(theirs.percentile(q), 1e-9):.2f}")
+    if result["records"] and baseline["records"]:
+        mine, base = per_record(result), per_record(baseline)
+        table.add_row("load generator CPU µs/record", f"{mine.client_cpu_us:.2f}", f"{base.client_cpu_us:.2f}", "")
+        table.add_row("broker CPU µs/record", f"{mine.broker_cpu_us:.2f}", f"{base.broker_cpu_us:.2f}", "")
+        both = (base.client_cpu_us + base.broker_cpu_us) / (mine.client_cpu_us + mine.broker_cpu_us)
+        table.add_row("both, CPU µs/record", f"{mine.client_cpu_us + mine.broker_cpu_us:.2f}",
+                      f"{base.client_cpu_us + base.broker_cpu_us:.2f}", f"{both:.2f} (RF=1 / replicated)")
+        table.add_row("bytes appended per record", f"{mine.appended_bytes:,.0f}", f"{base.appended_bytes:,.0f}",
+                      "over all replicas")
+    if bound is not None:
+        table.add_row("ratio bound", "", "", f"{bound:.2f}")
     console.print(table)
+    if bound is not None:
+        console.print(f"ratio bound: the ratio had the replicated brokers spent nothing beyond writing their "
+                      f"{per_record(result).appended_bytes:,.0f} bytes per record into new page cache at this "
+                      f"machine's measured cost, with the cores as busy as in the baseline.")
 
 
 def _phase(console, title, specs, args, on_start=None) -> dict:

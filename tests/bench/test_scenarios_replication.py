@@ -29,6 +29,23 @@ def test_replicated_produce_is_reported_beside_an_rf1_acks1_baseline_with_their_
         assert 0 < metrics[f"rf1_acks1_produce_latency_{q}"]["value"] < 60_000
         assert metrics[f"replication_latency_{q}_ratio"]["value"] > 0
     assert metrics["failed_records"]["value"] == 0
+    # Where the ratio comes from: each phase's CPU and bytes per record.
+    # Every record is stored once per replica, so the replicated topic grew
+    # about twice as much per record (batch headers and timing make it
+    # inexact).
+    for prefix in ("", "rf1_acks1_"):
+        assert metrics[f"{prefix}client_cpu_us_per_record"]["value"] > 0
+        assert metrics[f"{prefix}broker_cpu_us_per_record"]["value"] > 0
+    replicated = metrics["appended_bytes_per_record"]["value"]
+    single = metrics["rf1_acks1_appended_bytes_per_record"]["value"]
+    assert single >= 100 and 1.8 < replicated / single < 2.2, (replicated, single)
+    # The bound: the baseline's CPU per record over the replicated load
+    # generator's plus the page-cache write of what each record appended.
+    write_us = metrics["page_cache_write_cpu_s_per_gb"]["value"] * replicated / 1e9 * 1e6
+    expected = ((metrics["rf1_acks1_client_cpu_us_per_record"]["value"]
+                 + metrics["rf1_acks1_broker_cpu_us_per_record"]["value"])
+                / (metrics["client_cpu_us_per_record"]["value"] + write_us))
+    assert abs(metrics["replication_ratio_bound"]["value"] - expected) < 1e-9 * expected
     rows, samples = stored(results, "produce")
     assert {r["metric"] for r in rows} == set(metrics)
     assert {s["metric"] for s in samples} == {"produce_latency", "rf1_acks1_produce_latency"}
