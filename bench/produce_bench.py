@@ -35,7 +35,10 @@ the baseline's with the `rf1_acks1_` prefix) and the bytes the topic grew
 by per record over all its replicas (`appended_bytes_per_record`). The
 load generator and the brokers share this machine's cores, so when both
 phases keep them equally busy the ratio is the baseline's CPU per record
-over the replicated phase's. With the page-cache reference below,
+over the replicated phase's (the comparison table shows each phase's
+cores busy: a phase that leaves cores idle, such as a short `--count` run
+of one producer, is not CPU-bound, and then neither figure explains its
+rate). With the page-cache reference below,
 `replication_ratio_bound` is that ratio had the replicated brokers spent
 nothing beyond writing what they appended into the page cache: what this
 machine allows, whatever the broker does.
@@ -236,6 +239,10 @@ def replication_ratio_bound(baseline: PerRecord, replicated: PerRecord, write_cp
     return (baseline.client_cpu_us + baseline.broker_cpu_us) / (replicated.client_cpu_us + write_us)
 
 
+def _cores_busy(phase: dict[str, Any]) -> float:
+    return (phase["cpu_s"] + phase["broker_cpu_s"]) / phase["elapsed_s"]
+
+
 def _per_record_rows(params: dict[str, Any], prefix: str, phase: dict[str, Any]) -> list[dict]:
     if not phase["records"]:
         return []
@@ -278,8 +285,9 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
         for q in (50, 99):
             table.add_row(f"latency p{q} (ms)", f"{ours.percentile(q):.1f}", f"{theirs.percentile(q):.1f}",
                           f"{ours.percentile(q) / max(theirs.percentile(q), 1e-9):.2f}")
-    if result["records"] and baseline["records"]:
-        mine, base = per_record(result), per_record(baseline)
+    mine = per_record(result) if result["records"] and baseline["records"] else None
+    if mine is not None:
+        base = per_record(baseline)
         table.add_row("load generator CPU µs/record", f"{mine.client_cpu_us:.2f}", f"{base.client_cpu_us:.2f}", "")
         table.add_row("broker CPU µs/record", f"{mine.broker_cpu_us:.2f}", f"{base.broker_cpu_us:.2f}", "")
         both = (base.client_cpu_us + base.broker_cpu_us) / (mine.client_cpu_us + mine.broker_cpu_us)
@@ -287,12 +295,14 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
                       f"{base.client_cpu_us + base.broker_cpu_us:.2f}", f"{both:.2f} (RF=1 / replicated)")
         table.add_row("bytes appended per record", f"{mine.appended_bytes:,.0f}", f"{base.appended_bytes:,.0f}",
                       "over all replicas")
+        table.add_row("cores busy", f"{_cores_busy(result):.2f}", f"{_cores_busy(baseline):.2f}",
+                      "load generator + brokers")
     if bound is not None:
         table.add_row("ratio bound", "", "", f"{bound:.2f}")
     console.print(table)
-    if bound is not None:
+    if bound is not None and mine is not None:
         console.print(f"ratio bound: the ratio had the replicated brokers spent nothing beyond writing their "
-                      f"{per_record(result).appended_bytes:,.0f} bytes per record into new page cache at this "
+                      f"{mine.appended_bytes:,.0f} bytes per record into new page cache at this "
                       f"machine's measured cost, with the cores as busy as in the baseline.")
 
 
