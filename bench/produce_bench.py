@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         row(SCENARIO, params, "appended_bytes", appended, "bytes"),
         row(SCENARIO, params, "failed_records", result["failed"], "records"),
     ]
-    rows += _per_record_rows(params, "", result)
+    rows += _per_record_rows(params, "", result["per_record"])
     if histogram.count:
         rows += [row(SCENARIO, params, "produce_latency_p50", histogram.percentile(50), "ms"),
                  row(SCENARIO, params, "produce_latency_p99", histogram.percentile(99), "ms")]
@@ -180,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
     if baseline is not None:
         rows += _baseline_rows(params, result, baseline)
         samples[f"{BASELINE}produce_latency"] = baseline["latencies_ms"]
-        if write_cost is not None and result["records"] and baseline["records"]:
-            bound = replication_ratio_bound(per_record(baseline), per_record(result), write_cost["cpu_s_per_gb"])
+        mine, base = result["per_record"], baseline["per_record"]
+        if write_cost is not None and mine is not None and base is not None:
+            bound = replication_ratio_bound(base, mine, write_cost["cpu_s_per_gb"])
             rows.append(row(SCENARIO, params, "replication_ratio_bound", bound, "ratio"))
     _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
                  client_cores, who, broker_ceiling, client_ceiling, write_cost)
@@ -194,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(console: Any, args: argparse.Namespace, bc: Any, spec: dict[str, Any], title: str) -> dict[str, Any]:
     """One producing phase against the cluster: the load generator's result, the broker CPU it
-    cost, the bytes the topic grew by, and a latency histogram."""
+    cost, the bytes the topic grew by, what that came to per record (None: no record), and a
+    latency histogram."""
     from bench.histogram import LatencyHistogram
 
     specs = [{**spec, "config": {**spec["config"], "bootstrap.servers": bc.bootstrap}}] * args.producers
@@ -206,6 +208,7 @@ def _measure(console: Any, args: argparse.Namespace, bc: Any, spec: dict[str, An
     result = _phase(console, f"producing: {title}", specs, args, on_start)
     result["broker_cpu_s"] = bc.broker_cpu_seconds() - before["cpu"]
     result["appended"] = bc.broker_log_bytes(spec["topic"]) - before["log"]
+    result["per_record"] = per_record(result) if result["records"] else None
     histogram = LatencyHistogram()
     histogram.record_many(result["latencies_ms"])
     result["histogram"] = histogram
@@ -243,10 +246,9 @@ def _cores_busy(phase: dict[str, Any]) -> float:
     return (phase["cpu_s"] + phase["broker_cpu_s"]) / phase["elapsed_s"]
 
 
-def _per_record_rows(params: dict[str, Any], prefix: str, phase: dict[str, Any]) -> list[dict]:
-    if not phase["records"]:
+def _per_record_rows(params: dict[str, Any], prefix: str, cost: PerRecord | None) -> list[dict]:
+    if cost is None:
         return []
-    cost = per_record(phase)
     return [row(SCENARIO, params, f"{prefix}client_cpu_us_per_record", cost.client_cpu_us, "us"),
             row(SCENARIO, params, f"{prefix}broker_cpu_us_per_record", cost.broker_cpu_us, "us"),
             row(SCENARIO, params, f"{prefix}appended_bytes_per_record", cost.appended_bytes, "bytes")]
@@ -258,7 +260,7 @@ def _baseline_rows(params: dict[str, Any], result: dict[str, Any], baseline: dic
            row(SCENARIO, params, f"{BASELINE}produce_mb_per_s", baseline["mb_per_s"], "MB/s"),
            row(SCENARIO, params, "replication_records_per_s_ratio",
                result["records_per_s"] / baseline["records_per_s"], "ratio")]
-    out += _per_record_rows(params, BASELINE, baseline)
+    out += _per_record_rows(params, BASELINE, baseline["per_record"])
     ours, theirs = result["histogram"], baseline["histogram"]
     if theirs.count:
         for q in (50, 99):
@@ -285,9 +287,8 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
         for q in (50, 99):
             table.add_row(f"latency p{q} (ms)", f"{ours.percentile(q):.1f}", f"{theirs.percentile(q):.1f}",
                           f"{ours.percentile(q) / max(theirs.percentile(q), 1e-9):.2f}")
-    mine = per_record(result) if result["records"] and baseline["records"] else None
-    if mine is not None:
-        base = per_record(baseline)
+    mine, base = result["per_record"], baseline["per_record"]
+    if mine is not None and base is not None:
         table.add_row("load generator CPU µs/record", f"{mine.client_cpu_us:.2f}", f"{base.client_cpu_us:.2f}", "")
         table.add_row("broker CPU µs/record", f"{mine.broker_cpu_us:.2f}", f"{base.broker_cpu_us:.2f}", "")
         both = (base.client_cpu_us + base.broker_cpu_us) / (mine.client_cpu_us + mine.broker_cpu_us)
@@ -300,7 +301,7 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
     if bound is not None:
         table.add_row("ratio bound", "", "", f"{bound:.2f}")
     console.print(table)
-    if bound is not None and mine is not None:
+    if bound is not None:
         console.print(f"ratio bound: the ratio had the replicated brokers spent nothing beyond writing their "
                       f"{mine.appended_bytes:,.0f} bytes per record into new page cache at this "
                       f"machine's measured cost, with the cores as busy as in the baseline.")
