@@ -65,10 +65,15 @@ class ReplicaFetchers:
         self.broker = broker
         self.manager = FetcherManager(broker.node_id, broker.replicas.replication)
         self._wake: dict[int, trio.Event] = {}
+        #: Per source, how many times a partition was added to it: what
+        #: may cut short the wait after a failed connection.
+        self._added: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
 
     def follow(self, topic: str, partition: int, topic_id, leader_id: int, leader_epoch: int) -> None:
         old, new = self.manager.follow(TopicIdPartition(topic_id, partition), topic, leader_id, leader_epoch)
+        if new is not None:
+            self._added[new] = self._added.get(new, 0) + 1
         for source in (old, new):
             if source is not None:
                 self._poke(source)
@@ -119,13 +124,28 @@ class ReplicaFetchers:
                 except (ConnectionFailedError, OSError) as exc:
                     _log.info("fetcher from broker %d: %s; retrying in %d ms", source, exc,
                               config.replica_fetch_backoff_ms)
-                    await self._sleep(source, config.replica_fetch_backoff_ms)
+                    await self._back_off(source, config.replica_fetch_backoff_ms)
                 except Exception as exc:  # a malformed answer, say: never take the broker down
                     _log.warning("fetcher from broker %d failed: %r; retrying in %d ms", source, exc,
                                  config.replica_fetch_backoff_ms)
-                    await self._sleep(source, config.replica_fetch_backoff_ms)
+                    await self._back_off(source, config.replica_fetch_backoff_ms)
         finally:
             self._wake.pop(source, None)
+
+    async def _back_off(self, source: int, ms: float) -> None:
+        """After a failed connection: wait `ms`, cut short only when a
+        partition is added to `source` or none is left to fetch from it.
+        A partition that leaves (a fence moves a dead leader's partitions
+        500 at a time) is no reason to try the same address again: it
+        was, once per metadata batch, while the log said "retrying in
+        1000 ms". Kafka's fetcher thread too is woken from its back-off by
+        added partitions only."""
+        deadline = trio.current_time() + max(ms, 0) / 1000
+        added = self._added.get(source, 0)
+        while trio.current_time() < deadline:
+            await self._sleep(source, (deadline - trio.current_time()) * 1000)
+            if self.manager.fetcher(source) is None or self._added.get(source, 0) != added:
+                return
 
     async def _sleep(self, source: int, ms: float) -> None:
         event = self._wake.get(source)
