@@ -65,18 +65,21 @@ class ReplicaFetchers:
         self.broker = broker
         self.manager = FetcherManager(broker.node_id, broker.replicas.replication)
         self._wake: dict[int, trio.Event] = {}
-        #: Per source, how many times a partition was added to it: what
-        #: may cut short the wait after a failed connection.
-        self._added: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
 
     def follow(self, topic: str, partition: int, topic_id, leader_id: int, leader_epoch: int) -> None:
         old, new = self.manager.follow(TopicIdPartition(topic_id, partition), topic, leader_id, leader_epoch)
+        # Wake the source a partition joined, and the one it left only if
+        # none is left there (its task ends). A partition leaving is no
+        # reason to fetch or connect sooner: a fence moves a dead leader's
+        # partitions 500 per metadata batch, and each batch made its
+        # fetcher reconnect at once, while its log said "retrying in
+        # 1000 ms". Kafka's fetcher thread, too, is woken from its
+        # back-off by added partitions only.
+        if old is not None and old != new and self.manager.fetcher(old) is None:
+            self._poke(old)
         if new is not None:
-            self._added[new] = self._added.get(new, 0) + 1
-        for source in (old, new):
-            if source is not None:
-                self._poke(source)
+            self._poke(new)
         if new is not None and new not in self._wake and self._nursery is not None:
             self._wake[new] = trio.Event()
             self._nursery.start_soon(self._run_source, new)
@@ -133,19 +136,11 @@ class ReplicaFetchers:
             self._wake.pop(source, None)
 
     async def _back_off(self, source: int, ms: float) -> None:
-        """After a failed connection: wait `ms`, cut short only when a
-        partition is added to `source` or none is left to fetch from it.
-        A partition that leaves (a fence moves a dead leader's partitions
-        500 at a time) is no reason to try the same address again: it
-        was, once per metadata batch, while the log said "retrying in
-        1000 ms". Kafka's fetcher thread too is woken from its back-off by
-        added partitions only."""
-        deadline = trio.current_time() + max(ms, 0) / 1000
-        added = self._added.get(source, 0)
-        while trio.current_time() < deadline:
-            await self._sleep(source, (deadline - trio.current_time()) * 1000)
-            if self.manager.fetcher(source) is None or self._added.get(source, 0) != added:
-                return
+        """After a failed connection: `ms`, cut short only by a partition
+        added (or the last one gone) while it lasts. One added during the
+        failed attempt is in the next attempt anyway."""
+        self._wake[source] = trio.Event()
+        await self._sleep(source, ms)
 
     async def _sleep(self, source: int, ms: float) -> None:
         event = self._wake.get(source)
