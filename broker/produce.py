@@ -40,7 +40,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.codec import ProducePartitionResult, encode_produce_response
-from broker.replica_manager import HostedPartition, wait_for_change
+from broker.replica_manager import HostedPartition, wait_for_acks
 
 _log = logging.getLogger("broker.produce")
 
@@ -131,7 +131,7 @@ async def _await_high_watermark(results, waiting, deadline: float) -> None:
         waiting = pending
         if not waiting or trio.current_time() >= deadline:
             break
-        await wait_for_change((entry[2] for entry in waiting), deadline)
+        await wait_for_acks(((entry[2], entry[3], entry[4]) for entry in waiting), deadline)
     for topic_index, position, *_ in waiting:
         _set_error(results, topic_index, position, ErrorCode.request_timed_out)
 

@@ -23,8 +23,15 @@ follower's fetch), an ISR change, a leadership change or
 the replica stopping -- calls `HostedPartition.notify`, which sets every
 parked request's `trio.Event`. A waiter registers one event with each
 partition it touches (`wait_for_change`), so a Fetch over many partitions
-wakes on the first of them. Deadlines are trio cancel scopes; a produce
-that times out answers REQUEST_TIMED_OUT. A follower's fetch session
+wakes on the first of them. A parked acks=all Produce (`wait_for_acks`)
+is woken only once `notify` finds its answer decided on one of its
+partitions (`acks_all_status`: the HW past its batch, an ISR under
+`min.insync.replicas`, a leadership change), as Kafka's DelayedProduce is
+completed only by a check that succeeds: every append and follower fetch
+calls `notify`, and waking each of a connection's in-flight produces to
+find its HW still short cost a task switch and a cancel scope each.
+Deadlines are trio cancel scopes; a produce that times out answers
+REQUEST_TIMED_OUT. A follower's fetch session
 (`broker.fetch_session`) subscribes for good instead: `notify` marks the
 partition dirty in it.
 """
@@ -67,7 +74,7 @@ _log = logging.getLogger("broker.replica_manager")
 
 
 class HostedPartition:
-    __slots__ = ("state", "log", "waiters", "sessions", "log_append_time", "replicas")
+    __slots__ = ("state", "log", "waiters", "acks_waiters", "sessions", "log_append_time", "replicas")
 
     def __init__(self, state: ReplicaState, log: Log, replicas: ReplicaManager | None = None) -> None:
         self.state = state
@@ -75,6 +82,9 @@ class HostedPartition:
         #: The manager that acts on this partition's replication decisions.
         self.replicas = replicas
         self.waiters: set[ChangeWaiter] = set()
+        #: Parked acks=all produces: waiter -> (required offset, the leader
+        #: epoch of the append), woken once `acks_all_status` decides.
+        self.acks_waiters: dict[ChangeWaiter, tuple[int, int]] = {}
         #: The follower fetch sessions holding this partition (`broker.fetch_session`):
         #: session -> its SessionPartition. Unlike a waiter, a session stays subscribed.
         self.sessions: dict = {}
@@ -88,6 +98,12 @@ class HostedPartition:
             for waiter in self.waiters:
                 waiter.wake(self)
             self.waiters.clear()
+        if self.acks_waiters:
+            status = self.state.acks_all_status
+            decided = [w for w, (required, epoch) in self.acks_waiters.items() if status(required, epoch) is not None]
+            for waiter in decided:
+                del self.acks_waiters[waiter]
+                waiter.wake(self)
         if self.sessions:
             for session, sp in self.sessions.items():
                 session.mark_dirty(sp)
@@ -122,6 +138,22 @@ async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float
         for hp in hosted:
             hp.waiters.discard(waiter)
     return waiter.changed
+
+
+async def wait_for_acks(waiting: Iterable[tuple[HostedPartition, int, int]], deadline: float) -> None:
+    """Return once the acks=all answer of any of `waiting` -- (partition,
+    required offset, leader epoch of the append) -- is decided
+    (`ReplicaState.acks_all_status` is not None), or at `deadline` (trio time)."""
+    waiter = ChangeWaiter()
+    parked = list(waiting)
+    for hp, required, epoch in parked:
+        hp.acks_waiters[waiter] = (required, epoch)
+    try:
+        with trio.move_on_at(deadline):
+            await waiter.event.wait()
+    finally:
+        for hp, _required, _epoch in parked:
+            hp.acks_waiters.pop(waiter, None)
 
 
 def _topic_config(image: MetadataImage, topic: str, key: str) -> str:

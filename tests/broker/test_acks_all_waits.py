@@ -1,0 +1,107 @@
+"""A parked acks=all Produce on a real broker, over a socket: it is answered
+when its outcome is decided and not before (Kafka's DelayedProduce).
+
+Broker 1 leads partition 0 of "t" (replicas 1 and 2, `min.insync.replicas`
+2); follower 2 is registered but has no process: the test fetches as
+broker 2 by hand, and changes the ISR and the leader through the metadata
+log as the controller would.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fr
+
+from broker_testing import batch, only_partition, produce_request, start_broker
+from quorum.metadata.records import PartitionChangeRecord
+
+TOPIC = "t"
+
+
+def follower_fetch(offset: int):
+    """Follower 2's Fetch of partition 0 from `offset` (a full fetch, no session)."""
+    return fr.FetchRequest(
+        replica_id=2, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=50 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+        topics=(fr.FetchTopic(topic=TOPIC, partitions=(fr.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20),)),))
+
+
+class Parked:
+    """An acks=all Produce of one record sent on its own connection; its answer once it comes."""
+
+    def __init__(self) -> None:
+        self.error: ErrorCode | None = None
+        self.answered = trio.Event()
+
+    @classmethod
+    async def send(cls, rb, nursery, timeout_ms: int = 30_000) -> Parked:
+        parked = cls()
+        conn = await rb.connect(nursery)
+
+        async def run() -> None:
+            response = await conn.request(produce_request(TOPIC, 0, batch(1), acks=-1, timeout_ms=timeout_ms))
+            parked.error = only_partition(response).error_code
+            parked.answered.set()
+
+        nursery.start_soon(run)
+        return parked
+
+    async def answer(self, within_s: float = 5) -> ErrorCode:
+        with trio.fail_after(within_s):
+            await self.answered.wait()
+        return self.error
+
+
+async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and_not_before(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2)], configs={"min.insync.replicas": "2"})
+    topic_id = rb.controller.image.topic(TOPIC).topic_id
+    follower = await rb.connect(nursery)
+    other = await rb.connect(nursery)
+
+    # 1. Appends that leave the HW short of it (acks=1 records on another
+    # connection, a follower fetch that copies but does not yet acknowledge)
+    # do not answer it; the follower's next fetch, which moves the HW past
+    # it, does.
+    parked = await Parked.send(rb, nursery)
+    await trio.sleep(0.1)
+    for _ in range(3):
+        assert only_partition(await other.request(produce_request(TOPIC, 0, batch(2), acks=1))).error_code \
+            == ErrorCode.none
+    copied = only_partition(await follower.request(follower_fetch(0)))
+    assert copied.error_code == ErrorCode.none and copied.high_watermark == 0
+    await trio.sleep(0.2)
+    assert not parked.answered.is_set()
+    log_end = rb.partition(TOPIC).log.log_end_offset
+    assert log_end == 7
+    await follower.request(follower_fetch(log_end))
+    assert await parked.answer() == ErrorCode.none
+    assert rb.partition(TOPIC).state.leader.high_watermark == log_end
+
+    # 2. The ISR shrinking under min.insync.replicas while it waits fails it
+    # after its append.
+    parked = await Parked.send(rb, nursery)
+    await trio.sleep(0.1)
+    assert not parked.answered.is_set()
+    rb.controller.append([PartitionChangeRecord(topic_id, 0, isr=(1,))])
+    assert await parked.answer() == ErrorCode.not_enough_replicas_after_append
+
+    # 3. Nobody acknowledging it: REQUEST_TIMED_OUT after the request's timeout.
+    rb.controller.append([PartitionChangeRecord(topic_id, 0, isr=(1, 2))])
+    start = trio.current_time()
+    parked = await Parked.send(rb, nursery, timeout_ms=300)
+    assert await parked.answer() == ErrorCode.request_timed_out
+    assert trio.current_time() - start >= 0.3
+
+    # 4. A leadership change while it waits: the new leader may truncate it.
+    parked = await Parked.send(rb, nursery)
+    await trio.sleep(0.1)
+    assert not parked.answered.is_set()
+    rb.controller.append([PartitionChangeRecord(topic_id, 0, leader=2)])
+    assert await parked.answer() == ErrorCode.not_leader_or_follower
