@@ -28,13 +28,11 @@ wake 10 times a second.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch_req
 
 from broker.replica_manager import log_timeline
 from broker.replication import (
@@ -49,6 +47,7 @@ from broker.replication import (
 )
 from raftka.wire import ConnectionFailedError
 from raftka.wire.client import open_connection
+from raftka.wire.fetch_request import EncodedRequest, encode_fetch_v12
 
 _log = logging.getLogger("broker.replica_fetcher")
 FETCH_VERSION = 12
@@ -239,23 +238,20 @@ class _Logs(Mapping):
         return len(self._by_id)
 
 
-def _fetch_request(plan: FetchPlan) -> fetch_req.FetchRequest:
+def _fetch_request(plan: FetchPlan) -> EncodedRequest:
+    """The plan as a Fetch v12 body, encoded by hand (`raftka.wire.fetch_request`)."""
     topics: dict[str, list] = {}
     for p in plan.partitions:
-        topics.setdefault(p.topic, []).append(fetch_req.FetchPartition(
-            partition=p.key.partition, current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
-            last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
-            partition_max_bytes=p.partition_max_bytes))
+        topics.setdefault(p.topic, []).append((
+            p.key.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
+            p.partition_max_bytes))
     forgotten: dict[str, list[int]] = {}
     for p in plan.forgotten:
         forgotten.setdefault(p.topic, []).append(p.key.partition)
-    return fetch_req.FetchRequest(
-        replica_id=plan.replica_id, max_wait=datetime.timedelta(milliseconds=plan.max_wait_ms),
-        min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, isolation_level=0, session_id=plan.session_id,
-        session_epoch=plan.session_epoch,
-        topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
-        forgotten_topics_data=tuple(fetch_req.ForgottenTopic(topic=t, partitions=tuple(ps))
-                                    for t, ps in forgotten.items()), rack_id="")
+    return encode_fetch_v12(
+        replica_id=plan.replica_id, max_wait_ms=plan.max_wait_ms, min_bytes=plan.min_bytes,
+        max_bytes=plan.max_bytes, isolation_level=0, session_id=plan.session_id, session_epoch=plan.session_epoch,
+        topics=list(topics.items()), forgotten=list(forgotten.items()))
 
 
 def _results(fetcher, response) -> dict[TopicIdPartition, PartitionFetchResult]:

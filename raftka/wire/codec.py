@@ -40,6 +40,7 @@ from kio.serial.errors import SerialError
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
 from raftka.wire.length_check import check_lengths, skip_tagged_fields
+from raftka.wire.fetch_request import EncodedRequest
 from raftka.wire.fetch_response import FETCH_KEY, fetch_response_reader
 from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
@@ -277,9 +278,11 @@ def encode_payload(
 
 
 def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:
-    """One complete request frame for the kio request entity `request`."""
+    """One complete request frame for the kio request entity `request`, or
+    for a body encoded already (`fetch_request.EncodedRequest`)."""
     codec = api_codec(request.__api_key__, request.__version__)
-    if type(request) is not codec.request_type:
+    encoded = type(request) is EncodedRequest
+    if not encoded and type(request) is not codec.request_type:
         raise LocalProtocolError(f"{type(request).__name__} is not a kio request entity")
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
@@ -292,7 +295,10 @@ def encode_request(correlation_id: int, client_id: str | None, request: Any) -> 
         out.write(raw)
     if codec.request_header_version >= 2:
         out.write(_EMPTY_TAGGED_FIELDS)
-    codec.write_request(out, request)
+    if encoded:
+        out.write(request.body)
+    else:
+        codec.write_request(out, request)
     frame = out.getbuffer()
     SIZE_PREFIX.pack_into(frame, 0, frame.nbytes - 4)
     del frame
