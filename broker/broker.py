@@ -269,7 +269,7 @@ class Broker:
             now = self.clock_ms()
             self.log_manager.flush_due(now)
             if now - last["hw"] >= due["hw"]:
-                self.log_manager.checkpoint_high_watermarks(self.replicas.high_watermarks())
+                await self.log_manager.checkpoint_high_watermarks_in_thread(self.replicas.high_watermarks())
                 last["hw"] = now
             if now - last["recovery"] >= due["recovery"]:
                 self.log_manager.checkpoint_logs()

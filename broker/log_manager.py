@@ -46,6 +46,8 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
+import trio
+
 from quorum.metadata import MetadataImage
 from quorum.node.metadata_log import METADATA_PARTITION_DIR
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, write_atomically
@@ -222,15 +224,36 @@ class LogManager:
 
     def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
         """Write `replication-offset-checkpoint` of each log dir whose entries changed."""
+        for log_dir, entries in self._changed_hws(high_watermarks):
+            self._hw_file(log_dir).write(entries)
+            self._written_hws[log_dir] = entries
+
+    async def checkpoint_high_watermarks_in_thread(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
+        """`checkpoint_high_watermarks`, with the files written and fsynced
+        in a worker thread (as Kafka's scheduler thread writes them): an
+        fsync while the logs take tens of MB/s waits for the filesystem's
+        journal, 50-200 ms here, and on the event loop it held up every
+        produce and fetch of the broker. Not abandoned when cancelled, so a
+        clean shutdown's own checkpoint never overlaps it."""
+        changed = self._changed_hws(high_watermarks)
+        if not changed:
+            return
+        await trio.to_thread.run_sync(self._write_hw_files, changed)
+        for log_dir, entries in changed:
+            self._written_hws[log_dir] = entries
+
+    def _changed_hws(self, high_watermarks: Mapping[TopicPartitionName, int]) -> list[tuple[str, dict]]:
+        """(log dir, its entries) for each log dir whose entries differ from the last written."""
         by_dir: dict[str, dict[TopicPartitionName, int]] = {d: {} for d in self.log_dirs}
         for tp, hw in high_watermarks.items():
             log_dir = self._dir_of.get(tp)
             if log_dir is not None:
                 by_dir[log_dir][tp] = hw
-        for log_dir, entries in by_dir.items():
-            if self._written_hws.get(log_dir) != entries:
-                self._hw_file(log_dir).write(entries)
-                self._written_hws[log_dir] = entries
+        return [(log_dir, entries) for log_dir, entries in by_dir.items() if self._written_hws.get(log_dir) != entries]
+
+    def _write_hw_files(self, changed: list[tuple[str, dict]]) -> None:
+        for log_dir, entries in changed:
+            self._hw_file(log_dir).write(entries)
 
     def checkpoint_logs(self) -> None:
         """Write every log's recovery point and log start offset checkpoints."""
