@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from raftka.wire import RequestHeader, encode_response_header, frame_size_prefix, part_length
+from raftka.wire.codec import string_bytes, uvarint
 from raftka.wire.framing import ResponsePart
 
 _I16 = struct.Struct(">h")
@@ -49,22 +50,6 @@ _THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
 PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 9
 FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12
-
-
-def uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint (7 bits a byte, least significant first)."""
-    assert value >= 0
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def string_bytes(value: str, flexible: bool) -> bytes:
-    raw = value.encode()
-    return (uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 def nullable_string_bytes(value: str | None, flexible: bool) -> bytes:

@@ -47,7 +47,8 @@ from broker.replication import (
 )
 from raftka.wire import ConnectionFailedError
 from raftka.wire.client import open_connection
-from raftka.wire.fetch_request import EncodedRequest, encode_fetch_v12
+from raftka.wire.codec import EncodedRequest
+from raftka.wire.fetch_request import encode_fetch_v12
 
 _log = logging.getLogger("broker.replica_fetcher")
 FETCH_VERSION = 12

@@ -40,7 +40,6 @@ from kio.serial.errors import SerialError
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
 from raftka.wire.length_check import check_lengths, skip_tagged_fields
-from raftka.wire.fetch_request import EncodedRequest
 from raftka.wire.fetch_response import FETCH_KEY, fetch_response_reader
 from raftka.wire.produce_request import PRODUCE_KEY, produce_request_reader
 
@@ -55,6 +54,34 @@ _HEADER_ERRORS = (ValueError, struct.error, UnicodeDecodeError, SerialError)
 
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def uvarint(value: int) -> bytes:
+    """Kafka's unsigned varint (7 bits a byte, least significant first)."""
+    assert value >= 0
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def string_bytes(value: str, flexible: bool) -> bytes:
+    """A string field: compact (varint length + 1) in flexible versions, else int16 length."""
+    raw = value.encode()
+    return (uvarint(len(raw) + 1) if flexible else _INT16.pack(len(raw))) + raw
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRequest:
+    """A request body encoded already (`fetch_request`): `encode_request`
+    writes the header and then `body`, and the answer decodes as this API
+    version's."""
+
+    __api_key__: int
+    __version__: int
+    body: bytes
 
 
 def duration_ms(value: datetime.timedelta) -> int:
@@ -279,7 +306,7 @@ def encode_payload(
 
 def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:
     """One complete request frame for the kio request entity `request`, or
-    for a body encoded already (`fetch_request.EncodedRequest`)."""
+    for a body encoded already (`EncodedRequest`)."""
     codec = api_codec(request.__api_key__, request.__version__)
     encoded = type(request) is EncodedRequest
     if not encoded and type(request) is not codec.request_type:

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-FETCH_KEY = 1
+from raftka.wire.codec import EncodedRequest, string_bytes, uvarint
+from raftka.wire.fetch_response import FETCH_KEY
+
 VERSION = 12
 
 _HEAD = struct.Struct(">iiiibii")
@@ -45,32 +46,6 @@ _NO_TAGS = b"\0"
 
 #: (partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes)
 FetchPosition = tuple[int, int, int, int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedRequest:
-    """A request body encoded already: `codec.encode_request` writes the
-    header and then `body`, and the answer decodes as this API version's."""
-
-    __api_key__: int
-    __version__: int
-    body: bytes
-
-
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _compact_string(value: str) -> bytes:
-    raw = value.encode()
-    return _varint(len(raw) + 1) + raw
 
 
 def encode_fetch_v12(
@@ -88,22 +63,22 @@ def encode_fetch_v12(
 ) -> EncodedRequest:
     """A Fetch v12 request body; `topics` in the order they go on the wire."""
     parts = [_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch),
-             _varint(len(topics) + 1)]
+             uvarint(len(topics) + 1)]
     append = parts.append
     pack_partition = _PARTITION.pack
     for topic, positions in topics:
-        append(_compact_string(topic))
-        append(_varint(len(positions) + 1))
+        append(string_bytes(topic, True))
+        append(uvarint(len(positions) + 1))
         for position in positions:
             append(pack_partition(*position, 0))
         append(_NO_TAGS)
-    append(_varint(len(forgotten) + 1))
+    append(uvarint(len(forgotten) + 1))
     for topic, partitions in forgotten:
-        append(_compact_string(topic))
-        append(_varint(len(partitions) + 1))
+        append(string_bytes(topic, True))
+        append(uvarint(len(partitions) + 1))
         for partition in partitions:
             append(_INT32.pack(partition))
         append(_NO_TAGS)
-    append(_compact_string(rack_id))
+    append(string_bytes(rack_id, True))
     append(_NO_TAGS)
     return EncodedRequest(FETCH_KEY, VERSION, b"".join(parts))
