@@ -14,6 +14,7 @@ import datetime
 import trio
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fr
+from kio.schema.produce.v9 import request as pr
 
 from broker_testing import batch, only_partition, produce_request, start_broker
 from quorum.metadata.records import PartitionChangeRecord
@@ -21,13 +22,13 @@ from quorum.metadata.records import PartitionChangeRecord
 TOPIC = "t"
 
 
-def follower_fetch(offset: int):
-    """Follower 2's Fetch of partition 0 from `offset` (a full fetch, no session)."""
+def follower_fetch(offset: int, partition: int = 0):
+    """Follower 2's Fetch of `partition` from `offset` (a full fetch, no session)."""
     return fr.FetchRequest(
         replica_id=2, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=50 << 20, isolation_level=0,
         session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
         topics=(fr.FetchTopic(topic=TOPIC, partitions=(fr.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
             log_start_offset=-1, partition_max_bytes=1 << 20),)),))
 
 
@@ -105,3 +106,38 @@ async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and
     assert not parked.answered.is_set()
     rb.controller.append([PartitionChangeRecord(topic_id, 0, leader=2)])
     assert await parked.answer() == ErrorCode.not_leader_or_follower
+
+
+async def test_a_parked_produce_over_two_partitions_answers_once_both_are_acknowledged(nursery, tmp_path):
+    # Each partition parks the request until its own HW passes; a wake for
+    # one looks again at that one only, and the answer waits for the other.
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    follower = await rb.connect(nursery)
+    producer = await rb.connect(nursery)
+    request = pr.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(pr.TopicProduceData(name=TOPIC, partition_data=(
+            pr.PartitionProduceData(index=0, records=batch(2)),
+            pr.PartitionProduceData(index=1, records=batch(3)))),))
+    answer: list = []
+
+    async def send() -> None:
+        answer.append(await producer.request(request))
+
+    nursery.start_soon(send)
+    await trio.sleep(0.1)
+    await follower.request(follower_fetch(0, partition=0))
+    await follower.request(follower_fetch(2, partition=0))
+    await trio.sleep(0.2)
+    assert rb.partition(TOPIC, 0).state.leader.high_watermark == 2
+    assert not answer, "answered before partition 1's HW passed its batch"
+    await follower.request(follower_fetch(0, partition=1))
+    await follower.request(follower_fetch(3, partition=1))
+    with trio.fail_after(5):
+        while not answer:
+            await trio.sleep(0.01)
+    (topic,) = answer[0].responses
+    assert [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses] == [
+        (0, ErrorCode.none, 0), (1, ErrorCode.none, 0)]
