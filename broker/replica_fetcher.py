@@ -51,7 +51,6 @@ from raftka.wire.codec import EncodedRequest
 from raftka.wire.fetch_request import encode_fetch_v12
 
 _log = logging.getLogger("broker.replica_fetcher")
-FETCH_VERSION = 12
 #: How often leaders are ticked (ISR shrink checks, AlterPartition retries).
 TICK_S = 0.1
 #: Top-level Fetch errors that only end the fetch session (KIP-227).

@@ -423,8 +423,10 @@ class ReplicaManager:
         except OSError as exc:
             _log.error("%s-%d: append failed: %s", topic, partition, exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
-        self.act(hp, hp.state.on_leader_append(log.log_end_offset, now_ms))
-        hp.notify()
+        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:  # `act` notified already
+            hp.notify()
         result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
 

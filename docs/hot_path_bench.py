@@ -39,19 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka_bench import create_topic, process_cpu_seconds  # noqa: E402
 from bench.proc_stats import log_bytes  # noqa: E402
+from raftka.wire.codec import uvarint  # noqa: E402
 from storage.batch import build_batch, iter_batch_headers  # noqa: E402
 
 TOPIC = "hot-path"
 GB = 1e9
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
