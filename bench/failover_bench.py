@@ -55,6 +55,19 @@ run per former partition:
   librdkafka re-queries a leaderless partition's metadata on its 1 s
   topic scan, so this clock moves in ~1 s steps.
 
+One more clock is not per partition:
+
+- **fenced**: until a surviving broker's Metadata no longer lists the
+  victim among the live brokers (a Metadata request for no topics, every
+  10 ms, to the surviving brokers in turn): the cluster has noticed the
+  failure (KRaft: the controller fenced the broker and the survivor
+  applied that record; ZooKeeper mode: the controller saw the broker's
+  znode go and sent UpdateMetadata). The table also gives each clock's
+  median after it ("after fence"): the part of a failover that is the
+  cluster's own work, and not the wait for the session timeout, which
+  with a heartbeat every `broker.heartbeat.interval.ms` (2 s) ends 7-9 s
+  after a kill, depending on when the last heartbeat came.
+
 With kill and stop, the controller learns of the failure only when the
 broker's session expires, so it bounds every clock from below: KRaft's
 `broker.session.timeout.ms` (Kafka's default 9000 ms) or ZooKeeper mode's
@@ -95,6 +108,8 @@ PRODUCE_RETRY_S = 0.05
 MAX_PARTITIONS_PER_TOPIC = 500
 
 Key = tuple[str, int]
+#: The "fenced" clock's one entry (it is not per partition).
+FENCE: Key = ("", -1)
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -184,9 +199,17 @@ def run(args: argparse.Namespace) -> int:
             clocks = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
             if client is not None:
                 clocks["client"] = client.wait(t0 + args.timeout)
+            fenced_ms = clocks.pop("fenced").get(FENCE)
+            if fenced_ms is not None:
+                fenced_ms *= 1000
             produce_s = clocks["produce"]
             stuck += len(moved) - len(produce_s)
             lines = []
+            if fenced_ms is not None:
+                runner.row("leader_failover_fenced_ms", fenced_ms, "ms", led=len(moved))
+                lines.append(("fenced", f"{fenced_ms:,.0f}", "a survivor's Metadata no longer lists the victim"))
+            else:
+                lines.append(("fenced", "-", "the survivors still listed the victim when the probe stopped"))
             for clock, times in clocks.items():
                 values = sorted(times[k] * 1000 for k in moved if k in times)
                 if values:
@@ -197,9 +220,15 @@ def run(args: argparse.Namespace) -> int:
                     runner.row(f"leader_failover_{clock}_ms_min", values[0], "ms", led=len(moved))
                     runner.samples(f"leader_failover_{clock}", "ms", values, led=len(moved))
                     expected = min(len(moved), args.client_partitions) if clock == "client" else len(moved)
-                    lines.append((clock, f"{statistics.median(values):,.0f}",
+                    median = statistics.median(values)
+                    after = ""
+                    if fenced_ms is not None:
+                        runner.row(f"leader_failover_{clock}_ms_median_after_fence", median - fenced_ms, "ms",
+                                   led=len(moved))
+                        after = f"; median {median - fenced_ms:,.0f} after fenced"
+                    lines.append((clock, f"{median:,.0f}",
                                   f"p99 {p99:,.0f}, max {values[-1]:,.0f}, min {values[0]:,.0f}; "
-                                  f"{len(values):,} of {expected:,} partitions"))
+                                  f"{len(values):,} of {expected:,} partitions{after}"))
             runner.row("partitions_without_leader", len(moved) - len(produce_s), "partitions", led=len(moved))
             target = 1000 if args.fault == "term" else session_timeout_ms + 1000
             lines.append(("target (median produce)", f"≤ {target:,}", "term: 1 s; kill/stop: session timeout + 1 s"))
@@ -282,9 +311,9 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
     than the victim ("metadata"), and until that leader takes a produced record ("produce")."""
     import trio
 
-    from bench.cluster_probes import PROBE_ERRORS, produce_many, topic_partitions
+    from bench.cluster_probes import PROBE_ERRORS, live_brokers, produce_many, topic_partitions
 
-    clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
+    clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}, "fenced": {}}
     survivors = [b for b in cluster.brokers if b.node_id != victim and b.is_running()]
     topics = sorted({t for t, _ in moved})
     wanted = set(moved)
@@ -326,6 +355,21 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                     leader_of[k] = leader
             unresolved = {t for t in unresolved if any(k not in seen for k in moved_of[t])}
             await trio.sleep(max(POLL_S, METADATA_PACE_S_PER_PARTITION * sum(len(moved_of[t]) for t in asked)))
+
+    async def watch_fence() -> None:
+        """Until a survivor's Metadata leaves the victim out of the live brokers."""
+        turn = 0
+        while not clocks["fenced"] and len(clocks["produce"]) < len(moved):
+            broker = survivors[turn % len(survivors)]
+            turn += 1
+            try:
+                live = await live_brokers(broker.host, broker.port)
+            except PROBE_ERRORS:
+                live = {victim}
+            if victim not in live:
+                clocks["fenced"][FENCE] = time.monotonic() - t0
+                return
+            await trio.sleep(POLL_S)
 
     async def produce_chunk(broker: Any, chunk: list[Key], in_flight: set[Key], retry_at: dict[Key, float],
                             slots: trio.Semaphore) -> None:
@@ -377,6 +421,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
     with trio.move_on_after(max(0.0, t0 + timeout_s - time.monotonic())):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_metadata)
+            nursery.start_soon(watch_fence)
             for b in survivors:
                 nursery.start_soon(watch_produce, b)
     return clocks

@@ -67,6 +67,15 @@ def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
         # The controller learns of a SIGKILLed broker only when its session expires.
         assert 1000 < worst["value"] < 30_000, worst
         assert metrics[f"leader_failover_{clock}_ms_min"]["value"] <= worst["value"]
+    # The cluster noticed the failure (the survivor's Metadata dropped the
+    # victim) once the session expired (300 ms heartbeats, 1500 ms session),
+    # and no new leader was named before that (give or take the probe's poll).
+    fenced = metrics["leader_failover_fenced_ms"]["value"]
+    assert 1000 < fenced < 30_000 and fenced <= metrics["leader_failover_metadata_ms_min"]["value"] + 500
+    for clock in ("metadata", "produce", "client"):
+        after = metrics[f"leader_failover_{clock}_ms_median_after_fence"]["value"]
+        assert after == pytest.approx(metrics[f"leader_failover_{clock}_ms_median"]["value"] - fenced)
+    assert re.search(r"│ fenced +│ +[\d,]+ │", out.stderr)
     rows, samples = stored(results, "failover")
     assert {r["metric"] for r in rows} == set(metrics)
     moved = {s["metric"] for s in samples}

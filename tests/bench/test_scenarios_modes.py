@@ -33,6 +33,10 @@ def test_zk_failover_times_every_partition_led_by_a_killed_broker_that_is_not_th
                               for s in ("min", "median", "p99", "max"))
         # Nothing moves before ZooKeeper expires the dead broker's session.
         assert 2000 < low <= mid <= p99 <= top < 40_000, (clock, low, mid, p99, top)
+    # ZooKeeper expired the session; the controller's UpdateMetadata then
+    # dropped the broker from the survivors' live brokers, with the new leaders.
+    fenced = metrics["leader_failover_fenced_ms"]["value"]
+    assert 2000 < fenced <= metrics["leader_failover_metadata_ms_min"]["value"] + 500
     _, samples = stored(results, "failover", mode="zk")
     produce_samples = [s for s in samples if s["metric"] == "leader_failover_produce"]
     assert len(produce_samples) == 10 and json.loads(produce_samples[0]["params"])["led"] == 10
