@@ -219,7 +219,7 @@ class ReplicaFetchers:
                 hp.notify()
         timeline = self.broker.replicas.timeline
         if action.leader_high_watermark is not None and timeline.watching:
-            log_timeline(timeline.on_fetch_answered(action.key, self.broker.clock_ms()))
+            log_timeline(timeline.on_fetch_answered(hp, self.broker.clock_ms()))
 
 
 class _Logs(Mapping):

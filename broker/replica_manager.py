@@ -225,8 +225,10 @@ class ReplicaManager:
     def note_replica_fetch(self, hp: HostedPartition, high_watermark: int, now_ms: int) -> None:
         """For the failover timeline: a follower's fetch of `hp` was served at `high_watermark`."""
         if self.timeline.watching:
-            log_timeline(self.timeline.on_replica_fetch(TopicIdPartition(hp.state.topic_id, hp.state.partition),
-                                                        high_watermark, now_ms))
+            # Keyed by the hosted partition itself: hashing a TopicIdPartition
+            # hashes its UUID in Python, per partition of every follower
+            # fetch while a failover's timeline is open.
+            log_timeline(self.timeline.on_replica_fetch(hp, high_watermark, now_ms))
 
     # --- metadata ------------------------------------------------------
 
@@ -266,11 +268,10 @@ class ReplicaManager:
             if role is not None:
                 became[role] = became.get(role, 0) + 1
                 hp = self.partitions[(local.topic_name, local.partition)]
-                key = TopicIdPartition(local.topic_id, local.partition)
                 if hp.state.leader is not None:
-                    timeline.on_leader(key, hp.state.leader.epoch_start_offset)
+                    timeline.on_leader(hp, hp.state.leader.epoch_start_offset)
                 elif hp.state.leader_id >= 0:
-                    timeline.on_follower(key)
+                    timeline.on_follower(hp)
             yield
         applied_ms = self.clock_ms()
         if became:

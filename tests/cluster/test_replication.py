@@ -9,6 +9,7 @@ record is there exactly once, at its acknowledged offset, in order.
 
 from __future__ import annotations
 
+import re
 import signal
 
 from confluent_kafka import KafkaError, Producer
@@ -58,6 +59,19 @@ def test_leader_killed_and_restarted_loses_no_acknowledged_record(tmp_path) -> N
                    if fenced in line]
         assert "no heartbeat for over broker.session.timeout.ms=3000 ms" in line, line
         wait_for("records acknowledged by the new leaders", lambda: producer.acked_count() > acked_at_kill + 200)
+        # Each survivor's failover timeline: the delta that moved leaders to
+        # it is reported once its followers fetched and committed the new
+        # epoch, and the one that moved its fetching once the new leader answered.
+        survivors = [b for b in ALL if b != victim]
+        timeline = re.compile(r"new leaderships: first follower fetch \+\d+\.\.\+\d+ ms \(median \+\d+\), "
+                              r"HW past the epoch start \+\d+\.\.\+\d+ ms")
+        wait_for("a survivor's timeline of its new leaderships",
+                 lambda: any(timeline.search(cluster.node(b).output_since_start()) for b in survivors), 10)
+        wait_for("a survivor's timeline of the leaders it follows",
+                 lambda: any(re.search(r"follow a new leader: first answer \+\d+\.\.\+\d+ ms",
+                                       cluster.node(b).output_since_start()) for b in survivors), 10)
+        assert not any(" s)" in line and "not within" in line for b in survivors
+                       for line in cluster.node(b).output_since_start().splitlines())
         cluster.start(victim)
         cluster.wait_ready(120)
         wait_for_isr(bootstrap, "orders", PARTITIONS, ALL)
