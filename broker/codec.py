@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from raftka.wire import RequestHeader, encode_response_header, frame_size_prefix, part_length
-from raftka.wire.codec import string_bytes, uvarint
+from raftka.varint import uvarint
+from raftka.wire.codec import string_bytes
 from raftka.wire.framing import ResponsePart
 
 _I16 = struct.Struct(">h")

@@ -22,6 +22,7 @@ IndexError. This is per-record Python work: keep it off the produce path.
 
 from typing import NamedTuple
 
+from raftka.varint import uvarint
 from storage.errors import CorruptRecordError
 
 # A varlong takes at most 10 bytes, a varint 5 (Kafka rejects longer ones).
@@ -41,13 +42,7 @@ class Record(NamedTuple):
 
 
 def _zigzag_bytes(n: int) -> bytes:
-    v = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return uvarint((n << 1) ^ (n >> 63))
 
 
 # Lengths and deltas are mostly small: precompute their encodings.

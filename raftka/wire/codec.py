@@ -37,6 +37,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from raftka.varint import uvarint
 from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
 from raftka.wire.framing import SIZE_PREFIX
 from raftka.wire.length_check import check_lengths, skip_tagged_fields
@@ -54,17 +55,6 @@ _HEADER_ERRORS = (ValueError, struct.error, UnicodeDecodeError, SerialError)
 
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
-
-
-def uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint (7 bits a byte, least significant first)."""
-    assert value >= 0
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def string_bytes(value: str, flexible: bool) -> bytes:

@@ -34,7 +34,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from raftka.wire.codec import EncodedRequest, string_bytes, uvarint
+from raftka.varint import uvarint
+from raftka.wire.codec import EncodedRequest, string_bytes
 from raftka.wire.fetch_response import FETCH_KEY
 
 VERSION = 12
