@@ -108,8 +108,6 @@ PRODUCE_RETRY_S = 0.05
 MAX_PARTITIONS_PER_TOPIC = 500
 
 Key = tuple[str, int]
-#: The "fenced" clock's one entry (it is not per partition).
-FENCE: Key = ("", -1)
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -196,12 +194,10 @@ def run(args: argparse.Namespace) -> int:
             t0 = runner.inject(cluster, victim, args.fault)
             if client is not None:
                 client.send(moved[:args.client_partitions], t0)
-            clocks = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
+            clocks, fenced_s = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
             if client is not None:
                 clocks["client"] = client.wait(t0 + args.timeout)
-            fenced_ms = clocks.pop("fenced").get(FENCE)
-            if fenced_ms is not None:
-                fenced_ms *= 1000
+            fenced_ms = None if fenced_s is None else fenced_s * 1000
             produce_s = clocks["produce"]
             stuck += len(moved) - len(produce_s)
             lines = []
@@ -306,14 +302,16 @@ async def _leaders(cluster: Any, exclude: int | None, topics: list[str]) -> dict
 
 
 async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: float,
-                 timeout_s: float) -> dict[str, dict[Key, float]]:
+                 timeout_s: float) -> tuple[dict[str, dict[Key, float]], float | None]:
     """Seconds from t0, per partition: until some surviving broker names a live leader other
-    than the victim ("metadata"), and until that leader takes a produced record ("produce")."""
+    than the victim ("metadata"), and until that leader takes a produced record ("produce");
+    and until a survivor's Metadata no longer lists the victim ("fenced"; None if not seen)."""
     import trio
 
     from bench.cluster_probes import PROBE_ERRORS, live_brokers, produce_many, topic_partitions
 
-    clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}, "fenced": {}}
+    clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
+    fenced_s: float | None = None
     survivors = [b for b in cluster.brokers if b.node_id != victim and b.is_running()]
     topics = sorted({t for t, _ in moved})
     wanted = set(moved)
@@ -358,8 +356,9 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
 
     async def watch_fence() -> None:
         """Until a survivor's Metadata leaves the victim out of the live brokers."""
+        nonlocal fenced_s
         turn = 0
-        while not clocks["fenced"] and len(clocks["produce"]) < len(moved):
+        while len(clocks["produce"]) < len(moved):
             broker = survivors[turn % len(survivors)]
             turn += 1
             try:
@@ -367,7 +366,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             except PROBE_ERRORS:
                 live = {victim}
             if victim not in live:
-                clocks["fenced"][FENCE] = time.monotonic() - t0
+                fenced_s = time.monotonic() - t0
                 return
             await trio.sleep(POLL_S)
 
@@ -424,7 +423,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             nursery.start_soon(watch_fence)
             for b in survivors:
                 nursery.start_soon(watch_produce, b)
-    return clocks
+    return clocks, fenced_s
 
 
 class _ClientProbe:

@@ -109,8 +109,8 @@ async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and
 
 
 async def test_a_parked_produce_over_two_partitions_answers_once_both_are_acknowledged(nursery, tmp_path):
-    # Each partition parks the request until its own HW passes; a wake for
-    # one looks again at that one only, and the answer waits for the other.
+    # The request is answered only once each partition's HW passed its own
+    # batch: partition 0's HW passing first does not answer it.
     rb = await start_broker(nursery, tmp_path)
     await rb.controller.register_broker(2, "127.0.0.1", 1)
     await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
