@@ -2,6 +2,7 @@
 in every version the broker serves (so clients parse what we send)."""
 
 import os
+import uuid
 
 import pytest
 
@@ -89,8 +90,6 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
 # --- Metadata ---------------------------------------------------------------
 
 def _metadata_image():
-    import uuid
-
     from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicImage
     from quorum.metadata.pmap import PMap
 
@@ -153,3 +152,24 @@ def test_metadata_response_decodes_with_kio_and_kept_topics_follow_the_image(ver
     # So does a change of the live brokers alone (3 is no longer live).
     brokers.pop()
     assert [p.leader_id for p in answer(image2).topics[0].partitions] == [2, -1, -1]
+
+
+@pytest.mark.parametrize("version", [8, 9, 12])
+def test_metadata_partition_with_a_replica_list_too_long_for_a_one_byte_compact_length(version):
+    """Replica arrays of 127 or more take a two-byte compact length (v9+):
+    such a partition is encoded the long way and still decodes."""
+    from quorum.metadata import MetadataImage
+    from quorum.metadata.image import PartitionRegistration, TopicImage
+    from quorum.metadata.pmap import PMap
+
+    replicas = tuple(range(1, 131))
+    topic = TopicImage("wide", uuid.UUID(int=9), PMap({
+        0: PartitionRegistration(replicas, replicas[:127], 1, 3, 3),
+        1: PartitionRegistration((1, 2), (1,), 1, 0, 0)}))
+    image = MetadataImage(offset=1, epoch=1, topics_by_id=PMap({topic.topic_id: topic}),
+                          topic_ids_by_name=PMap({"wide": topic.topic_id}))
+    live = [(b, "127.0.0.1", 9000 + b, None) for b in replicas[:-1]]  # 130 is not live
+    frame = MetadataEncoder().encode(5, version, image, live, "c", 1, [("wide", None)], frozenset())
+    wide, narrow = decode_response(memoryview(frame)[4:], api_codec(3, version), 5).topics[0].partitions
+    assert (wide.replica_nodes, wide.isr_nodes, wide.offline_replicas) == (replicas, replicas[:127], (130,))
+    assert (wide.leader_id, narrow.leader_id, narrow.replica_nodes) == (1, 1, (1, 2))
