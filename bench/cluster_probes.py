@@ -53,7 +53,8 @@ async def topic_partitions(host: str, port: int, topics: list[str],
         topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False), timeout_ms)
     # kio's names and ids are plain str and int already: no conversion per
-    # partition (the failover probe reads up to 10,000 of them every 10 ms).
+    # partition (the failover probe reads up to 10,000 of them in one answer,
+    # several answers a second).
     leaders: dict[tuple[str, int], int] = {}
     for t in response.topics:
         if t.error_code == 0:
