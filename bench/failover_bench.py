@@ -31,9 +31,10 @@ run per former partition:
   live leader (one Metadata request for the topics that still have a
   partition with no new leader known, every 10 ms, or 10 µs per
   partition asked for when that is longer, to the surviving brokers in
-  turn. A probe must not load the machine it times: decoding an answer
-  for 10,000 partitions costs the probe about 20 ms of CPU, so at most
-  a fifth of a core while nothing has moved. The controller moves a
+  turn. A probe must not load
+  the machine it times: decoding an answer for 10,000 partitions costs
+  the probe 20-36 ms of CPU, so at most a third of a core while nothing
+  has moved. The controller moves a
   fenced broker's partitions 500 at a time, topic by topic
   (`quorum.controller.elections.LeaderMoves`), so the requests shrink,
   and come more often, as topics are done. At 100 µs per partition the
@@ -68,6 +69,16 @@ One more clock is not per partition:
   with a heartbeat every `broker.heartbeat.interval.ms` (2 s) ends 7-9 s
   after a kill, depending on when the last heartbeat came.
 
+And the work: the CPU seconds the cluster's processes (brokers,
+controllers, ZooKeeper servers) and the bench process itself (the probe
+and the client) used from the instant the probe saw the fence (term: from
+the signal) to the last partition's write, with the cluster's CPU per
+partition moved, and how busy the machine's CPUs were meanwhile
+(`bench.proc_stats`). On a shared machine the clocks also measure how
+fast it was that minute: a run whose CPUs were all busy from the fence on
+was bound by CPU, and the microseconds per partition compare runs made on
+slower and faster days.
+
 With kill and stop, the controller learns of the failure only when the
 broker's session expires, so it bounds every clock from below: KRaft's
 `broker.session.timeout.ms` (Kafka's default 9000 ms) or ZooKeeper mode's
@@ -92,6 +103,7 @@ from typing import Any
 
 import trio
 
+from bench.proc_stats import CpuMark, cluster_cpu_mark, cpu_between
 from bench.runner import BenchError, Runner, add_run_options, parse_sets, session_overrides
 
 SCENARIO = "failover"
@@ -194,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             t0 = runner.inject(cluster, victim, args.fault)
             if client is not None:
                 client.send(moved[:args.client_partitions], t0)
-            clocks, fenced_s = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
+            clocks, fenced_s, marks = runner.trio_run(_watch, cluster, victim, moved, args.acks, t0, args.timeout)
             if client is not None:
                 clocks["client"] = client.wait(t0 + args.timeout)
             fenced_ms = None if fenced_s is None else fenced_s * 1000
@@ -230,10 +242,33 @@ def run(args: argparse.Namespace) -> int:
             lines.append(("target (median produce)", f"≤ {target:,}", "term: 1 s; kill/stop: session timeout + 1 s"))
             runner.table(f"round {round_no + 1}: {args.fault} broker {victim}, leader of {len(moved):,} partitions "
                          "(ms after the signal)", lines, columns=("clock", "median", "spread"))
+            _report_cpu(runner, marks, args.fault, len(moved))
             if round_no + 1 < args.rounds:
                 runner.restart(cluster, victim)
         runner.finish()
     return 0 if stuck == 0 else 1
+
+
+def _report_cpu(runner: Runner, marks: dict[str, CpuMark], fault: str, moved: int) -> None:
+    """Rows and a line: the CPU the cluster and the bench used from the fence
+    (term: from the signal, the controlled shutdown being the work) to the
+    last write, and how busy the machine was meanwhile."""
+    since = "signal" if fault == "term" else "fence"
+    start, end = marks.get(since if since == "signal" else "fenced"), marks["written"]
+    if start is None or start.at >= end.at:
+        runner.say(f"CPU after the {since}: not measured (the probe saw no fence before the last write)")
+        return
+    used, busy = cpu_between(start, end)
+    cluster_s = sum(seconds for group, seconds in used.items() if group != "bench")
+    for group, seconds in sorted(used.items()):
+        runner.row(f"leader_failover_{group}_cpu_s_after_{since}", seconds, "s", led=moved)
+    per_partition_us = cluster_s / moved * 1e6
+    runner.row(f"leader_failover_cluster_cpu_us_per_partition_after_{since}", per_partition_us, "us", led=moved)
+    runner.row(f"leader_failover_machine_busy_after_{since}", busy, "ratio", led=moved)
+    groups = ", ".join(f"{group} {seconds:.2f} s" for group, seconds in sorted(used.items()) if group != "bench")
+    runner.say(f"CPU from the {since} to the last write ({end.at - start.at:.2f} s): {groups}: "
+               f"{per_partition_us:,.0f} µs per partition moved; the bench's probe and client "
+               f"{used.get('bench', 0.0):.2f} s; the machine's CPUs {busy:.0%} busy")
 
 
 def _create(runner: Runner, cluster: Any, topics: dict[str, int], args: argparse.Namespace, victim: int) -> None:
@@ -302,16 +337,19 @@ async def _leaders(cluster: Any, exclude: int | None, topics: list[str]) -> dict
 
 
 async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: float,
-                 timeout_s: float) -> tuple[dict[str, dict[Key, float]], float | None]:
+                 timeout_s: float) -> tuple[dict[str, dict[Key, float]], float | None, dict[str, CpuMark]]:
     """Seconds from t0, per partition: until some surviving broker names a live leader other
     than the victim ("metadata"), and until that leader takes a produced record ("produce");
-    and until a survivor's Metadata no longer lists the victim ("fenced"; None if not seen)."""
+    until a survivor's Metadata no longer lists the victim ("fenced"; None if not seen); and
+    the cluster's CPU marks (`bench.proc_stats`) at the start, when the fence was seen, and
+    when the last partition took its write ("written"; when the watch gave up, if never)."""
     import trio
 
     from bench.cluster_probes import PROBE_ERRORS, live_brokers, produce_many, topic_partitions
 
     clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
     fenced_s: float | None = None
+    marks = {"signal": cluster_cpu_mark(cluster)}
     survivors = [b for b in cluster.brokers if b.node_id != victim and b.is_running()]
     topics = sorted({t for t, _ in moved})
     wanted = set(moved)
@@ -367,6 +405,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                 live = {victim}
             if victim not in live:
                 fenced_s = time.monotonic() - t0
+                marks["fenced"] = cluster_cpu_mark(cluster)
                 return
             await trio.sleep(POLL_S)
 
@@ -386,6 +425,8 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                         waiting.pop(k, None)
                 else:
                     retry_at[k] = now + PRODUCE_RETRY_S
+            if len(clocks["produce"]) == len(moved) and "written" not in marks:
+                marks["written"] = cluster_cpu_mark(cluster)
         finally:
             in_flight.difference_update(chunk)
             slots.release()
@@ -423,7 +464,8 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             nursery.start_soon(watch_fence)
             for b in survivors:
                 nursery.start_soon(watch_produce, b)
-    return clocks, fenced_s
+    marks.setdefault("written", cluster_cpu_mark(cluster))
+    return clocks, fenced_s, marks
 
 
 class _ClientProbe:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.cli import add_common_options
-from bench.proc_stats import cpu_seconds, log_bytes, segment_files
+from bench.proc_stats import log_bytes, process_cpu_seconds, segment_files
 
 GB = 1e9
 MB = 1e6
@@ -89,23 +89,6 @@ class BenchCluster:
     def broker_segment_files(self, topic: str | None = None) -> list[str]:
         """The segment files of `topic` (default: the bench topic), over every broker."""
         return [path for b in self.cluster.brokers for path in segment_files(str(b.log_dir), topic or self.topic)]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, every thread, live or ended) of process
-    `pid`, to the nanosecond: its POSIX CPU-time clock, whose id Linux
-    derives from the pid as `clock_getcpuclockid(3)` does. /proc's
-    utime + stime counts 10 ms ticks, which at the consume bench's default
-    size is 0.045 CPU-s/GB a tick; falls back to it where the clock is
-    not readable."""
-    try:
-        return time.clock_gettime(((~pid) << 3) | _CPUCLOCK_SCHED)
-    except OSError:
-        return cpu_seconds(pid)
-
-
-#: Linux's process CPU clock type (CPUCLOCK_SCHED: the scheduler's runtime).
-_CPUCLOCK_SCHED = 2
 
 
 @contextlib.contextmanager

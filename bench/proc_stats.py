@@ -4,12 +4,24 @@
 seconds: fields 14 and 15 of `/proc/<pid>/stat`, in clock ticks
 (`SC_CLK_TCK`, 100 per second on Linux, so the resolution is 10 ms).
 Kernel time spent on the process's behalf (socket copies, page-cache
-writes) is in stime, so it counts.
+writes) is in stime, so it counts. `process_cpu_seconds(pid)` is the
+same quantity to the nanosecond.
+
+`CpuMark`s of a local cluster (`cluster_cpu_mark`) taken at two instants
+give, by `cpu_between`, the CPU seconds each group of its processes
+(brokers, controllers, ZooKeeper servers, and the bench process itself)
+used in between, and how busy the whole machine was (`/proc/stat`: the
+share of all CPUs' time not idle). A latency measured while the machine
+had no idle CPU says how fast this machine was that minute as much as how
+much work the cluster did; the CPU seconds say the latter.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -21,6 +33,80 @@ def cpu_seconds(pid: int) -> float:
     fields = stat[stat.rindex(")") + 2:].split()
     utime, stime = int(fields[11]), int(fields[12])
     return (utime + stime) / CLOCK_TICKS_PER_S
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread, live or ended) of process
+    `pid`, to the nanosecond: its POSIX CPU-time clock, whose id Linux
+    derives from the pid as `clock_getcpuclockid(3)` does. /proc's
+    utime + stime counts 10 ms ticks, which at the consume bench's default
+    size is 0.045 CPU-s/GB a tick; falls back to it where the clock is
+    not readable."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except OSError:
+        return cpu_seconds(pid)
+
+
+#: Linux's process CPU clock type (CPUCLOCK_SCHED: the scheduler's runtime).
+_CPUCLOCK_SCHED = 2
+
+
+class CpuMark(NamedTuple):
+    """CPU seconds so far of each process, by pid: (group, seconds); and
+    the machine's (busy, all) CPU clock ticks so far."""
+
+    at: float
+    by_pid: dict[int, tuple[str, float]]
+    machine_ticks: tuple[int, int]
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every CPU since boot (`/proc/stat`).
+    Idle, iowait and steal (time the hypervisor gave to another guest) are
+    not busy, so a host that steals shows as a less busy machine."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal
+
+
+def cpu_mark(groups: Mapping[int, str]) -> CpuMark:
+    """A `CpuMark` of the processes in `groups` ({pid: group}) that are still there."""
+    by_pid = {}
+    for pid, group in groups.items():
+        try:
+            by_pid[pid] = (group, process_cpu_seconds(pid))
+        except OSError:
+            pass  # exited meanwhile
+    return CpuMark(time.monotonic(), by_pid, machine_ticks())
+
+
+def cluster_cpu_mark(cluster: Any) -> CpuMark:
+    """A `CpuMark` of the running nodes of a `raftka.cluster.LocalCluster`
+    (groups "brokers", "controllers", "zookeeper") and this process ("bench")."""
+    groups: dict[int, str] = {os.getpid(): "bench"}
+    for node in cluster.nodes.values():
+        if node.is_running():
+            groups[node.pid] = f"{node.role}s"
+    for server in getattr(cluster.zookeeper, "servers", ()):
+        if server.running:
+            groups[server.process.pid] = "zookeeper"
+    return cpu_mark(groups)
+
+
+def cpu_between(start: CpuMark, end: CpuMark) -> tuple[dict[str, float], float]:
+    """({group: CPU seconds used from `start` to `end`}, the share of the
+    machine's CPU time that was busy meanwhile, 0..1). A process counts if
+    it ran at both marks."""
+    used: dict[str, float] = {}
+    for pid, (group, seconds) in end.by_pid.items():
+        if pid in start.by_pid:
+            used[group] = used.get(group, 0.0) + seconds - start.by_pid[pid][1]
+    busy = end.machine_ticks[0] - start.machine_ticks[0]
+    total = end.machine_ticks[1] - start.machine_ticks[1]
+    return used, (busy / total if total > 0 else 0.0)
 
 
 def segment_files(log_dir: str, topic: str) -> list[str]:

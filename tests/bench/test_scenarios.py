@@ -76,6 +76,15 @@ def test_failover_moves_every_partition_of_the_killed_leader(tmp_path):
         after = metrics[f"leader_failover_{clock}_ms_median_after_fence"]["value"]
         assert after == pytest.approx(metrics[f"leader_failover_{clock}_ms_median"]["value"] - fenced)
     assert re.search(r"│ fenced +│ +[\d,]+ │", out.stderr)
+    # The CPU the cluster spent from the fence to the last write, and the bench's own.
+    cpu = {group: metrics[f"leader_failover_{group}_cpu_s_after_fence"] for group in ("brokers", "controllers", "bench")}
+    assert all(row["unit"] == "s" and 0 <= row["value"] < 30 for row in cpu.values()), cpu
+    per_partition = metrics["leader_failover_cluster_cpu_us_per_partition_after_fence"]
+    assert per_partition["value"] == pytest.approx(
+        (cpu["brokers"]["value"] + cpu["controllers"]["value"]) / per_partition["led"] * 1e6)
+    assert 0 <= metrics["leader_failover_machine_busy_after_fence"]["value"] <= 1
+    assert re.search(r"CPU from the fence to the last write \([\d.]+ s\): brokers [\d.]+ s, controllers [\d.]+ s",
+                     " ".join(out.stderr.split()))  # rich wraps long lines
     rows, samples = stored(results, "failover")
     assert {r["metric"] for r in rows} == set(metrics)
     moved = {s["metric"] for s in samples}

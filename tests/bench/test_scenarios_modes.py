@@ -37,6 +37,10 @@ def test_zk_failover_times_every_partition_led_by_a_killed_broker_that_is_not_th
     # dropped the broker from the survivors' live brokers, with the new leaders.
     fenced = metrics["leader_failover_fenced_ms"]["value"]
     assert 2000 < fenced <= metrics["leader_failover_metadata_ms_min"]["value"] + 500
+    # The CPU after the fence counts the ZooKeeper servers (java) and the brokers; no controller process runs.
+    assert metrics["leader_failover_zookeeper_cpu_s_after_fence"]["value"] >= 0
+    assert metrics["leader_failover_brokers_cpu_s_after_fence"]["value"] >= 0
+    assert "leader_failover_controllers_cpu_s_after_fence" not in metrics
     _, samples = stored(results, "failover", mode="zk")
     produce_samples = [s for s in samples if s["metric"] == "leader_failover_produce"]
     assert len(produce_samples) == 10 and json.loads(produce_samples[0]["params"])["led"] == 10
