@@ -31,7 +31,8 @@ run per former partition:
   live leader (one Metadata request for the topics that still have a
   partition with no new leader known, every 10 ms, or 10 µs per
   partition asked for when that is longer, to the surviving brokers in
-  turn. A probe must not load
+  turn; once every new leader is known, for the topics with a partition
+  not yet written, in case a leader moves again. A probe must not load
   the machine it times: decoding an answer for 10,000 partitions costs
   the probe 20-36 ms of CPU, so at most a third of a core while nothing
   has moved. The controller moves a
@@ -372,7 +373,11 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             # Only the topics with a partition whose new leader is not known
             # yet: the controller moves a fenced broker's partitions a batch
             # at a time, topic by topic, so the answers shrink as they come.
-            asked = sorted(unresolved) or topics
+            # Once every leader is known, the topics with a partition still
+            # unwritten (a leader may move again); not all of them: while
+            # the writes go on, an answer of 10,000 partitions cost the probe
+            # 36 ms and the broker its encoding, a third of a second apart.
+            asked = sorted(unresolved) or sorted({k[0] for w in unwritten.values() for k in w}) or topics
             broker = survivors[turn % len(survivors)]
             turn += 1
             try:
