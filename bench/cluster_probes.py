@@ -2,11 +2,17 @@
 
 Each call opens its own short connection with short timeouts, so a probe
 aimed at a node that was just killed or paused fails fast (an exception, or
-None) instead of hanging; the callers poll.
+None) instead of hanging; the callers poll. A caller that polls nodes that
+stay up sends the same requests on connections it keeps (`Send`: a
+`raftka.wire.pool.ConnectionPool`'s `request` for one node, say) with the
+`*_via` forms, as a Kafka client does: a new connection for every request
+costs the node an accept and a connection task, and the request waits for
+both.
 
 - `topic_partitions(host, port, topics)`: per (topic, partition) the leader
-  one broker's Metadata answer names (its own image's view).
-- `live_brokers(host, port)`: the unfenced brokers it lists.
+  one broker's Metadata answer names (its own image's view); and
+  `topic_partitions_via(send, topics)`.
+- `live_brokers(host, port)`: the unfenced brokers it lists; and `live_brokers_via(send)`.
 - `quorum_leader(controllers)`: (leader id, epoch) as the first controller
   that answers DescribeQuorum knows it.
 - `create_topics(host, port, {topic: partitions}, ...)`: CreateTopics through a broker
@@ -15,7 +21,8 @@ None) instead of hanging; the callers poll.
   Produce request; the partition's error code (0: appended, and with
   acks=-1 committed).
 - `produce_many(host, port, [(topic, partition), ...], acks)`: one record
-  to each of many partitions in one Produce request; the error code of each.
+  to each of many partitions in one Produce request; the error code of
+  each; and `produce_many_via(send, ...)`.
 - `active_controller(cluster)`: (node id, epoch) of the active controller
   in either mode: the quorum leader (KRaft), or the broker in ZooKeeper's
   `/controller` znode with `/controller_epoch` (ZooKeeper mode).
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -38,6 +45,8 @@ from raftka.wire import ConnectionFailedError, RequestTimeoutError, open_connect
 PROBE_TIMEOUT_MS = 2000
 #: What a probe of a dead, paused or overloaded node may raise.
 PROBE_ERRORS = (ConnectionFailedError, RequestTimeoutError, OSError, trio.TooSlowError)
+#: Sends a kio request on a kept connection and returns the response: `send(body, timeout_ms=...)`.
+Send = Callable[..., Awaitable[Any]]
 
 
 async def _request(host: str, port: int, body: Any, timeout_ms: int = PROBE_TIMEOUT_MS) -> Any:
@@ -49,9 +58,21 @@ async def _request(host: str, port: int, body: Any, timeout_ms: int = PROBE_TIME
 async def topic_partitions(host: str, port: int, topics: list[str],
                            timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
     """{(topic, partition): leader id (-1: none)} for the listed topics this broker knows."""
-    response = await _request(host, port, MetadataRequest(
-        topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False), timeout_ms)
+    return _leaders(await _request(host, port, _metadata_request(topics), timeout_ms))
+
+
+async def topic_partitions_via(send: Send, topics: list[str],
+                               timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
+    """`topic_partitions` on a kept connection."""
+    return _leaders(await send(_metadata_request(topics), timeout_ms=timeout_ms))
+
+
+def _metadata_request(topics: list[str]) -> MetadataRequest:
+    return MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+
+def _leaders(response: Any) -> dict[tuple[str, int], int]:
     # kio's names and ids are plain str and int already: no conversion per
     # partition (the failover probe reads up to 10,000 of them in one answer,
     # several answers a second).
@@ -64,8 +85,13 @@ async def topic_partitions(host: str, port: int, topics: list[str],
 
 
 async def live_brokers(host: str, port: int) -> set[int]:
-    response = await _request(host, port, MetadataRequest(
-        topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    response = await _request(host, port, _metadata_request([]))
+    return {int(b.node_id) for b in response.brokers}
+
+
+async def live_brokers_via(send: Send, timeout_ms: int = PROBE_TIMEOUT_MS) -> set[int]:
+    """`live_brokers` on a kept connection."""
+    response = await send(_metadata_request([]), timeout_ms=timeout_ms)
     return {int(b.node_id) for b in response.brokers}
 
 
@@ -124,17 +150,29 @@ async def produce_one(host: str, port: int, topic: str, partition: int, *, acks:
 async def produce_many(host: str, port: int, partitions: list[tuple[str, int]], *, acks: int = 1,
                        timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
     """{(topic, partition): error code} of one Produce request holding one record for each partition."""
+    return _codes(await _request(host, port, _produce_request(partitions, acks, timeout_ms), timeout_ms))
+
+
+async def produce_many_via(send: Send, partitions: list[tuple[str, int]], *, acks: int = 1,
+                           timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
+    """`produce_many` on a kept connection."""
+    return _codes(await send(_produce_request(partitions, acks, timeout_ms), timeout_ms=timeout_ms))
+
+
+def _produce_request(partitions: list[tuple[str, int]], acks: int, timeout_ms: int) -> produce_req.ProduceRequest:
     from storage.batch import build_batch
 
     batch = build_batch([(None, b"probe", (), int(time.time() * 1000))])
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
-    response = await _request(host, port, produce_req.ProduceRequest(
+    return produce_req.ProduceRequest(
         transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
         topic_data=tuple(produce_req.TopicProduceData(name=topic, partition_data=tuple(
-            produce_req.PartitionProduceData(index=p, records=batch) for p in ps)) for topic, ps in by_topic.items())),
-        timeout_ms)
+            produce_req.PartitionProduceData(index=p, records=batch) for p in ps)) for topic, ps in by_topic.items()))
+
+
+def _codes(response: Any) -> dict[tuple[str, int], int]:
     return {(str(t.name), int(p.index)): int(p.error_code) for t in response.responses for p in t.partition_responses}
 
 

@@ -44,7 +44,9 @@ run per former partition:
 - **produce**: until a Produce of one record (acks `--acks`) sent to the
   leader that metadata names is answered without error: the partition
   takes writes again (with acks=all: committed by the new ISR). Produce
-  requests carry up to 500 partitions each, two in flight per broker;
+  requests carry up to 500 partitions each, two in flight per broker,
+  each on a connection of its own that the probe keeps, as a client keeps
+  its connections (the Metadata and fence probes keep one each too);
   whenever one is answered, the next takes the partitions with a known
   new leader and no write yet (a failed one is tried again 50 ms later);
 - **client** (up to `--client-partitions`, default 1,000, of them): until
@@ -346,7 +348,12 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
     when the last partition took its write ("written"; when the watch gave up, if never)."""
     import trio
 
-    from bench.cluster_probes import PROBE_ERRORS, live_brokers, produce_many, topic_partitions
+    from contextlib import AsyncExitStack
+    from functools import partial
+
+    from bench.cluster_probes import (PROBE_ERRORS, PROBE_TIMEOUT_MS, live_brokers_via, produce_many_via,
+                                      topic_partitions_via)
+    from raftka.wire.pool import open_connection_pool
 
     clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
     fenced_s: float | None = None
@@ -381,7 +388,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             broker = survivors[turn % len(survivors)]
             turn += 1
             try:
-                leaders = await topic_partitions(broker.host, broker.port, asked, 10_000)
+                leaders = await topic_partitions_via(partial(metadata_pool.request, broker.node_id), asked, 10_000)
             except PROBE_ERRORS:
                 leaders = {}
             now = time.monotonic()
@@ -405,7 +412,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             broker = survivors[turn % len(survivors)]
             turn += 1
             try:
-                live = await live_brokers(broker.host, broker.port)
+                live = await live_brokers_via(partial(fence_pool.request, broker.node_id))
             except PROBE_ERRORS:
                 live = {victim}
             if victim not in live:
@@ -415,11 +422,11 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             await trio.sleep(POLL_S)
 
     async def produce_chunk(broker: Any, chunk: list[Key], in_flight: set[Key], retry_at: dict[Key, float],
-                            slots: trio.Semaphore) -> None:
+                            slots: trio.Semaphore, pool: Any, free: list[Any]) -> None:
         try:
             try:
-                codes = await produce_many(broker.host, broker.port, chunk, acks=-1 if acks == "all" else 1,
-                                           timeout_ms=5000)
+                codes = await produce_many_via(partial(pool.request, broker.node_id), chunk,
+                                               acks=-1 if acks == "all" else 1, timeout_ms=5000)
             except PROBE_ERRORS:
                 codes = {}
             now = time.monotonic()
@@ -434,6 +441,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                 marks["written"] = cluster_cpu_mark(cluster)
         finally:
             in_flight.difference_update(chunk)
+            free.append(pool)
             slots.release()
 
     async def watch_produce(broker: Any) -> None:
@@ -444,6 +452,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
         in_flight: set[Key] = set()
         retry_at: dict[Key, float] = {}
         slots = trio.Semaphore(PRODUCE_IN_FLIGHT)
+        free = list(produce_pools)
         mine = unwritten[broker.node_id]
         async with trio.open_nursery() as requests:
             while len(done) < len(moved):
@@ -460,15 +469,25 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                     await trio.sleep(POLL_S)
                     continue
                 in_flight.update(chunk)
-                requests.start_soon(produce_chunk, broker, chunk, in_flight, retry_at, slots)
+                requests.start_soon(produce_chunk, broker, chunk, in_flight, retry_at, slots, free.pop(), free)
 
-    # trio's clock is not time.monotonic: the deadline is relative.
-    with trio.move_on_after(max(0.0, t0 + timeout_s - time.monotonic())):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_metadata)
-            nursery.start_soon(watch_fence)
-            for b in survivors:
-                nursery.start_soon(watch_produce, b)
+    # Connections kept to the survivors, as a client keeps them: one for the
+    # fence probe, one for the Metadata probe (answers on a connection come
+    # in order, and a Metadata answer of 10,000 partitions from a busy
+    # broker must not hold up the fence probe's), and one per Produce
+    # request in flight.
+    async with AsyncExitStack() as stack:
+        addresses = {b.node_id: (b.host, b.port) for b in survivors}
+        pools = [await stack.enter_async_context(open_connection_pool(addresses, connect_timeout_ms=PROBE_TIMEOUT_MS))
+                 for _ in range(2 + PRODUCE_IN_FLIGHT)]
+        fence_pool, metadata_pool, *produce_pools = pools
+        # trio's clock is not time.monotonic: the deadline is relative.
+        with trio.move_on_after(max(0.0, t0 + timeout_s - time.monotonic())):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch_metadata)
+                nursery.start_soon(watch_fence)
+                for b in survivors:
+                    nursery.start_soon(watch_produce, b)
     marks.setdefault("written", cluster_cpu_mark(cluster))
     return clocks, fenced_s, marks
 
