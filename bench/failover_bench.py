@@ -35,12 +35,11 @@ run per former partition:
   not yet written, in case a leader moves again. A probe must not load
   the machine it times: decoding an answer for 10,000 partitions costs
   the probe 20-36 ms of CPU, so at most a third of a core while nothing
-  has moved. The controller moves a
-  fenced broker's partitions 500 at a time, topic by topic
-  (`quorum.controller.elections.LeaderMoves`), so the requests shrink,
-  and come more often, as topics are done. At 100 µs per partition the
-  probe learned half the new leaders up to a second after the brokers
-  had applied them);
+  has moved. The controller moves a fenced broker's partitions 500 at a
+  time, topic by topic (`quorum.controller.elections.LeaderMoves`), so the
+  requests shrink, and come more often, as topics are done. At 100 µs
+  per partition the probe learned half the new leaders up to a second
+  after the brokers had applied them);
 - **produce**: until a Produce of one record (acks `--acks`) sent to the
   leader that metadata names is answered without error: the partition
   takes writes again (with acks=all: committed by the new ISR). Produce
@@ -257,9 +256,9 @@ def _report_cpu(runner: Runner, marks: dict[str, CpuMark], fault: str, moved: in
     (term: from the signal, the controlled shutdown being the work) to the
     last write, and how busy the machine was meanwhile."""
     since = "signal" if fault == "term" else "fence"
-    start, end = marks.get(since if since == "signal" else "fenced"), marks["written"]
-    if start is None or start.at >= end.at:
-        runner.say(f"CPU after the {since}: not measured (the probe saw no fence before the last write)")
+    start, end = marks.get("signal" if fault == "term" else "fenced"), marks["written"]
+    if start is None or start.at >= end.at or not moved:
+        runner.say(f"CPU after the {since}: not measured (no fence seen before the last write, or nothing moved)")
         return
     used, busy = cpu_between(start, end)
     cluster_s = sum(seconds for group, seconds in used.items() if group != "bench")

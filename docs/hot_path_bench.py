@@ -38,8 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka_bench import create_topic  # noqa: E402
-from bench.proc_stats import process_cpu_seconds  # noqa: E402
-from bench.proc_stats import log_bytes  # noqa: E402
+from bench.proc_stats import log_bytes, process_cpu_seconds  # noqa: E402
 from raftka.varint import uvarint  # noqa: E402
 from storage.batch import build_batch, iter_batch_headers  # noqa: E402
 
