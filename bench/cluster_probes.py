@@ -85,13 +85,15 @@ def _leaders(response: Any) -> dict[tuple[str, int], int]:
 
 
 async def live_brokers(host: str, port: int) -> set[int]:
-    response = await _request(host, port, _metadata_request([]))
-    return {int(b.node_id) for b in response.brokers}
+    return _live(await _request(host, port, _metadata_request([])))
 
 
 async def live_brokers_via(send: Send, timeout_ms: int = PROBE_TIMEOUT_MS) -> set[int]:
     """`live_brokers` on a kept connection."""
-    response = await send(_metadata_request([]), timeout_ms=timeout_ms)
+    return _live(await send(_metadata_request([]), timeout_ms=timeout_ms))
+
+
+def _live(response: Any) -> set[int]:
     return {int(b.node_id) for b in response.brokers}
 
 

@@ -255,8 +255,8 @@ def _report_cpu(runner: Runner, marks: dict[str, CpuMark], fault: str, moved: in
     """Rows and a line: the CPU the cluster and the bench used from the fence
     (term: from the signal, the controlled shutdown being the work) to the
     last write, and how busy the machine was meanwhile."""
-    since = "signal" if fault == "term" else "fence"
-    start, end = marks.get("signal" if fault == "term" else "fenced"), marks["written"]
+    since, mark = ("signal", "signal") if fault == "term" else ("fence", "fenced")
+    start, end = marks.get(mark), marks["written"]
     if start is None or start.at >= end.at or not moved:
         runner.say(f"CPU after the {since}: not measured (no fence seen before the last write, or nothing moved)")
         return
@@ -421,7 +421,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
             await trio.sleep(POLL_S)
 
     async def produce_chunk(broker: Any, chunk: list[Key], in_flight: set[Key], retry_at: dict[Key, float],
-                            slots: trio.Semaphore, pool: Any, free: list[Any]) -> None:
+                            pool: Any, free: trio.MemorySendChannel) -> None:
         try:
             try:
                 codes = await produce_many_via(partial(pool.request, broker.node_id), chunk,
@@ -440,22 +440,22 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                 marks["written"] = cluster_cpu_mark(cluster)
         finally:
             in_flight.difference_update(chunk)
-            free.append(pool)
-            slots.release()
+            free.send_nowait(pool)
 
     async def watch_produce(broker: Any) -> None:
-        """Whenever one of its request slots is free: the next partitions
-        this broker leads (by the metadata) with no write yet, none in
-        flight, and past their retry pause."""
+        """Whenever one of its request slots (a connection of its own) is
+        free: the next partitions this broker leads (by the metadata) with
+        no write yet, none in flight, and past their retry pause."""
         done = clocks["produce"]
         in_flight: set[Key] = set()
         retry_at: dict[Key, float] = {}
-        slots = trio.Semaphore(PRODUCE_IN_FLIGHT)
-        free = list(produce_pools)
+        free, take = trio.open_memory_channel[Any](PRODUCE_IN_FLIGHT)
+        for pool in produce_pools:
+            free.send_nowait(pool)
         mine = unwritten[broker.node_id]
         async with trio.open_nursery() as requests:
             while len(done) < len(moved):
-                await slots.acquire()
+                pool = await take.receive()
                 now = time.monotonic()
                 chunk = []
                 for k in mine:
@@ -464,11 +464,11 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
                         if len(chunk) == PRODUCE_CHUNK:
                             break
                 if not chunk:
-                    slots.release()
+                    free.send_nowait(pool)
                     await trio.sleep(POLL_S)
                     continue
                 in_flight.update(chunk)
-                requests.start_soon(produce_chunk, broker, chunk, in_flight, retry_at, slots, free.pop(), free)
+                requests.start_soon(produce_chunk, broker, chunk, in_flight, retry_at, pool, free)
 
     # Connections kept to the survivors, as a client keeps them: one for the
     # fence probe, one for the Metadata probe (answers on a connection come
