@@ -146,9 +146,11 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
                 sp.recorded_by = leader
         if result.error_code == ErrorCode.unknown_leader_epoch:
             # Our metadata is behind the follower's: we have not applied
-            # the election it saw. Not an answer yet: applying it notifies
-            # the partition, and the parked fetch reads it again.
-            pending.append(sp)
+            # the election it saw. Not an answer yet, and not dirty either:
+            # applying the election notifies the partition, which marks it
+            # dirty again. Kept dirty, it was read again on every wake of
+            # the session, thousands of times a second on a survivor slow
+            # to apply a failover's elections.
             continue
         stale = _answers_at_once(result)
         if full or stale or result.records or result.high_watermark != sp.high_watermark_sent \

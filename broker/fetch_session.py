@@ -33,8 +33,11 @@ again, since its position no longer changes.
 A partition this broker would answer UNKNOWN_LEADER_EPOCH -- the follower
 has seen an election this broker has not applied yet, typically by a few
 hundred milliseconds after a broker failure -- is not answered at all
-until it has: it stays dirty, and the election's `notify` wakes the parked
-fetch. Kafka answers the error and the follower backs off; with thousands
+until it has, and not read again until then: the election's `notify`
+marks it dirty and wakes the parked fetch. (Kept dirty meanwhile, it was
+read again on every wake of the session, which after a broker failure
+came from every append and HW move of the partitions already moved.)
+Kafka answers the error and the follower backs off; with thousands
 of partitions that cost two extra rounds over all of them (the errors, then
 the follower naming them all again) at the moment a failover is waiting
 for its first commit.

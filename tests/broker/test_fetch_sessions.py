@@ -177,6 +177,55 @@ async def test_a_follower_ahead_of_the_leaders_metadata_is_answered_once_the_lea
     assert answer["r"].session_id != 0 and answered(answer["r"]) == {0: (0, [0])}
 
 
+async def test_a_partition_waiting_for_the_leaders_election_is_not_read_again_until_it_applies(
+        nursery, tmp_path, monkeypatch):
+    """After a broker fails, a follower names thousands of partitions whose
+    election the new leader has not applied yet. Each is read once, then
+    left alone until the election's metadata comes -- not read again on
+    every fetch of the session while the other partitions replicate --
+    and answered as soon as it does."""
+    import broker.fetch
+    from quorum.metadata import PartitionChangeRecord
+
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    reads = []
+    read_partition = broker.fetch._read_partition
+
+    def counted(hp, fp, *args, **kwargs):
+        reads.append(fp.partition)
+        return read_partition(hp, fp, *args, **kwargs)
+
+    monkeypatch.setattr(broker.fetch, "_read_partition", counted)
+    full = await follower.request(fetch_request([(TOPIC, p, 0, 1 << 20, 0) for p in range(3)], replica_id=2,
+                                                session_epoch=0))
+    session = full.session_id
+    assert answered(full) == {0: (0, []), 1: (0, []), 2: (0, [])}
+    # The follower has seen leader epoch 1 of partition 0; this broker has not.
+    ahead = await follower.request(incremental(session, 1, [(0, 0)], leader_epoch=1))
+    assert answered(ahead) == {}, "not answered before the leader knows epoch 1"
+    assert reads.count(0) == 2, reads
+
+    # Partition 1 replicates: five rounds of a produce and the follower catching up.
+    for epoch in range(2, 7):
+        await producer.request(produce_request(TOPIC, 1, batch(1), acks=1))
+        offset = epoch - 2
+        fetched = await follower.request(incremental(session, epoch, [(1, offset)], leader_epoch=0))
+        assert answered(fetched)[1][1] == [offset]
+    assert reads.count(0) == 2, "the partition waiting for its election was read again: " + repr(reads)
+
+    topic_id = rb.broker.image.topic(TOPIC).topic_id
+    rb.controller.append([PartitionChangeRecord(topic_id=topic_id, partition=0, leader=1)])  # leader epoch 1
+    with trio.fail_after(5):
+        while rb.broker.replicas.partitions[(TOPIC, 0)].state.leader_epoch != 1:
+            await trio.sleep(0.005)
+    await producer.request(produce_request(TOPIC, 0, batch(2), acks=1))
+    after = await follower.request(incremental(session, 7, [(1, 5)], max_wait_ms=5000, leader_epoch=0))
+    assert answered(after) == {0: (0, [0]), 1: (5, [])}, "partition 0 is fetched again under its new epoch"
+
+
 async def test_a_parked_session_partition_is_checked_again_after_a_new_leader_epoch(nursery, tmp_path):
     """A session partition the follower does not name is read again
     without the replication core while the same leadership holds its
