@@ -27,8 +27,12 @@ MEMBER_SCRIPT = str(Path(__file__).resolve().parent / "group_member.py")
 
 
 class DevNode:
-    def __init__(self, data_dir: Path, *settings: str, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, *settings: str, port: int = 0, controller_port: int | None = None) -> None:
         args = ["dev", "--data-dir", str(data_dir), "--port", str(port)]
+        if controller_port is not None:
+            # Without it a fixed --port puts the controller on port + 1,
+            # which nothing reserved: it was once another socket's.
+            args += ["--controller-port", str(controller_port)]
         for s in settings:
             args += ["--set", s]
         self.log_path = data_dir.parent / f"{data_dir.name}.log"

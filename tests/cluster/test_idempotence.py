@@ -128,9 +128,10 @@ def _frames(source: socket.socket, other: socket.socket):
 
 @pytest.fixture(scope="module")
 def proxied_node(tmp_path_factory):
-    broker_port, proxy_port = free_ports(2)
+    broker_port, proxy_port, controller_port = free_ports(3)
     node = DevNode(tmp_path_factory.mktemp("idempotence") / "dev",
-                   f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port}", port=broker_port)
+                   f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port}", port=broker_port,
+                   controller_port=controller_port)
     proxy = DropFirstProduceResponse(proxy_port, ("127.0.0.1", broker_port))
     try:
         yield proxy, f"127.0.0.1:{proxy_port}"
