@@ -44,7 +44,6 @@ closes its logs and ends its session.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +80,7 @@ from raftka.errors import ConfigError, RaftkaError
 from raftka.meta_properties import META_PROPERTIES, read_meta, write_meta
 from raftka.wire.errors import RemoteProtocolError
 from raftka.wire.framing import FrameBuffer
+from raftka.wire.server import listen_tcp
 
 _log = logging.getLogger("broker.zk_link")
 
@@ -165,8 +165,8 @@ class BrokerZkLink:
         self._token = trio.lowlevel.current_trio_token()
         host, port = self._control_plane_bind()
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(functools.partial(trio.serve_tcp, self._serve_connection, port,
-                                                              host=host))
+            listeners = await listen_tcp(port, host)
+            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
             control_port = listeners[0].socket.getsockname()[1]
             info = BrokerInfo(self.broker.node_id, (
                 Endpoint(advertised.name, advertised.host, advertised.port, 0),

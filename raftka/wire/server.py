@@ -122,6 +122,16 @@ class Server:
     stats: ServerStats
 
 
+async def listen_tcp(port: int, host: str) -> list[trio.SocketListener]:
+    """`trio.open_tcp_listeners`, with the address in its error: a node has
+    a Kafka and a controller listener, and "Address already in use" alone
+    does not say which port to free."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror or exc} ({host}:{port})") from None
+
+
 async def serve(
     handler: Handler,
     host: str,
@@ -150,7 +160,7 @@ async def serve(
     """
     if max_in_flight < 1:
         raise LocalProtocolError(f"max_in_flight must be at least 1, not {max_in_flight}")
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await listen_tcp(port, host)
     bound_port = listeners[0].socket.getsockname()[1]
     server = Server(listeners, host, bound_port, {}, ServerStats())
     conn = _ConnectionServer(

@@ -146,3 +146,22 @@ def test_node_command_lines_out_of_range_are_refused_before_anything_starts(tmp_
     assert "Traceback" not in result.stderr
     assert says.format(file=blocker) in " ".join(result.stderr.split()), result.stderr[-3000:]
     assert "READY" not in result.stdout
+
+
+@pytest.mark.parametrize("taken", ["kafka", "controller"])
+def test_a_node_whose_port_is_taken_says_which_port(tmp_path, taken):
+    """`raftka dev` has two listeners; "Address already in use" alone left
+    the user to guess which port to free."""
+    import socket
+
+    kafka_port, controller_port = free_ports(2)
+    busy = kafka_port if taken == "kafka" else controller_port
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        result = run_cli("dev", "--data-dir", str(tmp_path / "dev"), "--port", str(kafka_port),
+                         "--controller-port", str(controller_port), timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert f"Address already in use (127.0.0.1:{busy}): another process listens on that port" in result.stderr, \
+        result.stderr[-3000:]
