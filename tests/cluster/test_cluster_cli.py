@@ -3,6 +3,7 @@ stopping on SIGTERM, and start-up errors that name what to fix."""
 
 import os
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -152,8 +153,6 @@ def test_node_command_lines_out_of_range_are_refused_before_anything_starts(tmp_
 def test_a_node_whose_port_is_taken_says_which_port(tmp_path, taken):
     """`raftka dev` has two listeners; "Address already in use" alone left
     the user to guess which port to free."""
-    import socket
-
     kafka_port, controller_port = free_ports(2)
     busy = kafka_port if taken == "kafka" else controller_port
     with socket.socket() as holder:
