@@ -29,19 +29,7 @@ from quorum.node.metadata_log import open_metadata_log
 from quorum.node.snapshots import image_of_snapshot
 from raftka.errors import RaftkaError
 from raftka.meta_properties import format_log_dir, random_cluster_id
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+from raftka.wire.ports import free_ports
 
 
 class LocalQuorum:

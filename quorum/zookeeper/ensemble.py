@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorum.zookeeper.errors import EnsembleError
+from raftka.wire.ports import free_ports
 
 JAVA_DIR = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"
@@ -51,12 +52,6 @@ def zookeeper_missing_reason() -> str | None:
         if not jar.exists():
             return f"{jar} is missing (run `make sysdeps` to install the Debian zookeeper package)"
     return None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
@@ -130,7 +125,7 @@ class ZooKeeperEnsemble:
         self.servers: list[ZooKeeperServer] = []
         for i in range(size):
             if base_port is None:
-                ports = (free_port(host), free_port(host), free_port(host))
+                ports = tuple(free_ports(3, host))
             else:
                 ports = (base_port + i, base_port + 100 + i, base_port + 200 + i)
             self.servers.append(ZooKeeperServer(i + 1, *ports, self.base_dir / f"zk{i + 1}"))

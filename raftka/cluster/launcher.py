@@ -57,6 +57,7 @@ import trio
 from raftka.cluster.probes import ProbeFailed, live_broker_ids, quorum_caught_up
 from raftka.errors import RaftkaError
 from raftka.meta_properties import format_log_dir, random_cluster_id
+from raftka.wire.ports import free_ports
 
 CONTROLLER_PORT_OFFSET = 100
 DEFAULT_STOP_TIMEOUT_S = 30.0
@@ -65,21 +66,6 @@ _PR_SET_PDEATHSIG = 1
 
 class ClusterError(RaftkaError):
     """A node of the local cluster failed to start or exited; the message has its log's tail."""
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    import socket
-
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @dataclasses.dataclass

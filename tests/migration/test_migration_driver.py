@@ -14,7 +14,7 @@ from quorum.migration import MigrationConfig, MigrationDriver
 from quorum.migration.zk_io import read_migration, read_zk_state
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
-from quorum.node.local_quorum import free_ports
+from raftka.wire.ports import free_ports
 from quorum.node.workload import create_topics_request
 from quorum.raft import QuorumConfig
 from quorum.zookeeper import admin

@@ -18,7 +18,7 @@ from quorum.controller import ControllerConfig
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
-from quorum.node.local_quorum import free_ports
+from raftka.wire.ports import free_ports
 from quorum.raft import QuorumConfig
 from raftka.wire import serve
 

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from quorum.node.local_quorum import LocalQuorum, free_ports
+from quorum.node.local_quorum import LocalQuorum
+from raftka.wire.ports import free_ports
 from raftka.meta_properties import format_log_dir, read_meta
 
 RAFTKA = [sys.executable, "-m", "raftka.cli"]

@@ -6,7 +6,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from quorum.zookeeper.ensemble import ZooKeeperEnsemble, free_port, server_mode, zookeeper_missing_reason
+from quorum.zookeeper.ensemble import ZooKeeperEnsemble, server_mode, zookeeper_missing_reason
+from raftka.wire.ports import free_ports
 from quorum.zookeeper.errors import EnsembleError
 
 pytestmark = pytest.mark.skipif(zookeeper_missing_reason() is not None,
@@ -37,7 +38,7 @@ def test_three_servers_survive_the_leader_and_stop_cleanly(tmp_path):
 
 
 def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path):
-    port = free_port()
+    (port,) = free_ports(1)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
