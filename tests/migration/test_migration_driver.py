@@ -14,13 +14,13 @@ from quorum.migration import MigrationConfig, MigrationDriver
 from quorum.migration.zk_io import read_migration, read_zk_state
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
-from raftka.wire.ports import free_ports
 from quorum.node.workload import create_topics_request
 from quorum.raft import QuorumConfig
 from quorum.zookeeper import admin
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.broker_side import notify_isr_changes, register_broker, write_isr_change
 from quorum.zookeeper.znodes import NamedPartition
+from raftka.wire.ports import free_ports
 
 from migration_testing import broker_info, zk_cluster
 

@@ -18,9 +18,9 @@ from quorum.controller import ControllerConfig
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
-from raftka.wire.ports import free_ports
 from quorum.raft import QuorumConfig
 from raftka.wire import serve
+from raftka.wire.ports import free_ports
 
 CLUSTER_ID = "node-test-cluster"
 

@@ -10,8 +10,8 @@ import sys
 import time
 
 from quorum.node.local_quorum import LocalQuorum
-from raftka.wire.ports import free_ports
 from raftka.meta_properties import format_log_dir, read_meta
+from raftka.wire.ports import free_ports
 
 RAFTKA = [sys.executable, "-m", "raftka.cli"]
 

@@ -33,4 +33,3 @@ def test_a_port_something_listens_on_is_skipped():
         again = PortPicker(start=port).pick(2, "127.0.0.1")
     assert port not in again  # it was next in turn, but taken
     assert len(set(again)) == 2
-
