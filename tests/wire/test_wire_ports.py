@@ -3,6 +3,8 @@
 import socket
 from pathlib import Path
 
+import pytest
+
 from raftka.wire.ports import LOWEST_PORT, PortPicker, free_ports
 
 
@@ -13,6 +15,8 @@ def _ephemeral_range() -> tuple[int, int]:
 
 def test_ports_are_distinct_bindable_and_below_the_range_outgoing_connections_use():
     low, _ = _ephemeral_range()
+    if low < LOWEST_PORT + 100:
+        pytest.skip(f"this machine's ephemeral range starts at {low}: free_ports falls back to port 0")
     ports = free_ports(5) + free_ports(5)
     assert len(set(ports)) == 10
     for port in ports:
