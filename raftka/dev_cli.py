@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def dev_properties(args: argparse.Namespace) -> dict[str, str]:
-    from raftka.cluster import free_ports
+    from raftka.wire.ports import free_ports
     from raftka.cluster_cli import parse_overrides
 
     if not 0 <= args.port <= MAX_PORT:

@@ -38,9 +38,10 @@ from kazoo.client import KazooClient
 from quorum.migration import zk_io
 from quorum.migration.meta_properties import render, to_kraft
 from quorum.migration.znode import MIGRATION_PATH
-from raftka.cluster.launcher import ClusterError, LocalCluster, LocalNode, free_ports
+from raftka.cluster.launcher import ClusterError, LocalCluster, LocalNode
 from raftka.config import read_properties
 from raftka.meta_properties import META_PROPERTIES, format_log_dir, read_meta
+from raftka.wire.ports import free_ports
 
 MIGRATION_KEYS = ("zookeeper.metadata.migration.enable", "zookeeper.metadata.migration.broker.ids",
                   "zookeeper.connect", "zookeeper.session.timeout.ms")

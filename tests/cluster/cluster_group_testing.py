@@ -31,7 +31,7 @@ class DevNode:
         args = ["dev", "--data-dir", str(data_dir), "--port", str(port)]
         if controller_port is not None:
             # Without it a fixed --port puts the controller on port + 1,
-            # which nothing reserved: it was once another socket's.
+            # which nothing reserves.
             args += ["--controller-port", str(controller_port)]
         for s in settings:
             args += ["--set", s]

@@ -412,7 +412,7 @@ def test_zookeeper_mode_config_errors_say_what_to_fix():
 
 
 def test_broker_without_zookeeper_fails_fast_naming_the_address(tmp_path):
-    from raftka.cluster import free_ports
+    from raftka.wire.ports import free_ports
 
     (port,) = free_ports(1)
     config = tmp_path / "broker.properties"
