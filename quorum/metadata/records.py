@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import cbor2
 
 from raftka.errors import RaftkaError
+from raftka.frozen import descriptor_init
 
 NO_LEADER = -1
 """`leader` of a partition that has no leader (offline)."""
@@ -111,6 +112,7 @@ class TopicRecord:
     topic_id: uuid.UUID
 
 
+@descriptor_init
 @dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """The full state of one partition (at creation, and in snapshots)."""
@@ -127,6 +129,7 @@ class PartitionRecord:
     adding_replicas: tuple[int, ...] = ()
 
 
+@descriptor_init
 @dataclass(frozen=True, slots=True)
 class PartitionChangeRecord:
     """Only the fields that change; None = unchanged.
@@ -422,6 +425,10 @@ def record_from_map(data: Any) -> Record:
             f"metadata record {tag!r} version {version} is newer than the version {known} this node "
             f"knows: upgrade this node before it replays the metadata log"
         )
+    if cls is PartitionChangeRecord:
+        record = _partition_change_from_map(data)
+        if record is not None:
+            return record
     kwargs: dict[str, Any] = {}
     for f in fields:
         value = data.get(f.name, _ABSENT)
@@ -435,6 +442,42 @@ def record_from_map(data: Any) -> Record:
         else:
             kwargs[f.name] = f.from_cbor(value, f.where)
     return cls(**kwargs)
+
+
+class _NotPlain(Exception):
+    """A field `_partition_change_from_map` leaves to the general decoder."""
+
+
+def _plain_ints(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if type(value) is list:
+        for x in value:
+            if type(x) is not int:
+                raise _NotPlain
+        return tuple(value)
+    raise _NotPlain
+
+
+def _partition_change_from_map(data: dict[str, Any]) -> PartitionChangeRecord | None:
+    """A `PartitionChangeRecord` whose fields all hold what the writer puts
+    there (a topic id met before, ints, lists of ints, None); None for
+    anything else, which the general loop then decodes or refuses with the
+    field named. A fence moves thousands of partitions with this record on
+    every broker: 1.2 us a record here against 3.3 us through the loop over
+    the plan's seven fields and the keyword call (this VM, 3.11)."""
+    raw_id = data.get("topic_id")
+    topic_id = _UUIDS.get(raw_id) if type(raw_id) is bytes else None
+    partition = data.get("partition")
+    leader = data.get("leader")
+    if topic_id is None or type(partition) is not int or (leader is not None and type(leader) is not int):
+        return None
+    try:
+        return PartitionChangeRecord(topic_id, partition, _plain_ints(data.get("isr")), leader,
+                                     _plain_ints(data.get("replicas")), _plain_ints(data.get("removing_replicas")),
+                                     _plain_ints(data.get("adding_replicas")))
+    except _NotPlain:
+        return None
 
 
 def encode_record(record: Record) -> bytes:

@@ -107,6 +107,15 @@ def test_unknown_extra_fields_are_ignored_for_a_known_version():
     cbor2.dumps({"t": "Config", "v": 1, "resource_type": 2, "resource_name": None, "key": "k"}),
     cbor2.dumps({"t": "Config", "v": 1, "resource_type": 3, "resource_name": "t", "key": "k"}),
     cbor2.dumps({"t": "BrokerRegistrationChange", "v": 1, "broker_id": 1, "broker_epoch": 5, "fenced": 1}),
+    # PartitionChange has a decoder of its own for the common shape: what
+    # does not fit it must still be refused.
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0, "isr": [1, True]}),
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0, "leader": True}),
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0, "replicas": 3}),
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": uuid.uuid4().bytes, "partition": 0,
+                 "adding_replicas": [2.5]}),
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": uuid.uuid4().bytes, "isr": [1]}),
+    cbor2.dumps({"t": "PartitionChange", "v": 1, "topic_id": b"short", "partition": 0}),
 ])
 def test_malformed_bytes_raise_malformed_record_error(raw):
     with pytest.raises(MalformedRecordError):
