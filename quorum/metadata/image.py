@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from quorum.metadata.pmap import PMap
+from raftka.frozen import descriptor_init
 from quorum.metadata.records import (
     NO_LEADER,
     ConfigResourceType,
@@ -73,6 +74,7 @@ class BrokerRegistration:
         return not self.fenced and not self.in_controlled_shutdown
 
 
+@descriptor_init
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:
     replicas: tuple[int, ...]
@@ -95,13 +97,13 @@ class PartitionRegistration:
         if change.leader is not None:
             leader, leader_epoch = change.leader, self.leader_epoch + 1
         return PartitionRegistration(
-            replicas=self.replicas if change.replicas is None else change.replicas,
-            isr=self.isr if change.isr is None else change.isr,
-            leader=leader,
-            leader_epoch=leader_epoch,
-            partition_epoch=self.partition_epoch + 1,
-            removing_replicas=self.removing_replicas if change.removing_replicas is None else change.removing_replicas,
-            adding_replicas=self.adding_replicas if change.adding_replicas is None else change.adding_replicas,
+            self.replicas if change.replicas is None else change.replicas,
+            self.isr if change.isr is None else change.isr,
+            leader,
+            leader_epoch,
+            self.partition_epoch + 1,
+            self.removing_replicas if change.removing_replicas is None else change.removing_replicas,
+            self.adding_replicas if change.adding_replicas is None else change.adding_replicas,
         )
 
     @property

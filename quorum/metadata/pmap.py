@@ -149,10 +149,18 @@ class PMap(Mapping[K, V], Generic[K, V]):
         return node[key]
 
     def get(self, key: K, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
+        # `__getitem__`'s walk, not a call of it: replaying a fence looks a
+        # partition up once per record, and the call and the KeyError of an
+        # absent key were a third of a lookup.
+        node = self._root
+        h = hash(key)
+        shift = 0
+        while type(node) is tuple:
+            node = node[(h >> shift) & _MASK]
+            if node is None:
+                return default
+            shift += _BITS
+        return node.get(key, default)
 
     def __contains__(self, key: object) -> bool:
         try:

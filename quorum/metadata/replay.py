@@ -172,14 +172,20 @@ class _ImageBuilder:
             return self.preferred[broker_id]
         return self.base.preferred_leader_counts.get(broker_id, 0)
 
-    def set_partition(self, topic: _TopicBuilder, partition: int, new: PartitionRegistration) -> None:
-        if not new.replicas or not set(new.isr) <= set(new.replicas) or len(set(new.replicas)) != len(new.replicas):
+    def set_partition(self, topic: _TopicBuilder, partition: int, new: PartitionRegistration,
+                      old: PartitionRegistration | None) -> None:
+        """`old`: the partition's registration before (None: a new partition)."""
+        replicas = new.replicas
+        distinct = set(replicas)
+        if not replicas or len(distinct) != len(replicas) or not distinct.issuperset(new.isr):
             raise self.fail(f"partition state {new} needs distinct replicas and an ISR drawn from them")
         if new.leader != NO_LEADER and new.leader not in new.isr:
             raise self.fail(f"partition state {new} has a leader outside its ISR")
-        old = topic.get(partition)
         topic.changes[partition] = new
-        self._index_partition(TopicPartition(topic.image.topic_id, partition), old, new)
+        if old is None or old.replicas != replicas:
+            # Not for a leader or ISR change (a fence moves thousands):
+            # nothing indexed moved, and the key costs a tuple and a hash.
+            self._index_partition(TopicPartition(topic.image.topic_id, partition), old, new)
 
     def replay(self, offset: int | None, epoch: int | None, record: Record) -> None:
         self._current = (offset, record)
@@ -270,7 +276,8 @@ def _known_topic(b: _ImageBuilder, topic_id: uuid.UUID) -> _TopicBuilder:
 
 
 def _partition(b: _ImageBuilder, _: int | None, r: PartitionRecord) -> None:
-    b.set_partition(_known_topic(b, r.topic_id), r.partition, PartitionRegistration.from_record(r))
+    topic = _known_topic(b, r.topic_id)
+    b.set_partition(topic, r.partition, PartitionRegistration.from_record(r), topic.get(r.partition))
 
 
 def _partition_change(b: _ImageBuilder, _: int | None, r: PartitionChangeRecord) -> None:
@@ -278,7 +285,7 @@ def _partition_change(b: _ImageBuilder, _: int | None, r: PartitionChangeRecord)
     current = topic.get(r.partition)
     if current is None:
         raise b.fail(f"partition {r.partition} of topic {topic.image.name!r} does not exist")
-    b.set_partition(topic, r.partition, current.merge(r))
+    b.set_partition(topic, r.partition, current.merge(r), current)
 
 
 def _remove_topic(b: _ImageBuilder, _: int | None, r: RemoveTopicRecord) -> None:
