@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from quorum.metadata.pmap import MISSING, PMap, diff
+from raftka.frozen import descriptor_init
 
 
+@descriptor_init
 @dataclass(frozen=True, slots=True)
 class LocalPartition:
     """A partition this broker hosts, with its new registration."""
@@ -86,8 +88,8 @@ def image_delta(old: MetadataImage, new: MetadataImage, broker_id: int) -> Metad
             hosted_before = was is not MISSING and broker_id in was.replicas
             hosted_now = now is not MISSING and broker_id in now.replicas
             if hosted_now:
-                if was is not MISSING and was == now:
-                    continue
+                if was is not MISSING and was.partition_epoch == now.partition_epoch and was == now:
+                    continue  # the epoch first: every change bumps it, and it spares a field-by-field compare
                 local = LocalPartition(after.name, topic_id, index, now)
                 (leaders if now.leader == broker_id else followers).append(local)
             elif hosted_before:
