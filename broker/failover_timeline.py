@@ -117,12 +117,20 @@ class LeadershipTimeline:
 
     def _forget(self, key: Hashable) -> None:
         """A newer delta changed `key` again: the older one stops waiting for it."""
-        for index in (self._leading, self._following):
-            old = index.pop(key, None)
-            if old is not None:
-                old.leading.pop(key, None)
-                old.first_fetch_ms.pop(key, None)
-                old.following.discard(key)
+        # Each index by hand, not a loop over both: this runs for every
+        # partition a delta moves, and almost always finds nothing.
+        old = self._leading.pop(key, None)
+        if old is not None:
+            self._forget_in(old, key)
+        old = self._following.pop(key, None)
+        if old is not None:
+            self._forget_in(old, key)
+
+    @staticmethod
+    def _forget_in(delta: _Delta, key: Hashable) -> None:
+        delta.leading.pop(key, None)
+        delta.first_fetch_ms.pop(key, None)
+        delta.following.discard(key)
 
     def _expire(self, now_ms: int) -> list[str]:
         lines = []

@@ -54,6 +54,7 @@ from broker.replication import (
     LeaderUpdate,
     ReplicaFetch,
     ReplicationConfig,
+    Role,
     TopicIdPartition,
     eligible_brokers,
 )
@@ -253,7 +254,8 @@ class ReplicaManager:
         eligible = eligible_brokers(image)
         settings: dict[str, tuple[int, bool]] = {}
         touched = set()
-        became: dict[str, int] = {}
+        # Counted by `is`: an enum member's `value` and `__hash__` are Python code.
+        new_followers = new_leaders = 0
         timeline = self.timeline
         log_timeline(timeline.begin_delta(image.offset, now_ms))
         # Followers first: a follow step is cheap (no file is written) and
@@ -263,20 +265,23 @@ class ReplicaManager:
         # thousands of leader changes held every follower switch until the
         # last leader step, and the first acks=all commit with it.
         for local in (*delta.followers, *delta.leaders):
-            touched.add((local.topic_name, local.partition))
-            role = self._apply_local(image, local, eligible, now_ms, settings)
+            hp, role = self._apply_local(image, local, eligible, now_ms, settings)
+            touched.add(hp)
             if role is not None:
-                became[role] = became.get(role, 0) + 1
-                hp = self.partitions[(local.topic_name, local.partition)]
+                if role is Role.LEADER:
+                    new_leaders += 1
+                else:
+                    new_followers += 1
                 if hp.state.leader is not None:
                     timeline.on_leader(hp, hp.state.leader.epoch_start_offset)
                 elif hp.state.leader_id >= 0:
                     timeline.on_follower(hp)
             yield
         applied_ms = self.clock_ms()
-        if became:
+        if new_followers or new_leaders:
+            became = (("follower", new_followers), ("leader", new_leaders))
             _log.info("metadata offset %d: %s (in %d ms)", image.offset,
-                      ", ".join(f"became {role} of {n} partition(s)" for role, n in sorted(became.items())),
+                      ", ".join(f"became {role} of {n} partition(s)" for role, n in became if n),
                       applied_ms - now_ms)
         log_timeline(timeline.end_delta(applied_ms))
         # Brokers fenced, unfenced or shutting down change who may join an
@@ -285,8 +290,8 @@ class ReplicaManager:
         # each of a fence's 500-partition deltas cost a broker hosting
         # 10,000 of them about 6 us per partition moved.
         if eligible != self._eligible:
-            for key, hp in self.partitions.items():
-                if key not in touched and hp.state.leader is not None:
+            for hp in self.partitions.values():
+                if hp not in touched and hp.state.leader is not None:
                     hp.state.update_eligibility(eligible)
             self._eligible = eligible
 
@@ -306,13 +311,15 @@ class ReplicaManager:
         _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
 
     def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int,
-                     settings: dict[str, tuple[int, bool]]) -> str | None:
-        """Create or update one hosted replica; its new role if its role or
-        leader epoch changed (logged one line per partition at DEBUG: a
-        delta of 10,000 partitions is summed up in one INFO line)."""
+                     settings: dict[str, tuple[int, bool]]) -> tuple[HostedPartition, Role | None]:
+        """Create or update one hosted replica; the replica, and its new role
+        if its role or leader epoch changed (logged one line per partition
+        at DEBUG: a delta of 10,000 partitions is summed up in one INFO line)."""
         key = (local.topic_name, local.partition)
         hp = self.partitions.get(key)
-        if hp is not None and hp.state.topic_id != local.topic_id:
+        # `is` first: the ids come from one decoded object per topic, and
+        # UUID's `__eq__` is Python code.
+        if hp is not None and hp.state.topic_id is not local.topic_id and hp.state.topic_id != local.topic_id:
             # The topic was deleted and re-created in one delta.
             self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
             self._drop(hp)
@@ -344,14 +351,14 @@ class ReplicaManager:
         self.act(hp, change.update)
         role = None
         if was != (hp.state.role, hp.state.leader_epoch):
-            role = hp.state.role.value
+            role = hp.state.role
             if _log.isEnabledFor(logging.DEBUG):
                 _log.debug("%s-%d: %s at leader epoch %d (leader %d, ISR %s, LEO %d, HW %d)",
-                           local.topic_name, local.partition, role, hp.state.leader_epoch,
+                           local.topic_name, local.partition, role.value, hp.state.leader_epoch,
                            hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset,
                            hp.state.high_watermark)
         hp.notify()
-        return role
+        return hp, role
 
     def refresh_topic_configs(self, image: MetadataImage) -> None:
         """Adopt changed topic configs (`min.insync.replicas`,
