@@ -39,6 +39,13 @@ _ERROR_SESSION = struct.Struct(">hi")
 #: A null aborted_transactions array, then preferred_read_replica -1 (v11+).
 _NULL_ABORTED_NO_REPLICA = b"\xff\xff\xff\xff" + b"\xff\xff\xff\xff"
 _NULL_ABORTED_NO_REPLICA_FLEXIBLE = b"\x00" + b"\xff\xff\xff\xff"
+#: `_FETCH_PARTITION_V11`, then a null aborted list, preferred_read_replica
+#: -1, no records (and no tagged fields, when flexible): a partition with
+#: nothing but its offsets, in one `pack`.
+_PLAIN_TAIL = _NULL_ABORTED_NO_REPLICA + b"\x00\x00\x00\x00"  # records: 0 bytes
+_PLAIN_TAIL_FLEXIBLE = _NULL_ABORTED_NO_REPLICA_FLEXIBLE + b"\x01" + b"\x00"  # compact 0 bytes; no tags
+_FETCH_PARTITION_V11_PLAIN = struct.Struct(f">ihqqq{len(_PLAIN_TAIL)}s")
+_FETCH_PARTITION_V11_PLAIN_FLEXIBLE = struct.Struct(f">ihqqq{len(_PLAIN_TAIL_FLEXIBLE)}s")
 #: Encoded topic names (a broker serves a bounded set; cleared when full).
 _TOPIC_NAMES: dict[str, bytes] = {}
 _TOPIC_NAMES_FLEXIBLE: dict[str, bytes] = {}
@@ -161,41 +168,56 @@ def encode_fetch_response(
         out += _ERROR_SESSION.pack(error_code, session_id)
     out += array_length_bytes(len(topics), flexible)
     total = 0
+    # A partition with no records, a null aborted list and no tagged field
+    # (most of a follower's answer after a failover: a position checked, a
+    # HW moved) is one `struct` call with its fixed tail: 4 appends, a
+    # `uvarint` and 8 attribute reads fewer per partition.
+    plain = (_FETCH_PARTITION_V11_PLAIN_FLEXIBLE if flexible else _FETCH_PARTITION_V11_PLAIN).pack \
+        if version >= 11 else None
+    plain_tail = _PLAIN_TAIL_FLEXIBLE if flexible else _PLAIN_TAIL
     for name, partitions in topics:
         out += _topic_name(name, flexible)
         out += array_length_bytes(len(partitions), flexible)
         for p in partitions:
-            records = p.records
+            index, error, high_watermark, last_stable, log_start, records, aborted, diverging, leader = p
+            if plain is not None and not records and aborted is None and diverging is None and leader is None:
+                out += plain(index, error, high_watermark, last_stable, log_start, plain_tail)
+                continue
             size = records_size(records) if records else 0
-            if p.aborted_transactions is None and version >= 11:
+            if aborted is None and version >= 11:
                 # The common case: a null aborted list, preferred_read_replica -1.
-                out += _FETCH_PARTITION_V11.pack(p.partition, p.error_code, p.high_watermark,
-                                                 p.last_stable_offset, p.log_start_offset)
+                out += _FETCH_PARTITION_V11.pack(index, error, high_watermark, last_stable, log_start)
                 out += _NULL_ABORTED_NO_REPLICA_FLEXIBLE if flexible else _NULL_ABORTED_NO_REPLICA
             else:
-                out += _FETCH_PARTITION.pack(p.partition, p.error_code, p.high_watermark)
+                out += _FETCH_PARTITION.pack(index, error, high_watermark)
                 if version >= 5:
-                    out += _LSO_LOG_START.pack(p.last_stable_offset, p.log_start_offset)
+                    out += _LSO_LOG_START.pack(last_stable, log_start)
                 else:
-                    out += _I64.pack(p.last_stable_offset)
-                if p.aborted_transactions is None:
+                    out += _I64.pack(last_stable)
+                if aborted is None:
                     out += b"\x00" if flexible else _I32.pack(-1)
                 else:
-                    out += array_length_bytes(len(p.aborted_transactions), flexible)
-                    for producer_id, first_offset in p.aborted_transactions:
+                    out += array_length_bytes(len(aborted), flexible)
+                    for producer_id, first_offset in aborted:
                         out += _LSO_LOG_START.pack(producer_id, first_offset)
                         if flexible:
                             out += _NO_TAGS
                 if version >= 11:
                     out += _I32.pack(-1)  # preferred_read_replica
-            out += uvarint(size + 1) if flexible else _I32.pack(size)
+            if flexible:
+                out += _ONE_BYTE_UVARINTS[size + 1] if size < 127 else uvarint(size + 1)
+            else:
+                out += _I32.pack(size)
             if size:
                 total += len(out) + size
                 parts.append(bytes(out))
-                parts.extend(r for r in records if part_length(r))
+                if len(records) == 1:  # a follower's usual read: one slice, `size` bytes long
+                    parts.append(records[0])
+                else:
+                    parts.extend(r for r in records if part_length(r))
                 out = bytearray()
             if flexible:
-                out += (_NO_TAGS if p.diverging_epoch is None and p.current_leader is None
+                out += (_NO_TAGS if diverging is None and leader is None
                         else _partition_tags(p))
         if flexible:
             out += _NO_TAGS

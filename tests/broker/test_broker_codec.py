@@ -68,6 +68,9 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
                 FetchPartitionResult(0, 0, 8, 8, 5, [FileSlice(f, 10, len(data))], ()),
                 FetchPartitionResult(1, 6, -1, -1, -1, current_leader=(3, 9)),
                 FetchPartitionResult(2, 0, 8, 8, 0, [data[: len(data)]], None, diverging_epoch=(4, 100)),
+                # Only offsets (a follower's HW moved), and two batches of over 127 bytes in two parts.
+                FetchPartitionResult(3, 0, 7, 7, 2),
+                FetchPartitionResult(4, 0, 8, 8, 5, [FileSlice(f, 10, len(data)), b"", data], None),
             ]),
         ])
         frame = _join(parts)
@@ -75,8 +78,11 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
     body = decode_response(memoryview(frame)[4:], api_codec(1, version), 77)
     (topic,) = body.responses
     assert topic.topic == "t"
-    p0, p1, p2 = topic.partitions
+    p0, p1, p2, p3, p4 = topic.partitions
     assert bytes(p0.records) == data and bytes(p2.records) == data
+    assert bytes(p4.records) == data + data and len(data + data) >= 127
+    assert (p3.partition_index, p3.error_code, p3.high_watermark, p3.last_stable_offset) == (3, 0, 7, 7)
+    assert not p3.records and p3.aborted_transactions is None
     assert (p0.partition_index, p0.error_code, p0.high_watermark, p0.last_stable_offset) == (0, 0, 8, 8)
     assert p1.error_code == 6 and not p1.records
     assert p0.aborted_transactions == () and p2.aborted_transactions is None
