@@ -58,6 +58,7 @@ from broker.replication import (
     TopicIdPartition,
     eligible_brokers,
 )
+from broker.replication.messages import NO_UPDATE
 from quorum.metadata import MetadataDelta, MetadataImage
 from quorum.metadata.topic_configs import TOPIC_CONFIGS
 from storage.batch import LOG_APPEND_TIME, LOG_OVERHEAD, set_max_timestamp, validate_batch
@@ -215,12 +216,20 @@ class ReplicaManager:
         self.by_id.pop(TopicIdPartition(hp.state.topic_id, hp.state.partition), None)
 
     def serve_replica_fetch(self, hp: HostedPartition, replica_id: int, fp, now_ms: int):
-        """One partition of a follower's Fetch on this leader: the core's decision, acted on."""
+        """One partition of a follower's Fetch on this leader: the core's
+        decision, acted on. The caller has checked `fp`'s leader epoch and
+        that `replica_id` may fetch here (`Partition.fetch_error` is none),
+        so the leader's own check (`Partition.handle_replica_fetch`) is
+        skipped: it is the same check, and this runs for every partition a
+        follower names (thousands per fetch after a failover)."""
         fetch = ReplicaFetch(replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1),
                              getattr(fp, "current_leader_epoch", -1))
-        decision = hp.state.handle_replica_fetch(fetch, hp.log, now_ms)
-        self.act(hp, decision.update)
-        self.note_replica_fetch(hp, decision.high_watermark, now_ms)
+        decision = hp.state.leader.handle_replica_fetch(fetch, hp.log, now_ms)
+        update = decision.update
+        if update is not NO_UPDATE:
+            self.act(hp, update)
+        if self.timeline.watching:
+            self.note_replica_fetch(hp, decision.high_watermark, now_ms)
         return decision
 
     def note_replica_fetch(self, hp: HostedPartition, high_watermark: int, now_ms: int) -> None:

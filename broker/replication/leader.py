@@ -83,6 +83,8 @@ from broker.replication.messages import (
     ReplicaFetchDecision,
 )
 
+_HIGH_WATERMARK_MOVED = LeaderUpdate(high_watermark_moved=True)
+
 #: Errors after which the controller did not apply the change: forget it.
 _REFUSED = frozenset({ErrorCode.ineligible_replica, ErrorCode.invalid_request})
 #: Errors that say our view is stale (the change may even have been applied
@@ -217,7 +219,9 @@ class LeaderState:
     def handle_replica_fetch(self, fetch: ReplicaFetch, log: LogView, now_ms: int) -> ReplicaFetchDecision:
         """Validate and account one partition of a follower's Fetch (epochs
         already checked by the caller)."""
-        self._sync_log_end(log, now_ms)
+        log_end = log.log_end_offset
+        if log_end != self.log_end_offset:  # `_sync_log_end`, inline: once per partition of every fetch
+            self.on_append(log_end, now_ms)
         log_start = log.log_start_offset
         follower = self.followers.get(fetch.replica_id)
         if follower is None:
@@ -234,12 +238,15 @@ class LeaderState:
         if fetch.fetch_offset < log_start or fetch.fetch_offset > self.log_end_offset:
             return ReplicaFetchDecision(ErrorCode.offset_out_of_range, self.high_watermark, log_start)
         follower.update_fetch_state(fetch.fetch_offset, fetch.broker_epoch, now_ms, self.log_end_offset)
-        update = LeaderUpdate(high_watermark_moved=self._maybe_advance_high_watermark())
-        proposal = self._maybe_expand_isr(fetch.replica_id, now_ms)
-        if proposal is not None:
-            update = update | LeaderUpdate(alter_partition=proposal)
-        return ReplicaFetchDecision(ErrorCode.none, self.high_watermark, log_start, read_offset=fetch.fetch_offset,
-                                    read_max_offset=self.log_end_offset, update=update)
+        update = _HIGH_WATERMARK_MOVED if self._maybe_advance_high_watermark() else NO_UPDATE
+        # A member of the ISR has nothing to join (`_maybe_expand_isr`'s
+        # first check): the common case, without the call.
+        if fetch.replica_id not in self.isr_state.isr:
+            proposal = self._maybe_expand_isr(fetch.replica_id, now_ms)
+            if proposal is not None:
+                update = update | LeaderUpdate(alter_partition=proposal)
+        return ReplicaFetchDecision(ErrorCode.none, self.high_watermark, log_start, None, fetch.fetch_offset,
+                                    self.log_end_offset, update)
 
     def tick(self, now_ms: int) -> LeaderUpdate:
         """Time passed: resend an unanswered ISR change whose backoff ran
@@ -371,12 +378,25 @@ class LeaderState:
                             high_watermark_moved=self._maybe_advance_high_watermark())
 
     def _maybe_advance_high_watermark(self) -> bool:
-        if self.under_min_isr:
+        isr_state = self.isr_state
+        if isr_state.pending is None:
+            # No change in flight: the guaranteed and maximal ISRs are both
+            # the committed one (`IsrState`), read once instead of through
+            # two properties. Called on every partition of a follower's fetch.
+            members = isr_state.isr
+            if len(members) < self.min_insync_replicas:
+                return False
+        elif self.under_min_isr:
             return False
+        else:
+            members = isr_state.maximal_isr
         candidate = self.log_end_offset
-        for r in self.isr_state.maximal_isr:
+        followers = self.followers
+        for r in members:
             if r != self.broker_id:
-                candidate = min(candidate, self.followers[r].log_end_offset)
+                end = followers[r].log_end_offset
+                if end < candidate:
+                    candidate = end
         if candidate > self.high_watermark:
             self.high_watermark = candidate
             return True
