@@ -133,31 +133,46 @@ def send_now(sock: socket.socket, parts: list, file_transfer: FileTransfer = "au
         # slice that goes by sendfile, in one sendmsg; with MSG_MORE when
         # more follows, so the kernel puts them in the same segments as the
         # file's bytes.
+        # A follower's answer after a failover is thousands of (header,
+        # small slice) pairs: the loop keeps the run's length as it goes
+        # (instead of `part_length` on every buffer afterwards) and asks a
+        # slice's file for its descriptor directly (`_fileno` only for an
+        # int or a closed file).
         run: list = []
         read = 0
+        length = 0
         j = i
         while j < n and len(run) < IOV_BUFFERS:
             part = parts[j]
             if isinstance(part, FileSlice):
-                if part.count > small or read >= RUN_READ_BYTES:
+                file, offset, count = part
+                if count > small or read >= RUN_READ_BYTES:
                     break
-                if part.count:
-                    chunk = os.pread(_fileno(part.file), part.count, part.offset)
-                    if len(chunk) < part.count:
+                if count:
+                    try:
+                        fd = file.fileno()
+                    except (AttributeError, ValueError):  # an int; or a closed file, which `_fileno` reports
+                        fd = _fileno(file)
+                    chunk = os.pread(fd, count, offset)
+                    if len(chunk) < count:
                         raise _short_file(part, len(chunk))
-                    read += part.count
+                    read += count
                     run.append(chunk)
                 j += 1
                 continue
+            length += part.nbytes if type(part) is memoryview else len(part)
             run.append(part)
             j += 1
         via_pread += read
-        sizes = [part_length(buffer) for buffer in run]
-        length = sum(sizes)
+        length += read
         sent = _sendmsg(sock, run, socket.MSG_MORE if j < n else 0) if length else 0
         if sent == 0 and length:
             return SendReport(total, via_sendfile, via_pread), [*run, *parts[j:]]  # slices read stay read
         total += sent
+        if sent == length:
+            i = j
+            continue
+        sizes = [part_length(buffer) for buffer in run]
         for k, size in enumerate(sizes):
             if sent < size:
                 rest = memoryview(run[k]).cast("B")[sent:]
