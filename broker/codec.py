@@ -143,6 +143,8 @@ class FetchPartitionResult(NamedTuple):
 
 
 def records_size(records: Sequence[ResponsePart]) -> int:
+    if len(records) == 1:  # a follower's usual read: one slice (no generator to start)
+        return part_length(records[0])
     return sum(part_length(p) for p in records)
 
 
