@@ -83,6 +83,8 @@ from broker.replication.messages import (
     ReplicaFetchDecision,
 )
 
+#: `handle_replica_fetch`'s usual updates, shared: it runs for every partition
+#: of a follower's fetch, and building a LeaderUpdate each time costs a `__new__` call.
 _HIGH_WATERMARK_MOVED = LeaderUpdate(high_watermark_moved=True)
 
 #: Errors after which the controller did not apply the change: forget it.
