@@ -345,10 +345,10 @@ def _follower_records(hp: HostedPartition, fp, offset: int, max_offset: int, bud
     of the response's (only the first partition with data may overshoot,
     KIP-74)."""
     if offset == max_offset:
-        # Caught up: nothing to read. The position is within the log (the
-        # leadership validated it, and a leader's log only grows), so
-        # `Log.read` would return no batch; after a failover most of a
-        # follower's partitions are answered so, twice each.
+        # Caught up: `Log.read` from the log end offset returns no batch
+        # (and raises nothing: the log start is never past the LEO). After
+        # a failover most of a follower's partitions are answered so, twice
+        # each, and the call and its checks cost more than this answer.
         return FetchPartitionResult(fp.partition, _NONE, hw, hw, log_start, ())
     limit = min(fp.partition_max_bytes, budget)
     if limit <= 0 and not first:
