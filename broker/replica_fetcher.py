@@ -231,6 +231,12 @@ class _Logs(Mapping):
     def __getitem__(self, key):
         return self._by_id[key].log
 
+    def get(self, key, default=None):
+        # Mapping's own `get` calls `__getitem__` and catches its KeyError:
+        # two Python calls per partition answered instead of one.
+        hp = self._by_id.get(key)
+        return default if hp is None else hp.log
+
     def __iter__(self):
         return iter(self._by_id)
 
@@ -255,17 +261,35 @@ def _fetch_request(plan: FetchPlan) -> EncodedRequest:
 
 
 def _results(fetcher, response) -> dict[TopicIdPartition, PartitionFetchResult]:
+    # Runs per partition of answers naming thousands (a fence): no Python
+    # call per partition. `ErrorCode(code)` is two calls through EnumMeta,
+    # so the codes come from a dict; `key_of` and the NamedTuple's own
+    # `__new__` are inlined. 1.6 -> 0.85 us per partition answered
+    # (/tmp/pc/B/fbench.py, 5,000 partitions of a fence).
     out = {}
+    keys = fetcher.keys_by_name
+    errors = _ERROR_CODES
     for topic in response.responses:
+        name = topic.topic
         for p in topic.partitions:
-            key = fetcher.key_of(topic.topic, p.partition_index)
+            key = keys.get((name, p.partition_index))
             if key is None:
                 continue
             de = p.diverging_epoch
             diverging = None if de.epoch == -1 and de.end_offset == -1 else EpochEndOffset(de.epoch, de.end_offset)
-            out[key] = PartitionFetchResult(ErrorCode(p.error_code), p.high_watermark, p.log_start_offset,
-                                            diverging, p.records or b"")
+            code = p.error_code
+            error = errors.get(code)
+            if error is None:
+                error = ErrorCode(code)
+            out[key] = _new_result(PartitionFetchResult, (error, p.high_watermark, p.log_start_offset, diverging,
+                                                          p.records or b""))
     return out
+
+
+#: Every error code by its number (`_results`).
+_ERROR_CODES = {int(code): code for code in ErrorCode}
+#: A NamedTuple from all its fields, without its Python `__new__`.
+_new_result = tuple.__new__
 
 
 class IsrSender:
