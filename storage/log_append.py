@@ -9,7 +9,11 @@ comparisons, the CRC and one `os.pwrite`, then does the bookkeeping of
 test (the index rebuilt by recovery equals the one built by appending)
 holds the two to the same result. Any other batch comes to `append_checked`, which runs the full
 `validate_batch` (so a bad batch gets its exact error), the idempotent
-producer checks (KIP-98), the roll rules, and the write."""
+producer checks (KIP-98), the roll rules, and the write.
+
+`append_as_follower` has the same split: the common buffer a leader sends
+(one batch, not idempotent, no roll due) is checked with one unpack and
+written at once; anything else goes to `append_batches_as_follower`."""
 
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ from crc32c import crc32c
 from storage import log_ops
 from storage.batch import (
     CODEC_OR_CONTROL_MASK,
+    COMPRESSION_MASK,
     CRC_START_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
     ZSTD,
+    unpack_follower_fields,
     unpack_plain_client_fields,
     validate_batch,
 )
@@ -205,6 +211,64 @@ def append_checked(log: Log, batch, now_ms: int, leader_epoch: int | None) -> in
 
 def append_as_follower(log: Log, records, now_ms: int) -> int:
     """`Log.append_as_follower` (see its docstring)."""
+    # The fast path (module doc): `validate_batch`'s checks of a follower's
+    # batch as integer comparisons on one unpack, for a buffer holding
+    # exactly one batch; anything else, or a failed check, goes the checked
+    # way, which also says what is wrong. size == len(records) >= 61 covers
+    # the length rules. A fence sends each follower one small batch per
+    # partition: 5.75 -> 4.1 us an append, its write included
+    # (/tmp/pc/B/appbench.py).
+    try:
+        base, batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = (
+            unpack_follower_fields(records))
+    except struct.error:
+        return append_batches_as_follower(log, records, now_ms)
+    size = batch_length + LOG_OVERHEAD
+    next_offset = base + delta + 1
+    segment = log._segments[-1]
+    f = segment.log
+    position = f.size
+    end = position + size
+    if (
+        magic != MAGIC
+        or pid_sign >= 0  # producer_id >= 0: the producer state follows it
+        or size != len(records)
+        or size > log._max_message_bytes
+        or base < log._log_end_offset
+        or delta < 0
+        or count < 0
+        or count > delta + 1
+        or attributes & COMPRESSION_MASK > ZSTD
+        # `LogSegment.should_roll`'s triggers, as precomputed bounds.
+        or end > segment.roll_bytes
+        or next_offset > segment.max_next_offset
+        or max_timestamp > segment.roll_at_timestamp
+        or now_ms > segment.roll_at_ms
+        or crc32c(memoryview(records)[CRC_START_OFFSET:]) != crc
+    ):
+        return append_batches_as_follower(log, records, now_ms)
+    fd = segment.fd
+    try:
+        if fd >= 0 and _pwrite(fd, records, position) == size:
+            f.size = end
+        else:
+            f.append(records)
+    except OSError:
+        log_ops.rollback(f, position)
+        raise
+    segment.record_batch(position, base, next_offset, max_timestamp)
+    if epoch > log.epoch_cache.latest_epoch:
+        log.epoch_cache.assign(epoch, base)
+    log._unflushed_messages += count
+    segment.last_append_ms = now_ms
+    log._log_end_offset = next_offset
+    if log._flush_policy:
+        log.maybe_flush(now_ms)
+    return base
+
+
+def append_batches_as_follower(log: Log, records, now_ms: int) -> int:
+    """`append_as_follower` for any buffer: every batch validated, in order."""
     batches = []
     position = 0
     expected = log._log_end_offset

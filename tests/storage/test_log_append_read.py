@@ -230,6 +230,31 @@ def test_index_rebuilt_by_recovery_equals_the_one_built_by_appending():
     assert all(r[2] == b[2][: len(r[2])] for b, r in zip(built, rebuilt))
 
 
+def test_a_follower_copying_batch_by_batch_builds_the_leaders_segments_and_indexes():
+    """The follower's one-batch appends (its fast path) roll and index as
+    the leader's appends do: by size, by a full index, by record time."""
+    config = LogConfig(segment_bytes=2000, index_interval_bytes=120, segment_index_bytes=120, segment_ms=50)
+    leader = Log.open("/d/t-0", config, fs=SimFileSystem(seed=0), now_ms=0)
+    follower = Log.open("/d/t-0", config, fs=SimFileSystem(seed=1), now_ms=0)
+    for i in range(60):
+        leader.append(batch(1 + i % 4, value_size=10 + 7 * (i % 5), ts=BASE_TS + i * 3 + (i * 37) % 11),
+                      now_ms=0, leader_epoch=1 + i // 25)
+    for segment in leader.segments:
+        for _, header in segment.scan_headers(0):
+            base = header.base_offset
+            follower.append_as_follower(leader.read_bytes(base, header.size_in_bytes), now_ms=0)
+
+    def shape(log):
+        return [(s.base_offset, s.size, list(s.offset_index.offsets), list(s.offset_index.positions),
+                 list(s.time_index.timestamps), list(s.time_index.offsets), s.max_timestamp, s.next_offset)
+                for s in log.segments]
+
+    assert len(leader.segments) > 3
+    assert shape(follower) == shape(leader)
+    assert follower.read_bytes(0, 10**6) == leader.read_bytes(0, 10**6)
+    assert follower.epoch_cache.entries == leader.epoch_cache.entries and len(leader.epoch_cache.entries) == 3
+
+
 def test_a_reader_that_keeps_up_reads_no_batch_header(monkeypatch):
     """A follower's fetch offset is mostly the start of one of the last
     batches appended: the segment knows where those start, so reading from
