@@ -41,6 +41,10 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+#: A NamedTuple from all its fields, without its Python `__new__`.
+_tuple_new = tuple.__new__
+
+
 def _zigzag_bytes(n: int) -> bytes:
     return uvarint((n << 1) ^ (n >> 63))
 
@@ -163,6 +167,12 @@ def decode_records(
     end = len(data)
     read_varint = _read_varint
     read_bytes = _read_bytes
+    new_record = _tuple_new
+    # A varint under 0x80 is one byte: read inline, without a call. Most
+    # fields of most records are (deltas and lengths under 64, the null
+    # key, no headers); the Raft observer decodes every metadata record
+    # this way, 10,000 of them per survivor in a 10,000-partition fence.
+    # 2.14 -> 1.62 us a record (/tmp/pc/B/decbench.py, best of 15 runs).
     try:
         for _ in range(count):
             length, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
@@ -173,14 +183,32 @@ def decode_records(
                     f"section ({end} bytes)"
                 )
             pos += 1  # attributes: unused by every record format so far
-            timestamp_delta, pos = read_varint(data, pos)
-            offset_delta, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
-            key, pos = read_bytes(data, pos, "key")
+            b = data[pos]
+            if b < 0x80:
+                timestamp_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                timestamp_delta, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+            if data[pos] == 1:  # the null key: length -1
+                key = None
+                pos += 1
+            else:
+                key, pos = read_bytes(data, pos, "key")
             value, pos = read_bytes(data, pos, "value")
-            header_count, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
-            headers = ()
-            if header_count:
-                headers, pos = _read_headers(data, pos, header_count)
+            if data[pos] == 0:  # no headers
+                headers = ()
+                pos += 1
+            else:
+                header_count, pos = read_varint(data, pos, _MAX_VARINT_BYTES)
+                headers = ()
+                if header_count:
+                    headers, pos = _read_headers(data, pos, header_count)
             if pos != record_end:
                 raise CorruptRecordError(
                     f"record ending at byte {pos} declared length {length} "
@@ -189,7 +217,7 @@ def decode_records(
             timestamp = (
                 base_timestamp + timestamp_delta if log_append_time is None else log_append_time
             )
-            records.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+            records.append(new_record(Record, (base_offset + offset_delta, timestamp, key, value, headers)))
     except IndexError:
         raise CorruptRecordError(
             f"records section ({end} bytes) ends inside record {len(records)}"
