@@ -182,44 +182,59 @@ class ReplicaFetchers:
                 continue
             actions = fetcher.handle_response(plan, results, self._logs(), broker.clock_ms(), response.session_id)
             self.manager.on_response_done(source)
-            for action in actions:
-                self._apply(fetcher, action)
+            self._apply(fetcher, actions)
             if results is None:
                 await self._sleep(source, self.manager.config.replica_fetch_backoff_ms)
 
-    def _apply(self, fetcher, action) -> None:
-        hp = self.broker.replicas.by_topic_id(action.key)
-        if hp is None or hp.state.leader is not None:
-            return
+    def _apply(self, fetcher, actions) -> None:
+        """Do each partition's `FollowerAction` of one answer, in order."""
+        # Per action of answers naming thousands of partitions (a fence): the
+        # lookups hoisted out of the loop, and an action that only carries
+        # the leader's HW (two of a fence's three answers per partition)
+        # does not enter the log-changing code: 1.8-2.2 -> 1.6 us an action
+        # without records (/tmp/pc/B/fbench.py, best of 7).
+        replicas = self.broker.replicas
+        by_id = replicas.by_id
+        timeline = replicas.timeline
+        clock_ms = self.broker.clock_ms
+        for action in actions:
+            hp = by_id.get(action.key)
+            if hp is None or hp.state.leader is not None:
+                continue
+            changed = False
+            if action.truncate_to is not None or action.start_at is not None or len(action.records):
+                if not self._change_log(fetcher, hp, action):
+                    continue
+                changed = True
+            leader_high_watermark = action.leader_high_watermark
+            if changed or leader_high_watermark is not None:
+                if hp.state.on_follower_log_changed(hp.log.log_end_offset, leader_high_watermark) or changed:
+                    hp.notify()
+            if leader_high_watermark is not None and timeline.watching:
+                log_timeline(timeline.on_fetch_answered(hp, clock_ms()))
+
+    def _change_log(self, fetcher, hp, action) -> bool:
+        """Truncate, start over and append as `action` says; False if that
+        failed (the fetcher backs off the partition)."""
         log = hp.log
-        changed = False
         try:
             if action.truncate_to is not None:
                 _log.info("%s-%d: truncating to %d (DivergingEpoch)", hp.state.topic, hp.state.partition,
                           action.truncate_to)
                 log.truncate_to(action.truncate_to)
                 log.epoch_cache.truncate_from_end(action.truncate_to)
-                changed = True
             if action.start_at is not None:
                 _log.info("%s-%d: starting over at the leader's log start %d", hp.state.topic,
                           hp.state.partition, action.start_at)
                 log.truncate_fully_and_start_at(action.start_at)
-                changed = True
             if len(action.records):
                 log.append_as_follower(action.records, self.broker.clock_ms())
-                changed = True
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
             _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
             fetcher.on_append_failed(action.key, self.broker.clock_ms())
-            return
-        if changed:
-            fetcher.log_changed(action.key)
-        if changed or action.leader_high_watermark is not None:
-            if hp.state.on_follower_log_changed(log.log_end_offset, action.leader_high_watermark) or changed:
-                hp.notify()
-        timeline = self.broker.replicas.timeline
-        if action.leader_high_watermark is not None and timeline.watching:
-            log_timeline(timeline.on_fetch_answered(hp, self.broker.clock_ms()))
+            return False
+        fetcher.log_changed(action.key)
+        return True
 
 
 class _Logs(Mapping):
