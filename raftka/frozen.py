@@ -18,7 +18,7 @@ metadata builds three such objects per partition moved on every broker
 
 Only plain fields are handled (a default value or none, no
 `default_factory`, `InitVar`, `kw_only` or `__post_init__`); anything else
-keeps the dataclass's own `__init__`, asserted at import time.
+is refused with a TypeError when the class is defined.
 """
 
 from __future__ import annotations
@@ -32,15 +32,20 @@ T = TypeVar("T")
 def descriptor_init(cls: type[T]) -> type[T]:
     """Class decorator, above `@dataclass(frozen=True, slots=True)`."""
     params = getattr(cls, "__dataclass_params__", None)
-    assert params is not None and params.frozen and "__slots__" in cls.__dict__, \
-        f"{cls.__name__}: descriptor_init is for frozen slots dataclasses"
-    assert not hasattr(cls, "__post_init__"), f"{cls.__name__}: __post_init__ is not supported"
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: descriptor_init is for frozen slots dataclasses; "
+                        "put it above @dataclass(frozen=True, slots=True)")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: descriptor_init does not run __post_init__; leave this class "
+                        "with the dataclass's own __init__")
     fields = dataclasses.fields(cls)
     namespace: dict[str, object] = {}
     params_src, body = [], []
     for f in fields:
-        assert f.init and not f.kw_only and f.default_factory is dataclasses.MISSING, \
-            f"{cls.__name__}.{f.name}: only plain positional fields are supported"
+        if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: descriptor_init takes only plain positional fields "
+                            "(no init=False, kw_only or default_factory); leave this class with the "
+                            "dataclass's own __init__")
         namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
         if f.default is dataclasses.MISSING:
             params_src.append(f.name)
