@@ -64,7 +64,12 @@ def handle_fetch(broker, ctx, request):
     header = request.header
     session_epoch = getattr(body, "session_epoch", -1)
     replica_id = getattr(body, "replica_id", -1)
-    error, session = broker.fetch_sessions.open_for(getattr(body, "session_id", 0), session_epoch, replica_id,
+    # Sessions are for followers at v12+: a session keeps each partition's
+    # last fetched epoch (KIP-595), which v7-v11 do not carry. An older
+    # follower is served in full, told by session id 0 that none was made
+    # (KIP-227 lets a broker decline).
+    session_owner = replica_id if header.api_version >= 12 else -1
+    error, session = broker.fetch_sessions.open_for(getattr(body, "session_id", 0), session_epoch, session_owner,
                                                     broker.clock_ms)
     if error is not ErrorCode.none:
         return encode_fetch_response(header, error, 0, [])

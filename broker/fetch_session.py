@@ -56,9 +56,10 @@ An unknown S is answered FETCH_SESSION_ID_NOT_FOUND, an epoch other than
 the session's next one INVALID_FETCH_SESSION_EPOCH, both with no
 partitions; the client starts over with a full fetch.
 
-Sessions are made for followers only (replica id >= 0): a consumer asking
-for one gets session id 0 and keeps sending full fetches, which Kafka
-allows (its brokers do the same when the cache is full). A follower has one
+Sessions are made for followers only (replica id >= 0) fetching at v12 or
+later, whose partitions carry the last fetched epoch: a consumer or an
+older follower asking for one gets session id 0 and keeps sending full
+fetches, which Kafka allows (its brokers do the same when the cache is full). A follower has one
 fetcher per leader, so its new session replaces its older one here. The
 cache holds at most `max.incremental.fetch.session.cache.slots` sessions;
 when it is full, one unused for `min.incremental.fetch.session.eviction.ms`

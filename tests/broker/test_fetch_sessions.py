@@ -299,3 +299,26 @@ async def test_a_caught_up_follower_outside_the_isr_joins_it_once_eligible_witho
             answer = await follower.request(incremental(session, epoch, max_wait_ms=50))
             assert answer.error_code == ErrorCode.none
             epoch += 1
+
+
+async def test_a_follower_fetching_below_v12_is_served_without_a_session(nursery, tmp_path):
+    """Fetch v7-v11 carry no last fetched epoch, which a session keeps: such
+    a follower is answered in full, with session id 0 (KIP-227: none made)."""
+    from kio.schema.fetch.v11 import request as v11
+
+    rb = await start_broker(nursery, tmp_path)
+    await three_partitions_led_here(rb)
+    producer = await rb.connect(nursery)
+    follower = await rb.connect(nursery)
+    await producer.request(produce_request(TOPIC, 1, batch(2), acks=1))
+    request = v11.FetchRequest(
+        replica_id=2, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=50 << 20, isolation_level=0,
+        session_id=0, session_epoch=0,
+        topics=(v11.FetchTopic(topic=TOPIC, partitions=tuple(v11.FetchPartition(
+            partition=p, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+            partition_max_bytes=1 << 20) for p in range(3))),),
+        forgotten_topics_data=(), rack_id="")
+    for _ in range(2):
+        response = await follower.request(request)
+        assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
+        assert answered(response) == {0: (0, []), 1: (0, [0]), 2: (0, [])}
