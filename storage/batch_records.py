@@ -172,7 +172,7 @@ def decode_records(
     # fields of most records are (deltas and lengths under 64, the null
     # key, no headers); the Raft observer decodes every metadata record
     # this way, 10,000 of them per survivor in a 10,000-partition fence.
-    # 2.14 -> 1.62 us a record (/tmp/pc/B/decbench.py, best of 15 runs).
+    # 2.14 -> 1.62 us a record (docs/hot-path.md, fifteenth round).
     try:
         for _ in range(count):
             length, pos = read_varint(data, pos, _MAX_VARINT_BYTES)

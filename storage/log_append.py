@@ -217,7 +217,7 @@ def append_as_follower(log: Log, records, now_ms: int) -> int:
     # way, which also says what is wrong. size == len(records) >= 61 covers
     # the length rules. A fence sends each follower one small batch per
     # partition: 5.75 -> 4.1 us an append, its write included
-    # (/tmp/pc/B/appbench.py).
+    # (docs/hot-path.md, fifteenth round).
     try:
         base, batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = (
             unpack_follower_fields(records))

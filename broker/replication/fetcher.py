@@ -241,7 +241,7 @@ class ReplicaFetcher:
         forgets (in the session, not fetched now); the session follows.
         One pass, each partition looked up once in each dict (a fence names
         thousands of partitions per round): `build_fetch` 3.0 -> 1.9-2.2 us a
-        partition named (/tmp/pc/B/fbench.py, best of 7)."""
+        partition named (docs/hot-path.md, fifteenth round)."""
         session = self.session
         partitions = self.partitions
         named = []
@@ -312,7 +312,7 @@ class ReplicaFetcher:
                 # `_decide`'s common case, inline: a fence answers thousands
                 # of partitions a round, each this way. With the lookups
                 # hoisted above: 1.8-2.0 -> 1.1-1.4 us a partition answered
-                # (/tmp/pc/B/fbench.py, best of 7).
+                # (docs/hot-path.md, fifteenth round).
                 append(_new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none)))
             else:
                 append(self._decide(p, sent, result, log, now_ms))

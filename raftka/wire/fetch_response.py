@@ -176,7 +176,7 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
             # the usual one (no aborted transactions, records under 127
             # bytes or none, no tagged fields) is read with one unpack and
             # no Python call: 1.07 -> 0.54 us a partition without records,
-            # 1.4 -> 0.8 with a small batch (/tmp/pc/B/fbench.py, best of 7).
+            # 1.4 -> 0.8 with a small batch (docs/hot-path.md, fifteenth round).
             index, p_error, hw, lso, log_start, aborted_count, preferred, size = _PLAIN_PARTITION.unpack_from(
                 frame, pos)
             if aborted_count == 0 and size < 0x80:
