@@ -31,6 +31,8 @@ V = TypeVar("V")
 
 _BITS = 5
 _MASK = (1 << _BITS) - 1
+#: `get`'s default when `__getitem__` asks: no stored value is this object.
+_ABSENT: Any = object()
 _LEAF_MAX = 32
 _MAX_SHIFT = 60  # Python hashes are 64 bits: past this, keys that collide stay in one leaf
 
@@ -138,20 +140,15 @@ class PMap(Mapping[K, V], Generic[K, V]):
         return m
 
     def __getitem__(self, key: K) -> V:
-        node = self._root
-        h = hash(key)
-        shift = 0
-        while type(node) is tuple:
-            node = node[(h >> shift) & _MASK]
-            if node is None:
-                raise KeyError(key)
-            shift += _BITS
-        return node[key]
+        value = self.get(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
 
     def get(self, key: K, default: Any = None) -> Any:
-        # `__getitem__`'s walk, not a call of it: replaying a fence looks a
-        # partition up once per record, and the call and the KeyError of an
-        # absent key were a third of a lookup.
+        # The trie's one walk (`__getitem__` calls this): replaying a fence
+        # looks a partition up once per record, and raising and catching a
+        # KeyError for an absent key was a third of a lookup.
         node = self._root
         h = hash(key)
         shift = 0
