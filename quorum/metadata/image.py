@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from quorum.metadata.pmap import PMap
-from raftka.frozen import descriptor_init
 from quorum.metadata.records import (
     NO_LEADER,
     ConfigResourceType,
@@ -38,6 +37,7 @@ from quorum.metadata.records import (
     PartitionRecord,
     Record,
 )
+from raftka.frozen import descriptor_init
 
 
 class LoggedRecord(NamedTuple):
