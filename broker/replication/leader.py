@@ -222,7 +222,7 @@ class LeaderState:
         """Validate and account one partition of a follower's Fetch (epochs
         already checked by the caller)."""
         log_end = log.log_end_offset
-        if log_end != self.log_end_offset:  # `_sync_log_end`, inline: once per partition of every fetch
+        if log_end != self.log_end_offset:  # appended since we last looked: once per partition of every fetch
             self.on_append(log_end, now_ms)
         log_start = log.log_start_offset
         follower = self.followers.get(fetch.replica_id)
@@ -367,10 +367,6 @@ class LeaderState:
         return None
 
     # --- internals -----------------------------------------------------------
-
-    def _sync_log_end(self, log: LogView, now_ms: int) -> None:
-        if log.log_end_offset != self.log_end_offset:
-            self.on_append(log.log_end_offset, now_ms)
 
     def _commit(self, isr: tuple[int, ...], partition_epoch: int) -> LeaderUpdate:
         assert self.broker_id in isr, f"leader {self.broker_id} outside its ISR {isr}"
