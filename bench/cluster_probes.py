@@ -41,6 +41,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9 import request as produce_req
 
 from raftka.wire import ConnectionFailedError, RequestTimeoutError, open_connection
+from raftka.wire.metadata_leaders import read_leaders
 
 PROBE_TIMEOUT_MS = 2000
 #: What a probe of a dead, paused or overloaded node may raise.
@@ -49,39 +50,30 @@ PROBE_ERRORS = (ConnectionFailedError, RequestTimeoutError, OSError, trio.TooSlo
 Send = Callable[..., Awaitable[Any]]
 
 
-async def _request(host: str, port: int, body: Any, timeout_ms: int = PROBE_TIMEOUT_MS) -> Any:
+async def _request(host: str, port: int, body: Any, timeout_ms: int = PROBE_TIMEOUT_MS, **kwargs: Any) -> Any:
     with trio.fail_after(timeout_ms / 1000 + 1):
         async with open_connection(host, port, connect_timeout_ms=min(timeout_ms, PROBE_TIMEOUT_MS)) as conn:
-            return await conn.request(body, timeout_ms=timeout_ms)
+            return await conn.request(body, timeout_ms=timeout_ms, **kwargs)
 
 
 async def topic_partitions(host: str, port: int, topics: list[str],
                            timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
     """{(topic, partition): leader id (-1: none)} for the listed topics this broker knows."""
-    return _leaders(await _request(host, port, _metadata_request(topics), timeout_ms))
+    return await _request(host, port, _metadata_request(topics), timeout_ms, read=read_leaders)
 
 
 async def topic_partitions_via(send: Send, topics: list[str],
                                timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
-    """`topic_partitions` on a kept connection."""
-    return _leaders(await send(_metadata_request(topics), timeout_ms=timeout_ms))
+    """`topic_partitions` on a kept connection. The answer is read by hand
+    (`raftka.wire.metadata_leaders`), not by kio: the failover probe reads
+    up to 10,000 partitions in one answer, several answers a second, on the
+    cores of the brokers it times."""
+    return await send(_metadata_request(topics), timeout_ms=timeout_ms, read=read_leaders)
 
 
 def _metadata_request(topics: list[str]) -> MetadataRequest:
     return MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-
-
-def _leaders(response: Any) -> dict[tuple[str, int], int]:
-    # kio's names and ids are plain str and int already: no conversion per
-    # partition (the failover probe reads up to 10,000 of them in one answer,
-    # several answers a second).
-    leaders: dict[tuple[str, int], int] = {}
-    for t in response.topics:
-        if t.error_code == 0:
-            name = t.name
-            leaders.update(((name, p.partition_index), p.leader_id) for p in t.partitions)
-    return leaders
 
 
 async def live_brokers(host: str, port: int) -> set[int]:

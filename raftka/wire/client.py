@@ -40,7 +40,9 @@ from raftka.wire.codec import (
     API_VERSIONS_KEY,
     PRODUCE_KEY,
     ApiCodec,
+    ResponseReader,
     api_codec,
+    api_codec_read_by,
     api_name,
     decode_response,
     encode_request,
@@ -113,15 +115,21 @@ class KafkaConnection:
         """Requests sent and not yet answered (including abandoned ones)."""
         return len(self._pending)
 
-    async def request(self, request: Any, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS) -> Any:
-        """Send the kio request entity `request`; return the kio response.
+    async def request(self, request: Any, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS,
+                      read: ResponseReader | None = None) -> Any:
+        """Send the kio request entity `request`; return the kio response
+        (or what `read`, a hand reader of this API version's answer, makes
+        of it: `codec.api_codec_read_by`).
 
         The entity's class fixes the API version (e.g.
         `kio.schema.vote.v0.VoteRequest`); `pick_version` chooses one from
         the server's ApiVersions. Raises ConnectionFailedError or
         RequestTimeoutError; the caller decides whether to retry.
         """
-        codec = api_codec(request.__api_key__, request.__version__)
+        if read is None:
+            codec = api_codec(request.__api_key__, request.__version__)
+        else:
+            codec = api_codec_read_by(request.__api_key__, request.__version__, read)
         expects_response = not (codec.api_key == PRODUCE_KEY and request.acks == 0)
         pending = await self._send(request, codec, expects_response)
         if pending is None:

@@ -29,6 +29,7 @@ import datetime
 import functools
 import io
 import struct
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -159,6 +160,19 @@ def api_codec(api_key: int, api_version: int) -> ApiCodec:
         kio_reads_request=hand_reader is None,
         kio_reads_response=hand_response_reader is None,
     )
+
+
+#: A hand reader of a response body: (frame, position) -> (value, bytes
+#: read). It checks its own bounds: whatever it raises becomes a
+#: RemoteProtocolError.
+ResponseReader = Callable[[memoryview, int], tuple[Any, int]]
+
+
+@functools.cache
+def api_codec_read_by(api_key: int, api_version: int, read: ResponseReader) -> ApiCodec:
+    """`api_codec`, with the answers read by `read` instead of kio (a
+    client that needs a sliver of a large answer: `metadata_leaders`)."""
+    return dataclasses.replace(api_codec(api_key, api_version), read_response=read, kio_reads_response=False)
 
 
 def parse_request_header(frame: memoryview, header_version: int) -> tuple[RequestHeader, int]:

@@ -32,6 +32,7 @@ from raftka.wire.client import (
     connect,
     sole_exception,
 )
+from raftka.wire.codec import ResponseReader
 from raftka.wire.errors import ConnectionFailedError
 from raftka.wire.framing import DEFAULT_REQUEST_MAX_BYTES
 
@@ -175,11 +176,12 @@ class ConnectionPool:
         )
 
     async def request(
-        self, node_id: int, request: Any, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS
+        self, node_id: int, request: Any, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS,
+        read: ResponseReader | None = None,
     ) -> Any:
         """`connection(node_id).request(request)`: raises ConnectionFailedError to retry."""
         conn = await self.connection(node_id)
-        return await conn.request(request, timeout_ms=timeout_ms)
+        return await conn.request(request, timeout_ms=timeout_ms, read=read)
 
     async def aclose(self) -> None:
         """Close every connection."""
