@@ -1,7 +1,9 @@
 """The Kafka-protocol wire layer shared by controllers and brokers.
 
 Pure parts: `framing` (size-prefixed frames, response parts), `codec`
-(headers, kio bodies), `apis` (what a server serves; ApiVersions answers).
+(headers, kio bodies), `apis` (what a server serves; ApiVersions answers),
+hand decoders of the bodies kio is slow on (`produce_request`,
+`fetch_response`; `metadata_leaders`, asked for per request).
 I/O shells on trio: `server` (serve), `client` (KafkaConnection), `pool`
 (ConnectionPool), `transmit` (sending parts, sendfile).
 """
