@@ -25,11 +25,11 @@ the cache for every version they declare.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import io
 import struct
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
