@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import response as kio_fetch
 from kio.serial import entity_reader, entity_writer
+from wire_testing import garbled, same_answer_server
 
 from raftka.wire import RemoteProtocolError
 from raftka.wire.codec import api_codec, decode_response
@@ -107,13 +108,9 @@ def test_other_versions_are_left_to_kio():
 @given(response=fetch_responses(), data=st.data())
 def test_truncated_or_garbled_fetch_response_is_a_remote_protocol_error(response, data):
     raw = b"\x00\x00\x00\x01\x00" + encoded(response)
-    cut = data.draw(st.integers(5, len(raw)))
-    garbled = bytearray(raw[:cut])
-    for _ in range(data.draw(st.integers(0, 3))):
-        if len(garbled) > 5:
-            garbled[data.draw(st.integers(5, len(garbled) - 1))] = data.draw(st.integers(0, 255))
+    frame = garbled(data, raw, 5)
     try:
-        body = decode_response(memoryview(bytes(garbled)), api_codec(FETCH_KEY, VERSION), 1)
+        body = decode_response(memoryview(frame), api_codec(FETCH_KEY, VERSION), 1)
     except RemoteProtocolError as exc:
         assert "Fetch(1) v12 response" in str(exc)
         return
@@ -142,24 +139,8 @@ async def test_client_receives_large_answers_split_across_reads_zero_copy():
             log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1, records=batch),)),))
     body = encoded(response)
 
-    async def serve(stream: trio.SocketStream) -> None:
-        # Answer requests as they come: read each size prefix and frame.
-        buf = b""
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            buf += data
-            answers = b""
-            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
-                size = int.from_bytes(buf[:4], "big")
-                frame, buf = buf[4 : 4 + size], buf[4 + size :]
-                correlation_id = frame[4:8]
-                answer = correlation_id + b"\x00" + body  # flexible header: no tags
-                answers += len(answer).to_bytes(4, "big") + answer
-            # Several answers in one write, dribbled in uneven pieces.
-            for i in range(0, len(answers), 300_001):
-                await stream.send_all(answers[i : i + 300_001])
+    # Several answers in one write, dribbled in uneven pieces.
+    serve = same_answer_server(body, piece_bytes=300_001)
 
     from kio.schema.fetch.v12 import request as fetch_req
 

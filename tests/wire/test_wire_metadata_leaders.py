@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as kio_req
 from kio.schema.metadata.v12 import response as kio_md
 from kio.serial import entity_reader, entity_writer
+from wire_testing import garbled, same_answer_server
 
 from raftka.wire import RemoteProtocolError
 from raftka.wire.codec import api_codec, api_codec_read_by, decode_response
@@ -88,13 +89,9 @@ def test_unknown_tagged_fields_are_skipped():
 @given(response=metadata_responses(), data=st.data())
 def test_truncated_or_garbled_metadata_answer_is_a_remote_protocol_error(response, data):
     raw = b"\x00\x00\x00\x01\x00" + encoded(response)
-    cut = data.draw(st.integers(5, len(raw)))
-    garbled = bytearray(raw[:cut])
-    for _ in range(data.draw(st.integers(0, 3))):
-        if len(garbled) > 5:
-            garbled[data.draw(st.integers(5, len(garbled) - 1))] = data.draw(st.integers(0, 255))
+    frame = garbled(data, raw, 5)
     try:
-        leaders = decode_response(memoryview(bytes(garbled)), api_codec_read_by(METADATA_KEY, VERSION, read_leaders),
+        leaders = decode_response(memoryview(frame), api_codec_read_by(METADATA_KEY, VERSION, read_leaders),
                                   1)
     except RemoteProtocolError as exc:
         assert "Metadata(3) v12 response" in str(exc)
@@ -140,18 +137,7 @@ async def test_a_client_gets_the_leaders_of_a_large_answer_from_a_server():
                                              topic_authorized_operations=-(2**31)),))
     body = encoded(response)
 
-    async def serve(stream: trio.SocketStream) -> None:
-        buf = b""
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            buf += data
-            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
-                size = int.from_bytes(buf[:4], "big")
-                frame, buf = buf[4 : 4 + size], buf[4 + size :]
-                answer = frame[4:8] + b"\x00" + body  # correlation id; flexible header, no tags
-                await stream.send_all(len(answer).to_bytes(4, "big") + answer)
+    serve = same_answer_server(body)
 
     request = kio_req.MetadataRequest(topics=(kio_req.MetadataRequestTopic(topic_id=None, name="big"),),
                                       allow_auto_topic_creation=False, include_topic_authorized_operations=False)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
+from wire_testing import garbled
 
 from raftka.wire import RemoteProtocolError, SupportedApis, decode_request, encode_request
 from raftka.wire.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest, produce_request_reader
@@ -96,13 +97,9 @@ def test_versions_kio_names_by_topic_id_are_left_to_kio():
 def test_truncated_or_garbled_produce_is_a_remote_protocol_error(version, data):
     request_type, _ = schema(version)
     raw = encode_request(1, "c", data.draw(produce_requests(version)))[4:]
-    cut = data.draw(st.integers(10, len(raw)))
-    garbled = bytearray(raw[:cut])
-    for _ in range(data.draw(st.integers(0, 3))):
-        if len(garbled) > 10:
-            garbled[data.draw(st.integers(10, len(garbled) - 1))] = data.draw(st.integers(0, 255))
+    frame = garbled(data, raw, 10)
     try:
-        decoded = decode_request(memoryview(bytes(garbled)), APIS.supports)
+        decoded = decode_request(memoryview(frame), APIS.supports)
     except RemoteProtocolError as exc:
         assert "Produce(0)" in str(exc)
         return

@@ -1,5 +1,7 @@
 """Helpers shared by the wire tests: Vote messages that carry a number we
-can follow through the server, and a raw-socket Kafka reader."""
+can follow through the server, a raw-socket Kafka reader, frames
+truncated and garbled for the hand decoders' tests, and a server that
+answers every request with the same flexible-version body."""
 
 import struct
 
@@ -72,3 +74,41 @@ async def closed_by_peer(stream: trio.SocketStream) -> bool:
     except trio.BrokenResourceError:
         pass
     return True
+
+
+def garbled(data, raw: bytes, keep: int) -> bytes:
+    """`raw` cut at a drawn length (at least `keep` bytes, the header the
+    test leaves alone) with up to three bytes after `keep` overwritten;
+    `data` is hypothesis's `st.data()`."""
+    from hypothesis import strategies as st
+
+    out = bytearray(raw[: data.draw(st.integers(keep, len(raw)))])
+    for _ in range(data.draw(st.integers(0, 3))):
+        if len(out) > keep:
+            out[data.draw(st.integers(keep, len(out) - 1))] = data.draw(st.integers(0, 255))
+    return bytes(out)
+
+
+def same_answer_server(body: bytes, piece_bytes: int | None = None):
+    """A `trio.serve_tcp` handler answering every request frame with `body`
+    under a flexible response header (no tags): the answers to the frames of
+    one receive go out in one write, in pieces of `piece_bytes` if given."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        buf = b""
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buf += data
+            answers = b""
+            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                size = int.from_bytes(buf[:4], "big")
+                frame, buf = buf[4 : 4 + size], buf[4 + size :]
+                answer = frame[4:8] + b"\x00" + body  # the request's correlation id
+                answers += len(answer).to_bytes(4, "big") + answer
+            step = piece_bytes or max(len(answers), 1)
+            for i in range(0, len(answers), step):
+                await stream.send_all(answers[i : i + step])
+
+    return serve
