@@ -1,4 +1,6 @@
-"""A faster `__init__` for the frozen slots dataclasses built per partition.
+"""Faster construction of the immutable objects built per partition: a
+frozen slots dataclass's `__init__` (`descriptor_init`), and a NamedTuple
+from all its fields (`new_tuple`).
 
 Theory of operation
 -------------------
@@ -19,6 +21,12 @@ metadata builds three such objects per partition moved on every broker
 Only plain fields are handled (a default value or none, no
 `default_factory`, `InitVar`, `kw_only` or `__post_init__`); anything else
 is refused with a TypeError when the class is defined.
+
+A NamedTuple's own `__new__` is a Python function that takes its fields by
+name; `new_tuple(Cls, (field, ...))` is `tuple.__new__`, in C, and checks
+nothing: every field must be given, in order. The hot paths use it for the
+batch headers, records and replication messages they build per batch or
+per partition of a fence's rounds.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ import dataclasses
 from typing import TypeVar
 
 T = TypeVar("T")
+
+#: `new_tuple(Cls, fields)`: the NamedTuple `Cls` from all its fields in order,
+#: without `Cls.__new__` (see the module doc).
+new_tuple = tuple.__new__
 
 
 def descriptor_init(cls: type[T]) -> type[T]:

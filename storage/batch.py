@@ -48,6 +48,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from crc32c import crc32c
 
+from raftka.frozen import new_tuple
 from storage.batch_records import Record, decode_records, encode_record
 from storage.compression import compress, decompress
 from storage.errors import (
@@ -110,7 +111,6 @@ _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 _unpack_header = _HEADER.unpack_from
-_tuple_new = tuple.__new__
 
 
 class BatchHeader(NamedTuple):
@@ -163,7 +163,7 @@ def parse_header(buf, pos: int = 0) -> BatchHeader:
     """Read the header of the batch at `pos` without checking anything but
     that 61 bytes are there."""
     try:
-        return _tuple_new(BatchHeader, _unpack_header(buf, pos))
+        return new_tuple(BatchHeader, _unpack_header(buf, pos))
     except struct.error:
         raise CorruptRecordError(
             f"truncated record batch at position {pos}: need {HEADER_SIZE} header bytes, "
@@ -192,7 +192,7 @@ def validate_batch(
     records decoded and are left to the caller.
     """
     try:
-        header = _tuple_new(BatchHeader, _unpack_header(buf, pos))
+        header = new_tuple(BatchHeader, _unpack_header(buf, pos))
     except struct.error:
         header = parse_header(buf, pos)  # raises CorruptRecordError saying why
     if header[3] != MAGIC:
@@ -334,7 +334,7 @@ def iter_batch_headers(buf, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
     """
     end = len(buf)
     while end - pos >= HEADER_SIZE:
-        header = _tuple_new(BatchHeader, _unpack_header(buf, pos))
+        header = new_tuple(BatchHeader, _unpack_header(buf, pos))
         if header[3] != MAGIC:
             raise CorruptRecordError(
                 f"record batch at position {pos} has magic {header[3]}, expected {MAGIC}", pos

@@ -22,6 +22,7 @@ IndexError. This is per-record Python work: keep it off the produce path.
 
 from typing import NamedTuple
 
+from raftka.frozen import new_tuple
 from raftka.varint import uvarint
 from storage.errors import CorruptRecordError
 
@@ -39,10 +40,6 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-#: A NamedTuple from all its fields, without its Python `__new__`.
-_tuple_new = tuple.__new__
 
 
 def _zigzag_bytes(n: int) -> bytes:
@@ -167,7 +164,7 @@ def decode_records(
     end = len(data)
     read_varint = _read_varint
     read_bytes = _read_bytes
-    new_record = _tuple_new
+    new_record = new_tuple
     # A varint under 0x80 is one byte: read inline, without a call. Most
     # fields of most records are (deltas and lengths under 64, the null
     # key, no headers); the Raft observer decodes every metadata record

@@ -76,9 +76,8 @@ from broker.replication.messages import (
     next_session_epoch,
 )
 from quorum.metadata import NO_LEADER
+from raftka.frozen import new_tuple
 
-#: A NamedTuple from all its fields, without its Python `__new__`.
-_new_tuple = tuple.__new__
 #: How soon a partition is fetched again after UNKNOWN_LEADER_EPOCH: the
 #: leader is one metadata update behind us, typically a few ms.
 LEADER_CATCH_UP_RETRY_MS = 25
@@ -113,7 +112,7 @@ class ReplicaFetcher:
         self.config = config
         self.partitions: dict[TopicIdPartition, FollowedPartition] = {}
         #: The same keys by (topic name, partition): how an answer names them
-        #: (read-only outside: see `key_of`).
+        #: (read-only outside).
         self.keys_by_name: dict[tuple[str, int], TopicIdPartition] = {}
         self.in_flight: FetchPlan | None = None
         #: The fetch session with the leader (0: none) and its next epoch.
@@ -143,10 +142,6 @@ class ReplicaFetcher:
             del self.keys_by_name[(p.topic, key.partition)]
         self._delayed.pop(key, None)
         self._changed.add(key)
-
-    def key_of(self, topic: str, partition: int) -> TopicIdPartition | None:
-        """The followed partition an answer names by `topic`, `partition`."""
-        return self.keys_by_name.get((topic, partition))
 
     def log_changed(self, key: TopicIdPartition) -> None:
         """The shell appended to or truncated `key`'s log: its position moved."""
@@ -223,10 +218,10 @@ class ReplicaFetcher:
 
     def _position(self, p: FollowedPartition, log: LogView) -> PartitionFetch:
         """What a Fetch says of ready partition `p` now (its log is `log`).
-        Built with `tuple.__new__`: the NamedTuple's own `__new__` is a
-        Python call, per partition named in a fence's rounds."""
-        return _new_tuple(PartitionFetch, (p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
-                                           log.log_start_offset, self.config.replica_fetch_max_bytes))
+        Built with `new_tuple`: the NamedTuple's own `__new__` is a Python
+        call, per partition named in a fence's rounds."""
+        return new_tuple(PartitionFetch, (p.key, p.topic, log.log_end_offset, log.latest_epoch, p.leader_epoch,
+                                          log.log_start_offset, self.config.replica_fetch_max_bytes))
 
     def _named(self, p: FollowedPartition, pf: PartitionFetch, now_ms: int) -> PartitionFetch:
         """`pf` goes in the Fetch (for `p` the first time: the settling wait starts)."""
@@ -313,7 +308,7 @@ class ReplicaFetcher:
                 # of partitions a round, each this way. With the lookups
                 # hoisted above: 1.8-2.0 -> 1.1-1.4 us a partition answered
                 # (docs/hot-path.md, fifteenth round).
-                append(_new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none)))
+                append(new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none)))
             else:
                 append(self._decide(p, sent, result, log, now_ms))
         return actions

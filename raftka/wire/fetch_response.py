@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 from kio._kio_native import read_unsigned_varint
 
+from raftka.frozen import new_tuple
 from raftka.wire.length_check import (past_end, read_compact_bytes_view, read_compact_count, read_compact_string,
                                       skip_tagged_fields)
 
@@ -162,7 +163,7 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
     """Fetch v12 response body at `pos`: (body, bytes used), kio's reader signature."""
     start = pos
     uvarint = read_unsigned_varint
-    new_tuple = tuple.__new__
+    new_partition = new_tuple  # a local: read per partition
     frame_end = frame.nbytes
     throttle_ms, error_code, session_id = _HEAD.unpack_from(frame, pos)
     topic_count, pos = read_compact_count(frame, pos + _HEAD.size, "responses")
@@ -208,8 +209,8 @@ def read_fetch_response(frame: memoryview, pos: int) -> tuple[FetchResponse, int
                 diverging, leader, snapshot = _NO_DIVERGENCE, _NO_LEADER, _NO_SNAPSHOT
             else:
                 diverging, leader, snapshot, pos = _partition_tags(frame, pos)
-            partitions.append(new_tuple(PartitionData, (index, p_error, hw, lso, log_start, diverging, leader,
-                                                        snapshot, aborted, preferred, records)))
+            partitions.append(new_partition(PartitionData, (index, p_error, hw, lso, log_start, diverging, leader,
+                                                            snapshot, aborted, preferred, records)))
         pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
         topics.append(FetchableTopicResponse(name, tuple(partitions)))
     pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)

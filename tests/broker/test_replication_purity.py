@@ -17,6 +17,7 @@ ALLOWED_MODULES = {
     "functools", "math", "uuid",
     "kio",  # Kafka protocol entities and error codes: plain data
     "quorum.metadata",  # the immutable metadata image and records
+    "raftka.frozen",  # building immutable messages faster: no I/O, clock or randomness
     "broker.replication",
 }
 #: Calls that would make a decision depend on the outside world.
