@@ -141,3 +141,58 @@ async def test_a_parked_produce_over_two_partitions_answers_once_both_are_acknow
     (topic,) = answer[0].responses
     assert [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses] == [
         (0, ErrorCode.none, 0), (1, ErrorCode.none, 0)]
+
+
+async def test_a_parked_produce_answers_each_partition_with_its_own_outcome_and_leaves_nothing_parked(
+        nursery, tmp_path):
+    # Partition 0 is acknowledged first; partition 1's ISR then shrinks under
+    # min.insync.replicas: one answer carries both outcomes. A partition
+    # named twice waits for its later batch. Nothing stays registered.
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    topic_id = rb.controller.image.topic(TOPIC).topic_id
+    follower = await rb.connect(nursery)
+    producer = await rb.connect(nursery)
+    request = pr.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(pr.TopicProduceData(name=TOPIC, partition_data=(
+            pr.PartitionProduceData(index=0, records=batch(2)),
+            pr.PartitionProduceData(index=1, records=batch(1)),
+            pr.PartitionProduceData(index=0, records=batch(3)))),))
+    answer: list = []
+
+    async def send() -> None:
+        answer.append(await producer.request(request))
+
+    nursery.start_soon(send)
+    await trio.sleep(0.1)
+    assert rb.partition(TOPIC, 0).log.log_end_offset == 5
+    await follower.request(follower_fetch(0, partition=0))
+    await follower.request(follower_fetch(2, partition=0))
+    await trio.sleep(0.2)
+    assert rb.partition(TOPIC, 0).state.leader.high_watermark == 2
+    assert not answer, "answered before partition 0's second batch was acknowledged"
+    await follower.request(follower_fetch(5, partition=0))
+    await trio.sleep(0.2)
+    assert rb.partition(TOPIC, 0).state.leader.high_watermark == 5
+    assert not answer, "answered before partition 1's outcome was decided"
+    rb.controller.append([PartitionChangeRecord(topic_id, 1, isr=(1,))])
+    with trio.fail_after(5):
+        while not answer:
+            await trio.sleep(0.01)
+    (topic,) = answer[0].responses
+    assert [(p.index, p.error_code) for p in topic.partition_responses] == [
+        (0, ErrorCode.none), (1, ErrorCode.not_enough_replicas_after_append), (0, ErrorCode.none)]
+    assert not rb.partition(TOPIC, 0).acks_waiters and not rb.partition(TOPIC, 1).acks_waiters
+
+
+async def test_a_timed_out_produce_leaves_nothing_parked(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2)], configs={"min.insync.replicas": "2"})
+    parked = await Parked.send(rb, nursery, timeout_ms=200)
+    await trio.sleep(0.1)
+    assert len(rb.partition(TOPIC).acks_waiters) == 1
+    assert await parked.answer() == ErrorCode.request_timed_out
+    assert not rb.partition(TOPIC).acks_waiters
