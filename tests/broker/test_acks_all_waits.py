@@ -32,30 +32,64 @@ def follower_fetch(offset: int, partition: int = 0):
             log_start_offset=-1, partition_max_bytes=1 << 20),)),))
 
 
+def acks_all_request(*batches: tuple[int, int]):
+    """An acks=all Produce to TOPIC of one batch per (partition, record count), in order."""
+    return pr.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(pr.TopicProduceData(name=TOPIC, partition_data=tuple(
+            pr.PartitionProduceData(index=partition, records=batch(count)) for partition, count in batches)),))
+
+
+async def two_partition_broker(nursery, tmp_path):
+    """Broker 1 leading partitions 0 and 1 of TOPIC (replicas 1 and 2, min.insync.replicas 2)."""
+    rb = await start_broker(nursery, tmp_path)
+    await rb.controller.register_broker(2, "127.0.0.1", 1)
+    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    return rb
+
+
+async def acknowledge(rb, follower, partition: int, log_end: int) -> None:
+    """Follower 2 copies `partition` from offset 0, then fetches at
+    `log_end`, which moves the leader's HW there."""
+    await follower.request(follower_fetch(0, partition=partition))
+    await follower.request(follower_fetch(log_end, partition=partition))
+    await trio.sleep(0.2)
+    assert rb.partition(TOPIC, partition).state.leader.high_watermark == log_end
+
+
 class Parked:
-    """An acks=all Produce of one record sent on its own connection; its answer once it comes."""
+    """An acks=all Produce (one record to partition 0 unless `request` is
+    given) sent on its own connection; its answer once it comes."""
 
     def __init__(self) -> None:
-        self.error: ErrorCode | None = None
+        self.response = None
         self.answered = trio.Event()
 
     @classmethod
-    async def send(cls, rb, nursery, timeout_ms: int = 30_000) -> Parked:
+    async def send(cls, rb, nursery, timeout_ms: int = 30_000, request=None) -> Parked:
         parked = cls()
         conn = await rb.connect(nursery)
+        if request is None:
+            request = produce_request(TOPIC, 0, batch(1), acks=-1, timeout_ms=timeout_ms)
 
         async def run() -> None:
-            response = await conn.request(produce_request(TOPIC, 0, batch(1), acks=-1, timeout_ms=timeout_ms))
-            parked.error = only_partition(response).error_code
+            parked.response = await conn.request(request)
             parked.answered.set()
 
         nursery.start_soon(run)
         return parked
 
     async def answer(self, within_s: float = 5) -> ErrorCode:
+        """The error code of a one-partition request."""
+        await self.whole_answer(within_s)
+        return only_partition(self.response).error_code
+
+    async def whole_answer(self, within_s: float = 5) -> list[tuple[int, ErrorCode, int]]:
+        """(partition, error code, base offset) per partition answered, in order."""
         with trio.fail_after(within_s):
             await self.answered.wait()
-        return self.error
+        (topic,) = self.response.responses
+        return [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses]
 
 
 async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and_not_before(nursery, tmp_path):
@@ -111,36 +145,14 @@ async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and
 async def test_a_parked_produce_over_two_partitions_answers_once_both_are_acknowledged(nursery, tmp_path):
     # The request is answered only once each partition's HW passed its own
     # batch: partition 0's HW passing first does not answer it.
-    rb = await start_broker(nursery, tmp_path)
-    await rb.controller.register_broker(2, "127.0.0.1", 1)
-    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    rb = await two_partition_broker(nursery, tmp_path)
     follower = await rb.connect(nursery)
-    producer = await rb.connect(nursery)
-    request = pr.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-        topic_data=(pr.TopicProduceData(name=TOPIC, partition_data=(
-            pr.PartitionProduceData(index=0, records=batch(2)),
-            pr.PartitionProduceData(index=1, records=batch(3)))),))
-    answer: list = []
-
-    async def send() -> None:
-        answer.append(await producer.request(request))
-
-    nursery.start_soon(send)
+    parked = await Parked.send(rb, nursery, request=acks_all_request((0, 2), (1, 3)))
     await trio.sleep(0.1)
-    await follower.request(follower_fetch(0, partition=0))
-    await follower.request(follower_fetch(2, partition=0))
-    await trio.sleep(0.2)
-    assert rb.partition(TOPIC, 0).state.leader.high_watermark == 2
-    assert not answer, "answered before partition 1's HW passed its batch"
-    await follower.request(follower_fetch(0, partition=1))
-    await follower.request(follower_fetch(3, partition=1))
-    with trio.fail_after(5):
-        while not answer:
-            await trio.sleep(0.01)
-    (topic,) = answer[0].responses
-    assert [(p.index, p.error_code, p.base_offset) for p in topic.partition_responses] == [
-        (0, ErrorCode.none, 0), (1, ErrorCode.none, 0)]
+    await acknowledge(rb, follower, 0, 2)
+    assert not parked.answered.is_set(), "answered before partition 1's HW passed its batch"
+    await acknowledge(rb, follower, 1, 3)
+    assert await parked.whole_answer() == [(0, ErrorCode.none, 0), (1, ErrorCode.none, 0)]
 
 
 async def test_a_parked_produce_answers_each_partition_with_its_own_outcome_and_leaves_nothing_parked(
@@ -148,41 +160,20 @@ async def test_a_parked_produce_answers_each_partition_with_its_own_outcome_and_
     # Partition 0 is acknowledged first; partition 1's ISR then shrinks under
     # min.insync.replicas: one answer carries both outcomes. A partition
     # named twice waits for its later batch. Nothing stays registered.
-    rb = await start_broker(nursery, tmp_path)
-    await rb.controller.register_broker(2, "127.0.0.1", 1)
-    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    rb = await two_partition_broker(nursery, tmp_path)
     topic_id = rb.controller.image.topic(TOPIC).topic_id
     follower = await rb.connect(nursery)
-    producer = await rb.connect(nursery)
-    request = pr.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-        topic_data=(pr.TopicProduceData(name=TOPIC, partition_data=(
-            pr.PartitionProduceData(index=0, records=batch(2)),
-            pr.PartitionProduceData(index=1, records=batch(1)),
-            pr.PartitionProduceData(index=0, records=batch(3)))),))
-    answer: list = []
-
-    async def send() -> None:
-        answer.append(await producer.request(request))
-
-    nursery.start_soon(send)
+    parked = await Parked.send(rb, nursery, request=acks_all_request((0, 2), (1, 1), (0, 3)))
     await trio.sleep(0.1)
     assert rb.partition(TOPIC, 0).log.log_end_offset == 5
-    await follower.request(follower_fetch(0, partition=0))
-    await follower.request(follower_fetch(2, partition=0))
-    await trio.sleep(0.2)
-    assert rb.partition(TOPIC, 0).state.leader.high_watermark == 2
-    assert not answer, "answered before partition 0's second batch was acknowledged"
+    await acknowledge(rb, follower, 0, 2)
+    assert not parked.answered.is_set(), "answered before partition 0's second batch was acknowledged"
     await follower.request(follower_fetch(5, partition=0))
     await trio.sleep(0.2)
     assert rb.partition(TOPIC, 0).state.leader.high_watermark == 5
-    assert not answer, "answered before partition 1's outcome was decided"
+    assert not parked.answered.is_set(), "answered before partition 1's outcome was decided"
     rb.controller.append([PartitionChangeRecord(topic_id, 1, isr=(1,))])
-    with trio.fail_after(5):
-        while not answer:
-            await trio.sleep(0.01)
-    (topic,) = answer[0].responses
-    assert [(p.index, p.error_code) for p in topic.partition_responses] == [
+    assert [(index, error) for index, error, _ in await parked.whole_answer()] == [
         (0, ErrorCode.none), (1, ErrorCode.not_enough_replicas_after_append), (0, ErrorCode.none)]
     assert not rb.partition(TOPIC, 0).acks_waiters and not rb.partition(TOPIC, 1).acks_waiters
 
