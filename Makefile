@@ -1,6 +1,6 @@
 # `make demo` and `make test` work on a fresh machine: they build .venv themselves.
 # The venv runs on Debian's CPython 3.11, built with PGO and LTO: the brokers
-# take 13-23% less CPU on it than on this machine's default `python3`, a pyenv
+# take 12-23% less CPU on it than on this machine's default `python3`, a pyenv
 # build without --enable-optimizations (docs/hot-path.md, seventeenth round).
 # Elsewhere: `make test PYTHON=python3`.
 PYTHON ?= /usr/bin/python3.11
