@@ -20,7 +20,7 @@ Also reported: the broker's CPU while idle (ms per second, measured for
 2 s between the fill and the read) and what that rate costs per GB over
 the measured phase. It is part of the headline figure, which stays all
 of the broker's CPU; it shows how much of it is fixed per second rather
-than per byte (docs/hot-path.md, third round: at the default --count the
+than per byte (docs/hot-path.md, third round: at 2,000,000 records the
 idle share is 0.03-0.1 CPU-s/GB, more when the consumers are starved of
 CPU and the phase lasts longer; the consumers' start-up costs the broker
 1-2 ms).
@@ -29,7 +29,8 @@ And beside it, the floor (`bench.floors.sendfile_floor`, skipped with
 `--no-floor`): right after the consume phase, the same segment files sent
 once over loopback by a process that does nothing but `os.sendfile`, its
 CPU per GB, and the broker's figure over it. On this project's 2-core VM
-the floor alone was 0.53-0.80 CPU-s/GB (docs/hot-path.md, fourth round).
+the floor alone was 0.53-0.80 CPU-s/GB (docs/hot-path.md, fourth round),
+and 0.14-0.21 on a later machine of the same kind (seventeenth round).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ TOPIC = "bench-consume"
 #: Target of the issue: broker CPU-seconds per GB served to consumers.
 TARGET_CPU_S_PER_GB = 0.5
 CONSUME_TIMEOUT_S = 600.0
+#: Records read by default: 880 MB of 100-byte records, about as much as
+#: `raftka bench produce` appends, so the phase lasts several seconds. At
+#: 2,000,000 (1.5-3 s) the broker's fixed costs -- its timers, the
+#: consumers' connections and first fetches -- were a tenth of the figure:
+#: 0.54-0.56 CPU-s/GB against 0.41-0.47 at 8,000,000 in the same hour
+#: (docs/hot-path.md, seventeenth round).
+DEFAULT_COUNT = 8_000_000
 #: Seconds the idle broker's CPU is measured for, between the fill and the read.
 IDLE_MEASURE_S = 2.0
 
@@ -54,8 +62,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p = scenarios.add_parser("consume", help="consumer throughput and broker CPU per GB served",
                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--count", type=int, default=2_000_000, metavar="N",
-                   help="records to fill the topic with and read back (default 2,000,000)")
+    p.add_argument("--count", type=int, default=DEFAULT_COUNT, metavar="N",
+                   help=f"records to fill the topic with and read back (default {DEFAULT_COUNT:,})")
     p.add_argument("--consumers", type=int, default=2, help="consumer processes (default 2)")
     p.add_argument("--producers", type=int, default=2, help="processes that fill the topic (default 2)")
     p.add_argument("--fetch-max-bytes", type=int, default=None, metavar="BYTES",

@@ -48,8 +48,8 @@ FULL: list[tuple[str, list[str]]] = [
     *[("produce", ["--duration", "10", "--partitions", parts, "--producers", producers])
       for parts, producers in (("1", "1"), ("12", "4"))],
     ("produce", ["--duration", "10", "--brokers", "3", "--replication-factor", "3", "--acks", "1"]),
-    ("consume", ["--count", "2000000"]),
-    ("consume", ["--count", "200000", "--record-size", "1000"]),
+    ("consume", ["--count", "8000000"]),
+    ("consume", ["--count", "800000", "--record-size", "1000"]),
     ("latency", ["--rate", "1000", "--duration", "30"]),
     ("latency", ["--rate", "5000", "--duration", "30", "--partitions", "6"]),
     ("latency", ["--rate", "1000", "--duration", "30", "--acks", "all"]),
