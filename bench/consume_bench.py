@@ -30,7 +30,7 @@ And beside it, the floor (`bench.floors.sendfile_floor`, skipped with
 once over loopback by a process that does nothing but `os.sendfile`, its
 CPU per GB, and the broker's figure over it. On this project's 2-core VM
 the floor alone was 0.53-0.80 CPU-s/GB (docs/hot-path.md, fourth round),
-and 0.14-0.21 on a later machine of the same kind (seventeenth round).
+and 0.13-0.21 on a later machine of the same kind (seventeenth round).
 """
 
 from __future__ import annotations
