@@ -41,7 +41,10 @@ of one producer, is not CPU-bound, and then neither figure explains its
 rate). With the page-cache reference below,
 `replication_ratio_bound` is that ratio had the replicated brokers spent
 nothing beyond writing what they appended into the page cache: what this
-machine allows, whatever the broker does.
+machine allows, whatever the broker does. `page_cache_write_us_per_record`
+(and the baseline's) is that write's share of the brokers' CPU per record,
+and when the bound is below the target the report says so: the target
+cannot be met on this machine at that moment.
 
 And a reference (`bench.floors.page_cache_write_cost`, skipped with
 `--no-floor`): after the phases, what writing a new file of the size the
@@ -184,10 +187,17 @@ def run(args: argparse.Namespace) -> int:
         if write_cost is not None and mine is not None and base is not None:
             bound = replication_ratio_bound(base, mine, write_cost["cpu_s_per_gb"])
             rows.append(row(SCENARIO, params, "replication_ratio_bound", bound, "ratio"))
+    if write_cost is not None:
+        phases = [("", result)] + ([(BASELINE, baseline)] if baseline is not None else [])
+        for prefix, phase in phases:
+            if phase["per_record"] is not None:
+                rows.append(row(SCENARIO, params, f"{prefix}page_cache_write_us_per_record",
+                                page_cache_write_us(phase["per_record"], write_cost["cpu_s_per_gb"]), "us"))
     _print_table(console, args, result, ceiling, histogram, cpu_per_gb, broker_cores,
                  client_cores, who, broker_ceiling, client_ceiling, write_cost)
     if baseline is not None:
-        _print_comparison(console, args, result, baseline, bound)
+        _print_comparison(console, args, result, baseline, bound,
+                          write_cost["cpu_s_per_gb"] if write_cost is not None else None)
     emit(args, console, rows, samples, SCENARIO, params)
     failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
     return 0 if not failed else 1
@@ -230,6 +240,14 @@ def per_record(phase: dict[str, Any]) -> PerRecord:
     return PerRecord(phase["cpu_s"] / n * 1e6, phase["broker_cpu_s"] / n * 1e6, phase["appended"] / n)
 
 
+def page_cache_write_us(cost: PerRecord, write_cpu_s_per_gb: float) -> float:
+    """What writing a phase's appended bytes per record into new page cache
+    costs at `write_cpu_s_per_gb` (measured on this machine), in µs per
+    record: the part of the brokers' CPU per record that no broker code
+    can save."""
+    return write_cpu_s_per_gb * cost.appended_bytes / GB * 1e6
+
+
 def replication_ratio_bound(baseline: PerRecord, replicated: PerRecord, write_cpu_s_per_gb: float) -> float:
     """The replicated phase's records/s over the baseline's had its brokers
     spent no CPU beyond writing what they appended into new page cache (at
@@ -238,8 +256,21 @@ def replication_ratio_bound(baseline: PerRecord, replicated: PerRecord, write_cp
     generator and brokers) over the replicated load generator's plus that
     write. The load generator and the brokers share the cores, so no broker
     work, however lean, gets the ratio above this."""
-    write_us = write_cpu_s_per_gb * replicated.appended_bytes / GB * 1e6
+    write_us = page_cache_write_us(replicated, write_cpu_s_per_gb)
     return (baseline.client_cpu_us + baseline.broker_cpu_us) / (replicated.client_cpu_us + write_us)
+
+
+def bound_verdict(bound: float, write_cpu_s_per_gb: float) -> str | None:
+    """What to tell a reader whose machine bounds the ratio below the
+    target (None when it does not): the target cannot be met here today,
+    whatever the brokers do, and why."""
+    if bound >= TARGET_REPLICATION_RATIO:
+        return None
+    return (f"The bound is below the target of {TARGET_REPLICATION_RATIO}: new page cache costs this machine "
+            f"{write_cpu_s_per_gb:.2f} CPU-s per GB now, so no broker could reach the target here. On a VM "
+            f"whose host takes back the memory its guest frees (virtio-balloon free page reporting), that "
+            f"cost falls to about 0.2 once the page cache has filled the guest's memory and is reused; "
+            f"see docs/hot-path.md (eighteenth round).")
 
 
 def _cores_busy(phase: dict[str, Any]) -> float:
@@ -272,7 +303,7 @@ def _baseline_rows(params: dict[str, Any], result: dict[str, Any], baseline: dic
 
 
 def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, Any], baseline: dict[str, Any],
-                      bound: float | None) -> None:
+                      bound: float | None, write_cpu_s_per_gb: float | None) -> None:
     from rich.table import Table
 
     ratio = result["records_per_s"] / baseline["records_per_s"]
@@ -291,6 +322,9 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
     if mine is not None and base is not None:
         table.add_row("load generator CPU µs/record", f"{mine.client_cpu_us:.2f}", f"{base.client_cpu_us:.2f}", "")
         table.add_row("broker CPU µs/record", f"{mine.broker_cpu_us:.2f}", f"{base.broker_cpu_us:.2f}", "")
+        if write_cpu_s_per_gb is not None:
+            table.add_row("  of it, page-cache write", f"{page_cache_write_us(mine, write_cpu_s_per_gb):.2f}",
+                          f"{page_cache_write_us(base, write_cpu_s_per_gb):.2f}", "at the measured cost")
         both = (base.client_cpu_us + base.broker_cpu_us) / (mine.client_cpu_us + mine.broker_cpu_us)
         table.add_row("both, CPU µs/record", f"{mine.client_cpu_us + mine.broker_cpu_us:.2f}",
                       f"{base.client_cpu_us + base.broker_cpu_us:.2f}", f"{both:.2f} (RF=1 / replicated)")
@@ -305,6 +339,9 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
         console.print(f"ratio bound: the ratio had the replicated brokers spent nothing beyond writing their "
                       f"{mine.appended_bytes:,.0f} bytes per record into new page cache at this "
                       f"machine's measured cost, with the cores as busy as in the baseline.")
+        verdict_line = bound_verdict(bound, write_cpu_s_per_gb)
+        if verdict_line:
+            console.print(verdict_line)
 
 
 def _phase(console, title, specs, args, on_start=None) -> dict:

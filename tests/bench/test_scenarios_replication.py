@@ -8,6 +8,7 @@
 """
 
 from bench.failover_bench import layout, led_assignment
+from bench.produce_bench import TARGET_REPLICATION_RATIO, bound_verdict
 from scenarios_testing import by_metric, json_rows, run_bench, stored
 
 
@@ -46,9 +47,22 @@ def test_replicated_produce_is_reported_beside_an_rf1_acks1_baseline_with_their_
                  + metrics["rf1_acks1_broker_cpu_us_per_record"]["value"])
                 / (metrics["client_cpu_us_per_record"]["value"] + write_us))
     assert abs(metrics["replication_ratio_bound"]["value"] - expected) < 1e-9 * expected
+    # That write's share of each phase's broker CPU per record.
+    assert abs(metrics["page_cache_write_us_per_record"]["value"] - write_us) < 1e-9 * write_us
+    single_write_us = metrics["page_cache_write_cpu_s_per_gb"]["value"] * single / 1e3
+    assert abs(metrics["rf1_acks1_page_cache_write_us_per_record"]["value"] - single_write_us) < 1e-9 * single_write_us
     rows, samples = stored(results, "produce")
     assert {r["metric"] for r in rows} == set(metrics)
     assert {s["metric"] for s in samples} == {"produce_latency", "rf1_acks1_produce_latency"}
+
+
+def test_a_bound_below_the_target_is_called_out_with_the_machines_write_cost():
+    # On a day the page cache costs 2.43 CPU-s/GB (bound 0.55), the reader
+    # is told no broker could meet the target; at 0.2 (bound 0.9), nothing.
+    told = bound_verdict(0.55, 2.43)
+    assert told is not None and "below the target of 0.6" in told and "2.43 CPU-s per GB" in told
+    assert bound_verdict(0.9, 0.2) is None
+    assert bound_verdict(TARGET_REPLICATION_RATIO, 1.0) is None
 
 
 def test_led_partitions_are_placed_with_the_victim_first_in_topics_of_at_most_500():
