@@ -269,8 +269,8 @@ def bound_verdict(bound: float, write_cpu_s_per_gb: float) -> str | None:
     return (f"The bound is below the target of {TARGET_REPLICATION_RATIO}: new page cache costs this machine "
             f"{write_cpu_s_per_gb:.2f} CPU-s per GB now, so no broker could reach the target here. On a VM "
             f"whose host takes back the memory its guest frees (virtio-balloon free page reporting), that "
-            f"cost falls to about 0.2 once the page cache has filled the guest's memory and is reused; "
-            f"see docs/hot-path.md (eighteenth round).")
+            f"cost falls to about 0.2 once the page cache has filled the guest's memory and is reused: "
+            f"run again then to see the brokers' own ratio (docs/hot-path.md, eighteenth round).")
 
 
 def _cores_busy(phase: dict[str, Any]) -> float:
