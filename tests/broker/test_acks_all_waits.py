@@ -40,11 +40,11 @@ def acks_all_request(*batches: tuple[int, int]):
             pr.PartitionProduceData(index=partition, records=batch(count)) for partition, count in batches)),))
 
 
-async def two_partition_broker(nursery, tmp_path):
-    """Broker 1 leading partitions 0 and 1 of TOPIC (replicas 1 and 2, min.insync.replicas 2)."""
+async def replicated_broker(nursery, tmp_path, partitions: int = 1):
+    """Broker 1 leading `partitions` partitions of TOPIC (replicas 1 and 2, min.insync.replicas 2)."""
     rb = await start_broker(nursery, tmp_path)
     await rb.controller.register_broker(2, "127.0.0.1", 1)
-    await rb.create_topic(TOPIC, assignments=[(1, 2), (1, 2)], configs={"min.insync.replicas": "2"})
+    await rb.create_topic(TOPIC, assignments=[(1, 2)] * partitions, configs={"min.insync.replicas": "2"})
     return rb
 
 
@@ -93,9 +93,7 @@ class Parked:
 
 
 async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and_not_before(nursery, tmp_path):
-    rb = await start_broker(nursery, tmp_path)
-    await rb.controller.register_broker(2, "127.0.0.1", 1)
-    await rb.create_topic(TOPIC, assignments=[(1, 2)], configs={"min.insync.replicas": "2"})
+    rb = await replicated_broker(nursery, tmp_path)
     topic_id = rb.controller.image.topic(TOPIC).topic_id
     follower = await rb.connect(nursery)
     other = await rb.connect(nursery)
@@ -145,7 +143,7 @@ async def test_a_parked_acks_all_produce_answers_when_its_outcome_is_decided_and
 async def test_a_parked_produce_over_two_partitions_answers_once_both_are_acknowledged(nursery, tmp_path):
     # The request is answered only once each partition's HW passed its own
     # batch: partition 0's HW passing first does not answer it.
-    rb = await two_partition_broker(nursery, tmp_path)
+    rb = await replicated_broker(nursery, tmp_path, partitions=2)
     follower = await rb.connect(nursery)
     parked = await Parked.send(rb, nursery, request=acks_all_request((0, 2), (1, 3)))
     await trio.sleep(0.1)
@@ -160,7 +158,7 @@ async def test_a_parked_produce_answers_each_partition_with_its_own_outcome_and_
     # Partition 0 is acknowledged first; partition 1's ISR then shrinks under
     # min.insync.replicas: one answer carries both outcomes. A partition
     # named twice waits for its later batch. Nothing stays registered.
-    rb = await two_partition_broker(nursery, tmp_path)
+    rb = await replicated_broker(nursery, tmp_path, partitions=2)
     topic_id = rb.controller.image.topic(TOPIC).topic_id
     follower = await rb.connect(nursery)
     parked = await Parked.send(rb, nursery, request=acks_all_request((0, 2), (1, 1), (0, 3)))
@@ -179,9 +177,7 @@ async def test_a_parked_produce_answers_each_partition_with_its_own_outcome_and_
 
 
 async def test_a_timed_out_produce_leaves_nothing_parked(nursery, tmp_path):
-    rb = await start_broker(nursery, tmp_path)
-    await rb.controller.register_broker(2, "127.0.0.1", 1)
-    await rb.create_topic(TOPIC, assignments=[(1, 2)], configs={"min.insync.replicas": "2"})
+    rb = await replicated_broker(nursery, tmp_path)
     parked = await Parked.send(rb, nursery, timeout_ms=200)
     await trio.sleep(0.1)
     assert len(rb.partition(TOPIC).acks_waiters) == 1
