@@ -47,11 +47,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=_reporting(name, parser.get_default("func")))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """A parser of `raftka bench ...` alone: the suite runs its scenarios in
+    process with the same arguments a user would type."""
+    parser = argparse.ArgumentParser(prog="raftka")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    register(sub)
+    return parser
+
+
 def _reporting(name: str, func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """`func`, with a RaftkaError (whose message says what to change) printed as one line, exit 2."""
     def run(args: argparse.Namespace) -> int:
-        from raftka.cli_errors import ensure_dir
-        from raftka.errors import RaftkaError
+        from common.dirs import ensure_dir
+        from common.errors import RaftkaError
 
         try:
             # Made before the run: one that cannot take the rows (or the

@@ -1,10 +1,10 @@
-"""What the fault and metadata scenarios ask a running cluster, over the Kafka protocol (raftka.wire).
+"""What the fault and metadata scenarios ask a running cluster, over the Kafka protocol (common.wire).
 
 Each call opens its own short connection with short timeouts, so a probe
 aimed at a node that was just killed or paused fails fast (an exception, or
 None) instead of hanging; the callers poll. A caller that polls nodes that
 stay up sends the same requests on connections it keeps (`Send`: a
-`raftka.wire.pool.ConnectionPool`'s `request` for one node, say) with the
+`common.wire.pool.ConnectionPool`'s `request` for one node, say) with the
 `*_via` forms, as a Kafka client does: a new connection for every request
 costs the node an accept and a connection task, and the request waits for
 both.
@@ -40,8 +40,8 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9 import request as produce_req
 
-from raftka.wire import ConnectionFailedError, RequestTimeoutError, open_connection
-from raftka.wire.metadata_leaders import read_leaders
+from common.wire import ConnectionFailedError, RequestTimeoutError, open_connection
+from common.wire.metadata_leaders import read_leaders
 
 PROBE_TIMEOUT_MS = 2000
 #: What a probe of a dead, paused or overloaded node may raise.
@@ -65,7 +65,7 @@ async def topic_partitions(host: str, port: int, topics: list[str],
 async def topic_partitions_via(send: Send, topics: list[str],
                                timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[tuple[str, int], int]:
     """`topic_partitions` on a kept connection. The answer is read by hand
-    (`raftka.wire.metadata_leaders`), not by kio: the failover probe reads
+    (`common.wire.metadata_leaders`), not by kio: the failover probe reads
     up to 10,000 partitions in one answer, several answers a second, on the
     cores of the brokers it times."""
     return await send(_metadata_request(topics), timeout_ms=timeout_ms, read=read_leaders)

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from bench.kafka_bench import create_topic
-    from raftka.cluster import LocalCluster
+    from cluster import LocalCluster
 
     if args.replication_factor is None:
         args.replication_factor = min(3, args.brokers)

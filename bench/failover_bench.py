@@ -352,7 +352,7 @@ async def _watch(cluster: Any, victim: int, moved: list[Key], acks: str, t0: flo
 
     from bench.cluster_probes import (PROBE_ERRORS, PROBE_TIMEOUT_MS, live_brokers_via, produce_many_via,
                                       topic_partitions_via)
-    from raftka.wire.pool import open_connection_pool
+    from common.wire.pool import open_connection_pool
 
     clocks: dict[str, dict[Key, float]] = {"metadata": {}, "produce": {}}
     fenced_s: float | None = None

@@ -46,8 +46,8 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
 def resolve_brokers(args: argparse.Namespace) -> int:
     """--brokers, or as many brokers as the replication factor needs (at
     least one); the cluster options checked before anything runs."""
-    from raftka.cluster_cli import parse_overrides
-    from raftka.errors import RaftkaError
+    from common.config import parse_overrides
+    from common.errors import RaftkaError
 
     if args.partitions < 1 or args.replication_factor < 1 or args.controllers < 1:
         raise RaftkaError(f"--partitions ({args.partitions}), --replication-factor ({args.replication_factor}) "
@@ -95,7 +95,7 @@ class BenchCluster:
 def bench_cluster(args: argparse.Namespace, console: Any, topic: str) -> Iterator[BenchCluster]:
     """The cluster, on `bench.runner.Runner` (temp dir, --mode, stopped on Ctrl-C/SIGTERM too)."""
     from bench.runner import Runner
-    from raftka.cluster_cli import parse_overrides
+    from common.config import parse_overrides
 
     resolve_brokers(args)
     with Runner(topic, args, {}, console) as runner:

@@ -179,7 +179,7 @@ def run_cold_start(args: argparse.Namespace) -> int:
         runner.phase("measure", "start the whole cluster again")
         t0 = time.monotonic()
         cluster.start_all()
-        from raftka.cluster import ClusterError
+        from cluster import ClusterError
 
         try:
             cluster.wait_ready(args.timeout)

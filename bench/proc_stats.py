@@ -84,7 +84,7 @@ def cpu_mark(groups: Mapping[int, str]) -> CpuMark:
 
 
 def cluster_cpu_mark(cluster: Any) -> CpuMark:
-    """A `CpuMark` of the running nodes of a `raftka.cluster.LocalCluster`
+    """A `CpuMark` of the running nodes of a `cluster.LocalCluster`
     (groups "brokers", "controllers", "zookeeper") and this process ("bench")."""
     groups: dict[int, str] = {os.getpid(): "bench"}
     for node in cluster.nodes.values():

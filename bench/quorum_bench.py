@@ -96,9 +96,9 @@ async def _bench(args: argparse.Namespace, phases: set[str], tmp: str, console: 
     import trio
 
     from quorum.node.controller_client import ControllerClient
-    from quorum.node.local_quorum import LocalQuorum
+    from cluster.local_quorum import LocalQuorum
     from quorum.node.workload import BrokerStandIn, create_topics_request
-    from raftka.wire import open_connection_pool
+    from common.wire import open_connection_pool
 
     rows: list[dict] = []
     samples: list[tuple[dict, str, list[float]]] = []
@@ -175,7 +175,7 @@ async def _write_load(quorum: Any, make_request: Any, records_per_request: int, 
 async def _pool_task(*, task_status: Any) -> None:
     import trio
 
-    from raftka.wire import open_connection_pool
+    from common.wire import open_connection_pool
 
     async with open_connection_pool(connect_timeout_ms=1000) as pool:
         task_status.started(pool)
@@ -242,8 +242,8 @@ def _controllers_cpu_s(quorum: Any) -> float:
 async def _leader(quorum: Any) -> int:
     import trio
 
-    from raftka.quorum_cli import describe_quorum
-    from raftka.wire.errors import ConnectionFailedError
+    from quorum.node.describe_quorum import describe_quorum
+    from common.wire.errors import ConnectionFailedError
 
     while True:
         for node_id, (host, port) in quorum.voters.items():
@@ -259,7 +259,7 @@ async def _leader(quorum: Any) -> int:
 
 
 async def _status(quorum: Any) -> Any:
-    from raftka.quorum_cli import describe_quorum
+    from quorum.node.describe_quorum import describe_quorum
 
     host, port = quorum.voters[await _leader(quorum)]
     return await describe_quorum(host, port, timeout_ms=2000)

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cli import add_common_options
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 MODES = ("kraft", "zk")
 FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
@@ -103,7 +103,7 @@ def require_mode(mode: str) -> bool:
     """Raise ModeNotAvailableError unless the launcher can start `mode`; whether it takes a `mode` argument."""
     import inspect
 
-    from raftka.cluster import LocalCluster
+    from cluster import LocalCluster
 
     if "mode" in inspect.signature(LocalCluster).parameters:
         return True
@@ -153,7 +153,7 @@ def session_overrides(mode: str, session_timeout_ms: int | None, overrides: dict
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
-    from raftka.cluster_cli import parse_overrides
+    from common.config import parse_overrides
 
     return parse_overrides(items)
 
@@ -304,11 +304,11 @@ class Runner:
     def cluster(self, *, controllers: int, brokers: int, overrides: Mapping[str, str] | None = None,
                 broker_overrides: Mapping[str, str] | None = None) -> Any:
         """A started `LocalCluster` in this runner's mode, ready (READY, caught up, unfenced)."""
-        from raftka.cluster import ClusterError, LocalCluster
+        from cluster import ClusterError, LocalCluster
 
         kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
         if self._tmp is None:
-            # `raftka bench` made --dir, if given, before the run (raftka.cli_errors.ensure_dir).
+            # `raftka bench` made --dir, if given, before the run (common.dirs.ensure_dir).
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))
         base = Path(self._tmp) / f"cluster-{len(self._clusters)}"
         cluster = LocalCluster(base, controllers=controllers, brokers=brokers, overrides=overrides,
@@ -367,7 +367,7 @@ class Runner:
     def restart(self, cluster: Any, node_id: int, wait: bool = True) -> None:
         """Bring a faulted node back: resume a paused one; start a killed or terminated one
         (once its controlled shutdown is over); then, with `wait`, until the cluster is ready."""
-        from raftka.cluster import ClusterError
+        from cluster import ClusterError
 
         node = cluster.node(node_id)
         fault = self._faults.pop((id(cluster), node_id), None)

@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_one(name: str, argv: list[str], args: argparse.Namespace, suite_id: str, console: Any) -> str:
-    from raftka.cli import build_parser
-    from raftka.errors import RaftkaError
+    from bench.cli import build_parser
+    from common.errors import RaftkaError
 
     full = ["bench", name, *argv, "--results", args.results] + (["--json"] if args.json else [])
     if args.dir:

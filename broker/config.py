@@ -1,7 +1,7 @@
 """Broker settings, with Apache Kafka's key names and defaults.
 
 `BrokerConfig.from_properties` reads the keys a broker needs from a
-properties map (the same map `raftka.config.NodeConfig` reads; keys it does
+properties map (the same map `common.config.NodeConfig` reads; keys it does
 not know are left alone). raftka's own knobs carry a `raftka.` prefix.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from broker.group import GroupCoordinatorConfig
-from broker.replication import ReplicationConfig
-from raftka.config import parse_listener
-from raftka.errors import ConfigError
+from broker.core.group import GroupCoordinatorConfig
+from broker.core.replication import ReplicationConfig
+from common.config import bool_property, float_property, int_property, parse_listener
+from common.errors import ConfigError
 from storage.cleaner_config import CleanerConfig
 
 _FILE_TRANSFERS = ("auto", "sendfile", "pread")
@@ -121,79 +121,47 @@ class BrokerConfig:
         }
         log_defaults = {topic_key: props[k] for k, topic_key in log_keys.items() if k in props}
         return cls(
-            node_id=_int(props, "node.id", 0, 0),
+            node_id=int_property(props, "node.id", 0, 0),
             log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
             cluster_id=cluster_id,
             host=host,
             port=port,
             listener_name=name,
             rack=props.get("broker.rack"),
-            auto_create_topics_enable=_bool(props, "auto.create.topics.enable", False),
-            num_partitions=_int(props, "num.partitions", 1, 1),
-            default_replication_factor=_int(props, "default.replication.factor", 1, 1),
-            message_max_bytes=_int(props, "message.max.bytes", 1048588, 0),
-            socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104857600, 1),
-            connections_max_idle_ms=_int(props, "connections.max.idle.ms", 600000, 1),
-            socket_send_buffer_bytes=_int(props, "socket.send.buffer.bytes", -1, -1),
-            socket_receive_buffer_bytes=_int(props, "socket.receive.buffer.bytes", -1, -1),
-            replica_high_watermark_checkpoint_interval_ms=_int(
+            auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),
+            num_partitions=int_property(props, "num.partitions", 1, 1),
+            default_replication_factor=int_property(props, "default.replication.factor", 1, 1),
+            message_max_bytes=int_property(props, "message.max.bytes", 1048588, 0),
+            socket_request_max_bytes=int_property(props, "socket.request.max.bytes", 104857600, 1),
+            connections_max_idle_ms=int_property(props, "connections.max.idle.ms", 600000, 1),
+            socket_send_buffer_bytes=int_property(props, "socket.send.buffer.bytes", -1, -1),
+            socket_receive_buffer_bytes=int_property(props, "socket.receive.buffer.bytes", -1, -1),
+            replica_high_watermark_checkpoint_interval_ms=int_property(
                 props, "replica.high.watermark.checkpoint.interval.ms", 5000, 1),
-            log_flush_offset_checkpoint_interval_ms=_int(
+            log_flush_offset_checkpoint_interval_ms=int_property(
                 props, "log.flush.offset.checkpoint.interval.ms", 60000, 1),
-            log_flush_start_offset_checkpoint_interval_ms=_int(
+            log_flush_start_offset_checkpoint_interval_ms=int_property(
                 props, "log.flush.start.offset.checkpoint.interval.ms", 60000, 1),
-            log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300000, 1),
+            log_retention_check_interval_ms=int_property(props, "log.retention.check.interval.ms", 300000, 1),
             log_defaults=log_defaults,
             fetch_file_transfer=props.get("raftka.fetch.file.transfer", "auto"),
             group_coordinator=GroupCoordinatorConfig.from_properties(props),
-            log_cleaner_enable=_bool(props, "log.cleaner.enable", True),
+            log_cleaner_enable=bool_property(props, "log.cleaner.enable", True),
             log_cleaner=CleanerConfig.from_properties(props),
-            log_cleaner_cpu_fraction=_float(props, "raftka.log.cleaner.cpu.fraction", 0.25),
-            producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", 86_400_000, 1),
-            producer_id_expiration_check_interval_ms=_int(
+            log_cleaner_cpu_fraction=float_property(props, "raftka.log.cleaner.cpu.fraction", 0.25),
+            producer_id_expiration_ms=int_property(props, "producer.id.expiration.ms", 86_400_000, 1),
+            producer_id_expiration_check_interval_ms=int_property(
                 props, "producer.id.expiration.check.interval.ms", 600_000, 1),
-            max_incremental_fetch_session_cache_slots=_int(
+            max_incremental_fetch_session_cache_slots=int_property(
                 props, "max.incremental.fetch.session.cache.slots", 1000, 0),
-            min_incremental_fetch_session_eviction_ms=_int(
+            min_incremental_fetch_session_eviction_ms=int_property(
                 props, "min.incremental.fetch.session.eviction.ms", 120_000, 0),
             replication=ReplicationConfig(
-                replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 30000, 1),
-                replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 1000, 0),
-                replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms", 500, 0),
-                replica_fetch_min_bytes=_int(props, "replica.fetch.min.bytes", 1, 0),
-                replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes", 1048576, 1),
-                replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 10485760, 1),
+                replica_lag_time_max_ms=int_property(props, "replica.lag.time.max.ms", 30000, 1),
+                replica_fetch_backoff_ms=int_property(props, "replica.fetch.backoff.ms", 1000, 0),
+                replica_fetch_wait_max_ms=int_property(props, "replica.fetch.wait.max.ms", 500, 0),
+                replica_fetch_min_bytes=int_property(props, "replica.fetch.min.bytes", 1, 0),
+                replica_fetch_max_bytes=int_property(props, "replica.fetch.max.bytes", 1048576, 1),
+                replica_fetch_response_max_bytes=int_property(props, "replica.fetch.response.max.bytes", 10485760, 1),
             ),
         )
-
-
-def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{key}={value} is below the minimum {minimum}")
-    return value
-
-
-def _float(props: Mapping[str, str], key: str, default: float) -> float:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not a number") from None
-
-
-def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = props.get(key)
-    if raw is None:
-        return default
-    if raw.strip().lower() not in ("true", "false"):
-        raise ConfigError(f"{key}={raw!r} must be true or false")
-    return raw.strip().lower() == "true"

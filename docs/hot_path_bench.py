@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.kafka_bench import create_topic  # noqa: E402
 from bench.proc_stats import log_bytes, process_cpu_seconds  # noqa: E402
-from raftka.varint import uvarint  # noqa: E402
+from common.varint import uvarint  # noqa: E402
 from storage.batch import build_batch, iter_batch_headers  # noqa: E402
 
 TOPIC = "hot-path"
@@ -222,8 +222,8 @@ def main() -> int:
     p.add_argument("--idle-s", type=float, default=2.0, help="seconds to measure the idle broker's CPU")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
-    from raftka.cluster import LocalCluster
-    from raftka.cluster_cli import parse_overrides
+    from cluster import LocalCluster
+    from common.config import parse_overrides
 
     phases = args.phases.split(",")
     args.requests += -args.requests % args.partitions  # every partition gets as many

@@ -1,3 +1,5 @@
-"""raftka: a Kafka-compatible replicated commit log with a Raft metadata quorum."""
+"""raftka's command line: one module per sub-command (`raftka.cli` lists them)."""
 
-__version__ = "0.1.0"
+from common import __version__
+
+__all__ = ["__version__"]

@@ -26,9 +26,9 @@ import argparse
 import trio
 
 from raftka.cli_errors import run_reporting
-from raftka.config import NodeConfig, read_properties
-from raftka.gc_policy import tune_for_server
-from raftka.logs import setup_logging
+from common.config import NodeConfig, read_properties
+from common.gc_policy import tune_for_server
+from common.logs import setup_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from broker.process import run_broker
+    from broker.shell.process import run_broker
 
     def start() -> None:
         config = NodeConfig.from_properties(read_properties(args.config))

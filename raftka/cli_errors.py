@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import errno
-import os
 import sys
 from collections.abc import Callable
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -42,16 +41,3 @@ def run_reporting(prog: str, fn: Callable[[], object]) -> int:
             print(f"{prog}: {reason}", file=sys.stderr)
         return 2
     return 0
-
-
-def ensure_dir(option: str, path: str) -> None:
-    """Make `path` (like `mkdir -p`) for command-line `option` before
-    anything runs: one that cannot be made or written is a RaftkaError
-    saying so, not a traceback (or, for a bench, a run whose rows are lost)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise RaftkaError(f"{option} {path}: cannot make the directory ({exc.strerror or exc}); "
-                          "pass a writable directory") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise RaftkaError(f"{option} {path}: the directory is not writable; pass a writable directory")

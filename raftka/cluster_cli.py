@@ -28,9 +28,9 @@ import signal
 import tempfile
 import time
 
-from raftka.cli_errors import ensure_dir
-from raftka.config import MAX_PORT
-from raftka.errors import RaftkaError
+from common.dirs import ensure_dir
+from common.config import MAX_PORT, parse_overrides
+from common.errors import RaftkaError
 
 DEFAULT_BASE_PORT = 9092
 
@@ -64,20 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(func=up_main)
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise RaftkaError(f"--set {item!r}: expected KEY=VALUE, e.g. --set log.segment.bytes=1048576")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def up_main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from raftka.cluster import LocalCluster
+    from cluster import LocalCluster
 
     console = Console(stderr=True, soft_wrap=True)
     if args.controllers not in (1, 3, 5):

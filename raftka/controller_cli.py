@@ -14,10 +14,10 @@ import sys
 
 import trio
 
-from raftka.config import NodeConfig, read_properties
-from raftka.errors import RaftkaError
-from raftka.gc_policy import tune_for_server
-from raftka.logs import setup_logging
+from common.config import NodeConfig, read_properties
+from common.errors import RaftkaError
+from common.gc_policy import tune_for_server
+from common.logs import setup_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from quorum.node.process import run_controller
+    from quorum.process import run_controller
 
     try:
         config = NodeConfig.from_properties(read_properties(args.config))

@@ -19,11 +19,11 @@ from pathlib import Path
 import trio
 
 from raftka.cli_errors import run_reporting
-from raftka.config import MAX_PORT, NodeConfig
-from raftka.errors import RaftkaError
-from raftka.gc_policy import tune_for_server
-from raftka.logs import setup_logging
-from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
+from common.config import MAX_PORT, NodeConfig
+from common.errors import RaftkaError
+from common.gc_policy import tune_for_server
+from common.logs import setup_logging
+from common.meta_properties import format_log_dir, random_cluster_id, read_meta
 
 NODE_ID = 1
 
@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def dev_properties(args: argparse.Namespace) -> dict[str, str]:
-    from raftka.wire.ports import free_ports
-    from raftka.cluster_cli import parse_overrides
+    from common.wire.ports import free_ports
+    from common.config import parse_overrides
 
     if not 0 <= args.port <= MAX_PORT:
         raise RaftkaError(f"--port {args.port} is out of range: use 0-{MAX_PORT} (0 picks a free port)")
@@ -77,7 +77,7 @@ def dev_properties(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from broker.process import run_broker
+    from broker.shell.process import run_broker
 
     def start() -> None:
         config = NodeConfig.from_properties(dev_properties(args))

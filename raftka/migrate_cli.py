@@ -32,7 +32,7 @@ import signal
 import time
 from pathlib import Path
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 _STANDARD_KEYS = {"broker.id", "node.id", "zookeeper.connect", "log.dirs", "listeners", "process.roles",
                   "controller.quorum.voters"}
@@ -97,8 +97,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _cluster_from_state(data_dir: Path, state: dict):
-    from raftka.cluster import LocalCluster
-    from raftka.config import read_properties
+    from cluster import LocalCluster
+    from common.config import read_properties
 
     if state.get("mode") != "zk":
         raise RaftkaError(f"{data_dir} holds a {state.get('mode')}-mode cluster; raftka migrate moves a "
@@ -118,7 +118,7 @@ def _cluster_from_state(data_dir: Path, state: dict):
 
 
 def _start(args: argparse.Namespace, data_dir: Path, state: dict, console) -> int:
-    from quorum.migration.local import LocalMigration
+    from cluster.migration import LocalMigration
 
     requests: list[str] = []
 

@@ -29,7 +29,7 @@ import argparse
 import logging
 from typing import Any
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT_S = 30.0

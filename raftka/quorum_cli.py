@@ -18,11 +18,10 @@ from typing import Any
 
 import trio
 
-from raftka.errors import RaftkaError
-from raftka.wire import open_connection
-from raftka.wire.errors import ConnectionFailedError
+from common.errors import RaftkaError
+from common.wire.errors import ConnectionFailedError
+from quorum.node.describe_quorum import describe_quorum
 
-NOT_LEADER_OR_FOLLOWER = 6
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,21 +41,6 @@ def parse_host_port(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise RaftkaError(f"--bootstrap-controller {value!r} is not HOST:PORT")
     return host or "127.0.0.1", int(port)
-
-
-async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
-    """The leader's DescribeQuorum answer (`QuorumDescription`), following one redirect."""
-    from quorum.node.describe_quorum import describe_quorum_request, parse_describe_quorum
-
-    for _ in range(2):
-        async with open_connection(host, port, connect_timeout_ms=timeout_ms) as conn:
-            response = await conn.request(describe_quorum_request(2), timeout_ms=timeout_ms)
-        description = parse_describe_quorum(response)
-        if description.error_code == NOT_LEADER_OR_FOLLOWER and description.leader_id in description.nodes:
-            host, port = description.nodes[description.leader_id]
-            continue
-        return description
-    return description
 
 
 def status_rows(d: Any) -> list[dict[str, Any]]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from raftka.config import NodeConfig, read_properties
-from raftka.errors import RaftkaError
-from raftka.meta_properties import format_log_dir, random_cluster_id, read_meta
+from common.config import NodeConfig, read_properties
+from common.errors import RaftkaError
+from common.meta_properties import format_log_dir, random_cluster_id, read_meta
 
 
 def register(sub: argparse._SubParsersAction) -> None:

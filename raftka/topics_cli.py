@@ -105,8 +105,8 @@ def create_main(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    from raftka.cluster_cli import parse_overrides
-    from raftka.errors import RaftkaError
+    from common.config import parse_overrides
+    from common.errors import RaftkaError
 
     try:
         configs = parse_overrides(args.config)

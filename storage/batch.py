@@ -48,7 +48,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from crc32c import crc32c
 
-from raftka.frozen import new_tuple
+from common.frozen import new_tuple
 from storage.batch_records import Record, decode_records, encode_record
 from storage.compression import compress, decompress
 from storage.errors import (

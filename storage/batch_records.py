@@ -22,8 +22,8 @@ IndexError. This is per-record Python work: keep it off the produce path.
 
 from typing import NamedTuple
 
-from raftka.frozen import new_tuple
-from raftka.varint import uvarint
+from common.frozen import new_tuple
+from common.varint import uvarint
 from storage.errors import CorruptRecordError
 
 # A varlong takes at most 10 bytes, a varint 5 (Kafka rejects longer ones).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 
 _LONG_MAX = (1 << 63) - 1
 _DAY_MS = 86_400_000

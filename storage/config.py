@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1

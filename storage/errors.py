@@ -16,7 +16,7 @@ catches the latter still catches it; check the subclass first when mapping
 to an error code.
 """
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 class StorageError(RaftkaError):

@@ -10,7 +10,7 @@ import os
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 from storage.batch import iter_records
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT
 from storage.epoch_cache import LeaderEpochCache

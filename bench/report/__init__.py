@@ -28,7 +28,7 @@ Python; `plots.py` and `render.py` draw and write it. This package is the
 only code in raftka that imports pyspark; import its modules lazily.
 """
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 class ReportError(RaftkaError):

@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 EARLIEST = -2
 LATEST = -1

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Controller settings. Build one from a `raftka.config.NodeConfig` with `from_node_config`.
+    """Controller settings. Build one from a `common.config.NodeConfig` with `from_node_config`.
 
     - `broker_session_timeout_ms` (`broker.session.timeout.ms`): a broker whose
       last heartbeat is older than this is fenced by `QuorumController.tick`.
@@ -53,7 +53,7 @@ class ControllerConfig:
 
     @classmethod
     def from_node_config(cls, node_config: Any, cluster_id: str | None = None) -> ControllerConfig:
-        """Take the controller's keys from a `raftka.config.NodeConfig`."""
+        """Take the controller's keys from a `common.config.NodeConfig`."""
         raw = getattr(node_config, "raw", {}) or {}
         return cls(
             broker_session_timeout_ms=node_config.broker_session_timeout_ms,

@@ -1,6 +1,6 @@
 """In-process errors of the controller package (on the wire, errors are Kafka error codes)."""
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 class ControllerUsageError(RaftkaError):

@@ -41,7 +41,7 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.delete_topics.v6 import response as dt_resp
 from kio.schema.errors import ErrorCode
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 from quorum.controller.config import ControllerConfig
 from quorum.controller.config_control import topic_config_entries
 from quorum.controller.placement import BrokerLoad, place_partitions

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from quorum.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from quorum.metadata.pmap import MISSING, PMap, diff
-from raftka.frozen import descriptor_init
+from common.frozen import descriptor_init
 
 
 @descriptor_init

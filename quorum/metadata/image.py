@@ -37,7 +37,7 @@ from quorum.metadata.records import (
     PartitionRecord,
     Record,
 )
-from raftka.frozen import descriptor_init
+from common.frozen import descriptor_init
 
 
 class LoggedRecord(NamedTuple):

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import cbor2
 
-from raftka.errors import RaftkaError
-from raftka.frozen import descriptor_init
+from common.errors import RaftkaError
+from common.frozen import descriptor_init
 
 NO_LEADER = -1
 """`leader` of a partition that has no leader (offline)."""

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 from quorum.metadata.image import (
     BrokerRegistration,
     ConfigResource,

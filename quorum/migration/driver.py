@@ -81,8 +81,8 @@ from quorum.zookeeper.broker_metadata import incarnation_id, zk_state_to_image
 from quorum.zookeeper.channel import ControllerChannelManager
 from quorum.zookeeper.context import SetZNode, ZkTransaction
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
-from raftka.config import NodeConfig
-from raftka.errors import ConfigError, RaftkaError
+from common.config import NodeConfig
+from common.errors import ConfigError, RaftkaError
 
 _log = logging.getLogger("quorum.migration")
 

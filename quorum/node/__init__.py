@@ -24,7 +24,7 @@ through its own voter) like this:
 
     node = RaftNode(node_id=broker_id, voters=config.controller_quorum_voters,
                     log_dir=config.log_dirs[0], cluster_id=cluster_id,
-                    config=quorum.node.process.quorum_config(config))
+                    config=quorum.process.quorum_config(config))
     node.subscribe(on_image, broker_id=broker_id)   # on_image(image, delta)
     await nursery.start(node.run)
     ...node.image, node.applied_offset, node.high_watermark, node.leader...

@@ -23,9 +23,9 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from quorum.node.controller_errors import response_errors
-from raftka.errors import RaftkaError
-from raftka.wire import ConnectionPool
-from raftka.wire.errors import ConnectionFailedError
+from common.errors import RaftkaError
+from common.wire import ConnectionPool
+from common.wire.errors import ConnectionFailedError
 
 _log = logging.getLogger("quorum.node.controller_client")
 

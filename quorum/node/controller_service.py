@@ -50,7 +50,7 @@ from quorum.node.driver import RaftNode
 from quorum.node.events import Staged
 from quorum.node.metadata_log import MAX_BATCH_BYTES
 from quorum.raft import AppendResult, NotLeaderError
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 #: How long a new leader's requests wait for its activation.
 ACTIVATION_WAIT_S = 5.0

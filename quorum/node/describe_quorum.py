@@ -16,6 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from common.wire import open_connection
+
 from quorum.node.metadata_log import METADATA_TOPIC
 from quorum.raft.status import QuorumStatus, ReplicaStatus
 
@@ -100,3 +102,16 @@ def describe_quorum_request(version: int = 2) -> Any:
     m = importlib.import_module(f"kio.schema.describe_quorum.v{version}.request")
     return m.DescribeQuorumRequest(topics=(m.TopicData(topic_name=METADATA_TOPIC, partitions=(
         m.PartitionData(partition_index=0),)),))
+
+
+async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
+    """The leader's DescribeQuorum answer (`QuorumDescription`), following one redirect."""
+    for _ in range(2):
+        async with open_connection(host, port, connect_timeout_ms=timeout_ms) as conn:
+            response = await conn.request(describe_quorum_request(2), timeout_ms=timeout_ms)
+        description = parse_describe_quorum(response)
+        if description.error_code == ErrorCode.not_leader_or_follower and description.leader_id in description.nodes:
+            host, port = description.nodes[description.leader_id]
+            continue
+        return description
+    return description

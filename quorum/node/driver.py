@@ -91,7 +91,7 @@ from quorum.raft import (
 )
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
-from raftka.wire import ConnectionPool
+from common.wire import ConnectionPool
 
 _log = logging.getLogger("quorum.node.driver")
 

@@ -24,7 +24,7 @@ from quorum.node.controller_service import ControllerService
 from quorum.node.describe_quorum import DESCRIBE_QUORUM, VERSIONS, describe_quorum_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
-from raftka.wire import ConnectionContext, DecodedRequest, SupportedApis
+from common.wire import ConnectionContext, DecodedRequest, SupportedApis
 
 
 def controller_apis(with_controller: bool = True) -> SupportedApis:
@@ -39,7 +39,7 @@ def controller_apis(with_controller: bool = True) -> SupportedApis:
 
 
 class QuorumRequestHandler:
-    """`raftka.wire.serve` handler for a controller listener."""
+    """`common.wire.serve` handler for a controller listener."""
 
     def __init__(self, node: RaftNode, controller: ControllerService | None = None) -> None:
         self.node = node

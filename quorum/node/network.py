@@ -47,8 +47,8 @@ import trio
 
 from quorum.node.rpc import RpcShapeError, failure_response, request_to_kio, response_from_kio
 from quorum.raft.messages import EndQuorumEpochRequest, FetchRequest, Inbound, Message, Outbound
-from raftka.wire import ConnectionPool
-from raftka.wire.errors import ConnectionFailedError, RequestTimeoutError
+from common.wire import ConnectionPool
+from common.wire.errors import ConnectionFailedError, RequestTimeoutError
 
 BROKER_NOT_AVAILABLE = 8
 REQUEST_TIMED_OUT = 7

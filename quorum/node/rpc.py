@@ -54,8 +54,8 @@ from quorum.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raftka.errors import RaftkaError
-from raftka.wire.codec import duration_ms
+from common.errors import RaftkaError
+from common.wire.codec import duration_ms
 
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, FETCH, FETCH_SNAPSHOT = 52, 53, 54, 1, 59

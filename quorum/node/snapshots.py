@@ -36,7 +36,7 @@ from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import Record, record_from_map, record_to_map
 from quorum.metadata.snapshot import image_from_records, image_to_records
 from quorum.raft.messages import SnapshotId
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 MAGIC = b"RKSN"
 FORMAT_VERSION = 1

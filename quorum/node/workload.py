@@ -27,7 +27,7 @@ from kio.schema.incremental_alter_configs.v1 import request as iac_req
 
 from quorum.metadata.records import ConfigResourceType
 from quorum.node.controller_client import ControllerClient, NoActiveControllerError
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 SET = 0
 _log = logging.getLogger("quorum.node.workload")

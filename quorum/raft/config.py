@@ -3,7 +3,7 @@
 `controller_quorum_fetch_timeout_ms` is `controller.quorum.fetch.timeout.ms`,
 and so on; the few knobs Kafka does not expose have plain names.
 
-`QuorumConfig.from_node_config` takes the values `raftka.config.NodeConfig`
+`QuorumConfig.from_node_config` takes the values `common.config.NodeConfig`
 already parsed from the properties file; tests build a `QuorumConfig`
 directly with short timeouts.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,7 @@ class QuorumConfig:
 
     @classmethod
     def from_node_config(cls, node_config: Any, **overrides: int) -> QuorumConfig:
-        """Take the quorum keys from a parsed `raftka.config.NodeConfig`."""
+        """Take the quorum keys from a parsed `common.config.NodeConfig`."""
         keys = (
             "controller_quorum_election_timeout_ms",
             "controller_quorum_fetch_timeout_ms",

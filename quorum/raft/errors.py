@@ -8,7 +8,7 @@ non-leader to append (`NotLeaderError`, which names the leader to retry at).
 
 import enum
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 class ErrorCode(enum.IntEnum):

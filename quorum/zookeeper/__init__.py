@@ -14,9 +14,9 @@ requests -> `MetadataImage`). I/O shells: `ensemble` (start ZooKeeper),
 writes), `admin` (topic znodes) and `broker_channel` (`ZkBrokerChannel`: a
 broker's admin requests and AlterPartition as znode writes).
 
-`broker.zk_link.run_zk_broker` assembles a ZooKeeper-mode broker process
+`broker.shell.zk_link.run_zk_broker` assembles a ZooKeeper-mode broker process
 from these (`raftka broker` with `zookeeper.connect` and no
-`process.roles`); `raftka.cluster.LocalCluster(mode="zk")` starts an
+`process.roles`); `cluster.LocalCluster(mode="zk")` starts an
 ensemble and such brokers.
 """
 

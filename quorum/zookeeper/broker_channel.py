@@ -17,7 +17,7 @@ controller.send(request)`), so the broker's handlers run unchanged:
   A topic another broker created meanwhile is refused by ZooKeeper
   (TOPIC_ALREADY_EXISTS).
 * **DescribeConfigs / IncrementalAlterConfigs**: decided on the image (its
-  topic configs come from `/config/topics`, see `broker.zk_link`); a change
+  topic configs come from `/config/topics`, see `broker.shell.zk_link`); a change
   rewrites `/config/topics/<t>` and leaves a `/config/changes` notification.
 * **CreatePartitions**: decided on the image as well; the new partitions are
   added to `/brokers/topics/<t>` conditional on its zkVersion, and the
@@ -80,7 +80,7 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 
 
 class ZkBrokerChannel:
-    """`broker.controller_channel.ControllerChannel` for a ZooKeeper-mode broker."""
+    """`broker.shell.controller_channel.ControllerChannel` for a ZooKeeper-mode broker."""
 
     def __init__(self, zk: KazooClient, broker_id: int, image: Callable[[], MetadataImage],
                  config: ControllerConfig, rng: random.Random | None = None) -> None:

@@ -30,8 +30,8 @@ import trio
 
 from quorum.zookeeper import messages as m
 from quorum.zookeeper.znodes import BrokerInfo
-from raftka.wire.errors import RemoteProtocolError
-from raftka.wire.framing import FrameBuffer
+from common.wire.errors import RemoteProtocolError
+from common.wire.framing import FrameBuffer
 
 _log = logging.getLogger("quorum.zookeeper.channel")
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorum.zookeeper.errors import EnsembleError
-from raftka.wire.ports import free_ports
+from common.wire.ports import free_ports
 
 JAVA_DIR = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"

@@ -1,6 +1,6 @@
-"""Errors of ZooKeeper mode, all under `raftka.errors.RaftkaError`."""
+"""Errors of ZooKeeper mode, all under `common.errors.RaftkaError`."""
 
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 
 class ZooKeeperModeError(RaftkaError):

@@ -18,7 +18,7 @@ use request header v2 and response header v1.
 
 Frames are standard Kafka frames (size, header, body), so a Kafka 3.x broker
 could decode them; `encode_request`/`decode_request` and the response pair
-do it without going through `raftka.wire.codec.api_codec` (which looks
+do it without going through `common.wire.codec.api_codec` (which looks
 schemas up in kio). `CONTROLLER_CODECS` holds ready `ApiCodec`s for a server
 that wants to serve these APIs next to kio's.
 
@@ -37,10 +37,10 @@ from kio.schema.request_header.v2.header import RequestHeader as _RequestHeaderV
 from kio.schema.response_header.v1.header import ResponseHeader as _ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
-from raftka.wire.codec import ApiCodec, RequestHeader, encode_payload, parse_request_header
-from raftka.wire.codec import decode_response as _decode_response
-from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
-from raftka.wire.framing import SIZE_PREFIX
+from common.wire.codec import ApiCodec, RequestHeader, encode_payload, parse_request_header
+from common.wire.codec import decode_response as _decode_response
+from common.wire.errors import LocalProtocolError, RemoteProtocolError
+from common.wire.framing import SIZE_PREFIX
 
 LEADER_AND_ISR_KEY = 4
 STOP_REPLICA_KEY = 5
@@ -297,7 +297,7 @@ _PAIRS: dict[int, tuple[type, type]] = {
     UPDATE_METADATA_KEY: (UpdateMetadataRequest, UpdateMetadataResponse),
 }
 
-#: api_key -> the codec of the one version raftka speaks, in `raftka.wire`'s shape.
+#: api_key -> the codec of the one version raftka speaks, in `common.wire`'s shape.
 CONTROLLER_CODECS: dict[int, ApiCodec] = {
     key: ApiCodec(
         api_key=key, api_version=req.__version__, request_type=req, response_type=resp,

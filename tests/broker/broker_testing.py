@@ -16,7 +16,8 @@ import trio
 from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 
-from broker import Broker, BrokerConfig, LocalController
+from broker import Broker, BrokerConfig
+from local_controller import LocalController
 
 CLUSTER_ID = "raftka-test-cluster-0001"
 
@@ -47,8 +48,8 @@ class RunningBroker:
         assert result.error_code == ErrorCode.none, result
 
     async def connect(self, nursery: trio.Nursery):
-        """A raw Kafka-protocol connection to the broker (raftka.wire client)."""
-        from raftka.wire import connect
+        """A raw Kafka-protocol connection to the broker (common.wire client)."""
+        from common.wire import connect
         return await connect(nursery, "127.0.0.1", self.port)
 
     def partition(self, topic: str, partition: int = 0):

@@ -13,9 +13,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.group import CoordinatorResult, GroupCoordinatorConfig, GroupCoordinatorShard, Record, RequestContext
-from broker.group.classic_group import GroupState
-from broker.group.responses import build
+from broker.core.group import CoordinatorResult, GroupCoordinatorConfig, GroupCoordinatorShard, Record, RequestContext
+from broker.core.group.classic_group import GroupState
+from broker.core.group.responses import build
 
 FAST = GroupCoordinatorConfig(group_initial_rebalance_delay_ms=100, group_min_session_timeout_ms=1000)
 

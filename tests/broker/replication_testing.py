@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from broker.replication import Partition, ReplicaFetch, ReplicationConfig
+from broker.core.replication import Partition, ReplicaFetch, ReplicationConfig
 from quorum.metadata import PartitionRegistration
 from storage.epoch_cache import LeaderEpochCache
 

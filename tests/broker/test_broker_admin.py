@@ -154,9 +154,9 @@ async def test_list_offsets_edge_cases(nursery, tmp_path):
 
 
 def test_broker_sends_the_versions_the_controller_decides():
-    from broker.controller_channel import CONTROLLER_VERSIONS
+    from broker.shell.controller_channel import CONTROLLER_VERSIONS
     from quorum.controller import SUPPORTED_REQUESTS
-    from raftka.wire import api_codec
+    from common.wire import api_codec
     for api_key, version in CONTROLLER_VERSIONS.items():
         assert api_codec(api_key, version).request_type in SUPPORTED_REQUESTS
 

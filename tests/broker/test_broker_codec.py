@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from broker.codec import (
+from broker.api.codec import (
     FETCH_MAX_VERSION,
     FETCH_MIN_VERSION,
     PRODUCE_MAX_VERSION,
@@ -16,8 +16,8 @@ from broker.codec import (
     encode_fetch_response,
     encode_produce_response,
 )
-from broker.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
-from raftka.wire import FileSlice, RequestHeader, api_codec, decode_response, part_length
+from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
+from common.wire import FileSlice, RequestHeader, api_codec, decode_response, part_length
 from storage.batch import build_batch
 
 

@@ -18,7 +18,7 @@ from kio.schema.metadata.v8 import request as md8
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle4
 
 from broker_testing import BrokerThread, batch, fetch_request, list_offsets_request, produce_request
-from raftka.wire import RemoteProtocolError, api_codec, decode_request, decode_response, encode_request
+from common.wire import RemoteProtocolError, api_codec, decode_request, decode_response, encode_request
 from storage.batch import iter_batch_headers, validate_batch
 
 CORRELATION_ID = 0x5EED

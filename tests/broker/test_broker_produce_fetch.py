@@ -10,7 +10,7 @@ from broker.config import BrokerConfig
 from quorum.metadata import ConfigRecord, ConfigResourceType, PartitionChangeRecord
 
 from broker_testing import batch, fetch_request, only_partition, produce_request, start_broker
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 from storage.batch import iter_batch_headers
 
 

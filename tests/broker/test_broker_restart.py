@@ -13,9 +13,9 @@ import trio
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from broker import Broker
-from broker.log_manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
+from broker.shell.log_manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA_FILE
 from broker_testing import Consumed, batch, check_round_trip, produce_request, start_broker, workload
-from raftka.wire import connect
+from common.wire import connect
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.fs import OsFileSystem
 
@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class BrokerProcess:
     def __init__(self, data_dir, *topics):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "--data-dir", str(data_dir), "--port", "0",
+            [sys.executable, os.path.join(REPO, "tests", "broker", "local_node.py"), "--data-dir", str(data_dir), "--port", "0",
              *[a for t in topics for a in ("--topic", t)]],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()

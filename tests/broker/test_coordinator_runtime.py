@@ -22,7 +22,7 @@ from kio.schema.find_coordinator.v3 import request as fc3
 from kio.schema.find_coordinator.v4 import request as fc4
 from kio.schema.metadata.v12 import request as md
 
-from broker.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, offsets_topic_configs
+from broker.core.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, offsets_topic_configs
 from broker_testing import fetch_request, start_broker
 from group_testing import commit_request, heartbeat_request, join_request
 

@@ -184,7 +184,7 @@ async def test_a_partition_waiting_for_the_leaders_election_is_not_read_again_un
     left alone until the election's metadata comes -- not read again on
     every fetch of the session while the other partitions replicate --
     and answered as soon as it does."""
-    import broker.fetch
+    import broker.api.fetch
     from quorum.metadata import PartitionChangeRecord
 
     rb = await start_broker(nursery, tmp_path)
@@ -192,13 +192,13 @@ async def test_a_partition_waiting_for_the_leaders_election_is_not_read_again_un
     producer = await rb.connect(nursery)
     follower = await rb.connect(nursery)
     reads = []
-    read_partition = broker.fetch._read_partition
+    read_partition = broker.api.fetch._read_partition
 
     def counted(hp, fp, *args, **kwargs):
         reads.append(fp.partition)
         return read_partition(hp, fp, *args, **kwargs)
 
-    monkeypatch.setattr(broker.fetch, "_read_partition", counted)
+    monkeypatch.setattr(broker.api.fetch, "_read_partition", counted)
     full = await follower.request(fetch_request([(TOPIC, p, 0, 1 << 20, 0) for p in range(3)], replica_id=2,
                                                 session_epoch=0))
     session = full.session_id

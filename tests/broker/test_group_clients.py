@@ -2,7 +2,7 @@
 against a real broker's group coordinator, in process.
 
 The broker serves FindCoordinator and the group APIs itself
-(`broker.coordinator_runtime`): `__consumer_offsets` is created on first
+(`broker.shell.coordinator_runtime`): `__consumer_offsets` is created on first
 use, each of its partitions led here gets a shard loaded from its log, and
 every group write is a record in that log, answered once committed. What is
 checked is what users see: three consumers of one group split a topic's
@@ -20,7 +20,7 @@ import time
 import pytest
 import trio
 
-from broker.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, GroupCoordinatorShard
+from broker.core.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_testing import in_thread, start_broker
 from storage.batch import iter_batch_headers, iter_records
 

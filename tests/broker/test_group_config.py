@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.group import GroupCoordinatorConfig
-from raftka.errors import ConfigError
+from broker.core.group import GroupCoordinatorConfig
+from common.errors import ConfigError
 
 
 def test_defaults_are_kafkas() -> None:

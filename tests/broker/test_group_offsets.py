@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.group import GroupCoordinatorConfig
-from broker.group.classic_group import GroupState
-from broker.group.records import GroupMetadataKey, OffsetCommitKey, decode_record
+from broker.core.group import GroupCoordinatorConfig
+from broker.core.group.classic_group import GroupState
+from broker.core.group.records import GroupMetadataKey, OffsetCommitKey, decode_record
 from group_testing import (
     Harness,
     commit_request,
@@ -18,7 +18,7 @@ from group_testing import (
     kio_module,
     subscription,
 )
-from broker.group.responses import build
+from broker.core.group.responses import build
 
 MINUTE_MS = 60_000
 

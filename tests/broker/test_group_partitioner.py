@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.group import java_string_hash_code, kafka_abs, offsets_topic_configs, partition_for_group
+from broker.core.group import java_string_hash_code, kafka_abs, offsets_topic_configs, partition_for_group
 
 # (string, String.hashCode(), partition with 50 partitions, with 7) from Java.
 JAVA = [

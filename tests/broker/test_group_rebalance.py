@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.group import GroupCoordinatorConfig
-from broker.group.classic_group import GroupState
-from broker.group.records import GroupMetadataKey, decode_record
+from broker.core.group import GroupCoordinatorConfig
+from broker.core.group.classic_group import GroupState
+from broker.core.group.records import GroupMetadataKey, decode_record
 from group_testing import (
     FAST,
     Harness,
@@ -271,7 +271,7 @@ def test_stable_follower_rejoining_unchanged_gets_the_current_generation_at_once
 
 
 def test_loading_shard_and_unload() -> None:
-    from broker.group import GroupCoordinatorShard, RequestContext
+    from broker.core.group import GroupCoordinatorShard, RequestContext
     import random
 
     shard = GroupCoordinatorShard(0, FAST, random.Random(1))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.group.records import (
+from broker.core.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     GroupRecordError,

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from broker.group import GroupCoordinatorConfig, GroupCoordinatorShard
-from broker.group.classic_group import GroupState
-from broker.group.records import decode_record
+from broker.core.group import GroupCoordinatorConfig, GroupCoordinatorShard
+from broker.core.group.classic_group import GroupState
+from broker.core.group.records import decode_record
 from group_testing import (
     Harness,
     commit_request,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.group.classic_group import GroupState
-from broker.group.records import GroupMetadataKey, decode_record
+from broker.core.group.classic_group import GroupState
+from broker.core.group.records import GroupMetadataKey, decode_record
 from group_testing import (
     Harness,
     commit_request,

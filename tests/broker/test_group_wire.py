@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.group import (
+from broker.core.group import (
     GROUP_API_VERSIONS,
     GroupCoordinatorShard,
     RequestContext,
@@ -20,7 +20,7 @@ from broker.group import (
     partition_for_group,
     split_by_partition,
 )
-from broker.group.responses import build
+from broker.core.group.responses import build
 from group_testing import (
     FAST,
     Harness,
@@ -32,7 +32,7 @@ from group_testing import (
     leave_request,
     sync_request,
 )
-from raftka.wire.codec import RequestHeader, api_codec, decode_response, encode_response
+from common.wire.codec import RequestHeader, api_codec, decode_response, encode_response
 
 
 def versions(api_key: int) -> list[int]:

@@ -15,7 +15,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker_testing import batch, only_partition, produce_request, start_broker
-from raftka.wire import encode_request
+from common.wire import encode_request
 from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.fs import OsFileSystem
 

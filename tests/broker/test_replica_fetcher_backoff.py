@@ -1,4 +1,4 @@
-"""A follower's fetcher and a leader it cannot reach (`broker.replica_fetcher`).
+"""A follower's fetcher and a leader it cannot reach (`broker.shell.replica_fetcher`).
 
 A failed connection to the leader is tried again after
 `replica.fetch.backoff.ms`. Partitions leaving that leader (a fence moves a
@@ -15,8 +15,8 @@ import time
 
 import trio
 
-from broker.replication import ReplicationConfig
-from broker.replication.partition import Role
+from broker.core.replication import ReplicationConfig
+from broker.core.replication.partition import Role
 from broker_testing import start_broker
 from quorum.metadata.records import PartitionChangeRecord
 
@@ -27,7 +27,7 @@ DEAD_PORT = 1
 
 
 async def test_partitions_leaving_an_unreachable_leader_do_not_cut_the_fetchers_back_off(tmp_path, nursery, caplog):
-    caplog.set_level(logging.INFO, logger="broker.replica_fetcher")
+    caplog.set_level(logging.INFO, logger="broker.shell.replica_fetcher")
     running = await start_broker(nursery, tmp_path, replication=ReplicationConfig(replica_fetch_backoff_ms=BACKOFF_MS))
     controller, broker = running.controller, running.broker
     await controller.register_broker(2, "127.0.0.1", DEAD_PORT)

@@ -14,7 +14,7 @@ from kio.schema.broker_registration.v4.request import Listener
 from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 
-from broker.replication import (
+from broker.core.replication import (
     Partition,
     TopicIdPartition,
     build_request,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from broker.replication import EpochEndOffset, truncation_offset, validate_fetch_position
+from broker.core.replication import EpochEndOffset, truncation_offset, validate_fetch_position
 from replication_testing import EpochLog, fetch, leader_partition
 
 LEADER = (0, 0, 0, 2, 2, 4, 4, 4)  # epoch of each offset: 0 at 0..2, 2 at 3..4, 4 at 5..7

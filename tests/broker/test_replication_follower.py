@@ -8,13 +8,13 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from broker.replication import (
+from broker.core.replication import (
     EpochEndOffset,
     FetcherManager,
     PartitionFetchResult,
     TopicIdPartition,
 )
-from broker.replication.fetcher import LEADER_CATCH_UP_RETRY_MS, SESSION_SWEEP_MS, SETTLING_MS, SETTLING_WAIT_MS
+from broker.core.replication.follower import LEADER_CATCH_UP_RETRY_MS, SESSION_SWEEP_MS, SETTLING_MS, SETTLING_WAIT_MS
 from replication_testing import CONFIG, EpochLog
 
 A = TopicIdPartition(uuid.UUID(int=1), 0)

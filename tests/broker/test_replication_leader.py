@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.replication import AlterPartitionResult, BrokerState, PendingProduce
+from broker.core.replication import AlterPartitionResult, BrokerState, PendingProduce
 from replication_testing import LAG_MS, EpochLog, fetch, leader_partition, registration
 
 

@@ -7,7 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from broker.replication import EpochEndOffset, Partition, Role, eligible_brokers, truncation_offset
+from broker.core.replication import EpochEndOffset, Partition, Role, eligible_brokers, truncation_offset
 from quorum.metadata import BrokerRegistration, MetadataImage, PMap
 from replication_testing import ALL_ELIGIBLE, CONFIG, TOPIC_ID, EpochLog, fetch, leader_partition, registration
 

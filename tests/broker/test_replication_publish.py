@@ -14,8 +14,9 @@ import trio
 from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.errors import ErrorCode
 
-from broker import Broker, BrokerConfig, LocalController
-from broker.replication.partition import Role
+from broker import Broker, BrokerConfig
+from local_controller import LocalController
+from broker.core.replication.partition import Role
 from broker_testing import CLUSTER_ID
 
 PARTITIONS = 40

@@ -1,9 +1,9 @@
-"""The per-delta failover timeline (`broker.failover_timeline`): the one INFO line an operator reads to see
+"""The per-delta failover timeline (`broker.core.failover_timeline`): the one INFO line an operator reads to see
 which link of a leader failover was slow."""
 
 from __future__ import annotations
 
-from broker.failover_timeline import GIVE_UP_MS, LeadershipTimeline
+from broker.core.failover_timeline import GIVE_UP_MS, LeadershipTimeline
 
 
 def test_a_delta_is_reported_once_every_new_leader_committed_and_every_follower_was_answered():

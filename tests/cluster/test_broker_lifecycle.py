@@ -12,7 +12,7 @@ import uuid
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatResponse
 from kio.schema.errors import ErrorCode
 
-from broker.lifecycle import BrokerLifecycle, BrokerState, ListenerSpec
+from broker.core.lifecycle import BrokerLifecycle, BrokerState, ListenerSpec
 from quorum.controller import ControllerConfig, QuorumController
 from quorum.metadata import LoggedRecord, MetadataImage
 
@@ -165,9 +165,9 @@ def test_lifecycle_core_does_no_io():
     import ast
     import pathlib
 
-    import broker.lifecycle
+    import broker.core.lifecycle
 
-    tree = ast.parse(pathlib.Path(broker.lifecycle.__file__).read_text())
+    tree = ast.parse(pathlib.Path(broker.core.lifecycle.__file__).read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -178,8 +178,8 @@ def test_lifecycle_core_does_no_io():
 def test_broker_registers_the_advertised_endpoint_clients_can_reach():
     import socket
 
-    from broker.process import advertised_listener
-    from raftka.config import NodeConfig
+    from broker.shell.process import advertised_listener
+    from common.config import NodeConfig
 
     base = {"node.id": "4", "process.roles": "broker", "controller.quorum.voters": "1@10.0.0.1:9093",
             "log.dirs": "/data"}

@@ -18,8 +18,8 @@ from cluster_testing import (
     raftka_command,
     run_cli,
 )
-from raftka.meta_properties import format_log_dir
-from raftka.wire.ports import free_ports
+from common.meta_properties import format_log_dir
+from common.wire.ports import free_ports
 
 
 def start_dev(data_dir):

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from broker_testing import workload
 from cluster_testing import confluent_consume, confluent_create, confluent_produce
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 
 TOPIC = "survivor"
 PARTITIONS = 4

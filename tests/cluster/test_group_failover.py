@@ -21,7 +21,7 @@ import time
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_group_testing import BackgroundProducer, Member, check_history, last_commits, wait_for_split, wait_until_consumed
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 from test_groups import committed_offsets
 
 PARTITIONS = 6

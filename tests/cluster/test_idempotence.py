@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from cluster_group_testing import DevNode
-from raftka.wire.ports import free_ports
+from common.wire.ports import free_ports
 
 PRODUCE = 0
 RECORDS = 30

@@ -23,7 +23,7 @@ from cluster_replication_testing import (
     wait_for_isr,
 )
 from cluster_testing import run_cli
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 
 PARTITIONS = 3
 ALL = (4, 5, 6)

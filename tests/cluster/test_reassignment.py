@@ -26,7 +26,7 @@ from cluster_replication_testing import (
     wait_for_identical_replicas,
 )
 from cluster_testing import run_cli
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 
 TOPIC = "moves"
 

@@ -14,7 +14,7 @@ import signal
 
 from confluent_kafka import KafkaError, Producer
 
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 from cluster_replication_testing import (
     SETTINGS,
     BackgroundProducer,

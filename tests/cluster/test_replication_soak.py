@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from bench.cluster_probes import quorum_leader
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 from cluster_replication_testing import (
     SETTINGS,
     BackgroundProducer,

@@ -9,11 +9,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kazoo.client import KazooClient
 
-from quorum.migration.local import LocalMigration
+from cluster.migration import LocalMigration
 from quorum.migration.znode import MIGRATION_PATH
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.ensemble import zookeeper_missing_reason
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,10 +9,10 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from quorum.migration.local import LocalMigration
+from cluster.migration import LocalMigration
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.ensemble import zookeeper_missing_reason
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 
 from test_migrate_cluster import RECORDS, TIMEOUT_S, committed, consume_and_commit, create_topic, expected_layout, \
     produce, read_all

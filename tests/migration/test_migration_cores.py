@@ -8,7 +8,7 @@ import pytest
 from quorum.migration.meta_properties import render, to_kraft
 from quorum.migration.znode import MigrationZnode, decode_migration, encode_migration
 from quorum.zookeeper.errors import MalformedZNodeError
-from raftka.config import read_properties
+from common.config import read_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE = ["copy.py", "dual_write.py", "znode.py", "meta_properties.py"]

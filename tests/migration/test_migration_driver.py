@@ -20,7 +20,7 @@ from quorum.zookeeper import admin
 from quorum.zookeeper import znodes as z
 from quorum.zookeeper.broker_side import notify_isr_changes, register_broker, write_isr_change
 from quorum.zookeeper.znodes import NamedPartition
-from raftka.wire.ports import free_ports
+from common.wire.ports import free_ports
 
 from migration_testing import broker_info, zk_cluster
 

@@ -19,8 +19,8 @@ from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
 from quorum.raft import QuorumConfig
-from raftka.wire import serve
-from raftka.wire.ports import free_ports
+from common.wire import serve
+from common.wire.ports import free_ports
 
 CLUSTER_ID = "node-test-cluster"
 

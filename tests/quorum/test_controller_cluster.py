@@ -169,7 +169,7 @@ def test_unregister_removes_the_broker_and_its_isr_memberships():
 
 
 def test_controller_config_reads_kafka_keys_from_the_node_config():
-    from raftka.config import NodeConfig
+    from common.config import NodeConfig
     node = NodeConfig.from_properties({
         "node.id": "1", "process.roles": "controller", "log.dirs": "/tmp/x",
         "controller.quorum.voters": "1@127.0.0.1:9093", "broker.session.timeout.ms": "3000",

@@ -10,8 +10,8 @@ from kio.schema.errors import ErrorCode
 from quorum.controller import ControllerConfig
 from quorum.controller.leader_balance import imbalance_ratio, imbalanced_preferred_elections
 from quorum.controller.reassignment import start_reassignment
-from raftka.config import NodeConfig
-from raftka.errors import ConfigError
+from common.config import NodeConfig
+from common.errors import ConfigError
 
 INTERVAL_MS = 1000
 

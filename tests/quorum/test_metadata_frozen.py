@@ -1,4 +1,4 @@
-"""The per-partition metadata classes built by `raftka.frozen.descriptor_init`
+"""The per-partition metadata classes built by `common.frozen.descriptor_init`
 behave as the frozen dataclasses they are: the image shares them between
 readers, so they must stay immutable, and equality decides what a delta holds."""
 
@@ -13,7 +13,7 @@ import pytest
 from quorum.metadata import PartitionRegistration
 from quorum.metadata.delta import LocalPartition
 from quorum.metadata.records import PartitionChangeRecord, PartitionRecord
-from raftka.frozen import descriptor_init
+from common.frozen import descriptor_init
 
 TOPIC = uuid.UUID(int=42)
 

@@ -25,7 +25,7 @@ from quorum.metadata.records import (
     decode_record,
     encode_record,
 )
-from raftka.errors import RaftkaError
+from common.errors import RaftkaError
 
 ints = st.integers(-(2**63), 2**63 - 1)
 ids = st.integers(-1, 2**31 - 1)

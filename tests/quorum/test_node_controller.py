@@ -14,7 +14,7 @@ from quorum.metadata.records import RegisterBrokerRecord
 from quorum.node.applier import committed_records
 from quorum.node.controller_client import ControllerClient
 from quorum.node.workload import BrokerStandIn, alter_config_request, create_topics_request
-from raftka.wire import open_connection_pool
+from common.wire import open_connection_pool
 
 from node_testing import CLUSTER_ID, InProcessQuorum
 

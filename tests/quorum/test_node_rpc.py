@@ -28,7 +28,7 @@ from quorum.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raftka.wire.codec import api_codec, decode_request, decode_response, encode_request, encode_response
+from common.wire.codec import api_codec, decode_request, decode_response, encode_request, encode_response
 
 ids = st.integers(-1, 2**31 - 1)
 epochs = st.integers(0, 2**31 - 1)

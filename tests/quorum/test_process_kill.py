@@ -18,11 +18,11 @@ from kio.schema.errors import ErrorCode
 
 from quorum.metadata.records import TopicRecord
 from quorum.node.controller_client import ControllerClient, NoActiveControllerError
-from quorum.node.local_quorum import LocalQuorum, metadata_records_on_disk
+from cluster.local_quorum import LocalQuorum, metadata_records_on_disk
 from quorum.node.workload import BrokerStandIn, create_topics_request
-from raftka.quorum_cli import describe_quorum
-from raftka.wire import open_connection_pool
-from raftka.wire.errors import ConnectionFailedError
+from quorum.node.describe_quorum import describe_quorum
+from common.wire import open_connection_pool
+from common.wire.errors import ConnectionFailedError
 
 SOAK = os.environ.get("RAFTKA_SOAK") == "1"
 

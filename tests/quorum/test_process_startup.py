@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-from quorum.node.local_quorum import LocalQuorum
-from raftka.meta_properties import format_log_dir, read_meta
-from raftka.wire.ports import free_ports
+from cluster.local_quorum import LocalQuorum
+from common.meta_properties import format_log_dir, read_meta
+from common.wire.ports import free_ports
 
 RAFTKA = [sys.executable, "-m", "raftka.cli"]
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from quorum.node.local_quorum import LocalQuorum
-from raftka.wire.ports import free_ports
+from cluster.local_quorum import LocalQuorum
+from common.wire.ports import free_ports
 
 FAST = {
     "controller.quorum.election.timeout.ms": "300",

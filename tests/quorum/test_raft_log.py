@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from quorum.raft import DivergingEpoch, ElectionState, MemoryLog, QuorumConfig, RaftUsageError, SnapshotId
 from quorum.raft.log import VALID, validate_fetch_position
 from quorum.raft.memory_log import decode_batches
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 
 
 class MemoryLogModel(RuleBasedStateMachine):

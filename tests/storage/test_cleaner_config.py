@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 from storage.cleaner_config import CleanerConfig, CompactionConfig
 from storage.throttler import Throttler, duty_cycle_sleep_ms
 

@@ -6,7 +6,7 @@ import pytest
 from crc32c import crc32c
 from log_testing import BASE_TS, as_stored, batch
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 from storage.batch import iter_batch_headers, parse_header
 from storage.config import LogConfig
 from storage.errors import (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from raftka.errors import ConfigError
+from common.errors import ConfigError
 from storage.config import LogConfig
 
 

@@ -2,7 +2,7 @@ import functools
 
 import pytest
 
-from raftka.wire import serve
+from common.wire import serve
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from kio.schema.produce.v3 import request as produce_req
 from kio.static.primitive import i16, i32
 from wire_testing import epoch_of, leader_epoch_of, raft_apis, vote_request, vote_response
 
-from raftka.wire import (
+from common.wire import (
     ConnectionFailedError,
     RequestTimeoutError,
     SupportedApis,

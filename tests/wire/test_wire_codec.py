@@ -20,8 +20,8 @@ from kio.schema.vote.v0 import request as vote_req
 from kio.schema.vote.v0 import response as vote_resp
 from kio.static.primitive import i32, i64
 
-import raftka.wire
-from raftka.wire import (
+import common.wire
+from common.wire import (
     LocalProtocolError,
     RemoteProtocolError,
     RequestHeader,
@@ -210,7 +210,7 @@ def test_garbage_is_either_decoded_or_a_remote_protocol_error(body):
 
 def test_pure_modules_do_no_io():
     forbidden = {"trio", "socket", "time", "os", "random", "asyncio"}
-    package = pathlib.Path(raftka.wire.__file__).parent
+    package = pathlib.Path(common.wire.__file__).parent
     for name in ("framing.py", "codec.py", "apis.py", "errors.py"):
         tree = ast.parse((package / name).read_text())
         for node in ast.walk(tree):

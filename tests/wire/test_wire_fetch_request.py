@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from kio.schema.fetch.v12 import request as fr
 from kio.serial import entity_writer
 
-from raftka.wire import SupportedApis, decode_request, encode_request
-from raftka.wire.fetch_request import FETCH_KEY, VERSION, encode_fetch_v12
+from common.wire import SupportedApis, decode_request, encode_request
+from common.wire.fetch_request import FETCH_KEY, VERSION, encode_fetch_v12
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -16,9 +16,9 @@ from kio.schema.fetch.v12 import response as kio_fetch
 from kio.serial import entity_reader, entity_writer
 from wire_testing import garbled, same_answer_server
 
-from raftka.wire import RemoteProtocolError
-from raftka.wire.codec import api_codec, decode_response
-from raftka.wire.fetch_response import FETCH_KEY, VERSION, FetchResponse, fetch_response_reader
+from common.wire import RemoteProtocolError
+from common.wire.codec import api_codec, decode_response
+from common.wire.fetch_response import FETCH_KEY, VERSION, FetchResponse, fetch_response_reader
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -129,7 +129,7 @@ def test_a_tag_shorter_than_its_struct_is_refused():
 async def test_client_receives_large_answers_split_across_reads_zero_copy():
     """A client connection reassembles frames larger than one receive
     (and several per receive), each decoded from the receive buffer."""
-    from raftka.wire.client import open_connection
+    from common.wire.client import open_connection
 
     batch = bytes(range(256)) * 4096  # 1 MiB: larger than a receive chunk
     response = kio_fetch.FetchResponse(

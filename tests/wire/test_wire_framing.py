@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftka.wire import (
+from common.wire import (
     FileSlice,
     FrameBuffer,
     LocalProtocolError,

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from wire_testing import epoch_of, leader_epoch_of, raft_apis, vote_request, vote_response
 
-from raftka.wire import encode_request, open_connection, serve
+from common.wire import encode_request, open_connection, serve
 
 
 async def echo_vote(ctx, request):

@@ -6,7 +6,7 @@ from confluent_kafka import Producer
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 
-from raftka.wire import SupportedApis
+from common.wire import SupportedApis
 
 
 class RecordingApis(SupportedApis):

@@ -1,4 +1,4 @@
-"""The length walk in front of kio (`raftka.wire.length_check`): it must
+"""The length walk in front of kio (`common.wire.length_check`): it must
 pass every whole body a peer can send, and refuse every body cut short,
 whatever the schema's shape -- flexible or not, arrays of fixed-size
 entries (skipped in one step) or of structs with lengths inside."""
@@ -16,8 +16,8 @@ from kio.schema.offset_for_leader_epoch.v4 import response as offset_for_leader_
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from raftka.wire import RemoteProtocolError
-from raftka.wire.length_check import check_lengths
+from common.wire import RemoteProtocolError
+from common.wire.length_check import check_lengths
 
 SCHEMAS = [
     metadata_v12.MetadataResponse,  # flexible; arrays of int32 ids

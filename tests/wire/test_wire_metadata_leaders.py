@@ -18,9 +18,9 @@ from kio.schema.metadata.v12 import response as kio_md
 from kio.serial import entity_reader, entity_writer
 from wire_testing import garbled, same_answer_server
 
-from raftka.wire import RemoteProtocolError
-from raftka.wire.codec import api_codec, api_codec_read_by, decode_response
-from raftka.wire.metadata_leaders import METADATA_KEY, VERSION, read_leaders
+from common.wire import RemoteProtocolError
+from common.wire.codec import api_codec, api_codec_read_by, decode_response
+from common.wire.metadata_leaders import METADATA_KEY, VERSION, read_leaders
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 IDS = st.lists(st.integers(-1, 2**31 - 1), max_size=4).map(tuple)
@@ -124,7 +124,7 @@ def test_the_reader_is_asked_for_per_request_and_kio_stays_the_default():
 async def test_a_client_gets_the_leaders_of_a_large_answer_from_a_server():
     """Over a real connection: the same server answer, read by kio when
     no reader is given and by hand when `read_leaders` is."""
-    from raftka.wire.client import open_connection
+    from common.wire.client import open_connection
 
     partitions = tuple(kio_md.MetadataResponsePartition(
         error_code=ErrorCode.none, partition_index=i, leader_id=3 + i % 2, leader_epoch=4, replica_nodes=(2, 3, 4),

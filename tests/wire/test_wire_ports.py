@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from raftka.wire.ports import LOWEST_PORT, PortPicker, free_ports
+from common.wire.ports import LOWEST_PORT, PortPicker, free_ports
 
 
 def _ephemeral_range() -> tuple[int, int]:

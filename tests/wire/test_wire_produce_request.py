@@ -12,8 +12,8 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 from wire_testing import garbled
 
-from raftka.wire import RemoteProtocolError, SupportedApis, decode_request, encode_request
-from raftka.wire.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest, produce_request_reader
+from common.wire import RemoteProtocolError, SupportedApis, decode_request, encode_request
+from common.wire.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest, produce_request_reader
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
 APIS = SupportedApis().declare(0, FIRST_VERSION, LAST_VERSION)

@@ -8,8 +8,8 @@ import pytest
 import trio
 from wire_testing import closed_by_peer, raft_apis, read_frames, vote_request
 
-from raftka.wire import FileSlice, encode_request, encode_response_header, frame_parts
-from raftka.wire.transmit import SMALL_SLICE_BYTES
+from common.wire import FileSlice, encode_request, encode_response_header, frame_parts
+from common.wire.transmit import SMALL_SLICE_BYTES
 
 FILE_BYTES = 12 * 1024 * 1024  # more than loopback socket buffers: sendfile must wait
 

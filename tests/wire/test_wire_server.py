@@ -19,7 +19,7 @@ from wire_testing import (
     vote_response,
 )
 
-from raftka.wire import (
+from common.wire import (
     api_codec,
     decode_response,
     encode_request,
@@ -256,7 +256,7 @@ async def test_many_requests_in_one_read_are_all_answered(start_server):
 
 
 def test_bad_max_in_flight_is_refused():
-    from raftka.wire import LocalProtocolError, serve
+    from common.wire import LocalProtocolError, serve
 
     async def main():
         with pytest.raises(LocalProtocolError, match="max_in_flight"):

@@ -12,7 +12,7 @@ from kio.schema.vote.v0 import request as vote_req
 from kio.schema.vote.v0 import response as vote_resp
 from kio.static.primitive import i32, i64
 
-from raftka.wire import FrameBuffer, SupportedApis
+from common.wire import FrameBuffer, SupportedApis
 
 TOPIC = "__cluster_metadata"
 

@@ -204,7 +204,7 @@ async def test_topic_creation_and_deletion_through_the_znodes(zk_hosts, nursery)
 async def _serve_controller_requests(cache, task_status=trio.TASK_STATUS_IGNORED):
     """A broker's controller-request listener: Kafka frames in, ZkMetadataCache, Kafka frames out."""
     from quorum.zookeeper import messages as m
-    from raftka.wire.framing import FrameBuffer
+    from common.wire.framing import FrameBuffer
 
     async def connection(stream):
         frames = FrameBuffer()

@@ -8,7 +8,7 @@ from kazoo.client import KazooClient
 
 from quorum.zookeeper.ensemble import ZooKeeperEnsemble, server_mode, zookeeper_missing_reason
 from quorum.zookeeper.errors import EnsembleError
-from raftka.wire.ports import free_ports
+from common.wire.ports import free_ports
 
 pytestmark = pytest.mark.skipif(zookeeper_missing_reason() is not None,
                                 reason=f"needs a local ZooKeeper: {zookeeper_missing_reason()}")

@@ -7,7 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from quorum.zookeeper import messages as m
-from raftka.wire.errors import LocalProtocolError, RemoteProtocolError
+from common.wire.errors import LocalProtocolError, RemoteProtocolError
 
 
 def _compact_str(s: str) -> bytes:

@@ -34,9 +34,9 @@ from quorum.zookeeper.context import SetZNode, ZkTransaction
 from quorum.zookeeper.ensemble import zookeeper_missing_reason
 from quorum.zookeeper.errors import ControllerMovedError
 from quorum.zookeeper.znodes import NamedPartition
-from raftka.cluster import LocalCluster
-from raftka.config import NodeConfig
-from raftka.errors import ConfigError
+from cluster import LocalCluster
+from common.config import NodeConfig
+from common.errors import ConfigError
 
 SESSION_TIMEOUT_S = 4.0
 #: Time past the session timeout for ZooKeeper to notice (a tick), the
@@ -412,7 +412,7 @@ def test_zookeeper_mode_config_errors_say_what_to_fix():
 
 
 def test_broker_without_zookeeper_fails_fast_naming_the_address(tmp_path):
-    from raftka.wire.ports import free_ports
+    from common.wire.ports import free_ports
 
     (port,) = free_ports(1)
     config = tmp_path / "broker.properties"

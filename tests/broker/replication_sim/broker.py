@@ -29,7 +29,7 @@ from kio.schema.broker_registration.v4 import BrokerRegistrationRequest
 from kio.schema.broker_registration.v4.request import Listener
 from kio.schema.errors import ErrorCode
 
-from broker.replication import (
+from broker.core.replication import (
     AlterPartitionProposal,
     FetcherManager,
     FetchPlan,

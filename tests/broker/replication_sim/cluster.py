@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from broker.replication import ReplicationConfig
+from broker.core.replication import ReplicationConfig
 from quorum.controller import ControllerConfig
 
 from replication_sim.broker import TOPIC, SimBroker

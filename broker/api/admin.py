@@ -1,0 +1,362 @@
+"""Admin requests forwarded to the controller, and InitProducerId.
+
+Theory of operation
+-------------------
+CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
+IncrementalAlterConfigs are decided by the active controller. The broker
+converts the client's request to the version the controller speaks
+(`controller_channel.CONTROLLER_VERSIONS`, `kio_util.convert`), sends it
+through the `ControllerChannel`, and converts the answer back.
+
+A client that creates a topic and then produces to it must find it here:
+so before answering a change, the broker waits until its own metadata
+image shows it (the created topics with all their partitions, the deleted
+ones gone, the new partition counts, the new config values), bounded by
+the request's timeout. The controller's answer is returned either way: the
+change is committed, only this broker's view lags.
+
+ElectLeaders (KIP-460), AlterPartitionReassignments and
+ListPartitionReassignments (KIP-455) are forwarded the same way. An
+election's answer waits until this broker's image shows the elected
+leaders, so a client's next Metadata sees them; a started reassignment
+until the image shows the target replicas (the switch happens later, once
+they are in sync). Clients older than ElectLeaders v1 only ask for a
+preferred election.
+
+InitProducerId (non-transactional, for idempotent producers): producer ids
+come from blocks the controller allocates to this broker
+(AllocateProducerIds, KIP-730); a new id per request, epoch 0, as Kafka's
+broker does without a transactional id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+
+import trio
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.alter_partition_reassignments.v0.request import AlterPartitionReassignmentsRequest
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
+from kio.schema.create_topics.v7.request import CreateTopicsRequest
+from kio.schema.delete_topics.v6 import request as dt_req
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+from kio.schema.elect_leaders.v2 import request as el_req
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
+from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+
+from broker.shell.controller_channel import ControllerUnavailableError
+from broker.api.kio_util import build, convert, response_class, response_module
+from quorum.metadata import MetadataImage
+from common.wire import ConnectionFailedError
+
+_NO_THROTTLE = datetime.timedelta(0)
+_PREFERRED = 0
+_SET, _DELETE = 0, 1
+_TOPIC_RESOURCE = 2
+
+_log = logging.getLogger("broker.admin")
+
+
+async def _forward(broker, request, target_cls):
+    """The controller's answer to `request` (converted both ways), or None."""
+    try:
+        answer = await broker.controller.send(convert(request.body, target_cls))
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("no answer from the controller: %s", exc)
+        return None
+    return convert(answer, response_class(request.header))
+
+
+def _deadline(body) -> float:
+    timeout = getattr(body, "timeout", None)
+    seconds = 30.0 if timeout is None else max(0.0, timeout.total_seconds())
+    return trio.current_time() + seconds
+
+
+async def _settle(broker, predicate: Callable[[MetadataImage], bool], deadline: float, what: str) -> None:
+    if not await broker.wait_for_image(predicate, deadline):
+        _log.info("%s: committed by the controller but not in this broker's image before the timeout", what)
+
+
+# --- CreateTopics --------------------------------------------------------
+
+
+async def handle_create_topics(broker, ctx, request):
+    body = request.body
+    response = await _forward(broker, request, CreateTopicsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.CreateTopicsResponse, throttle_time=_NO_THROTTLE, topics=tuple(
+            build(mod.CreatableTopicResult, name=t.name, topic_id=None, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer", num_partitions=-1, replication_factor=-1,
+                  configs=()) for t in body.topics))
+    if not body.validate_only:
+        wanted = {t.name: t for t in body.topics}
+        created = {r.name: _expected_partitions(r, wanted.get(r.name), broker)
+                   for r in response.topics if r.error_code == ErrorCode.none}
+
+        def shown(image: MetadataImage) -> bool:
+            for name, count in created.items():
+                topic = image.topic(name)
+                if topic is None or len(topic.partitions) < count:
+                    return False
+            return True
+
+        await _settle(broker, shown, _deadline(body), f"CreateTopics {sorted(created)}")
+    return response
+
+
+def _expected_partitions(result, requested, broker) -> int:
+    count = getattr(result, "num_partitions", -1)
+    if count is not None and count > 0:
+        return count
+    if requested is not None and requested.assignments:
+        return len(requested.assignments)
+    if requested is not None and requested.num_partitions > 0:
+        return requested.num_partitions
+    return 1
+
+
+# --- DeleteTopics --------------------------------------------------------
+
+
+async def handle_delete_topics(broker, ctx, request):
+    body = request.body
+    if hasattr(body, "topic_names"):
+        forwarded = dt_req.DeleteTopicsRequest(
+            topics=tuple(dt_req.DeleteTopicState(name=n, topic_id=None) for n in body.topic_names),
+            timeout=body.timeout)
+    else:
+        forwarded = body
+    try:
+        answer = await broker.controller.send(convert(forwarded, dt_req.DeleteTopicsRequest))
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("DeleteTopics: no answer from the controller: %s", exc)
+        mod = response_module(request.header)
+        names = body.topic_names if hasattr(body, "topic_names") else [t.name for t in body.topics]
+        return build(mod.DeleteTopicsResponse, throttle_time=_NO_THROTTLE, responses=tuple(
+            build(mod.DeletableTopicResult, name=n, topic_id=None, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer") for n in names))
+    response = convert(answer, response_class(request.header))
+    deleted = [(r.name, getattr(r, "topic_id", None)) for r in answer.responses if r.error_code == ErrorCode.none]
+
+    def gone(image: MetadataImage) -> bool:
+        for name, topic_id in deleted:
+            if topic_id is not None and topic_id.int and topic_id in image.topics_by_id:
+                return False
+            if topic_id is None or not topic_id.int:
+                if name is not None and image.topic(name) is not None:
+                    return False
+        return True
+
+    await _settle(broker, gone, _deadline(body), f"DeleteTopics {[n for n, _ in deleted]}")
+    return response
+
+
+# --- CreatePartitions ----------------------------------------------------
+
+
+async def handle_create_partitions(broker, ctx, request):
+    body = request.body
+    response = await _forward(broker, request, CreatePartitionsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.CreatePartitionsResponse, throttle_time=_NO_THROTTLE, results=tuple(
+            build(mod.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer") for t in body.topics))
+    if not body.validate_only:
+        counts = {t.name: t.count for t in body.topics}
+        grown = {r.name: counts[r.name] for r in response.results
+                 if r.error_code == ErrorCode.none and r.name in counts}
+
+        def shown(image: MetadataImage) -> bool:
+            for name, count in grown.items():
+                topic = image.topic(name)
+                if topic is None or len(topic.partitions) < count:
+                    return False
+            return True
+
+        await _settle(broker, shown, _deadline(body), f"CreatePartitions {sorted(grown)}")
+    return response
+
+
+# --- configs -------------------------------------------------------------
+
+
+async def handle_describe_configs(broker, ctx, request):
+    response = await _forward(broker, request, DescribeConfigsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.DescribeConfigsResponse, throttle_time=_NO_THROTTLE, results=tuple(
+            build(mod.DescribeConfigsResult, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer", resource_type=r.resource_type,
+                  resource_name=r.resource_name, configs=()) for r in request.body.resources or ()))
+    return response
+
+
+async def handle_incremental_alter_configs(broker, ctx, request):
+    body = request.body
+    response = await _forward(broker, request, IncrementalAlterConfigsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.IncrementalAlterConfigsResponse, throttle_time=_NO_THROTTLE, responses=tuple(
+            build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer", resource_type=r.resource_type,
+                  resource_name=r.resource_name) for r in body.resources))
+    if not body.validate_only:
+        ok = {(int(r.resource_type), r.resource_name) for r in response.responses if r.error_code == ErrorCode.none}
+        changes = [(r.resource_name, c.name, int(c.config_operation), c.value) for r in body.resources
+                   if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) == _TOPIC_RESOURCE
+                   for c in r.configs if int(c.config_operation) in (_SET, _DELETE)]
+
+        def shown(image: MetadataImage) -> bool:
+            for name, key, op, value in changes:
+                current = image.topic_config(name).get(key)
+                if (op == _SET and current != value) or (op == _DELETE and current is not None):
+                    return False
+            return True
+
+        await _settle(broker, shown, _deadline(body), "IncrementalAlterConfigs")
+    return response
+
+
+# --- ElectLeaders ---------------------------------------------------------
+
+
+async def handle_elect_leaders(broker, ctx, request):
+    body = request.body
+    election_type = int(getattr(body, "election_type", _PREFERRED))
+    forwarded = el_req.ElectLeadersRequest(
+        election_type=election_type, timeout=body.timeout,
+        topic_partitions=None if body.topic_partitions is None else tuple(
+            el_req.TopicPartitions(topic=tp.topic, partitions=tuple(tp.partitions)) for tp in body.topic_partitions))
+    mod = response_module(request.header)
+    try:
+        answer = await broker.controller.send(forwarded)
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("ElectLeaders: no answer from the controller: %s", exc)
+        return build(mod.ElectLeadersResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.request_timed_out,
+                     replica_election_results=tuple(
+                         build(mod.ReplicaElectionResult, topic=tp.topic, partition_result=tuple(
+                             build(mod.PartitionResult, partition_id=p, error_code=ErrorCode.request_timed_out,
+                                   error_message="the controller did not answer") for p in tp.partitions))
+                         for tp in body.topic_partitions or ()))
+    elected = [(r.topic, p.partition_id) for r in answer.replica_election_results for p in r.partition_result
+               if p.error_code == ErrorCode.none]
+
+    def shown(image: MetadataImage) -> bool:
+        for name, index in elected:
+            topic = image.topic(name)
+            partition = topic.partitions.get(index) if topic is not None else None
+            if partition is None:
+                continue  # deleted meanwhile
+            if election_type == _PREFERRED and partition.leader != partition.replicas[0]:
+                return False
+            if partition.leader < 0:
+                return False
+        return True
+
+    if elected:
+        await _settle(broker, shown, _deadline(body), f"ElectLeaders {elected[:5]}")
+    return convert(answer, response_class(request.header))
+
+
+# --- partition reassignment ------------------------------------------------
+
+
+async def handle_alter_partition_reassignments(broker, ctx, request):
+    body = request.body
+    response = await _forward(broker, request, AlterPartitionReassignmentsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.AlterPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer",
+                     responses=())
+    ok = {(t.name, p.partition_index) for t in response.responses for p in t.partitions
+          if p.error_code == ErrorCode.none}
+    targets = [(t.name, p.partition_index, tuple(p.replicas)) for t in body.topics for p in t.partitions
+               if p.replicas is not None and (t.name, p.partition_index) in ok]
+
+    def shown(image: MetadataImage) -> bool:
+        for name, index, replicas in targets:
+            topic = image.topic(name)
+            partition = topic.partitions.get(index) if topic is not None else None
+            if partition is not None and not set(replicas) <= set(partition.replicas):
+                return False
+        return True
+
+    if targets:
+        await _settle(broker, shown, _deadline(body), "AlterPartitionReassignments")
+    return response
+
+
+async def handle_list_partition_reassignments(broker, ctx, request):
+    response = await _forward(broker, request, ListPartitionReassignmentsRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.ListPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer",
+                     topics=())
+    return response
+
+
+# --- InitProducerId ------------------------------------------------------
+
+
+class ProducerIdBlock:
+    """The producer ids this broker may hand out: [next_id, end)."""
+
+    def __init__(self) -> None:
+        self.next_id = 0
+        self.end = 0
+        self.lock = trio.Lock()
+
+    def take(self) -> int | None:
+        if self.next_id >= self.end:
+            return None
+        producer_id = self.next_id
+        self.next_id += 1
+        return producer_id
+
+    def refill(self, start: int, length: int) -> None:
+        assert length > 0 and start >= self.end, (start, length, self.end)
+        self.next_id, self.end = start, start + length
+
+
+async def _next_producer_id(broker) -> tuple[ErrorCode, int]:
+    block: ProducerIdBlock = broker.producer_ids
+    async with block.lock:
+        producer_id = block.take()
+        if producer_id is not None:
+            return ErrorCode.none, producer_id
+        registration = broker.image.brokers.get(broker.node_id)
+        if registration is None:
+            return ErrorCode.coordinator_not_available, -1
+        try:
+            answer = await broker.controller.send(AllocateProducerIdsRequest(
+                broker_id=broker.node_id, broker_epoch=registration.epoch))
+        except (ControllerUnavailableError, ConnectionFailedError) as exc:
+            _log.warning("AllocateProducerIds: no answer from the controller: %s", exc)
+            return ErrorCode.coordinator_not_available, -1
+        if answer.error_code != ErrorCode.none:
+            _log.warning("AllocateProducerIds refused: %s", ErrorCode(answer.error_code).name)
+            return ErrorCode.coordinator_not_available, -1
+        block.refill(answer.producer_id_start, answer.producer_id_len)
+        _log.info("producer id block [%d, %d) allocated", block.next_id, block.end)
+        return ErrorCode.none, block.take()
+
+
+async def handle_init_producer_id(broker, ctx, request):
+    body = request.body
+    mod = response_module(request.header)
+    if body.transactional_id is not None:
+        # No transaction coordinator yet: clients cannot have found one
+        # (FindCoordinator is not served), so this is a misdirected request.
+        error, producer_id = ErrorCode.coordinator_not_available, -1
+    else:
+        error, producer_id = await _next_producer_id(broker)
+    return build(mod.InitProducerIdResponse, throttle_time=_NO_THROTTLE, error_code=error,
+                 producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1)

@@ -1,0 +1,141 @@
+"""Produce: append client batches to partition leaders (the hot path).
+
+Theory of operation
+-------------------
+For each partition of the request: check leadership (and, for acks=all,
+`min.insync.replicas`), check that exactly one batch came, and append it
+with `Log.append`, which validates the batch header and CRC (no per-record
+work) and assigns offsets by rewriting the base offset. The appends of one
+connection happen in request order (`ctx.in_order`), as Kafka's one-request-
+at-a-time connections guarantee, so an idempotent producer's sequence
+numbers land in order.
+
+- acks=0: no response. As Kafka does, a failed partition closes the
+  connection instead, the only signal such a producer gets.
+- acks=1: answer after the local append.
+- acks=all (-1): answer once the HW passes every appended partition's new
+  log end offset, or after the request's timeout with REQUEST_TIMED_OUT for
+  the partitions still short (Kafka's DelayedProduce). With one replica the
+  HW moves with the append, so this answers at once; with replication the
+  wait is real and is woken by follower fetches moving the HW.
+
+The handler answers at once when it can (the hot path: no task, no
+scheduling). If every earlier request of the connection is done
+(`ctx.in_turn`), it appends right away and returns the response; an
+acks=all request whose partitions still wait for the HW returns a
+coroutine that waits. If an earlier request is still being handled, the
+whole request runs as a coroutine that waits its turn (`ctx.in_order`).
+
+The request's records are views of the connection's receive buffer
+(`common.wire.produce_request`); `Log.append` writes them before the
+handler returns and keeps no reference. The response is encoded by hand
+(`broker.api.codec.encode_produce_response`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.api.codec import ProducePartitionResult, encode_produce_response
+from broker.shell.replica_manager import HostedPartition, wait_for_acks
+
+_log = logging.getLogger("broker.produce")
+
+Results = list[tuple[str, list[ProducePartitionResult]]]
+#: acks=all partitions still waiting: (index into results, position, partition,
+#: required offset, the leader epoch the batch was appended in).
+Waiting = list[tuple[int, int, HostedPartition, int, int]]
+
+
+def handle_produce(broker, ctx, request):
+    """The response, None (acks=0), or a coroutine giving one of them."""
+    acks = request.body.acks
+    if acks not in (0, 1, -1):
+        results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
+                             for p in t.partition_data]) for t in request.body.topic_data]
+        return _respond(ctx, request, results, True)
+    if not ctx.in_turn(request):
+        return _handle_in_turn(broker, ctx, request)
+    try:
+        results, waiting, any_error = _append(broker, request.body)
+    finally:
+        ctx.end_turn(request)
+    if waiting:
+        return _respond_when_replicated(ctx, request, results, waiting)
+    if acks:
+        return encode_produce_response(request.header, results)
+    return _respond(ctx, request, results, any_error)
+
+
+async def _handle_in_turn(broker, ctx, request):
+    async with ctx.in_order(request):
+        results, waiting, any_error = _append(broker, request.body)
+    if waiting:
+        return await _respond_when_replicated(ctx, request, results, waiting)
+    return _respond(ctx, request, results, any_error)
+
+
+def _append(broker, body) -> tuple[Results, Waiting, bool]:
+    acks = body.acks
+    now_ms = broker.clock_ms()
+    image = broker.image
+    append = broker.replicas.append_to_leader
+    results: Results = []
+    waiting: Waiting = []
+    any_error = False
+    for topic_data in body.topic_data:
+        partition_results = []
+        for p in topic_data.partition_data:
+            result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
+            if result.error_code:
+                any_error = True
+            elif acks == -1 and hp is not None:
+                # The epoch of this append: a leadership change before the HW
+                # passes it fails the request (a new leader may have truncated it).
+                waiting.append((len(results), len(partition_results), hp, required, hp.state.leader.leader_epoch))
+            partition_results.append(result)
+        results.append((topic_data.name, partition_results))
+    return results, waiting, any_error
+
+
+def _respond(ctx, request, results: Results, any_error: bool):
+    if request.body.acks == 0:
+        if any_error:
+            _log.info("closing connection %d from %s: an acks=0 produce failed", ctx.connection_id, ctx.peer)
+            ctx.close()
+        return None
+    return encode_produce_response(request.header, results)
+
+
+async def _respond_when_replicated(ctx, request, results: Results, waiting: Waiting):
+    deadline = trio.current_time() + request.body.timeout.total_seconds()
+    await _await_high_watermark(results, waiting, deadline)
+    return _respond(ctx, request, results, False)
+
+
+async def _await_high_watermark(results, waiting, deadline: float) -> None:
+    """Park until each partition's HW reaches its required offset (or it
+    fails), then fill in the final error codes."""
+    while True:
+        pending = []
+        for entry in waiting:
+            topic_index, position, hp, required, append_epoch = entry
+            error = hp.state.acks_all_status(required, append_epoch)
+            if error is None:
+                pending.append(entry)
+            elif error is not ErrorCode.none:
+                _set_error(results, topic_index, position, error)
+        waiting = pending
+        if not waiting or trio.current_time() >= deadline:
+            break
+        await wait_for_acks(((entry[2], entry[3], entry[4]) for entry in waiting), deadline)
+    for topic_index, position, *_ in waiting:
+        _set_error(results, topic_index, position, ErrorCode.request_timed_out)
+
+
+def _set_error(results, topic_index: int, position: int, error: ErrorCode) -> None:
+    partitions = results[topic_index][1]
+    partitions[position] = ProducePartitionResult(partitions[position].partition, error)

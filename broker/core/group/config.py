@@ -1,0 +1,98 @@
+"""Settings of the group coordinator, with Kafka's key names (pure).
+
+`GroupCoordinatorConfig.from_properties` reads the same keys as Kafka's
+broker (`group.*`, `offsets.*`, `offset.metadata.max.bytes`); every
+default is Kafka's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.errors import ConfigError
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorConfig:
+    #: `group.initial.rebalance.delay.ms`: how long the first rebalance of an
+    #: empty group waits for more members (extended while members keep
+    #: arriving, up to the rebalance timeout).
+    group_initial_rebalance_delay_ms: int = 3000
+    #: `group.min.session.timeout.ms` / `group.max.session.timeout.ms`: the
+    #: session timeouts a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT).
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    #: `group.max.size` (else GROUP_MAX_SIZE_REACHED).
+    group_max_size: int = _INT32_MAX
+    #: How long a new member's JoinGroup may stay parked before the member is
+    #: dropped (Kafka's fixed `group.new.member.join.timeout`, 5 minutes).
+    group_new_member_join_timeout_ms: int = 300_000
+    #: `offsets.retention.minutes` (7 days), as milliseconds.
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    #: `offsets.retention.check.interval.ms`: how often expired offsets and
+    #: empty groups are swept (tombstones from `tick`).
+    offsets_retention_check_interval_ms: int = 600_000
+    #: `offset.metadata.max.bytes` (else OFFSET_METADATA_TOO_LARGE).
+    offset_metadata_max_bytes: int = 4096
+    #: `offsets.topic.num.partitions` and `offsets.topic.replication.factor`:
+    #: the shape of `__consumer_offsets` when it is created on first use.
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    #: `offsets.topic.segment.bytes`.
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    #: `offsets.commit.timeout.ms`: how long the shell waits for a write's
+    #: records to commit before answering COORDINATOR_NOT_AVAILABLE.
+    offsets_commit_timeout_ms: int = 5000
+
+    def __post_init__(self) -> None:
+        if self.offsets_topic_num_partitions <= 0:
+            raise ConfigError("offsets.topic.num.partitions must be at least 1")
+        if self.offsets_topic_replication_factor <= 0:
+            raise ConfigError("offsets.topic.replication.factor must be at least 1")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.group_max_size <= 0:
+            raise ConfigError("group.max.size must be at least 1")
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ConfigError("group.initial.rebalance.delay.ms must not be negative")
+        if self.offsets_retention_ms <= 0:
+            raise ConfigError("offsets.retention.minutes must be at least 1")
+        if self.offsets_retention_check_interval_ms <= 0:
+            raise ConfigError("offsets.retention.check.interval.ms must be at least 1")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> GroupCoordinatorConfig:
+        """Build from Kafka-named properties; unknown keys are ignored (they
+        belong to other parts of the broker)."""
+        kwargs: dict[str, int] = {}
+        for key, field_name in _INT_KEYS.items():
+            if key in props:
+                kwargs[field_name] = _parse_int(key, props[key])
+        if "offsets.retention.minutes" in props:
+            kwargs["offsets_retention_ms"] = _parse_int("offsets.retention.minutes",
+                                                        props["offsets.retention.minutes"]) * 60_000
+        return cls(**kwargs)
+
+
+_INT_KEYS = {
+    "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+    "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+    "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "group.max.size": "group_max_size",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+    "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+}
+
+
+def _parse_int(key: str, raw: str) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{key} must be an integer, got {raw!r}") from None

@@ -1,0 +1,291 @@
+"""The broker process's core object: metadata in, Kafka protocol out.
+
+Theory of operation
+-------------------
+A `Broker` serves the Kafka protocol on one listener (`common.wire.serve`)
+and hosts partition replicas (`ReplicaManager` over `LogManager`). It has
+exactly two doors to the rest of the cluster:
+
+- **metadata in**: `on_metadata_update(image, delta)`. Whoever follows the
+  metadata log (the Raft observer, once wired; `LocalController` in tests)
+  calls it with each new immutable `MetadataImage`. The broker swaps its
+  image, opens/deletes logs and changes replica roles as the delta says,
+  and wakes requests waiting for the image (admin requests waiting to see
+  their change; parked fetches and produces). `await publish_metadata(image)`
+  is the same door in slices of the event loop's time, for a follower of
+  the metadata log that must keep heartbeating through a delta of
+  thousands of partitions (`broker.shell.quorum_link`).
+- **controller out**: `ControllerChannel.send(request)`, for client admin
+  requests (forwarded) and the broker's own AllocateProducerIds.
+
+Request handlers live in `broker.api.produce`, `broker.api.fetch`,
+`broker.api.list_offsets`, `broker.api.metadata`, `broker.api.admin`,
+`broker.api.find_coordinator` and `broker.shell.coordinator_runtime` (the group
+APIs); each is `async def handle_x(broker, ctx, request)`, except the hot
+path's `handle_produce` and `handle_fetch`, which answer at once when they
+can and return a coroutine only when they must wait. Beside serving,
+`run` keeps the group coordinator (`GroupCoordinatorRuntime`: shards of
+the `__consumer_offsets` partitions led here, loaded and unloaded as
+metadata changes leadership) and the log cleaner (`broker.shell.cleaner_runtime`)
+going. `run` serves until cancelled and then shuts down cleanly
+(checkpoints, `.kafka_cleanshutdown`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import trio
+
+from broker.api import admin, fetch, find_coordinator, list_offsets, produce
+from broker.api import metadata as metadata_api
+from broker.shell.cleaner_runtime import run_log_cleaner
+from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
+from broker.config import BrokerConfig
+from broker.shell.controller_channel import ControllerChannel
+from broker.shell.fetch_session import FetchSessionCache
+from broker.shell.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
+from broker.core.group import GROUP_API_VERSIONS
+from broker.shell.log_manager import LogManager
+from broker.api.metadata_codec import MetadataEncoder
+from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
+from broker.shell.replica_manager import ReplicaManager
+from quorum.metadata import MetadataDelta, MetadataImage, image_delta
+from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
+
+_log = logging.getLogger("broker")
+
+#: How long `publish_metadata` works on a delta before it lets the event loop run.
+PUBLISH_SLICE_S = 0.02
+
+# api_key: (min version, max version, handler). What the clients negotiate:
+# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
+# kafka-python 3.0 the same plus InitProducerId v4; aiokafka 0.14 Produce v7,
+# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3.
+_APIS = {
+    0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
+    1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
+    2: (1, 7, list_offsets.handle_list_offsets),
+    # librdkafka 2.16 writes its Metadata v9+ "all topics" request with a
+    # 4-byte placeholder where a 1-byte null count belongs; the wire layer
+    # ignores the trailing bytes, as Kafka does.
+    3: (1, 12, metadata_api.handle_metadata),
+    10: (find_coordinator.FIND_COORDINATOR_MIN_VERSION, find_coordinator.FIND_COORDINATOR_MAX_VERSION,
+         find_coordinator.handle_find_coordinator),
+    19: (2, 7, admin.handle_create_topics),
+    20: (1, 6, admin.handle_delete_topics),
+    22: (0, 5, admin.handle_init_producer_id),
+    23: (2, 4, list_offsets.handle_offset_for_leader_epoch),
+    32: (1, 4, admin.handle_describe_configs),
+    37: (0, 3, admin.handle_create_partitions),
+    43: (0, 2, admin.handle_elect_leaders),
+    44: (0, 1, admin.handle_incremental_alter_configs),
+    45: (0, 0, admin.handle_alter_partition_reassignments),
+    46: (0, 0, admin.handle_list_partition_reassignments),
+    60: (0, 1, metadata_api.handle_describe_cluster),
+    # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+    # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+    **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        controller: ControllerChannel,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.controller = controller
+        self.clock_ms = clock_ms
+        self.image = MetadataImage()
+        self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
+                                      producer_id_expiration_ms=config.producer_id_expiration_ms)
+        log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
+        self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults,
+                                       config.replication)
+        #: Replication: follower fetchers, and the leaders' ISR changes to the controller.
+        self.fetchers = ReplicaFetchers(self)
+        self.metadata_encoder = MetadataEncoder()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                                config.min_incremental_fetch_session_eviction_ms)
+        self.replicas.on_follow = self.fetchers.follow
+        self.isr_sender = IsrSender(self)
+        self.apis = SupportedApis()
+        for api_key, (lo, hi, _handler) in _APIS.items():
+            self.apis.declare(api_key, lo, hi)
+        self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
+        self._image_changed = trio.Event()
+        self._loaded = False
+        self._closed = False
+        self.server: Server | None = None
+        #: Producer ids handed out from the current controller-allocated block.
+        self.producer_ids = admin.ProducerIdBlock()
+        self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
+
+    # --- metadata in ---------------------------------------------------
+
+    def on_metadata_update(self, image: MetadataImage, delta: MetadataDelta | None = None) -> None:
+        """Publish a new metadata image to this broker (the one metadata door).
+
+        `delta` is `image_delta(previous image, image, node_id)`; it is
+        computed here when not given. The first call must carry an image
+        caught up with the metadata log (as Kafka's broker waits for before
+        its first publish): logs of partitions it does not host here are
+        moved aside as strays. Must be called from the trio thread.
+        """
+        steps = self._publish_steps(image, delta)
+        if steps is not None:
+            for _ in steps:
+                pass
+
+    async def publish_metadata(self, image: MetadataImage, slice_s: float = PUBLISH_SLICE_S) -> None:
+        """`on_metadata_update`, letting the event loop run every `slice_s`
+        of work: heartbeats, the metadata fetch and client requests go on
+        while thousands of replicas are created or change role. Replicas not
+        reached yet answer as before (NOT_LEADER_OR_FOLLOWER: retriable).
+        The caller publishes one image at a time (the quorum link's task)."""
+        steps = self._publish_steps(image, None)
+        if steps is None:
+            return
+        started = time.monotonic()
+        for _ in steps:
+            if time.monotonic() - started >= slice_s:
+                await trio.sleep(0)
+                started = time.monotonic()
+
+    def _publish_steps(self, image: MetadataImage, delta: MetadataDelta | None) -> Iterator[None] | None:
+        if image.offset < self.image.offset:
+            _log.warning("ignoring metadata image at offset %d older than the current %d",
+                         image.offset, self.image.offset)
+            return None
+        if not self._loaded:
+            self.log_manager.load(image, self.node_id)
+            self._loaded = True
+        if delta is None:
+            delta = image_delta(self.image, image, self.node_id)
+        configs_changed = image.configs is not self.image.configs
+        self.image = image
+        return self._publish(image, delta, configs_changed)
+
+    def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:
+        yield from self.replicas.delta_steps(image, delta)
+        if configs_changed:
+            self.replicas.refresh_topic_configs(image)
+        self.coordinator.on_metadata_update()
+        self._image_changed.set()
+        self._image_changed = trio.Event()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the first metadata image arrived (the logs are ready)."""
+        return self._loaded and not self._closed
+
+    async def wait_for_image(self, predicate: Callable[[MetadataImage], bool], deadline: float) -> bool:
+        """Wait until `predicate(self.image)` holds or trio time `deadline`; whether it holds."""
+        while not predicate(self.image):
+            if trio.current_time() >= deadline:
+                return False
+            with trio.move_on_at(deadline):
+                await self._image_changed.wait()
+        return True
+
+    # --- serving -------------------------------------------------------
+
+    def handle(self, ctx: ConnectionContext, request: DecodedRequest):
+        """The wire server's handler: one request in, its response (or an
+        awaitable of it: most handlers are coroutines) out."""
+        return self._handlers[request.header.api_key](self, ctx, request)
+
+    async def run(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; then shut down cleanly. Starts with the
+        bound `Server` (its `port` is the real one when config.port is 0)."""
+        config = self.config
+        clean = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self.server = await nursery.start(functools.partial(
+                    serve, self.handle, config.host, config.port, apis=self.apis,
+                    max_in_flight=config.max_in_flight_requests_per_connection,
+                    request_max_bytes=config.socket_request_max_bytes,
+                    connections_max_idle_ms=config.connections_max_idle_ms,
+                    send_buffer_bytes=config.socket_send_buffer_bytes,
+                    receive_buffer_bytes=config.socket_receive_buffer_bytes,
+                    file_transfer=config.fetch_file_transfer,
+                    log=logging.getLogger("broker.server"),
+                ))
+                _log.info("broker %d listening on %s:%d", self.node_id, config.host, self.server.port)
+                nursery.start_soon(self._background)
+                await nursery.start(self.fetchers.run)
+                await nursery.start(self.isr_sender.run)
+                await nursery.start(self.coordinator.run)
+                if config.log_cleaner_enable:
+                    nursery.start_soon(run_log_cleaner, self)
+                task_status.started(self.server)
+            clean = True
+        except BaseException as exc:
+            # Cancellation (SIGTERM, Ctrl-C, the caller's scope) is a clean
+            # stop; a crash leaves no marker, so the next start recovers.
+            clean = _is_stop(exc)
+            raise
+        finally:
+            if clean:
+                self.shutdown()
+
+    def shutdown(self) -> None:
+        """Close every log cleanly and write the clean-shutdown marker."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loaded:
+            self.log_manager.shutdown(self.replicas.high_watermarks())
+        _log.info("broker %d shut down cleanly", self.node_id)
+
+    async def _background(self) -> None:
+        """Checkpoints, flush.ms and retention on Kafka's timers."""
+        config = self.config
+        due = {
+            "hw": config.replica_high_watermark_checkpoint_interval_ms,
+            "recovery": min(config.log_flush_offset_checkpoint_interval_ms,
+                            config.log_flush_start_offset_checkpoint_interval_ms),
+            "retention": config.log_retention_check_interval_ms,
+            "producers": config.producer_id_expiration_check_interval_ms,
+        }
+        last = {name: self.clock_ms() for name in due}
+        tick_s = min(1.0, min(due.values()) / 1000)
+        while True:
+            await trio.sleep(tick_s)
+            if not self._loaded or self._closed:
+                continue
+            now = self.clock_ms()
+            self.log_manager.flush_due(now)
+            if now - last["hw"] >= due["hw"]:
+                await self.log_manager.checkpoint_high_watermarks_in_thread(self.replicas.high_watermarks())
+                last["hw"] = now
+            if now - last["recovery"] >= due["recovery"]:
+                self.log_manager.checkpoint_logs()
+                last["recovery"] = now
+            if now - last["retention"] >= due["retention"]:
+                self.replicas.enforce_retention(now)
+                last["retention"] = now
+            if now - last["producers"] >= due["producers"]:
+                self.log_manager.remove_expired_producers(now)
+                last["producers"] = now
+
+
+def _is_stop(exc: BaseException) -> bool:
+    if isinstance(exc, (trio.Cancelled, KeyboardInterrupt)):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_stop(e) for e in exc.exceptions)
+    return False

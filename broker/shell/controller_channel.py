@@ -1,0 +1,45 @@
+"""The broker's one way to the active controller.
+
+Every controller-bound request of the broker (CreateTopics, DeleteTopics,
+CreatePartitions, DescribeConfigs, IncrementalAlterConfigs forwarded for
+clients; AllocateProducerIds for itself) goes through a `ControllerChannel`:
+one coroutine that takes a kio request entity and returns the kio response
+entity. The broker sends each API at one fixed version
+(`CONTROLLER_VERSIONS`) and converts to and from the client's version
+itself, so the channel never needs to negotiate.
+
+Implementations:
+- over the network: `broker.shell.quorum_link.QuorumControllerChannel`, to
+  whichever voter is the active controller;
+- in process, for broker tests: `LocalController` (tests/broker/), the
+  controller's real decision functions applied to an image.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from common.errors import RaftkaError
+
+#: api_key -> the version the broker sends to the controller.
+CONTROLLER_VERSIONS: dict[int, int] = {
+    19: 7,  # CreateTopics
+    20: 6,  # DeleteTopics
+    32: 4,  # DescribeConfigs
+    37: 3,  # CreatePartitions
+    44: 1,  # IncrementalAlterConfigs
+    67: 0,  # AllocateProducerIds
+}
+
+
+class ControllerUnavailableError(RaftkaError):
+    """No active controller answered in time (none elected, or unreachable).
+    The broker answers the client with a retriable error; the client retries."""
+
+
+class ControllerChannel(Protocol):
+    async def send(self, request: Any) -> Any:
+        """Send a kio request entity to the active controller and return
+        its kio response entity. Raise `ControllerUnavailableError` (or let
+        a `common.wire.ConnectionFailedError` out) when there is no answer."""
+        ...

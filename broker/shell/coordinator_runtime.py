@@ -1,0 +1,363 @@
+"""The group coordinator in the broker: shards over `__consumer_offsets` (I/O shell).
+
+Theory of operation
+-------------------
+`GroupCoordinatorRuntime` drives the pure `broker.core.group.GroupCoordinatorShard`
+exactly as that package's docstring asks, one shard per `__consumer_offsets`
+partition this broker leads:
+
+- **Load** (`on_metadata_update`, after the replica manager applied the
+  delta): for each partition of the topic this broker now leads, and has no
+  shard for at that leader epoch, a shard is created and a task replays the
+  partition's log from its start to the log end offset seen at that moment
+  (control batches skipped), yielding to the event loop between reads, then
+  calls `on_loaded`. Meanwhile the shard answers COORDINATOR_LOAD_IN_PROGRESS.
+  This is coordinator failover: the new leader of a partition rebuilds its
+  groups and committed offsets from the records alone.
+- **Unload**: a partition no longer led here (or led at a new leader epoch:
+  another leader may have written in between, so the shard is rebuilt)
+  drops its shard; its parked requests are answered NOT_COORDINATOR.
+- **Requests**: a group API request is split by partition
+  (`split_by_partition`; ListGroups goes to every shard here); a part for a
+  partition without a shard here is answered NOT_COORDINATOR at once. The
+  shard is called inside `ctx.in_order`, so one connection's requests reach
+  it in the order they were sent, as Kafka's one-at-a-time connections
+  guarantee; a parked request (JoinGroup, a follower's SyncGroup) leaves
+  that block and waits for a later step to answer it.
+- **Results**: the records of every step (request, tick, unload) are
+  appended at once, in order, as one uncompressed batch through the same
+  leader append as Produce (`ReplicaManager.append_to_leader`, acks=all
+  rules). Each response of the step is held until the partition's high
+  watermark reaches the log end offset right after that append (or the
+  current log end offset when the step wrote nothing: it may depend on
+  earlier, uncommitted writes). So an OffsetCommit is answered only once
+  its records are committed. Held responses become NOT_COORDINATOR when
+  leadership is lost and COORDINATOR_NOT_AVAILABLE after
+  `offsets.commit.timeout.ms`. A failed append answers the step's responses
+  NOT_COORDINATOR and reloads the shard from the log, because the shard
+  already applied what did not get written.
+- **Timers**: `tick` runs on shards whose `next_deadline_ms` has passed
+  (session expiry, join and sync phases, the `offsets.retention.minutes`
+  sweep). The timer task sleeps until the earliest deadline (at most
+  `MAX_TIMER_SLEEP_S`, as deadlines are wall-clock times that can jump)
+  and is woken by every step that may have moved one (a request, a tick,
+  a load, an unload); with no deadline it sleeps until woken. An idle
+  broker's wakeups count against its CPU per GB served.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import random
+from collections.abc import Hashable
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.core.group import (
+    OFFSETS_TOPIC_NAME,
+    CoordinatorResult,
+    GroupCoordinatorConfig,
+    GroupCoordinatorShard,
+    GroupRecordError,
+    RequestContext,
+    error_response,
+    is_multi_group,
+    merge_responses,
+    split_by_partition,
+)
+from broker.shell.replica_manager import HostedPartition, wait_for_change
+from storage.batch import build_batch, iter_batch_headers, iter_records
+from storage.errors import StorageError
+
+#: Longest sleep of the timer task while some deadline is set.
+MAX_TIMER_SLEEP_S = 1.0
+#: Shortest: how late a due deadline may fire (Kafka's timer wheel ticks every ms).
+MIN_TIMER_SLEEP_S = 0.01
+#: Bytes read per step of a replay; the loop yields between steps (each
+#: record is decoded in Python: about 128 KiB of small records per 10 ms).
+REPLAY_READ_BYTES = 128 * 1024
+LIST_GROUPS = 16
+
+_log = logging.getLogger("broker.coordinator")
+
+
+class ShardRunner:
+    """A shard with the partition it is loaded from."""
+
+    def __init__(self, shard: GroupCoordinatorShard, hp: HostedPartition) -> None:
+        self.shard = shard
+        self.hp = hp
+        self.leader_epoch = hp.state.leader_epoch
+        self.load_scope = trio.CancelScope()
+        self.active = True
+
+    @property
+    def partition(self) -> int:
+        return self.shard.partition
+
+
+class HeldResponse:
+    """One request part waiting for the shard's answer and for that
+    answer's records to commit."""
+
+    def __init__(self, token: Hashable, request: Any, runner: ShardRunner) -> None:
+        self.token = token
+        self.request = request
+        self.runner = runner
+        self.ready = trio.Event()
+        self.response: Any = None
+        #: The high watermark the response waits for (None: send at once).
+        self.barrier: int | None = None
+        self.deadline = 0.0
+
+    def answer(self, response: Any, barrier: int | None, deadline: float) -> None:
+        if self.ready.is_set():
+            return
+        self.response, self.barrier, self.deadline = response, barrier, deadline
+        self.ready.set()
+
+    async def wait(self) -> Any:
+        await self.ready.wait()
+        if self.barrier is None:
+            return self.response
+        hp = self.runner.hp
+        while True:
+            state = hp.state
+            if not state.is_leader or state.leader_epoch != self.runner.leader_epoch:
+                # Another leader may have truncated what was appended.
+                return error_response(self.request, ErrorCode.not_coordinator)
+            if state.high_watermark >= self.barrier:
+                return self.response
+            if trio.current_time() >= self.deadline:
+                return error_response(self.request, ErrorCode.coordinator_not_available)
+            await wait_for_change((hp,), self.deadline)
+
+
+class GroupCoordinatorRuntime:
+    def __init__(self, broker, config: GroupCoordinatorConfig) -> None:
+        self.broker = broker
+        self.config = config
+        #: `__consumer_offsets` partition -> its shard here.
+        self.shards: dict[int, ShardRunner] = {}
+        self._held: dict[Hashable, HeldResponse] = {}
+        self._tokens = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+        #: One creation of `__consumer_offsets` at a time (`broker.api.find_coordinator`).
+        self.offsets_topic_lock = trio.Lock()
+        #: The live broker count when `__consumer_offsets` was last found
+        #: wider than the cluster (its warning is logged once per count).
+        self.offsets_topic_refused_at_brokers: int | None = None
+        # Member ids must differ across coordinators and restarts: each
+        # shard's generator is seeded from the system's entropy.
+        self._seeds = random.SystemRandom()
+        #: Set by every step that may move a shard's next deadline.
+        self._timers_moved = trio.Event()
+
+    # --- lifecycle -------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load shards, tick them; until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.on_metadata_update()
+            task_status.started()
+            try:
+                while True:
+                    with trio.move_on_after(self._timer_sleep_s()):
+                        await self._timers_moved.wait()
+                    self._tick_due()
+                    # `_tick_due` is synchronous: the next sleep is computed
+                    # after every change it made, so its own wakeup is moot.
+                    self._timers_moved = trio.Event()
+            finally:
+                self._nursery = None
+
+    def _timer_sleep_s(self) -> float:
+        deadlines = [runner.shard.next_deadline_ms() for runner in self.shards.values() if runner.active]
+        due = min((d for d in deadlines if d is not None), default=None)
+        if due is None:
+            return math.inf
+        # At least MIN_TIMER_SLEEP_S: a deadline a tick did not move cannot spin the loop.
+        return min(max((due - self.broker.clock_ms()) / 1000, MIN_TIMER_SLEEP_S), MAX_TIMER_SLEEP_S)
+
+    def on_metadata_update(self) -> None:
+        """Load shards of the partitions this broker now leads, unload the others."""
+        if self._nursery is None:
+            return
+        leading = self._led_partitions()
+        for p, runner in list(self.shards.items()):
+            hp = leading.get(p)
+            if hp is not runner.hp or hp.state.leader_epoch != runner.leader_epoch:
+                self._unload(runner, "leadership moved" if hp is None else "a new leader epoch")
+        for p, hp in leading.items():
+            if p not in self.shards:
+                self._load(p, hp)
+
+    def _led_partitions(self) -> dict[int, HostedPartition]:
+        topic = self.broker.image.topic(OFFSETS_TOPIC_NAME)
+        if topic is None:
+            return {}
+        partitions = self.broker.replicas.partitions
+        out = {}
+        for p in topic.partitions:
+            hp = partitions.get((OFFSETS_TOPIC_NAME, p))
+            if hp is not None and hp.state.is_leader:
+                out[p] = hp
+        return out
+
+    def num_partitions(self) -> int | None:
+        topic = self.broker.image.topic(OFFSETS_TOPIC_NAME)
+        return None if topic is None else len(topic.partitions)
+
+    # --- loading ---------------------------------------------------------
+
+    def _load(self, partition: int, hp: HostedPartition) -> None:
+        assert self._nursery is not None
+        shard = GroupCoordinatorShard(partition, self.config, random.Random(self._seeds.getrandbits(64)))
+        runner = self.shards[partition] = ShardRunner(shard, hp)
+        self._nursery.start_soon(self._replay, runner)
+
+    async def _replay(self, runner: ShardRunner) -> None:
+        log = runner.hp.log
+        shard = runner.shard
+        start = trio.current_time()
+        records = 0
+        with runner.load_scope:
+            end = log.log_end_offset
+            offset = log.log_start_offset
+            try:
+                while offset < end:
+                    data = log.read_bytes(offset, REPLAY_READ_BYTES, max_offset=end)
+                    if not data:
+                        break
+                    for position, header in iter_batch_headers(data):
+                        if not header.is_control:
+                            for record in iter_records(data, position):
+                                if record.key is not None:
+                                    shard.replay(record.key, record.value)
+                                    records += 1
+                        offset = header.next_offset
+                    await trio.sleep(0)
+            except (GroupRecordError, StorageError) as exc:
+                _log.error("%s-%d: cannot load the groups of this partition: %s; its groups stay "
+                           "unavailable here until the partition's leadership changes",
+                           OFFSETS_TOPIC_NAME, runner.partition, exc)
+                runner.active = False
+                return
+            shard.on_loaded(self.broker.clock_ms())
+            self._timers_moved.set()
+            _log.info("%s-%d: loaded %d groups from %d records up to offset %d in %.0f ms (leader epoch %d)",
+                      OFFSETS_TOPIC_NAME, runner.partition, len(shard.groups), records, end,
+                      (trio.current_time() - start) * 1000, runner.leader_epoch)
+
+    def _unload(self, runner: ShardRunner, why: str) -> None:
+        self._timers_moved.set()
+        runner.load_scope.cancel()
+        runner.active = False
+        if self.shards.get(runner.partition) is runner:
+            del self.shards[runner.partition]
+        result = runner.shard.unload()
+        for token, response in result.responses:
+            held = self._held.get(token)
+            if held is not None:
+                held.answer(response, None, 0.0)
+        for held in self._held.values():
+            if held.runner is runner:
+                held.answer(error_response(held.request, ErrorCode.not_coordinator), None, 0.0)
+        _log.info("%s-%d: unloaded the group coordinator shard (%s)", OFFSETS_TOPIC_NAME, runner.partition, why)
+
+    # --- requests --------------------------------------------------------
+
+    async def handle(self, ctx, request) -> Any:
+        """Answer one group API request (the broker's handler for every key
+        of `GROUP_API_VERSIONS`)."""
+        body = request.body
+        n = self.num_partitions()
+        if int(type(body).__api_key__) == LIST_GROUPS:
+            parts = {p: body for p, runner in self.shards.items() if runner.active}
+        elif n is None:
+            return error_response(body, ErrorCode.not_coordinator)
+        else:
+            parts = split_by_partition(body, n)
+        client_id = request.header.client_id or ""
+        client_host = "/" + ctx.peer.rsplit(":", 1)[0]
+        waits = []
+        async with ctx.in_order(request):
+            for p, part in parts.items():
+                runner = self.shards.get(p)
+                if runner is None or not runner.active:
+                    waits.append(error_response(part, ErrorCode.not_coordinator))
+                else:
+                    waits.append(self._submit(runner, part, client_id, client_host))
+        try:
+            answers = [await w.wait() if isinstance(w, HeldResponse) else w for w in waits]
+        finally:
+            # Answered, or the connection went away: a later answer to a
+            # parked part finds no one to send it to and is dropped.
+            for w in waits:
+                if isinstance(w, HeldResponse):
+                    self._held.pop(w.token, None)
+        return merge_responses(body, answers) if is_multi_group(body) else answers[0]
+
+    def _submit(self, runner: ShardRunner, part: Any, client_id: str, client_host: str) -> HeldResponse:
+        token = next(self._tokens)
+        held = self._held[token] = HeldResponse(token, part, runner)
+        result = runner.shard.handle(RequestContext(token, client_id, client_host), part, self.broker.clock_ms())
+        self._absorb(runner, result)
+        return held
+
+    # --- results ---------------------------------------------------------
+
+    def _absorb(self, runner: ShardRunner, result: CoordinatorResult) -> None:
+        """Append a step's records, then hold its responses behind them."""
+        self._timers_moved.set()
+        hp = runner.hp
+        deadline = trio.current_time() + self.config.offsets_commit_timeout_ms / 1000
+        if result.records:
+            barrier = self._append(runner, result)
+            if barrier is None:
+                for token, _response in result.responses:
+                    held = self._held.get(token)
+                    if held is not None:
+                        held.answer(error_response(held.request, ErrorCode.not_coordinator), None, 0.0)
+                if runner.active:
+                    self._unload(runner, "an append failed")
+                    self.on_metadata_update()
+                return
+        else:
+            barrier = hp.log.log_end_offset
+        for token, response in result.responses:
+            held = self._held.get(token)
+            if held is not None:
+                held.answer(response, barrier, deadline)
+
+    def _append(self, runner: ShardRunner, result: CoordinatorResult) -> int | None:
+        """Append the records as leader; the log end offset after, or None."""
+        broker = self.broker
+        now_ms = broker.clock_ms()
+        batch = build_batch([(r.key, r.value, (), now_ms) for r in result.records])
+        answer, hp, required = broker.replicas.append_to_leader(
+            broker.image, OFFSETS_TOPIC_NAME, runner.partition, bytearray(batch), -1, now_ms)
+        if answer.error_code != ErrorCode.none or hp is not runner.hp:
+            _log.warning("%s-%d: appending %d group records failed with %s %s", OFFSETS_TOPIC_NAME,
+                         runner.partition, len(result.records), ErrorCode(answer.error_code).name,
+                         answer.error_message or "")
+            return None
+        return required
+
+    def _tick_due(self) -> None:
+        now_ms = self.broker.clock_ms()
+        for runner in list(self.shards.values()):
+            if not runner.active or not runner.shard.loaded:
+                continue
+            due = runner.shard.next_deadline_ms()
+            if due is not None and due <= now_ms:
+                self._absorb(runner, runner.shard.tick(now_ms))
+
+
+async def handle_group_request(broker, ctx, request):
+    return await broker.coordinator.handle(ctx, request)

@@ -1,0 +1,332 @@
+"""The broker's partition logs on disk (I/O shell over `storage.Log`).
+
+Theory of operation
+-------------------
+Each hosted partition has one `storage.Log` in `<log dir>/<topic>-<partition>/`,
+laid out as Kafka lays it out. The `LogManager` opens a log when a metadata
+delta says this broker hosts the partition, and deletes it when the topic
+goes away (or the broker leaves the replica list).
+
+- **Topic identity.** A partition directory carries `partition.metadata`
+  with its topic id, as Kafka's does (KIP-516). A directory whose topic id
+  differs from the image's belongs to an older topic of the same name (it
+  was deleted and re-created while this broker was away): it is moved
+  aside as `<topic>-<partition>.<id>-stray` and a fresh log is created.
+  Logs of topics that the first image does not know, or that no longer list
+  this broker, are moved aside the same way at `load` (KIP-858). Stray data
+  is kept for an operator, never deleted.
+- **Deletion** renames the directory to `<topic>-<partition>.<id>-delete`
+  (durably) and then removes it; leftovers of a crash in between are
+  removed at the next start.
+- **Checkpoints.** `replication-offset-checkpoint` (high watermarks, given
+  by the replica manager), and through each `Log` the
+  `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint`, all
+  in Kafka's text format (`storage.checkpoint`), written on a timer and at
+  clean shutdown.
+- **Compaction and producer state.** Every partition log keeps its
+  idempotent producers' state (`storage.producer_snapshot`: snapshots per
+  segment, rebuilt from the log when missing). The `LogCleaner` (`cleaner`)
+  compacts the logs of `cleanup.policy=compact` topics; its trio task is
+  `broker.shell.cleaner_runtime`. A compacted topic without `delete` in its
+  policy keeps every segment whatever `retention.ms`/`retention.bytes` say
+  (Kafka's rule: only the cleaner removes its records).
+- **Clean shutdown.** `shutdown` flushes every log, writes every
+  checkpoint and then the `.kafka_cleanshutdown` marker in each log dir.
+  `load` removes the marker: its absence at the next start means the
+  broker died, and the logs are recovered from their recovery points
+  (`storage.recovery`) as they are opened. With the marker, the recovery
+  points equal the log end offsets and opening reads only the indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+
+import trio
+
+from quorum.metadata import MetadataImage
+from quorum.node.metadata_log import METADATA_PARTITION_DIR
+from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, write_atomically
+from storage.cleaner import LogCleaner
+from storage.cleaner_config import CleanerConfig
+from storage.config import LogConfig
+from storage.fs import OsFileSystem
+from storage.log import Log, parse_topic_partition, write_checkpoints_of
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_SUFFIX = "-delete"
+STRAY_SUFFIX = "-stray"
+
+#: Topic config keys the log engine reads (see `storage.config.LogConfig`).
+_LOG_CONFIG_KEYS = (
+    "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes",
+    "retention.ms", "retention.bytes", "max.message.bytes", "flush.messages", "flush.ms",
+)
+_LONG_MAX = str(2**63 - 1)
+
+TopicPartitionName = tuple[str, int]
+
+_log = logging.getLogger("broker.log_manager")
+
+
+def log_config_for(topic_configs: Mapping[str, str], broker_defaults: Mapping[str, str]) -> LogConfig:
+    """The `LogConfig` of a topic: its explicit configs over the broker's defaults."""
+    merged = {**broker_defaults, **topic_configs}
+    props = {k: v for k, v in merged.items() if k in _LOG_CONFIG_KEYS}
+    policies = {p.strip() for p in str(merged.get("cleanup.policy", "delete")).split(",")}
+    if "delete" not in policies:
+        # A compact-only topic loses records to the cleaner alone (Kafka's
+        # LogManager skips retention for it).
+        props["retention.ms"] = "-1"
+        props["retention.bytes"] = "-1"
+    for key in ("flush.messages", "flush.ms"):
+        # Kafka spells "never" as Long.MAX_VALUE; the log engine as unset.
+        if props.get(key) == _LONG_MAX:
+            del props[key]
+    return LogConfig.from_properties(props)
+
+
+class LogManager:
+    """Owns the `Log`s of the partitions this broker hosts."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[str],
+        clock_ms: Callable[[], int],
+        *,
+        cleaner_config: CleanerConfig | None = None,
+        producer_id_expiration_ms: int | None = None,
+    ) -> None:
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self._clock_ms = clock_ms
+        #: Compacts the logs of compacted topics (driven by `broker.shell.cleaner_runtime`).
+        self.cleaner = LogCleaner(cleaner_config)
+        self._producer_id_expiration_ms = producer_id_expiration_ms
+        self._fs = OsFileSystem()
+        self._logs: dict[TopicPartitionName, Log] = {}
+        self._dir_of: dict[TopicPartitionName, str] = {}
+        #: HWs found in the checkpoints at start (seed the HW of reopened partitions).
+        self._checkpointed_hws: dict[TopicPartitionName, int] = {}
+        #: What `checkpoint_high_watermarks` last wrote, per log dir.
+        self._written_hws: dict[str, dict[TopicPartitionName, int]] = {}
+        self._loaded = False
+        #: True when the last run of the broker did not shut down cleanly.
+        self.recovered_unclean = False
+
+    # --- start ---------------------------------------------------------
+
+    def load(self, image: MetadataImage, broker_id: int) -> None:
+        """Prepare the log dirs at start, given the first metadata image
+        (which must be caught up with the metadata log, as Kafka's broker
+        waits for before publishing it). Opens nothing: logs open as the
+        first delta names their partitions."""
+        assert not self._loaded, "LogManager.load runs once"
+        self._loaded = True
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            # The metadata log lives beside the partitions in the first log
+            # dir (Kafka's metadata.log.dir default) and belongs to the Raft node.
+            partition_dirs = [n for n in os.listdir(log_dir)
+                              if n != METADATA_PARTITION_DIR and parse_topic_partition(n) is not None
+                              and os.path.isdir(os.path.join(log_dir, n))]
+            if os.path.exists(marker):
+                os.remove(marker)
+                self._fs.fsync_dir(log_dir)
+                _log.info("%s: clean shutdown marker found; logs open without recovery", log_dir)
+            elif partition_dirs:
+                self.recovered_unclean = True
+                _log.warning(
+                    "%s: no clean shutdown marker: the broker stopped uncleanly; %d logs are recovered "
+                    "from their recovery points as they open", log_dir, len(partition_dirs))
+            for name in os.listdir(log_dir):
+                if name.endswith(DELETE_SUFFIX):
+                    _log.info("%s: finishing the deletion of %s", log_dir, name)
+                    shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+            self._checkpointed_hws.update(self._hw_file(log_dir).read())
+            for name in partition_dirs:
+                tp = parse_topic_partition(name)
+                assert tp is not None
+                topic = image.topic(tp[0])
+                registration = None if topic is None else topic.partitions.get(tp[1])
+                path = os.path.join(log_dir, name)
+                stored_id = _read_topic_id(path)
+                if registration is None or broker_id not in registration.replicas:
+                    self._move_aside(path, "its partition is not hosted here in the metadata")
+                elif stored_id is not None and stored_id != topic.topic_id:
+                    self._move_aside(path, f"the topic now has id {topic.topic_id}")
+                else:
+                    self._dir_of[tp] = log_dir
+
+    # --- logs ----------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    @property
+    def logs(self) -> Mapping[TopicPartitionName, Log]:
+        return self._logs
+
+    def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> Log:
+        """The open log of a hosted partition, opening (and recovering) or creating it."""
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            return log
+        log_dir = self._dir_of.get(tp) or self._pick_dir()
+        path = os.path.join(log_dir, f"{topic}-{partition}")
+        fresh = not os.path.isdir(path)
+        stored_id = None if fresh else _read_topic_id(path)
+        if stored_id is not None and stored_id != topic_id:
+            self._move_aside(path, f"the topic now has id {topic_id}")
+        log = Log.open(path, config, now_ms=self._clock_ms(), producer_state=True)
+        if self._producer_id_expiration_ms is not None and log.producer_state is not None:
+            log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
+        if stored_id != topic_id:
+            # A fresh log's file is not fsynced (nor is the rest of the new,
+            # empty log): lost or short after a crash, it is rewritten here.
+            write_atomically(self._fs, os.path.join(path, PARTITION_METADATA_FILE),
+                             f"version: 0\ntopic_id: {topic_id}\n".encode(), durable=not fresh)
+        self._logs[tp] = log
+        self._dir_of[tp] = log_dir
+        return log
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Close and remove a partition's log (durably renamed first)."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        log_dir = self._dir_of.pop(tp, None)
+        self._checkpointed_hws.pop(tp, None)
+        if log is not None:
+            self.cleaner.abort(log)
+            log.close()
+        if log_dir is None:
+            return
+        path = os.path.join(log_dir, f"{topic}-{partition}")
+        if not os.path.isdir(path):
+            return
+        doomed = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        os.replace(path, doomed)
+        self._fs.fsync_dir(log_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        _log.info("deleted the log of %s-%d", topic, partition)
+
+    def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
+        """The HW in `replication-offset-checkpoint` when the broker started."""
+        return self._checkpointed_hws.get((topic, partition))
+
+    # --- background work -----------------------------------------------
+
+    def checkpoint_high_watermarks(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
+        """Write `replication-offset-checkpoint` of each log dir whose entries changed."""
+        for log_dir, entries in self._changed_hws(high_watermarks):
+            self._hw_file(log_dir).write(entries)
+            self._written_hws[log_dir] = entries
+
+    async def checkpoint_high_watermarks_in_thread(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
+        """`checkpoint_high_watermarks`, with the files written and fsynced
+        in a worker thread (as Kafka's scheduler thread writes them): an
+        fsync while the logs take tens of MB/s waits for the filesystem's
+        journal, 50-200 ms here, and on the event loop it held up every
+        produce and fetch of the broker. Not abandoned when cancelled, so a
+        clean shutdown's own checkpoint never overlaps it."""
+        changed = self._changed_hws(high_watermarks)
+        if not changed:
+            return
+        await trio.to_thread.run_sync(self._write_hw_files, changed)
+        for log_dir, entries in changed:
+            self._written_hws[log_dir] = entries
+
+    def _changed_hws(self, high_watermarks: Mapping[TopicPartitionName, int]) -> list[tuple[str, dict]]:
+        """(log dir, its entries) for each log dir whose entries differ from the last written."""
+        by_dir: dict[str, dict[TopicPartitionName, int]] = {d: {} for d in self.log_dirs}
+        for tp, hw in high_watermarks.items():
+            log_dir = self._dir_of.get(tp)
+            if log_dir is not None:
+                by_dir[log_dir][tp] = hw
+        return [(log_dir, entries) for log_dir, entries in by_dir.items() if self._written_hws.get(log_dir) != entries]
+
+    def _write_hw_files(self, changed: list[tuple[str, dict]]) -> None:
+        for log_dir, entries in changed:
+            self._hw_file(log_dir).write(entries)
+
+    def checkpoint_logs(self) -> None:
+        """Write every log's recovery point and log start offset checkpoints."""
+        write_checkpoints_of(self._logs.values())
+
+    def flush_due(self, now_ms: int) -> None:
+        """Apply `flush.ms` to logs that have it."""
+        for log in self._logs.values():
+            log.maybe_flush(now_ms)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete segments by `retention.ms` / `retention.bytes`; the count deleted."""
+        return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget idempotent producers idle for `producer.id.expiration.ms`; how many."""
+        return sum(len(log.producer_state.remove_expired_producers(now_ms))
+                   for log in self._logs.values() if log.producer_state is not None)
+
+    def shutdown(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
+        """Clean shutdown: flush and close every log, write every
+        checkpoint, then the clean shutdown marker (fsynced)."""
+        self.cleaner.close()
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self.checkpoint_high_watermarks(high_watermarks)
+        for log_dir in self.log_dirs:
+            if not os.path.isdir(log_dir):
+                continue
+            write_atomically(self._fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+        _log.info("logs closed cleanly; wrote %s", CLEAN_SHUTDOWN_FILE)
+
+    def close_without_marker(self) -> None:
+        """Release the files (tests that simulate a crash after this)."""
+        self.cleaner.close()
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    # --- helpers -------------------------------------------------------
+
+    def _hw_file(self, log_dir: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self._fs, os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT))
+
+    def _pick_dir(self) -> str:
+        # Kafka places a new log in the dir with the fewest partitions.
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def _move_aside(self, path: str, why: str) -> None:
+        # Kafka names moved-aside logs <topic>-<partition>.<unique id>-stray.
+        stray = f"{path}.{uuid.uuid4().hex}{STRAY_SUFFIX}"
+        os.replace(path, stray)
+        self._fs.fsync_dir(os.path.dirname(path))
+        _log.warning("moved the log %s aside to %s: %s; remove it once you do not need it",
+                     path, os.path.basename(stray), why)
+
+
+def _read_topic_id(path: str) -> uuid.UUID | None:
+    try:
+        with open(os.path.join(path, PARTITION_METADATA_FILE)) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            try:
+                return uuid.UUID(value.strip())
+            except ValueError:
+                break
+    _log.warning("%s/%s is malformed; treating the log as of unknown topic id", path, PARTITION_METADATA_FILE)
+    return None

@@ -1,0 +1,212 @@
+"""One broker process: `process.roles=broker` or the combined `broker,controller`.
+
+`run_broker(config)` checks the log dirs (`meta.properties` must name one
+cluster and this node: `raftka storage format` writes it), then starts, in
+one nursery:
+
+- the `RaftNode` of `__cluster_metadata` in `<log.dirs[0]>/__cluster_metadata-0`:
+  an observer on a broker-only node, a voter on a combined one (with the
+  `ControllerService` and the controller listener at this node's address in
+  `controller.quorum.voters`, as `raftka controller` runs them);
+- the `Broker` on `listeners`, with a `QuorumControllerChannel` to the
+  active controller; it registers `advertised.listeners` (default: the
+  listener, a wildcard host replaced by this machine's name), which is
+  where clients are sent;
+- the `BrokerQuorumLink`: first image once caught up, registration,
+  heartbeats.
+
+It prints `READY node=<id> broker=<host>:<port>` (plus ` controller=<host>:<port>`
+on a combined node) once the controller has unfenced the broker and the
+broker's own image lists it, so its Metadata answers name it. SIGTERM or
+SIGINT stop it cleanly: controlled shutdown (bounded by
+`raftka.controlled.shutdown.timeout.ms`, default `broker.session.timeout.ms`,
+after which the controller would fence the broker anyway), the logs closed
+with their checkpoints and clean-shutdown marker, then a leading voter
+hands over (EndQuorumEpoch) and the node stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import random
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from broker.shell.broker import Broker
+from broker.config import BrokerConfig
+from broker.core.lifecycle import ListenerSpec
+from broker.shell.quorum_link import BrokerQuorumLink, QuorumControllerChannel
+from quorum.controller import ControllerConfig
+from quorum.node.controller_client import ControllerClient
+from quorum.node.controller_service import ControllerService
+from quorum.node.driver import RaftNode
+from quorum.node.handler import QuorumRequestHandler
+from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
+from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
+from common.config import NodeConfig, int_property, parse_listener
+from common.errors import ConfigError
+from common.wire import ConnectionPool, serve
+
+_log = logging.getLogger("broker.process")
+
+
+def advertised_listener(config: NodeConfig, bound_port: int) -> ListenerSpec:
+    """The endpoint registered for clients: `advertised.listeners` if set,
+    else the listener itself (a wildcard host becomes this machine's name,
+    as Kafka advertises it)."""
+    raw = config.raw.get("advertised.listeners")
+    if raw:
+        name, host, port = parse_listener(raw, "advertised.listeners")
+        return ListenerSpec(name, host, port or bound_port)
+    assert config.listener is not None
+    name, host, _port = config.listener
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return ListenerSpec(name, host, bound_port)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeReady:
+    """What a node says once it serves: its broker address (and controller's)."""
+
+    node_id: int
+    host: str
+    port: int
+    controller: str | None = None
+
+    @property
+    def line(self) -> str:
+        line = f"READY node={self.node_id} broker={self.host}:{self.port}"
+        return line if self.controller is None else f"{line} controller={self.controller}"
+
+
+async def run_broker(
+    config: NodeConfig,
+    *,
+    handle_signals: bool = True,
+    on_ready: Callable[[NodeReady], None] | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a broker (or combined) node until SIGTERM/SIGINT, or until cancelled
+    (an abrupt stop: no controlled shutdown). Starts with the bound broker port."""
+    if config.zk_mode:
+        # ZooKeeper mode: the same broker, its metadata from a ZooKeeper-elected controller.
+        from broker.shell.zk_link import run_zk_broker
+
+        await run_zk_broker(config, handle_signals=handle_signals, on_ready=on_ready, task_status=task_status)
+        return
+    if not config.is_broker:
+        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: `raftka broker` needs "
+                          "process.roles=broker or broker,controller; run controllers with `raftka controller`")
+    cluster_id = check_log_dirs(config)
+    broker_config = BrokerConfig.from_properties(config.raw, cluster_id=cluster_id)
+    quorum = quorum_config(config)
+    heartbeat_interval_ms = config.broker_heartbeat_interval_ms
+    if heartbeat_interval_ms >= config.broker_session_timeout_ms:
+        raise ConfigError(f"broker.heartbeat.interval.ms={heartbeat_interval_ms} must be below "
+                          f"broker.session.timeout.ms={config.broker_session_timeout_ms}, or the controller "
+                          "fences the broker between two heartbeats")
+    shutdown_timeout_ms = int_property(config.raw, "raftka.controlled.shutdown.timeout.ms",
+                                       config.broker_session_timeout_ms, 0)
+    node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
+                    cluster_id=cluster_id, config=quorum,
+                    segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        controller_port = None
+        if config.is_controller:
+            controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id),
+                                           random.Random())
+            await nursery.start(controller.run)
+            handler = QuorumRequestHandler(node, controller)
+            host, port = config.controller_quorum_voters[config.node_id]
+            controller_server = await nursery.start(functools.partial(
+                serve, handler, host, port, apis=handler.apis,
+                request_max_bytes=config.socket_request_max_bytes,
+                connections_max_idle_ms=config.connections_max_idle_ms,
+                log=logging.getLogger("quorum.server")))
+            controller_port = controller_server.port
+
+        pool = ConnectionPool(nursery, client_id=f"raftka-broker-{config.node_id}",
+                              connect_timeout_ms=quorum.controller_quorum_request_timeout_ms)
+        client = ControllerClient(pool, config.controller_quorum_voters,
+                                  leader_hint=lambda: node.leader.leader_id,
+                                  request_timeout_ms=quorum.controller_quorum_request_timeout_ms,
+                                  retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
+        broker = Broker(broker_config, QuorumControllerChannel(client))
+        link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
+                                heartbeat_interval_ms=heartbeat_interval_ms,
+                                heartbeat_timeout_ms=max(heartbeat_interval_ms,
+                                                         quorum.controller_quorum_request_timeout_ms))
+        broker_scope = trio.CancelScope()
+        broker_stopped = trio.Event()
+
+        async def serve_broker(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with broker_scope:
+                    await broker.run(task_status=task_status)
+            finally:
+                broker_stopped.set()
+
+        server = await nursery.start(serve_broker)
+        advertised = advertised_listener(config, server.port)
+        link_scope = trio.CancelScope()
+
+        async def run_link(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+            with link_scope:
+                await link.run(advertised, task_status=task_status)
+
+        await nursery.start(run_link)
+        if handle_signals:
+            nursery.start_soon(_stop_on_signals, nursery.cancel_scope, link, broker_scope, broker_stopped,
+                               link_scope, node, shutdown_timeout_ms / 1000)
+        await link.wait_serving()
+        controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
+        ready = NodeReady(config.node_id, advertised.host, advertised.port,
+                          None if controller_port is None else f"{controller_host}:{controller_port}")
+        _log.info("%s (cluster %s)", ready.line, cluster_id)
+        if on_ready is not None:
+            on_ready(ready)
+        task_status.started(server.port)
+
+
+async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float) -> None:
+    """Wait for SIGTERM or SIGINT, then run `link.controlled_shutdown`; a
+    second signal cuts it short. Shared by both metadata modes' brokers."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            _log.info("received %s: shutting down", signal.Signals(signum).name)
+            break
+        async with trio.open_nursery() as nursery:
+            async def second_signal() -> None:
+                async for signum in signals:
+                    _log.warning("received %s again: stopping without waiting", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(second_signal)
+            await link.controlled_shutdown(shutdown_timeout_s)
+            nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerQuorumLink, broker_scope: trio.CancelScope,
+                           broker_stopped: trio.Event, link_scope: trio.CancelScope, node: RaftNode,
+                           shutdown_timeout_s: float) -> None:
+    await controlled_shutdown_on_signal(link, shutdown_timeout_s)
+    # Stop serving and close the logs cleanly (Broker.run does on cancel),
+    # then stop heartbeating, then leave the quorum.
+    broker_scope.cancel()
+    await broker_stopped.wait()
+    link_scope.cancel()
+    if node.is_leader:
+        with trio.move_on_after(RESIGN_GRACE_S):
+            await node.resign()
+            await trio.sleep(0.1)  # let the EndQuorumEpoch requests leave
+    cancel_scope.cancel()

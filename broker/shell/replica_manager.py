@@ -1,0 +1,477 @@
+"""The partitions this broker hosts: state, log, and who waits on them (I/O shell).
+
+Theory of operation
+-------------------
+A `HostedPartition` pairs the pure partition state (the replication
+core's `Partition`: role, epochs, ISR, HW) with its
+`storage.Log` and with the requests parked on it. The `ReplicaManager`
+keeps them, changes them when a metadata delta arrives (`apply_delta`:
+become leader, become follower, stop), appends client batches to leaders
+(`append_to_leader`) and acts on what the core decides (`act`): wake parked
+requests, queue an AlterPartition for `broker.shell.replica_fetcher.IsrSender`,
+move a follower's fetching to its new leader (`on_follow`, the
+`ReplicaFetchers`). `timeline` (`broker.core.failover_timeline`) logs one line
+per delta that changed leaderships: how long it took to apply, and when
+its new leaders' followers fetched and committed the new epoch.
+
+Parked requests ("purgatory", Kafka's DelayedProduce and DelayedFetch):
+a long-polling Fetch and an acks=all Produce wait for *something to change*
+on the partitions they touch, then re-check their own condition (enough
+bytes below the HW; the HW past their last offset). Every change a parked
+request could be waiting for -- an append (LEO), a HW move (an append, a
+follower's fetch), an ISR change, a leadership change or
+the replica stopping -- calls `HostedPartition.notify`, which sets every
+parked request's `trio.Event`. A waiter registers one event with each
+partition it touches (`wait_for_change`), so a Fetch over many partitions
+wakes on the first of them. A parked acks=all Produce (`wait_for_acks`)
+is woken only once `notify` finds its answer decided on one of its
+partitions (`acks_all_status`: the HW past its batch, an ISR under
+`min.insync.replicas`, a leadership change), as Kafka's DelayedProduce is
+completed only by a check that succeeds: every append and follower fetch
+calls `notify`, and waking each of a connection's in-flight produces to
+find its HW still short cost a task switch and a cancel scope each.
+Deadlines are trio cancel scopes; a produce that times out answers
+REQUEST_TIMED_OUT. A follower's fetch session
+(`broker.shell.fetch_session`) subscribes for good instead: `notify` marks the
+partition dirty in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from broker.api.codec import ProducePartitionResult
+from broker.core.failover_timeline import LeadershipTimeline
+from broker.shell.log_manager import LogManager, TopicPartitionName, log_config_for
+from broker.core.replication import (
+    AlterPartitionProposal,
+    Partition,
+    LeaderUpdate,
+    ReplicaFetch,
+    ReplicationConfig,
+    Role,
+    TopicIdPartition,
+    eligible_brokers,
+)
+from broker.core.replication.messages import NO_UPDATE
+from quorum.metadata import MetadataDelta, MetadataImage
+from quorum.metadata.topic_configs import TOPIC_CONFIGS
+from storage.batch import LOG_APPEND_TIME, LOG_OVERHEAD, set_max_timestamp, validate_batch
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+)
+from storage.log import Log
+from storage.producer_state import ProducerStateError
+
+_BATCH_LENGTH = struct.Struct(">i")
+_log = logging.getLogger("broker.replica_manager")
+
+
+class HostedPartition:
+    __slots__ = ("state", "log", "waiters", "acks_waiters", "sessions", "log_append_time", "replicas")
+
+    def __init__(self, state: Partition, log: Log, replicas: ReplicaManager | None = None) -> None:
+        self.state = state
+        self.log = log
+        #: The manager that acts on this partition's replication decisions.
+        self.replicas = replicas
+        self.waiters: set[ChangeWaiter] = set()
+        #: Parked acks=all produces: waiter -> (required offset, the leader
+        #: epoch of the append), woken once `acks_all_status` decides.
+        self.acks_waiters: dict[ChangeWaiter, tuple[int, int]] = {}
+        #: The follower fetch sessions holding this partition (`broker.shell.fetch_session`):
+        #: session -> its SessionPartition. Unlike a waiter, a session stays subscribed.
+        self.sessions: dict = {}
+        #: `message.timestamp.type=LogAppendTime`: the broker stamps batches (KIP-32).
+        self.log_append_time = False
+
+    def notify(self) -> None:
+        """Wake every request parked on this partition; mark it dirty in
+        every fetch session holding it."""
+        if self.waiters:
+            for waiter in self.waiters:
+                waiter.wake(self)
+            self.waiters.clear()
+        if self.acks_waiters:
+            status = self.state.acks_all_status
+            decided = [w for w, (required, epoch) in self.acks_waiters.items() if status(required, epoch) is not None]
+            for waiter in decided:
+                del self.acks_waiters[waiter]
+                waiter.wake(self)
+        if self.sessions:
+            for session, sp in self.sessions.items():
+                session.mark_dirty(sp)
+
+
+class ChangeWaiter:
+    """A parked request: woken by the first change, it also learns which of
+    its partitions changed before it ran, so it reads only those again."""
+
+    __slots__ = ("event", "changed")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.changed: list[HostedPartition] = []
+
+    def wake(self, hp: HostedPartition) -> None:
+        self.changed.append(hp)
+        self.event.set()
+
+
+async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float) -> list[HostedPartition]:
+    """Return when any of `partitions` changes, or at `deadline` (trio time):
+    the partitions that changed meanwhile (none at the deadline)."""
+    waiter = ChangeWaiter()
+    hosted = list(partitions)
+    for hp in hosted:
+        hp.waiters.add(waiter)
+    try:
+        with trio.move_on_at(deadline):
+            await waiter.event.wait()
+    finally:
+        for hp in hosted:
+            hp.waiters.discard(waiter)
+    return waiter.changed
+
+
+async def wait_for_acks(waiting: Iterable[tuple[HostedPartition, int, int]], deadline: float) -> None:
+    """Return once the acks=all answer of any of `waiting` -- (partition,
+    required offset, leader epoch of the append) -- is decided
+    (`Partition.acks_all_status` is not None), or at `deadline` (trio time)."""
+    waiter = ChangeWaiter()
+    parked = list(waiting)
+    for hp, required, epoch in parked:
+        hp.acks_waiters[waiter] = (required, epoch)
+    try:
+        with trio.move_on_at(deadline):
+            await waiter.event.wait()
+    finally:
+        for hp, _required, _epoch in parked:
+            hp.acks_waiters.pop(waiter, None)
+
+
+def _topic_config(image: MetadataImage, topic: str, key: str) -> str:
+    return image.topic_config(topic).get(key, TOPIC_CONFIGS[key].default)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        clock_ms: Callable[[], int],
+        log_defaults: Mapping[str, str],
+        replication: ReplicationConfig | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.clock_ms = clock_ms
+        self.log_defaults = dict(log_defaults)
+        self.replication = replication or ReplicationConfig()
+        self.partitions: dict[TopicPartitionName, HostedPartition] = {}
+        #: The same partitions by topic id (the replication core's key).
+        self.by_id: dict[TopicIdPartition, HostedPartition] = {}
+        #: ISR changes to send to the controller, newest per partition.
+        self.alter_partition_queue: dict[TopicIdPartition, AlterPartitionProposal] = {}
+        self.alter_partition_pending = trio.Event()
+        #: `(topic, partition, topic_id, leader_id, leader_epoch)` -> None:
+        #: fetch the partition from `leader_id` (-1: from nowhere).
+        self.on_follow: Callable[[str, int, object, int, int], None] = lambda *_: None
+        #: When each delta's leadership changes took effect (one INFO line per delta).
+        self.timeline = LeadershipTimeline()
+        #: `eligible_brokers` of the newest delta: what every leader here holds.
+        self._eligible: dict[int, int] | None = None
+
+    # --- the core's decisions --------------------------------------------
+
+    def act(self, hp: HostedPartition, update: LeaderUpdate) -> None:
+        """Do what a `LeaderUpdate` asks: wake parked requests, queue the ISR change."""
+        if update.alter_partition is not None:
+            proposal = update.alter_partition
+            self.alter_partition_queue[TopicIdPartition(proposal.topic_id, proposal.partition)] = proposal
+            self.alter_partition_pending.set()
+        if update.wake:
+            hp.notify()
+
+    def tick(self, now_ms: int, keys: Iterable[TopicIdPartition] | None = None) -> None:
+        """Time passed: ISR shrink of lagging followers, AlterPartition
+        retries; on every leader, or on the partitions `keys`."""
+        hosted = self.partitions.values() if keys is None else (self.by_id.get(k) for k in keys)
+        for hp in list(hosted):
+            if hp is not None and hp.state.leader is not None:
+                self.act(hp, hp.state.tick(now_ms))
+
+    def by_topic_id(self, key: TopicIdPartition) -> HostedPartition | None:
+        return self.by_id.get(key)
+
+    def _drop(self, hp: HostedPartition) -> None:
+        self.by_id.pop(TopicIdPartition(hp.state.topic_id, hp.state.partition), None)
+
+    def serve_replica_fetch(self, hp: HostedPartition, replica_id: int, fp, now_ms: int):
+        """One partition of a follower's Fetch on this leader: the core's
+        decision, acted on. The caller has checked `fp`'s leader epoch and
+        that `replica_id` may fetch here (`Partition.fetch_error` is none),
+        so the leader's own check (`Partition.handle_replica_fetch`) is
+        skipped: it is the same check, and this runs for every partition a
+        follower names (thousands per fetch after a failover)."""
+        fetch = ReplicaFetch(replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1),
+                             getattr(fp, "current_leader_epoch", -1))
+        decision = hp.state.leader.handle_replica_fetch(fetch, hp.log, now_ms)
+        update = decision.update
+        if update is not NO_UPDATE:
+            self.act(hp, update)
+        if self.timeline.watching:
+            self.note_replica_fetch(hp, decision.high_watermark, now_ms)
+        return decision
+
+    def note_replica_fetch(self, hp: HostedPartition, high_watermark: int, now_ms: int) -> None:
+        """For the failover timeline: a follower's fetch of `hp` was served at
+        `high_watermark`. Callers call it only while `timeline.watching`: the
+        check costs less than this call, per partition of every follower fetch."""
+        # Keyed by the hosted partition itself: hashing a TopicIdPartition
+        # hashes its UUID in Python, per partition of every follower fetch
+        # while a failover's timeline is open.
+        log_timeline(self.timeline.on_replica_fetch(hp, high_watermark, now_ms))
+
+    # --- metadata ------------------------------------------------------
+
+    def apply_delta(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Make the hosted replicas match `image` (KIP-631's delta publishing), at once."""
+        for _ in self.delta_steps(image, delta):
+            pass
+
+    def delta_steps(self, image: MetadataImage, delta: MetadataDelta) -> Iterator[None]:
+        """`apply_delta` one replica at a time: yields after each one it
+        stopped, created or changed, so that a caller on an event loop can
+        let heartbeats and the metadata fetch run between them. A delta of
+        thousands of partitions (a topic created, a broker fenced) costs
+        milliseconds each (opening logs, leader epoch checkpoints); done in
+        one turn it held the loop past `broker.session.timeout.ms`, the
+        broker was fenced, and the leadership churn fed the next big delta.
+        The steps must all run, in order, before the next delta."""
+        now_ms = self.clock_ms()
+        for stopped in delta.stopped:
+            self._stop_replica(stopped)
+            yield
+        eligible = eligible_brokers(image)
+        settings: dict[str, tuple[int, bool]] = {}
+        touched = set()
+        # Counted by `is`: an enum member's `value` and `__hash__` are Python code.
+        new_followers = new_leaders = 0
+        timeline = self.timeline
+        log_timeline(timeline.begin_delta(image.offset, now_ms))
+        # Followers first: a follow step is cheap (no file is written) and
+        # starts the fetch an acks=all write on the new leader waits for; a
+        # leader step writes its new epoch to the leader-epoch-checkpoint.
+        # Kafka makes the leaders first; done that way, a delta of
+        # thousands of leader changes held every follower switch until the
+        # last leader step, and the first acks=all commit with it.
+        for local in (*delta.followers, *delta.leaders):
+            hp, role = self._apply_local(image, local, eligible, now_ms, settings)
+            touched.add(hp)
+            if role is not None:
+                if role is Role.LEADER:
+                    new_leaders += 1
+                else:
+                    new_followers += 1
+                if hp.state.leader is not None:
+                    timeline.on_leader(hp, hp.state.leader.epoch_start_offset)
+                elif hp.state.leader_id >= 0:
+                    timeline.on_follower(hp)
+            yield
+        applied_ms = self.clock_ms()
+        if new_followers or new_leaders:
+            became = (("follower", new_followers), ("leader", new_leaders))
+            _log.info("metadata offset %d: %s (in %d ms)", image.offset,
+                      ", ".join(f"became {role} of {n} partition(s)" for role, n in became if n),
+                      applied_ms - now_ms)
+        log_timeline(timeline.end_delta(applied_ms))
+        # Brokers fenced, unfenced or shutting down change who may join an
+        # ISR (KIP-841). Only then: the leaders this delta did not touch
+        # already hold the same, and walking every hosted partition after
+        # each of a fence's 500-partition deltas cost a broker hosting
+        # 10,000 of them about 6 us per partition moved.
+        if eligible != self._eligible:
+            for hp in self.partitions.values():
+                if hp not in touched and hp.state.leader is not None:
+                    hp.state.update_eligibility(eligible)
+            self._eligible = eligible
+
+    def _stop_replica(self, stopped) -> None:
+        hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
+        if hp is not None:
+            if hp.state.topic_id != stopped.topic_id:
+                # A newer topic of the same name already took the slot.
+                self.partitions[(stopped.topic_name, stopped.partition)] = hp
+                return
+            self.on_follow(stopped.topic_name, stopped.partition, hp.state.topic_id, -1, -1)
+            self._drop(hp)
+            hp.state.stop()
+            hp.notify()
+        if stopped.delete:
+            self.log_manager.delete(stopped.topic_name, stopped.partition)
+        _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
+
+    def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int,
+                     settings: dict[str, tuple[int, bool]]) -> tuple[HostedPartition, Role | None]:
+        """Create or update one hosted replica; the replica, and its new role
+        if its role or leader epoch changed (logged one line per partition
+        at DEBUG: a delta of 10,000 partitions is summed up in one INFO line)."""
+        key = (local.topic_name, local.partition)
+        hp = self.partitions.get(key)
+        # `is` first: the ids come from one decoded object per topic, and
+        # UUID's `__eq__` is Python code.
+        if hp is not None and hp.state.topic_id is not local.topic_id and hp.state.topic_id != local.topic_id:
+            # The topic was deleted and re-created in one delta.
+            self.on_follow(local.topic_name, local.partition, hp.state.topic_id, -1, -1)
+            self._drop(hp)
+            hp.state.stop()
+            self.partitions.pop(key)
+            self.log_manager.delete(*key)
+            hp.notify()
+            hp = None
+        if hp is None:
+            config = log_config_for(image.topic_config(local.topic_name), self.log_defaults)
+            log = self.log_manager.get_or_create(local.topic_name, local.partition, local.topic_id, config)
+            state = Partition(local.topic_name, local.partition, local.topic_id, self.broker_id,
+                              self.replication)
+            hp = self.partitions[key] = HostedPartition(state, log, self)
+            self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
+            checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
+        else:
+            checkpointed_hw = None
+        self._apply_topic_configs(image, hp, settings)
+        was = (hp.state.role, hp.state.leader_epoch)
+        change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
+                                             checkpointed_high_watermark=checkpointed_hw)
+        if change.epoch_start is not None:
+            # A new leader starts its epoch at its LEO (KIP-101), so
+            # OffsetForLeaderEpoch for the previous epoch ends there.
+            hp.log.epoch_cache.assign(*change.epoch_start)
+        if change.follow is not None:
+            self.on_follow(local.topic_name, local.partition, local.topic_id, *change.follow)
+        self.act(hp, change.update)
+        role = None
+        if was != (hp.state.role, hp.state.leader_epoch):
+            role = hp.state.role
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("%s-%d: %s at leader epoch %d (leader %d, ISR %s, LEO %d, HW %d)",
+                           local.topic_name, local.partition, role.value, hp.state.leader_epoch,
+                           hp.state.leader_id, list(hp.state.isr), hp.log.log_end_offset,
+                           hp.state.high_watermark)
+        hp.notify()
+        return hp, role
+
+    def refresh_topic_configs(self, image: MetadataImage) -> None:
+        """Adopt changed topic configs (`min.insync.replicas`,
+        `message.timestamp.type`) on every hosted partition."""
+        settings: dict[str, tuple[int, bool]] = {}
+        for hp in self.partitions.values():
+            self._apply_topic_configs(image, hp, settings)
+
+    @staticmethod
+    def _apply_topic_configs(image: MetadataImage, hp: HostedPartition,
+                             settings: dict[str, tuple[int, bool]]) -> None:
+        """`settings`: (min.insync.replicas, LogAppendTime) by topic, filled
+        as topics are met (a delta of 10,000 partitions has a few topics)."""
+        topic = hp.state.topic
+        setting = settings.get(topic)
+        if setting is None:
+            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas")),
+                                         _topic_config(image, topic, "message.timestamp.type") == "LogAppendTime")
+        min_isr, hp.log_append_time = setting
+        if min_isr != hp.state.min_insync_replicas:
+            hp.state.set_min_insync_replicas(min_isr)
+            hp.notify()
+
+    # --- produce -------------------------------------------------------
+
+    def append_to_leader(
+        self, image: MetadataImage, topic: str, partition: int, records, acks: int, now_ms: int
+    ) -> tuple[ProducePartitionResult, HostedPartition | None, int]:
+        """Append one partition's batch of a Produce request.
+
+        Returns the result, the partition (None on error) and the offset
+        the HW must pass for acks=all (the new log end offset)."""
+        hp = self.partitions.get((topic, partition))
+        if hp is None:
+            topic_image = image.topic(topic)
+            known = topic_image is not None and partition in topic_image.partitions
+            error = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+            return ProducePartitionResult(partition, error), None, -1
+        error = hp.state.produce_error(acks)
+        if error is not ErrorCode.none:
+            return ProducePartitionResult(partition, error), None, -1
+        error, message = _check_one_batch(records)
+        if error is not ErrorCode.none:
+            return ProducePartitionResult(partition, error, error_message=message), None, -1
+        log = hp.log
+        append_time = -1
+        try:
+            if hp.log_append_time:
+                # Validate before stamping: the stamp rewrites the CRC, which
+                # must not bless a corrupt batch. One copy, on these topics only.
+                validate_batch(records, 0, log.config.max_message_bytes, from_client=True)
+                records = bytearray(records)
+                set_max_timestamp(records, LOG_APPEND_TIME, now_ms)
+                append_time = now_ms
+            base_offset = log.append(records, now_ms, leader_epoch=hp.state.leader_epoch)
+        except InvalidRecordError as exc:
+            return ProducePartitionResult(partition, ErrorCode.invalid_record, error_message=str(exc)), None, -1
+        except CorruptRecordError as exc:
+            return ProducePartitionResult(partition, ErrorCode.corrupt_message, error_message=str(exc)), None, -1
+        except RecordTooLargeError as exc:
+            return ProducePartitionResult(partition, ErrorCode.message_too_large, error_message=str(exc)), None, -1
+        except UnsupportedCompressionError as exc:
+            return (ProducePartitionResult(partition, ErrorCode.unsupported_compression_type,
+                                           error_message=str(exc)), None, -1)
+        except ProducerStateError as exc:
+            # OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH (KIP-98);
+            # a duplicate is no error: `append` returned its first offset.
+            return (ProducePartitionResult(partition, ErrorCode(exc.error_code), error_message=str(exc)),
+                    None, -1)
+        except OSError as exc:
+            _log.error("%s-%d: append failed: %s", topic, partition, exc)
+            return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
+        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:  # `act` notified already
+            hp.notify()
+        result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
+        return result, hp, log.log_end_offset
+
+    # --- background ----------------------------------------------------
+
+    def high_watermarks(self) -> dict[TopicPartitionName, int]:
+        return {tp: hp.state.high_watermark for tp, hp in self.partitions.items()}
+
+    def enforce_retention(self, now_ms: int) -> None:
+        self.log_manager.enforce_retention(now_ms)
+
+
+def log_timeline(lines: list[str]) -> None:
+    for line in lines:
+        _log.info("%s", line)
+
+
+def _check_one_batch(records) -> tuple[ErrorCode, str | None]:
+    """Produce v3+ carries exactly one v2 batch per partition (Kafka's
+    `ProduceRequest.validateRecords`); the batch itself is validated by
+    `Log.append` (magic, size against max.message.bytes, CRC32C)."""
+    if records is None or len(records) == 0:
+        return ErrorCode.invalid_record, "a produce request must carry one record batch per partition"
+    if len(records) < LOG_OVERHEAD:
+        return ErrorCode.corrupt_message, f"{len(records)} bytes are too few for a record batch"
+    (batch_length,) = _BATCH_LENGTH.unpack_from(records, 8)
+    size = LOG_OVERHEAD + batch_length
+    if size < len(records) and batch_length > 0:
+        return ErrorCode.invalid_record, "produce requests v3+ may carry exactly one record batch per partition"
+    return ErrorCode.none, None

@@ -1,0 +1,103 @@
+"""One controller process: a quorum voter serving the controller listener.
+
+`run_controller(config)` checks the log dir (`meta.properties` must name
+this cluster's id and this node's id: `raftka storage format` writes it),
+starts the `RaftNode` on `<log.dirs[0]>/__cluster_metadata-0`, the
+`ControllerService`, and the Kafka-protocol server on this node's address
+in `controller.quorum.voters`. It prints one line
+`READY node=<id> controller=<host>:<port>` once it serves, for scripts and
+tests. SIGTERM or SIGINT stop it gracefully: a leader first hands over
+with EndQuorumEpoch.
+
+Quorum keys read besides `NodeConfig`'s: `controller.quorum.request.timeout.ms`,
+`controller.quorum.retry.backoff.ms`, `metadata.log.segment.bytes`; with
+`zookeeper.metadata.migration.enable=true` also `zookeeper.connect` and the
+rest of `quorum.migration.MigrationConfig` (a migration from ZooKeeper mode).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import signal
+
+import trio
+
+from quorum.controller import ControllerConfig
+from quorum.migration import MigrationConfig, MigrationDriver, MigrationFinalizer
+from quorum.node.controller_service import ControllerService
+from quorum.node.driver import RaftNode
+from quorum.node.handler import QuorumRequestHandler
+from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
+from quorum.raft import QuorumConfig
+from common.config import NodeConfig, int_property
+from common.errors import ConfigError
+from common.meta_properties import check_log_dir
+from common.wire import serve
+
+RESIGN_GRACE_S = 0.5
+
+_log = logging.getLogger("quorum.node.process")
+
+
+def quorum_config(config: NodeConfig) -> QuorumConfig:
+    """The Raft timeouts from a node's properties (Kafka's keys and defaults)."""
+    defaults = QuorumConfig()
+    return QuorumConfig.from_node_config(
+        config,
+        controller_quorum_request_timeout_ms=int_property(
+            config.raw, "controller.quorum.request.timeout.ms", defaults.controller_quorum_request_timeout_ms, 1),
+        controller_quorum_retry_backoff_ms=int_property(
+            config.raw, "controller.quorum.retry.backoff.ms", defaults.controller_quorum_retry_backoff_ms, 0),
+    )
+
+
+def check_log_dirs(config: NodeConfig) -> str:
+    """The cluster id every log dir agrees on; ConfigError naming the file otherwise."""
+    cluster_ids = {d: check_log_dir(d, None, config.node_id) for d in config.log_dirs}
+    if len(set(cluster_ids.values())) != 1:
+        listing = ", ".join(f"{d}/meta.properties: {c}" for d, c in cluster_ids.items())
+        raise ConfigError(f"log dirs belong to different clusters ({listing}): format them with one cluster id")
+    return next(iter(cluster_ids.values()))
+
+
+async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    if not config.is_controller:
+        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: `raftka controller` needs "
+                          "process.roles=controller")
+    cluster_id = check_log_dirs(config)
+    host, port = config.controller_quorum_voters[config.node_id]
+    node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
+                    cluster_id=cluster_id, config=quorum_config(config),
+                    segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024))
+    controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
+    migration = MigrationConfig.from_node_config(config)
+    handler = QuorumRequestHandler(node, controller)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        await nursery.start(controller.run)
+        if migration is not None:  # KIP-866: this controller migrates a ZooKeeper-mode cluster
+            await nursery.start(MigrationDriver(node, controller, migration).run)
+        else:  # finalizes a migration, if the log is in one
+            nursery.start_soon(MigrationFinalizer(node, controller).run)
+        server = await nursery.start(functools.partial(
+            serve, handler, host, port, apis=handler.apis,
+            request_max_bytes=config.socket_request_max_bytes,
+            connections_max_idle_ms=config.connections_max_idle_ms))
+        nursery.start_soon(_stop_on_signals, nursery.cancel_scope, node)
+        _log.info("controller %d of cluster %s serving on %s:%d", config.node_id, cluster_id, host, server.port)
+        print(f"READY node={config.node_id} controller={host}:{server.port}", flush=True)
+        task_status.started(server.port)
+
+
+async def _stop_on_signals(cancel_scope: trio.CancelScope, node: RaftNode) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            _log.info("received %s: shutting down", signal.Signals(signum).name)
+            if node.is_leader:
+                with trio.move_on_after(RESIGN_GRACE_S):
+                    await node.resign()
+                    await trio.sleep(0.1)  # let the EndQuorumEpoch requests leave
+            cancel_scope.cancel()
+            return

@@ -1,5 +1,0 @@
-"""Local clusters of separate processes: `LocalCluster` (launcher) and readiness probes."""
-
-from raftka.cluster.launcher import ClusterError, LocalCluster, LocalNode
-
-__all__ = ["ClusterError", "LocalCluster", "LocalNode"]
