@@ -20,17 +20,17 @@ Also reported: the broker's CPU while idle (ms per second, measured for
 2 s between the fill and the read) and what that rate costs per GB over
 the measured phase. It is part of the headline figure, which stays all
 of the broker's CPU; it shows how much of it is fixed per second rather
-than per byte (docs/hot-path.md, third round: at 2,000,000 records the
-idle share is 0.03-0.1 CPU-s/GB, more when the consumers are starved of
-CPU and the phase lasts longer; the consumers' start-up costs the broker
-1-2 ms).
+than per byte (with `--count 2000000` on a 2-core VM the idle share was
+0.03-0.1 CPU-s/GB, more when the consumers are starved of CPU and the
+phase lasts longer; the consumers' start-up cost the broker 1-2 ms).
 
 And beside it, the floor (`bench.floors.sendfile_floor`, skipped with
 `--no-floor`): right after the consume phase, the same segment files sent
 once over loopback by a process that does nothing but `os.sendfile`, its
-CPU per GB, and the broker's figure over it. On this project's 2-core VM
-the floor alone was 0.53-0.80 CPU-s/GB (docs/hot-path.md, fourth round),
-and 0.13-0.21 on a later machine of the same kind (seventeenth round).
+CPU per GB, and the broker's figure over it. The floor is measured in the
+same run because it moves with the machine: on one 2-core VM it alone was
+0.53-0.80 CPU-s/GB, above the 0.5 target, and 0.13-0.21 on another VM of
+the same kind.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ CONSUME_TIMEOUT_S = 600.0
 #: `raftka bench produce` appends, so the phase lasts several seconds. At
 #: 2,000,000 (1.5-3 s) the broker's fixed costs -- its timers, the
 #: consumers' connections and first fetches -- were a tenth of the figure:
-#: 0.54-0.56 CPU-s/GB against 0.41-0.47 at 8,000,000 in the same hour
-#: (docs/hot-path.md, seventeenth round).
+#: `raftka bench consume --count 2000000` gave 0.54-0.56 CPU-s/GB against
+#: 0.41-0.47 with `--count 8000000`, in the same hour on a 2-core VM.
 DEFAULT_COUNT = 8_000_000
 #: Seconds the idle broker's CPU is measured for, between the fill and the read.
 IDLE_MEASURE_S = 2.0

@@ -19,9 +19,10 @@ after its consume phase).
 `pwrite`s, as a log append does. On a VM whose balloon device reports
 free pages to the host (this project's machines: virtio-balloon with
 free page reporting), memory the guest has not touched lately costs a
-host fault on first touch: writing the first ~0.75 GB of new page cache
-took 0.2 CPU-s/GB here and every GB after it 3.2 (docs/hot-path.md,
-fourth round). A bench that grows its logs by gigabytes pays that per
+host fault on first touch. On a 2-core VM of that kind, this measurement
+(which `raftka bench produce` reports as `page_cache_write_cpu_s_per_gb`)
+gave 0.2 CPU-s/GB for the first ~0.75 GB of new page cache and 3.2 for
+every GB after it. A bench that grows its logs by gigabytes pays that per
 byte appended, on every replica; `bench produce` measures it after its
 phases, when the pages it gets are the same kind its brokers got.
 """

@@ -48,11 +48,13 @@ cannot be met on this machine at that moment.
 
 And a reference (`bench.floors.page_cache_write_cost`, skipped with
 `--no-floor`): after the phases, what writing a new file of the size the
-measured phase appended (at most 1 GB) costs this machine per GB. On this
-project's VM, page cache grown into memory the host has reclaimed costs
-about 3 CPU-s/GB beyond the first ~0.75 GB, 15 times a write into warm
-memory, and every replica pays it for every byte it appends: with RF=3 it
-was most of the brokers' CPU (docs/hot-path.md, fourth round).
+measured phase appended (at most 1 GB) costs this machine per GB. On a
+2-core VM whose balloon device reports free pages to the host, page cache
+grown into memory the host has reclaimed costs about 3 CPU-s/GB beyond the
+first ~0.75 GB, 15 times a write into warm memory, and every replica pays
+it for every byte it appends: in `raftka bench produce --rf 3 --acks all`
+on such a VM it was most of the brokers' CPU (this reference at 2.87
+CPU-s/GB, the RF=3 brokers at 5.12 CPU-s per GB appended).
 """
 
 from __future__ import annotations
@@ -270,7 +272,7 @@ def bound_verdict(bound: float, write_cpu_s_per_gb: float) -> str | None:
             f"{write_cpu_s_per_gb:.2f} CPU-s per GB now, so no broker could reach the target here. On a VM "
             f"whose host takes back the memory its guest frees (virtio-balloon free page reporting), that "
             f"cost falls to about 0.2 once the page cache has filled the guest's memory and is reused: "
-            f"run again then to see the brokers' own ratio (docs/hot-path.md, eighteenth round).")
+            f"run again then to see the brokers' own ratio (see docs/performance.md).")
 
 
 def _cores_busy(phase: dict[str, Any]) -> float:

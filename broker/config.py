@@ -39,9 +39,10 @@ class BrokerConfig:
     #: `socket.send.buffer.bytes` / `socket.receive.buffer.bytes`: SO_SNDBUF /
     #: SO_RCVBUF of client connections, -1 for the kernel's default with its
     #: autotuning. Kafka's default is 102400; raftka's is -1 because fixed
-    #: 100 KB buffers cost 20-50% more broker CPU per GB served here: a 1 MB
-    #: Fetch's sendfile then waits for the socket several times
-    #: (docs/hot-path.md).
+    #: 100 KB buffers make a 1 MB Fetch's sendfile wait for the socket several
+    #: times: 20-50% more broker CPU per GB served on a 2-core VM (`python
+    #: docs/hot_path_bench.py --phases fetch,consumer`, with and without
+    #: `--set socket.send.buffer.bytes=102400 --set socket.receive.buffer.bytes=102400`).
     socket_send_buffer_bytes: int = -1
     socket_receive_buffer_bytes: int = -1
     #: `queued.max.requests` is per broker in Kafka; raftka bounds in-flight

@@ -19,7 +19,12 @@ Each phase reports the broker's CPU (utime+stime from /proc, less its idle
 CPU over the phase's wall time) per request and per GB (appended: the
 growth of the segment files; served: the record bytes the fetches
 returned, or the topic's segment bytes for the consumers); the median of
-the reps is printed last. See docs/hot-path.md. Usage:
+the reps is printed last. With no Kafka client in the produce and fetch
+phases, their figures do not follow a client's rate as `raftka bench
+produce`'s and `raftka bench consume`'s do, so a change to the broker's
+request path shows here first. Compare two trees in alternated runs on
+the same machine: the figures move with its load (docs/performance.md
+has some). Usage:
 
     .venv/bin/python docs/hot_path_bench.py --batch-bytes 16384 --requests 6000 --reps 3
 """

@@ -7,8 +7,9 @@ billions, and on a 2-core machine start-up and query compilation cost more
 than the work itself. So it uses few shuffle partitions (Spark's default
 of 200 means 200 tiny tasks per shuffle), no whole-stage code generation
 and no adaptive re-planning (each compiles or plans again per query), and
-a driver JVM that starts fast (C1 JIT only, serial GC). Measured here on a
-loaded 2-core box: session start 28 s -> 11 s, a full summary 59 s -> 23 s.
+a driver JVM that starts fast (C1 JIT only, serial GC). Measured with
+`raftka report` on a loaded 2-core VM: session start 28 s -> 11 s, a full
+summary 59 s -> 23 s.
 On a cluster all those choices are the cluster's; only the UI and the time
 zone are set.
 """

@@ -25,8 +25,9 @@ once, and responses completed later by handler tasks, go out from a
 writer task that waits for writability. At most `max_in_flight` requests
 of a connection are being handled or waiting to be sent: when the
 pipeline is full the reader stops reading and TCP pushes back on the
-client. Each read costs one trip through trio's scheduler, which on this
-machine is the largest fixed cost of a request (docs/hot-path.md).
+client. Each read costs one trip through trio's scheduler, the largest
+fixed cost of a request: the woken task runs its Python with caches gone
+cold in the sleep, which costs more than decoding the request.
 
 Kafka processes a connection's requests one at a time; a handler that
 needs that guarantee (e.g. Produce, so appends keep the order of the

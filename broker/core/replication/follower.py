@@ -234,9 +234,10 @@ class ReplicaFetcher:
                  ) -> tuple[tuple[PartitionFetch, ...], tuple[PartitionFetch, ...]]:
         """The partitions an incremental fetch names (new or moved) and
         forgets (in the session, not fetched now); the session follows.
-        One pass, each partition looked up once in each dict (a fence names
-        thousands of partitions per round): `build_fetch` 3.0 -> 1.9-2.2 us a
-        partition named (docs/hot-path.md, fifteenth round)."""
+        One pass, each partition looked up once in each dict: a fence names
+        thousands of partitions per follower round, and the cost shows in
+        `raftka bench failover --led-partitions 10000 --acks all` as the
+        cluster's CPU per partition moved."""
         session = self.session
         partitions = self.partitions
         named = []
@@ -304,10 +305,10 @@ class ReplicaFetcher:
                 self._changed.add(key)
                 continue  # the log changed meanwhile (a truncation)
             if result.error == none and result.diverging_epoch is None:
-                # `_decide`'s common case, inline: a fence answers thousands
-                # of partitions a round, each this way. With the lookups
-                # hoisted above: 1.8-2.0 -> 1.1-1.4 us a partition answered
-                # (docs/hot-path.md, fifteenth round).
+                # `_decide`'s common case, inline (with the lookups hoisted
+                # above): a fence answers thousands of partitions a round,
+                # each this way, so a Python call per partition would show
+                # in `raftka bench failover --led-partitions 10000 --acks all`.
                 append(new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none)))
             else:
                 append(self._decide(p, sent, result, log, now_ms))
