@@ -387,6 +387,17 @@ class Log:
             self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
         return deleted
 
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put `new` in place of the consecutive segments `old`, none the
+        active one (`storage.segment_swap.swap_in`, once the cleaned
+        segment's files are in place)."""
+        segments = self._segments
+        i = next(i for i, s in enumerate(segments) if s is old[0])
+        assert segments[i : i + len(old)] == old, "the segments to replace are no longer consecutive in the log"
+        assert i + len(old) < len(segments), "the active segment is never replaced"
+        segments[i : i + len(old)] = [new]
+        self._base_offsets[i : i + len(old)] = [new.base_offset]
+
     # --- durability ---
 
     def flush(self, offset: int | None = None) -> None:
