@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 STORAGE = pathlib.Path(__file__).resolve().parents[2] / "storage"
-CORES = ["index", "epoch_cache", "segment", "recovery", "log", "log_ops", "checkpoint", "config"]
+CORES = ["index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config"]
 FORBIDDEN = {"time", "socket", "trio", "random", "datetime"}
 
 
