@@ -261,7 +261,7 @@ PLAIN_CLIENT_FIELDS = struct.Struct(">8xiibIhi8xqb13xi")
 assert PLAIN_CLIENT_FIELDS.size == HEADER_SIZE
 unpack_plain_client_fields = PLAIN_CLIENT_FIELDS.unpack_from
 # What a follower's append needs from a batch the leader sent, in one
-# unpack (`storage.log_append.append_as_follower`'s fast path): the same as
+# unpack (`storage.log.Log.append_as_follower`'s fast path): the same as
 # PLAIN_CLIENT_FIELDS with the base_offset in front.
 FOLLOWER_FIELDS = struct.Struct(">qiibIhi8xqb13xi")
 assert FOLLOWER_FIELDS.size == HEADER_SIZE

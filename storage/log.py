@@ -15,11 +15,15 @@ metadata log `__cluster_metadata-0`.
   write it as received: one write call. A refused batch changes nothing.
   The common batch (valid, non-idempotent, no roll due) takes a fast path:
   one `struct` unpack, integer comparisons, the CRC, one `os.pwrite`, and
-  `LogSegment.record_batch`'s bookkeeping, inline. Every other batch,
-  errors included, goes through `validate_batch` and the producer state
-  (both in `storage.log_append`).
+  `LogSegment.record_batch`'s bookkeeping inline, to save a Python call
+  per batch (a test holds the index rebuilt by recovery equal to the one
+  built by appending). Every other batch, errors included, goes to
+  `_append_checked`: the full `validate_batch` (so a bad batch gets its
+  exact error), the idempotent producer checks (KIP-98), the roll rules.
 - **Append as follower** (`append_as_follower`): keep the batches' offsets,
-  which must not go below the LEO (replication, Raft followers).
+  which must not go below the LEO (replication, Raft followers). The same
+  split: one plain batch is checked with one unpack and written at once;
+  anything else goes to `_append_batches_as_follower`.
 - **Read** (`read`): file slices of whole batches for `os.sendfile`, from
   the batch holding the offset; the first batch even if it is larger than
   `max_bytes` (Kafka's rule, so a consumer never stalls on a big batch).
@@ -75,35 +79,69 @@ them itself passes both and `checkpoint_files=False`.
 With `producer_state=True` the log keeps its idempotent producers' state
 (KIP-98, `storage.producer_snapshot`): appends update it, rolls and
 `close` snapshot it, truncation reloads it. `storage.cleaner` compacts
-logs; `truncations` counts truncations so a compaction pass can tell.
+logs (`replace_segments` puts a cleaned segment in); `truncations` counts
+truncations so a compaction pass can tell.
+
+The full checks and guarded writes of the append paths are pure helpers
+in `storage.log_append`, and those of open, retention and the time lookup
+in `storage.log_ops`; neither touches a `Log`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 from bisect import bisect_right
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from storage import log_ops
-from storage.checkpoint import (
-    LEADER_EPOCH_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_OFFSET_CHECKPOINT,
-    LeaderEpochCheckpointFile,
-    OffsetCheckpointFile,
+from crc32c import crc32c
+
+from storage.batch import (
+    CODEC_OR_CONTROL_MASK,
+    COMPRESSION_MASK,
+    CRC_START_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    ZSTD,
+    unpack_follower_fields,
+    unpack_plain_client_fields,
 )
+from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import OffsetOutOfRangeError
 from storage.fs import File, FileSystem, OsFileSystem
-from storage.log_append import append_as_follower, append_as_leader
+from storage.log_append import (
+    BASE_OFFSET,
+    PREFIX,
+    check_client_batch,
+    check_follower_batches,
+    rollback,
+    write,
+    write_stamped,
+)
+from storage.log_ops import (
+    expired_segments,
+    load_log,
+    offset_for_timestamp,
+    parse_topic_partition,  # noqa: F401 (broker.log_manager imports it from here)
+)
 from storage.producer_snapshot import ProducerStateManager
-from storage.segment import LogSegment
+from storage.producer_state import ProduceCheck, ProducerStateError
+from storage.segment import RECENT_BATCHES, LogSegment
 
 logger = logging.getLogger(__name__)
+
+# The append fast paths' callables, as module globals: one lookup each.
+_unpack = unpack_plain_client_fields
+_pack_prefix = PREFIX.pack
+_pack_prefix_into = PREFIX.pack_into
+_pack_base_offset_into = BASE_OFFSET.pack_into
+_pwrite = os.pwrite
+_pwritev = os.pwritev
 
 
 class FileSlice(NamedTuple):
@@ -114,14 +152,6 @@ class FileSlice(NamedTuple):
     file: File
     position: int
     size: int
-
-
-def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
-    """`("my-topic", 3)` from `my-topic-3`, or None."""
-    topic, sep, partition = dir_name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        return None
-    return topic, int(partition)
 
 
 class Log:
@@ -178,17 +208,43 @@ class Log:
         turns on the idempotent producer checks (module doc).
         """
         log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
-        log_ops.open_log(log, now_ms, recovery_point, log_start_offset, checkpoint_files)
+        log._load(now_ms, recovery_point, log_start_offset, checkpoint_files)
         if producer_state:
             log.producer_state = ProducerStateManager.load(log)
         return log
 
-    def _checkpoint_file(self, name: str) -> OffsetCheckpointFile:
-        parent = os.path.dirname(os.path.normpath(self.dir_path)) or "."
-        return OffsetCheckpointFile(self.fs, os.path.join(parent, name))
-
-    def _epoch_checkpoint(self) -> LeaderEpochCheckpointFile:
-        return LeaderEpochCheckpointFile(self.fs, os.path.join(self.dir_path, LEADER_EPOCH_CHECKPOINT))
+    def _load(self, now_ms: int, recovery_point, log_start_offset, checkpoint_files: bool) -> None:
+        loaded = load_log(
+            self.fs, self.dir_path, self.config, now_ms, recovery_point, log_start_offset, checkpoint_files
+        )
+        # A fresh log's files and names become durable at its first flush.
+        self._parent_dir_dirty = self._dir_dirty = loaded.fresh
+        self.topic_partition = loaded.topic_partition
+        self._checkpoint_files = checkpoint_files
+        self.epoch_cache = loaded.epoch_cache
+        segments = self._segments = loaded.segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._log_end_offset = self._recovery_point = segments[-1].next_offset
+        self._log_start_offset = loaded.log_start_offset
+        self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
+        if self._log_start_offset > self._log_end_offset:
+            logger.warning(
+                "%s: log start offset %d is past the recovered log end offset %d; restarting the log there",
+                self.dir_path,
+                self._log_start_offset,
+                self._log_end_offset,
+            )
+            self._restart_at(self._log_start_offset)
+        elif self._log_end_offset < self._checkpointed_recovery_point:
+            self.write_checkpoints()
+        logger.info(
+            "%s: opened, log start offset %d, log end offset %d, %d segments (%d recovered)",
+            self.dir_path,
+            self._log_start_offset,
+            self._log_end_offset,
+            len(segments),
+            len(loaded.recovered),
+        )
 
     # --- state ---
 
@@ -226,16 +282,228 @@ class Log:
 
     # --- appending ---
 
-    # `append(batch, now_ms, leader_epoch=None) -> base_offset`: a plain
-    # function, so the broker's call per batch makes one frame (see
-    # `storage.log_append.append_as_leader`).
-    append = append_as_leader
+    def append(self, batch, now_ms: int, leader_epoch: int | None = None) -> int:
+        """Append one client batch as leader; return its base offset.
+
+        `leader_epoch`, if given, is stamped into the batch. Raises
+        `CorruptRecordError`, `InvalidRecordError`, `RecordTooLargeError` or
+        `ProducerStateError` (the log is unchanged then). A duplicate of one
+        of an idempotent producer's last 5 batches is not written: the base
+        offset it got the first time comes back.
+        """
+        # The fast path (module doc): every check of `validate_batch(...,
+        # from_client=True)` as an integer comparison on one unpack; when one
+        # fails, or the producer is idempotent, or a roll is due,
+        # `_append_checked` does it all again and says what is wrong.
+        # records_count == last_offset_delta + 1 >= 1 covers validate's count
+        # rules; size == len(batch) >= 61 its length rules.
+        try:
+            batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = _unpack(batch)
+        except struct.error:
+            return self._append_checked(batch, now_ms, leader_epoch)
+        size = batch_length + LOG_OVERHEAD
+        base = self._log_end_offset
+        next_offset = base + count
+        segment = self._segments[-1]
+        f = segment.log
+        position = f.size
+        end = position + size
+        view = memoryview(batch)
+        if (
+            magic != MAGIC
+            or pid_sign >= 0  # producer_id >= 0: the producer state decides
+            or size != len(batch)
+            or size > self._max_message_bytes
+            or count != delta + 1
+            or count <= 0
+            or attributes & CODEC_OR_CONTROL_MASK > ZSTD
+            # `LogSegment.should_roll`'s triggers, as precomputed bounds.
+            or end > segment.roll_bytes
+            or next_offset > segment.max_next_offset
+            or max_timestamp > segment.roll_at_timestamp
+            or now_ms > segment.roll_at_ms
+            or crc32c(view[CRC_START_OFFSET:]) != crc
+        ):
+            return self._append_checked(batch, now_ms, leader_epoch)
+        # One write call at the end of the active segment; a simulated file
+        # (fd -1) or a short write (a full disk) goes through the file's own
+        # append, which writes it all or raises ENOSPC.
+        fd = segment.fd
+        try:
+            if type(batch) is bytearray or not view.readonly:
+                if leader_epoch is None:
+                    _pack_base_offset_into(view, 0, base)
+                else:
+                    epoch = leader_epoch
+                    _pack_prefix_into(view, 0, base, batch_length, epoch)
+                if fd >= 0 and _pwrite(fd, view, position) == size:
+                    f.size = end
+                else:
+                    f.append(view)
+            else:
+                if leader_epoch is not None:
+                    epoch = leader_epoch
+                parts = (_pack_prefix(base, batch_length, epoch), view[16:])
+                if fd >= 0 and _pwritev(fd, parts, position) == size:
+                    f.size = end
+                else:
+                    f.appendv(parts)
+        except OSError:
+            rollback(f, position)
+            raise
+        # `segment.record_batch(position, base, next_offset, max_timestamp)`,
+        # inline (module doc).
+        if max_timestamp > segment.max_timestamp:
+            segment.max_timestamp = max_timestamp
+            segment.offset_of_max_timestamp = base
+        if position >= segment.next_index_position:
+            offset_index = segment.offset_index
+            offsets = offset_index.offsets
+            offsets.append(base)
+            offset_index.positions.append(position)
+            segment._last_index_position = position
+            segment.next_index_position = position + segment.index_interval_bytes
+            if len(offsets) >= offset_index.max_entries:
+                segment.index_full = True
+            time_index = segment.time_index
+            if segment.max_timestamp > time_index.last_ts:
+                timestamps = time_index.timestamps
+                timestamps.append(segment.max_timestamp)
+                time_index.offsets.append(segment.offset_of_max_timestamp)
+                time_index.last_ts = segment.max_timestamp
+                if len(timestamps) >= time_index.max_entries:
+                    segment.index_full = True
+        elif not position:
+            segment.set_first_batch_timestamp(max_timestamp)
+        recent = segment.recent_batches
+        recent[base] = position
+        if len(recent) > RECENT_BATCHES:
+            del recent[next(iter(recent))]
+        segment.next_offset = next_offset
+        segment.last_append_ms = now_ms
+        self._log_end_offset = next_offset
+        if epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(epoch, base)
+        if self._flush_policy:
+            self._unflushed_messages += count
+            self.maybe_flush(now_ms)
+        return base
+
+    def _append_checked(self, batch, now_ms: int, leader_epoch: int | None) -> int:
+        """`append` for any batch (see its docstring)."""
+        header = check_client_batch(batch, self._max_message_bytes)
+        base = self._log_end_offset
+        producer_state = self.producer_state
+        if producer_state is not None and header[9] >= 0:
+            checked = producer_state.check(header, base)
+            if checked.error is ProduceCheck.DUPLICATE_SEQUENCE_NUMBER:
+                return checked.first_offset
+            if checked.error:
+                raise ProducerStateError(checked)
+        next_offset = base + header[6] + 1
+        max_timestamp = header[8]
+        size = header[1] + LOG_OVERHEAD
+        segment = self._maybe_roll(self._segments[-1], size, max_timestamp, next_offset - 1, now_ms, base)
+        epoch = header[2] if leader_epoch is None else leader_epoch
+        position = write_stamped(segment.log, batch, base, header[1], epoch)
+        segment.record_batch(position, base, next_offset, max_timestamp)
+        segment.last_append_ms = now_ms
+        self._log_end_offset = next_offset
+        if producer_state is not None and header[9] >= 0:
+            producer_state.update(header, base)
+        if epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(epoch, base)
+        self._unflushed_messages += header[12]
+        if self._flush_policy:
+            self.maybe_flush(now_ms)
+        return base
 
     def append_as_follower(self, records, now_ms: int = 0) -> int:
         """Append one or more batches with their own offsets (the first at
         or past the LEO); return the first base offset. The whole buffer
         goes to one segment in one write."""
-        return append_as_follower(self, records, now_ms)
+        # The fast path (module doc): `validate_batch`'s checks of a
+        # follower's batch as integer comparisons on one unpack, for a
+        # buffer holding exactly one batch; anything else, or a failed
+        # check, goes the checked way, which also says what is wrong.
+        # size == len(records) >= 61 covers the length rules. A fence sends
+        # each follower one small batch per partition, so this path is most
+        # of a follower's appends then.
+        try:
+            base, batch_length, epoch, magic, crc, attributes, delta, max_timestamp, pid_sign, count = (
+                unpack_follower_fields(records))
+        except struct.error:
+            return self._append_batches_as_follower(records, now_ms)
+        size = batch_length + LOG_OVERHEAD
+        next_offset = base + delta + 1
+        segment = self._segments[-1]
+        f = segment.log
+        position = f.size
+        end = position + size
+        if (
+            magic != MAGIC
+            or pid_sign >= 0  # producer_id >= 0: the producer state follows it
+            or size != len(records)
+            or size > self._max_message_bytes
+            or base < self._log_end_offset
+            or delta < 0
+            or count < 0
+            or count > delta + 1
+            or attributes & COMPRESSION_MASK > ZSTD
+            # `LogSegment.should_roll`'s triggers, as precomputed bounds.
+            or end > segment.roll_bytes
+            or next_offset > segment.max_next_offset
+            or max_timestamp > segment.roll_at_timestamp
+            or now_ms > segment.roll_at_ms
+            or crc32c(memoryview(records)[CRC_START_OFFSET:]) != crc
+        ):
+            return self._append_batches_as_follower(records, now_ms)
+        fd = segment.fd
+        try:
+            if fd >= 0 and _pwrite(fd, records, position) == size:
+                f.size = end
+            else:
+                f.append(records)
+        except OSError:
+            rollback(f, position)
+            raise
+        segment.record_batch(position, base, next_offset, max_timestamp)
+        if epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(epoch, base)
+        self._unflushed_messages += count
+        segment.last_append_ms = now_ms
+        self._log_end_offset = next_offset
+        if self._flush_policy:
+            self.maybe_flush(now_ms)
+        return base
+
+    def _append_batches_as_follower(self, records, now_ms: int) -> int:
+        """`append_as_follower` for any buffer: every batch validated, in order."""
+        batches = check_follower_batches(records, self._max_message_bytes, self._log_end_offset)
+        if not batches:
+            return self._log_end_offset
+        first = batches[0][1]
+        last = batches[-1][1]
+        segment = self._maybe_roll(
+            self._segments[-1], len(records), first.max_timestamp, last.last_offset, now_ms, first.base_offset
+        )
+        start = write(segment.log, records)
+        producer_state = self.producer_state
+        for position, header in batches:
+            segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
+            if producer_state is not None and header[9] >= 0:
+                producer_state.update(header)
+            epoch = header.partition_leader_epoch
+            if epoch > self.epoch_cache.latest_epoch:
+                self.epoch_cache.assign(epoch, header.base_offset)
+            self._unflushed_messages += header.records_count
+        segment.last_append_ms = now_ms
+        self._log_end_offset = last.next_offset
+        if self._flush_policy:
+            self.maybe_flush(now_ms)
+        return first.base_offset
+
+    # --- rolling ---
 
     def _maybe_roll(self, segment, batch_bytes, max_timestamp, last_offset, now_ms, base) -> LogSegment:
         reason = segment.should_roll(batch_bytes, max_timestamp, last_offset, now_ms, self.config)
@@ -328,7 +596,7 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """`(offset, timestamp)` of the first record at or after
         `timestamp` (ListOffsets, KIP-79), or None if there is none."""
-        return log_ops.offset_for_timestamp(self, timestamp)
+        return offset_for_timestamp(self._segments, self._log_start_offset, timestamp)
 
     # --- truncating, retention ---
 
@@ -336,18 +604,65 @@ class Log:
         """Remove the batches at and after `offset` (a batch holding it
         goes whole, so the LEO may end up below `offset`). Durable on
         return. False if there was nothing to remove."""
-        fully = offset < self._segments[0].base_offset
-        if not log_ops.truncate_to(self, offset):
+        if offset >= self._log_end_offset:
             return False
-        self._truncated(fully)
+        assert offset >= 0, f"cannot truncate to negative offset {offset}"
+        if offset < self._segments[0].base_offset:
+            self._restart_at(offset)
+            self._truncated(fully=True)
+            return True
+        i = bisect_right(self._base_offsets, offset) - 1
+        removed = self._segments[i + 1 :]
+        for segment in removed:
+            segment.delete()
+        del self._segments[i + 1 :]
+        del self._base_offsets[i + 1 :]
+        segment = self._segments[i]
+        cut = segment.truncate_to(offset)
+        self._log_end_offset = segment.next_offset
+        logger.info(
+            "%s: truncated to offset %d (log end offset now %d; %d bytes and %d segments removed)",
+            self.dir_path,
+            offset,
+            self._log_end_offset,
+            cut,
+            len(removed),
+        )
+        start_moved = self._log_start_offset > self._log_end_offset
+        if start_moved:
+            self._log_start_offset = self._log_end_offset
+        self.epoch_cache.truncate_from_end(self._log_end_offset)
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        segment.flush()
+        self._dir_dirty = self._dir_dirty or bool(removed)
+        self._fsync_dirs()
+        if start_moved or self._recovery_point < self._checkpointed_recovery_point:
+            self.write_checkpoints()
+        self._truncated(fully=False)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at `offset`
         (a follower too far behind the leader's log start). Durable on
         return."""
-        log_ops.truncate_fully_and_start_at(self, offset)
+        self._restart_at(offset)
         self._truncated(fully=True)
+
+    def _restart_at(self, offset: int) -> None:
+        assert offset >= 0
+        now_ms = self._segments[-1].last_append_ms if self._segments else 0
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment(self.fs, self.dir_path, offset, self.config, now_ms)
+        self._segments = [segment]
+        self._base_offsets = [offset]
+        self._log_start_offset = self._log_end_offset = self._recovery_point = offset
+        self.epoch_cache.clear()
+        segment.flush()
+        self._dir_dirty = True
+        self._fsync_dirs()
+        self.write_checkpoints()
+        logger.info("%s: deleted every segment; the log restarts empty at offset %d", self.dir_path, offset)
 
     def _truncated(self, fully: bool) -> None:
         self.truncations += 1
@@ -382,10 +697,33 @@ class Log:
         """Delete the oldest segments while `retention.ms`, `retention.bytes`
         or the log start offset says so; never the active segment. Return
         how many were deleted."""
-        deleted = log_ops.delete_old_segments(self, now_ms)
-        if deleted and self.producer_state is not None:
-            self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
-        return deleted
+        segments = self._segments
+        count = expired_segments(segments, self._log_start_offset, self.config, now_ms, self.dir_path)
+        if not count:
+            return 0
+        for segment in segments[:count]:
+            segment.delete()
+        del segments[:count]
+        del self._base_offsets[:count]
+        self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self.fs.fsync_dir(self.dir_path)
+        # Nothing below the first segment is left to recover.
+        self._recovery_point = max(self._recovery_point, segments[0].base_offset)
+        if self.producer_state is not None:
+            self.producer_state.delete_snapshots_below(segments[0].base_offset)
+        return count
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put `new` in place of the consecutive segments `old`, none the
+        active one (`storage.segment_swap.swap_in`, once the cleaned
+        segment's files are in place)."""
+        segments = self._segments
+        i = next(i for i, s in enumerate(segments) if s is old[0])
+        assert segments[i : i + len(old)] == old, "the segments to replace are no longer consecutive in the log"
+        assert i + len(old) < len(segments), "the active segment is never replaced"
+        segments[i : i + len(old)] = [new]
+        self._base_offsets[i : i + len(old)] = [new.base_offset]
 
     # --- durability ---
 

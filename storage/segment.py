@@ -11,7 +11,7 @@ the sparse indexes (see `storage.index`), which reach the disk only in
 
 `record_batch` is the one rule that updates that state for a batch at a
 position; recovering, truncating and the checked appends call it, and the
-leader's fast path (`storage.log_append.append_as_leader`) runs the same
+leader's fast path (`storage.log.Log.append`) runs the same
 steps inline, so an index rebuilt on recovery equals the one built while
 appending (a test holds them to it).
 

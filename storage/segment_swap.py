@@ -128,7 +128,7 @@ def swap_in(log: Log, old: list[LogSegment], cleaned: CleanedSegment, now_ms: in
         fs.rename(_name(dir_path, base, suffix + SWAP_SUFFIX), _name(dir_path, base, suffix))
     fs.fsync_dir(dir_path)
     segment = open_segment(fs, dir_path, base, log.config, now_ms)
-    _replace_in_log(log, old, segment)
+    log.replace_segments(old, segment)
     return segment, retired
 
 
@@ -146,17 +146,6 @@ def open_segment(fs: FileSystem, dir_path: str, base: int, config: LogConfig, no
         recover_segment(segment, None)
         segment.flush()
     return segment
-
-
-def _replace_in_log(log: Log, old: list[LogSegment], new: LogSegment) -> None:
-    # The segment list is the Log's; this is its one other writer, kept
-    # beside the swap it belongs to (as storage.log_ops is for the rest).
-    segments = log._segments
-    i = next(i for i, s in enumerate(segments) if s is old[0])
-    assert segments[i : i + len(old)] == old, "the segments to replace are no longer consecutive in the log"
-    assert i + len(old) < len(segments), "the active segment is never replaced"
-    segments[i : i + len(old)] = [new]
-    log._base_offsets[i : i + len(old)] = [new.base_offset]
 
 
 # --- recovery ---

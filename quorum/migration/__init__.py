@@ -27,8 +27,8 @@ Design (choices, and where they differ from Kafka)
   brokers in ZooKeeper mode, delete `/migration` and the KRaft controller's
   `/controller` (`zk_io.release`); ZooKeeper is current thanks to dual write.
 * Pure cores: `copy`, `dual_write`, `znode`, `meta_properties`. I/O shells:
-  `zk_io` (blocking kazoo), `driver` (trio), `local` (a `LocalCluster`'s
-  processes and files, for `raftka migrate` and the tests).
+  `zk_io` (blocking kazoo), `driver` (trio). Moving a local cluster's
+  processes and files (`raftka migrate`) is `cluster.migration`.
 
 Not covered: client/user/IP quotas and ACLs (raftka has none), broker
 config changes made on the ZooKeeper side during the migration (topic

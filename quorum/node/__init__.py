@@ -15,9 +15,11 @@
   keeps it); `snapshots`: the snapshot blob (CBOR records, header, CRC32C);
   `quorum_state`: the quorum-state file.
 - `rpc`: Raft messages <-> kio; `describe_quorum`: API 55.
-- `process.run_controller`: the `raftka controller` process.
-- `local_quorum.LocalQuorum`, `workload`: N controller processes and
-  metadata write workloads, for tests and `raftka bench quorum`.
+- `workload`: metadata write workloads against a quorum, for `raftka bench
+  quorum` (which starts the controllers with `cluster.local_quorum`).
+
+The `raftka controller` process that wires these together is
+`quorum.process.run_controller`.
 
 A broker follows the metadata as an observer (or, in a combined process,
 through its own voter) like this:
