@@ -74,7 +74,7 @@ PURE_RULES = [
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "storage",
                                        "broker.api", "broker.shell"}),
     PureRule("the storage cores", tuple(f"storage/{m}.py" for m in (
-        "index", "epoch_cache", "segment", "recovery", "log", "log_append", "checkpoint", "config",
+        "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config",
         "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression")),
              forbidden=IO_AND_CLOCK | {"datetime", "random"}),
 ]

@@ -80,7 +80,7 @@ class CompactedLogs:
 async def run_log_cleaner(broker) -> None:
     """Compact until cancelled (module doc)."""
     config = broker.config
-    cleaner = broker.shell.log_manager.cleaner
+    cleaner = broker.log_manager.cleaner
     cleaner_config = cleaner.config
     throttler = Throttler(cleaner_config.io_max_bytes_per_second, broker.clock_ms())
     fraction = config.log_cleaner_cpu_fraction
