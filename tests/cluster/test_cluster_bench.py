@@ -6,6 +6,7 @@ with --json, and leave no process behind.
 """
 
 import json
+import re
 
 from bench.results import read_rows, read_samples
 from cluster_testing import run_cli
@@ -57,6 +58,16 @@ def test_demo_runs_a_cluster_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "20,000 records of 100 B" in result.stdout
     assert "cluster stopped cleanly" in result.stdout
+    # Each phase on one line: records/s, MB/s, seconds, then the CPU seconds
+    # of the client and of the brokers, and how busy the machine was.
+    for phase in ("produce", "consume"):
+        [line] = [line for line in result.stdout.splitlines() if line.startswith(f"│ {phase} ")]
+        records_per_s, mb_per_s, seconds, client_cpu_s, brokers_cpu_s, busy = \
+            re.findall(r"[\d,.]+%?", line)
+        assert float(records_per_s.replace(",", "")) > 0 and float(mb_per_s) > 0 and float(seconds) > 0
+        assert float(client_cpu_s) > 0, line  # this process's CPU clock, to the nanosecond
+        assert float(brokers_cpu_s) > 0, line  # the brokers served or replicated 2 MB in the phase
+        assert busy.endswith("%")
 
 
 def test_demo_refuses_a_bad_count_before_starting_a_cluster(tmp_path):
