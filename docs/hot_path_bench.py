@@ -19,7 +19,7 @@ Each phase reports the broker's CPU (utime+stime from /proc, less its idle
 CPU over the phase's wall time) per request and per GB (appended: the
 growth of the segment files; served: the record bytes the fetches
 returned, or the topic's segment bytes for the consumers); the median of
-the reps is printed last. See docs/hot-path.md. Usage:
+the reps is printed last. See docs/performance.md. Usage:
 
     .venv/bin/python docs/hot_path_bench.py --batch-bytes 16384 --requests 6000 --reps 3
 """
