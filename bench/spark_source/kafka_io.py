@@ -127,7 +127,7 @@ class RangeReading:
         # The common case, checked in bulk: records only, all inside the range.
         if (last.error() is None and last.offset() < self.rng.end_offset
                 and all(m.error() is None for m in messages)):
-            # Within a partition offsets only go up (ARCHITECTURE.md invariants).
+            # Within a partition offsets only go up (docs/architecture.md, invariants).
             assert messages[0].offset() >= self.next_offset, (self.rng, messages[0].offset(), self.next_offset)
             self.next_offset = last.offset() + 1
             return messages

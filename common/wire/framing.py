@@ -12,7 +12,7 @@ the chunk. No byte is copied between the kernel and the handler, and the
 chunk is reused: once no view of it is alive (every request it held has
 been handled), the next bytes go to its start again, so a busy connection
 keeps writing into the same warm memory instead of fresh allocations
-(ARCHITECTURE.md, "The hot path"). A view that outlives its request only
+(docs/architecture.md, "The hot path"). A view that outlives its request only
 stops that reuse; it never sees other bytes. A frame that does not fit
 what is left of the chunk moves, with the part of it already received, to
 a fresh chunk sized for it.

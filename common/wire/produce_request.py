@@ -5,7 +5,7 @@ Theory of operation
 kio decodes every other request into frozen dataclasses and copies each
 bytes field out of the frame. A Produce request is nearly all record bytes,
 and the broker only checks a batch's header and CRC before writing it to
-its segment as received (ARCHITECTURE.md, "Data flow" 1), so this decoder
+its segment as received (docs/architecture.md, "Data flow" 1), so this decoder
 reads the few fields around the records with `struct` and hands out each
 partition's records as a read-only `memoryview` of the request frame: no
 copy, and a few Python steps per partition instead of kio's per-field
