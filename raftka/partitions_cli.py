@@ -30,28 +30,14 @@ import logging
 from typing import Any
 
 from common.errors import RaftkaError
+from raftka.admin_cli import command_group
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-TIMEOUT_S = 30.0
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    partitions = sub.add_parser("partitions", help="elect leaders and reassign replicas (like kafka-leader-election "
-                                                   "and kafka-reassign-partitions)",
-                                description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = partitions.add_subparsers(dest="partitions_command", metavar="COMMAND")
-    commands.required = True
-
-    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
-        p = commands.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="H:P",
-                       help=f"any broker, or a comma-separated list (default {DEFAULT_BOOTSTRAP})")
-        p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
-                       help=f"give up after S seconds (default {TIMEOUT_S:.0f})")
-        p.set_defaults(func=func)
-        return p
+    command = command_group(sub, "partitions", "elect leaders and reassign replicas (like kafka-leader-election "
+                            "and kafka-reassign-partitions)", __doc__)
 
     elect = command("elect-leaders", "move leadership to preferred replicas, or elect leaders of offline partitions",
                     elect_main)

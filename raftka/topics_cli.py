@@ -18,25 +18,11 @@ import argparse
 import logging
 from typing import Any
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-TIMEOUT_S = 30.0
+from raftka.admin_cli import command_group
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe and delete topics (like kafka-topics)",
-                            description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = topics.add_subparsers(dest="topics_command", metavar="COMMAND")
-    commands.required = True
-
-    def command(name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
-        p = commands.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="H:P",
-                       help=f"any broker, or a comma-separated list (default {DEFAULT_BOOTSTRAP})")
-        p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="S",
-                       help=f"give up after S seconds (default {TIMEOUT_S:.0f})")
-        p.set_defaults(func=func)
-        return p
+    command = command_group(sub, "topics", "create, list, describe and delete topics (like kafka-topics)", __doc__)
 
     create = command("create", "create a topic", create_main)
     create.add_argument("--topic", required=True)
