@@ -7,8 +7,9 @@ node), `controller.quorum.voters`, `listeners` (e.g.
 storage format`. Clients are sent to `advertised.listeners` (default: the
 listener, with this machine's name for a wildcard host). `broker.rack`,
 `broker.heartbeat.interval.ms`, `log.segment.bytes`, `num.partitions`, ...
-are read as Kafka reads them. Prints `READY node=<id> broker=<host>:<port>`
-once the controller has unfenced it; SIGTERM or Ctrl-C stop it cleanly
+are read as Kafka reads them. The client listener accepts connections
+once the controller has unfenced the broker, when it prints
+`READY node=<id> broker=<host>:<port>`; SIGTERM or Ctrl-C stop it cleanly
 (controlled shutdown first).
 
 ZooKeeper mode (Kafka before KIP-500): set `zookeeper.connect`

@@ -3,9 +3,10 @@
     raftka dev [--data-dir D] [--port 9092] [--controller-port P] [--set KEY=VALUE ...]
 
 Formats the data dir on first start (a new cluster id) and reuses it after,
-so topics survive a restart. Prints `READY bootstrap=127.0.0.1:<port>` on
-stdout once the node serves; point any Kafka client at it. Ctrl-C or
-SIGTERM stop it cleanly. The controller listens on --controller-port
+so topics survive a restart. The Kafka port accepts connections once the
+node serves, when it prints `READY bootstrap=127.0.0.1:<port>` on stdout;
+point any Kafka client at it (one started earlier retries until then).
+Ctrl-C or SIGTERM stop it cleanly. The controller listens on --controller-port
 (default: the broker port + 1, as Kafka's 9092/9093; a free port with --port 0).
 """
 

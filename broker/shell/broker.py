@@ -207,9 +207,12 @@ class Broker:
         awaitable of it: most handlers are coroutines) out."""
         return self._handlers[request.header.api_key](self, ctx, request)
 
-    async def run(self, *, task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, listen: bool = True,
+                  task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then shut down cleanly. Starts with the
-        bound `Server` (its `port` is the real one when config.port is 0)."""
+        bound `Server` (its `port` is the real one when config.port is 0).
+        With `listen=False` the port only listens once the caller calls
+        `server.open()`: a node opens it when it can serve (`broker.process`)."""
         config = self.config
         clean = False
         try:
@@ -223,8 +226,10 @@ class Broker:
                     receive_buffer_bytes=config.socket_receive_buffer_bytes,
                     file_transfer=config.fetch_file_transfer,
                     log=logging.getLogger("broker.server"),
+                    listen=listen,
                 ))
-                _log.info("broker %d listening on %s:%d", self.node_id, config.host, self.server.port)
+                _log.info("broker %d %s on %s:%d", self.node_id,
+                          "listening" if listen else "bound (listens once it serves)", config.host, self.server.port)
                 nursery.start_soon(self._background)
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)

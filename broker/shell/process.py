@@ -15,10 +15,17 @@ one nursery:
 - the `BrokerQuorumLink`: first image once caught up, registration,
   heartbeats.
 
-It prints `READY node=<id> broker=<host>:<port>` (plus ` controller=<host>:<port>`
-on a combined node) once the controller has unfenced the broker and the
-broker's own image lists it, so its Metadata answers name it. SIGTERM or
-SIGINT stop it cleanly: controlled shutdown (bounded by
+The controller listener opens at once: the quorum elects through it and the
+broker registers through it. The Kafka listener is bound at once (its port
+is registered) but listens only once the controller has unfenced the broker
+and the broker's own image lists it, as Kafka opens its client listeners
+only once the broker has caught up and is unfenced: until then a client's
+connect is refused and it retries, and the first connection that is
+accepted gets a Metadata answer that names this broker. The node then
+prints `READY node=<id> broker=<host>:<port>` (plus ` controller=<host>:<port>`
+on a combined node).
+
+SIGTERM or SIGINT stop it cleanly: controlled shutdown (bounded by
 `raftka.controlled.shutdown.timeout.ms`, default `broker.session.timeout.ms`,
 after which the controller would fence the broker anyway), the logs closed
 with their checkpoints and clean-shutdown marker, then a leading voter
@@ -151,7 +158,7 @@ async def run_broker(
         async def serve_broker(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 with broker_scope:
-                    await broker.run(task_status=task_status)
+                    await broker.run(listen=False, task_status=task_status)
             finally:
                 broker_stopped.set()
 
@@ -168,6 +175,10 @@ async def run_broker(
             nursery.start_soon(_stop_on_signals, nursery.cancel_scope, link, broker_scope, broker_stopped,
                                link_scope, node, shutdown_timeout_ms / 1000)
         await link.wait_serving()
+        # Only now: a client that connected earlier would get a Metadata answer
+        # without this broker or a controller, which librdkafka's AdminClient
+        # waits on for its whole request timeout before asking again.
+        server.open()
         controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")

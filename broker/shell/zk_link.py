@@ -401,7 +401,7 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
         async def serve_broker(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 with broker_scope:
-                    await broker.run(task_status=task_status)
+                    await broker.run(listen=False, task_status=task_status)
             finally:
                 broker_stopped.set()
 
@@ -412,6 +412,9 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
             nursery.start_soon(_stop_on_signals, nursery.cancel_scope, link, broker_scope, broker_stopped,
                                shutdown_timeout_ms / 1000)
         await link.wait_serving()
+        # The client listener opens only now, as on a KRaft broker (broker.process):
+        # the controller's requests come on the control-plane listener, open since `link.run`.
+        server.open()
         ready = NodeReady(config.node_id, advertised.host, advertised.port)
         _log.info("%s (ZooKeeper mode, cluster %s)", ready.line, cluster_id)
         if on_ready is not None:

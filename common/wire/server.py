@@ -56,11 +56,12 @@ a slow reader fills the whole send buffer per wakeup instead of 16 KiB.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CoroutineType
 from typing import Any
 
@@ -115,22 +116,85 @@ class ServerStats:
 class Server:
     """Given by `serve` to `task_status.started()`; cancel `serve`'s task to stop."""
 
+    #: Empty until the server listens (see `open`).
     listeners: list[trio.SocketListener]
     host: str
     #: The bound port (useful with port=0).
     port: int
     connections: dict[int, ConnectionContext]
     stats: ServerStats
+    _open: Callable[[], None] = field(default=lambda: None, repr=False)
+
+    def open(self) -> None:
+        """Start listening, for a server started with `serve(..., listen=False)`
+        (a no-op if it listens already). A connect succeeds from the moment
+        this returns: the kernel queues connections until they are accepted."""
+        self._open()
+
+
+#: What trio.open_tcp_listeners asks for: the system's maximum.
+LISTEN_BACKLOG = 0xFFFF
+
+
+async def bind_tcp(port: int, host: str) -> list[trio.socket.SocketType]:
+    """The sockets `trio.open_tcp_listeners` would open, bound but not yet
+    listening: the port is taken and its number known, while a client's
+    connect is refused (and retried) until `listen_on` them. Errors name the
+    address: a node has a Kafka and a controller listener, and "Address
+    already in use" alone does not say which port to free."""
+    try:
+        addresses = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM,
+                                                  flags=trio.socket.AI_PASSIVE)
+        sockets: list[trio.socket.SocketType] = []
+        unsupported: OSError | None = None
+        try:
+            for family, type_, proto, _name, sockaddr in addresses:
+                try:
+                    sock = trio.socket.socket(family, type_, proto)
+                except OSError as exc:
+                    if exc.errno != errno.EAFNOSUPPORT:
+                        raise
+                    unsupported = exc  # e.g. an IPv6 address on an IPv4-only system
+                    continue
+                sockets.append(sock)
+                # SO_REUSEADDR binds a port whose last connections wait in
+                # TIME_WAIT (a restart). Cleared once bound: Linux lets another
+                # SO_REUSEADDR socket bind a port that both flag and neither
+                # listens on, so left set it would not hold the port until
+                # `listen_on` (which sets it again, as listen() checks anew).
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                await sock.bind(sockaddr)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        if not sockets:
+            raise unsupported or OSError(errno.EADDRNOTAVAIL, "no address to bind")
+        return sockets
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror or exc} ({host}:{port})") from None
+
+
+def listen_on(sockets: list[trio.socket.SocketType]) -> list[trio.SocketListener]:
+    """Listen on sockets from `bind_tcp`."""
+    for sock in sockets:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.listen(LISTEN_BACKLOG)
+    return [trio.SocketListener(sock) for sock in sockets]
 
 
 async def listen_tcp(port: int, host: str) -> list[trio.SocketListener]:
-    """`trio.open_tcp_listeners`, with the address in its error: a node has
-    a Kafka and a controller listener, and "Address already in use" alone
-    does not say which port to free."""
+    """`trio.open_tcp_listeners`, with the address in its error (`bind_tcp`)."""
+    sockets = await bind_tcp(port, host)
     try:
-        return await trio.open_tcp_listeners(port, host=host)
-    except OSError as exc:
-        raise OSError(exc.errno, f"{exc.strerror or exc} ({host}:{port})") from None
+        return listen_on(sockets)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
 
 
 async def serve(
@@ -147,6 +211,7 @@ async def serve(
     receive_buffer_bytes: int = DEFAULT_RECEIVE_BUFFER_BYTES,
     file_transfer: FileTransfer = "auto",
     log: logging.Logger | None = None,
+    listen: bool = True,
 ) -> None:
     """Serve the Kafka protocol on host:port until cancelled.
 
@@ -157,20 +222,35 @@ async def serve(
     `receive_buffer_bytes` are `socket.send.buffer.bytes` and
     `socket.receive.buffer.bytes` (-1: the kernel's default);
     `file_transfer` is "auto", "sendfile" or "pread" (how FileSlice parts
-    are sent).
+    are sent). With `listen=False` the port is only bound (its number
+    known, a connect refused) until `Server.open()`: a broker listens only
+    once it can serve, as Kafka opens its client listeners.
     """
     if max_in_flight < 1:
         raise LocalProtocolError(f"max_in_flight must be at least 1, not {max_in_flight}")
-    listeners = await listen_tcp(port, host)
-    bound_port = listeners[0].socket.getsockname()[1]
-    server = Server(listeners, host, bound_port, {}, ServerStats())
-    conn = _ConnectionServer(
-        server, handler, apis, max_in_flight, request_max_bytes,
-        connections_max_idle_ms / 1000, send_buffer_bytes, receive_buffer_bytes, file_transfer, log or _log,
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, conn.serve_connection, listeners)
-        task_status.started(server)
+    sockets = await bind_tcp(port, host)
+    try:
+        server = Server([], host, sockets[0].getsockname()[1], {}, ServerStats())
+        conn = _ConnectionServer(
+            server, handler, apis, max_in_flight, request_max_bytes,
+            connections_max_idle_ms / 1000, send_buffer_bytes, receive_buffer_bytes, file_transfer, log or _log,
+        )
+        async with trio.open_nursery() as nursery:
+            def open_listeners() -> None:
+                if not server.listeners:
+                    server.listeners = listen_on(sockets)
+                    nursery.start_soon(trio.serve_listeners, conn.serve_connection, server.listeners)
+
+            server._open = open_listeners
+            if listen:
+                open_listeners()
+            task_status.started(server)
+            await trio.sleep_forever()
+    finally:
+        # serve_listeners closes the listeners it served; these are the
+        # sockets of a server stopped before it listened.
+        for sock in sockets:
+            sock.close()
 
 
 class _ConnectionServer:

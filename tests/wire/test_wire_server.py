@@ -3,6 +3,7 @@ handlers answering at once or later, refusing garbage per connection, idle
 timeout."""
 
 import logging
+import socket
 import struct
 
 import pytest
@@ -372,3 +373,18 @@ async def test_a_response_of_many_parts_reaches_a_slow_reader_whole(start_server
             received += await stream.receive_some(7000)  # small reads: the server's sends stay partial
             await trio.sleep(0)
     assert bytes(received[9:]) == b"".join(pieces)
+
+
+async def test_a_server_started_not_listening_holds_its_port_and_refuses_until_opened(start_server):
+    server = await start_server(echo_vote, raft_apis(), listen=False)
+    with pytest.raises(OSError):  # refused: a client retries, rather than being answered too early
+        await trio.open_tcp_stream("127.0.0.1", server.port)
+    # Held against another server's SO_REUSEADDR bind (as `free_ports` checks a port),
+    # which Linux would allow while both flag it and neither listens.
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with pytest.raises(OSError):
+            other.bind(("127.0.0.1", server.port))
+    server.open()
+    async with open_connection("127.0.0.1", server.port) as conn:
+        assert leader_epoch_of(await conn.request(vote_request(7))) == 7
