@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_testing import ReadyLine, raftka_command
 from quorum.zookeeper.ensemble import zookeeper_missing_reason
-from raftka.cluster import LocalCluster
+from cluster import LocalCluster
 from common.wire.ports import free_ports
 
 #: From the accepted connect to the record read back: seconds on a loaded
