@@ -212,7 +212,7 @@ class Broker:
         """Serve until cancelled; then shut down cleanly. Starts with the
         bound `Server` (its `port` is the real one when config.port is 0).
         With `listen=False` the port only listens once the caller calls
-        `server.open()`: a node opens it when it can serve (`broker.process`)."""
+        `server.open()`: a node opens it when it can serve (`broker.shell.process`)."""
         config = self.config
         clean = False
         try:
