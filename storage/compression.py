@@ -15,6 +15,13 @@ KIP-110). Clients differ in the framing they send, so decoding is lenient:
   header checksum, KIP-57).
 - zstd: standard zstd frames.
 
+`decompress_bounded` is the produce path's (and recovery's) decoder: it
+never holds more than a limit of output, so a small batch that claims to
+expand to gigabytes (a decompression bomb) costs at most that limit. gzip,
+lz4 and zstd decode into a buffer that starts at a guess and grows fourfold
+up to the limit; snappy's blocks declare their length, which is checked
+before decoding.
+
 Pure: bytes in, bytes out.
 """
 
@@ -115,3 +122,106 @@ def _xerial_snappy_decompress(data) -> bytes:
         out += cramjam.snappy.decompress_raw(view[pos : pos + length])
         pos += length
     return bytes(out)
+
+
+# The most a byte of each codec's stream can expand to: deflate's longest
+# match (258 bytes) in about two bits, an lz4 match length byte (255). A
+# stream that short decompresses within the limit whatever it holds, so it
+# is decoded in one call; zstd's RLE blocks reach 32768x, so a zstd stream
+# of more than 2 KB, and longer gzip and lz4 streams, take the bounded path.
+_MAX_RATIO = {GZIP: 1032, LZ4: 255, ZSTD: 32768}
+_PLAIN = {GZIP: cramjam.gzip.decompress, LZ4: cramjam.lz4.decompress, ZSTD: cramjam.zstd.decompress}
+# The bounded path's first guess at the decompressed size, then fourfold.
+_FIRST_GUESS_RATIO = 16
+_MIN_GUESS_BYTES = 64 * 1024
+_GROWTH = 4
+# cramjam's message when the output buffer of `decompress_into` is full.
+_BUFFER_FULL = "failed to write whole buffer"
+
+
+def decompress_bounded(codec_id: int, data, max_bytes: int):
+    """Decompress `data` (codec 1..4) into at most `max_bytes` bytes; return
+    a bytes-like of the output.
+
+    Raises CorruptRecordError if the bytes are not valid for the codec or
+    would decompress to more than `max_bytes`.
+    """
+    try:
+        if codec_id == SNAPPY:
+            return _snappy_bounded(data, max_bytes)
+        into = _INTO.get(codec_id)
+        if into is None:
+            raise _unsupported(codec_id)
+        if len(data) * _MAX_RATIO[codec_id] <= max_bytes:
+            return _PLAIN[codec_id](data)
+        size = min(max_bytes, max(_MIN_GUESS_BYTES, _FIRST_GUESS_RATIO * len(data)))
+        while True:
+            out = bytearray(size)
+            try:
+                n = into(data, out)
+            except cramjam.DecompressionError as e:
+                # A full buffer: grow it (a highly compressible batch), up to
+                # the limit. Anything else is a stream that does not decode.
+                if _BUFFER_FULL not in str(e):
+                    raise
+                if size >= max_bytes:
+                    raise CorruptRecordError(
+                        f"{CODEC_NAMES[codec_id]} records section decompresses to more than "
+                        f"{max_bytes} bytes: refused as a decompression bomb"
+                    ) from None
+                size = min(max_bytes, size * _GROWTH)
+                continue
+            return memoryview(out)[:n]
+    except cramjam.DecompressionError as e:
+        raise CorruptRecordError(
+            f"{CODEC_NAMES[codec_id]} records section does not decompress: {e}"
+        ) from None
+
+
+_INTO = {
+    GZIP: cramjam.gzip.decompress_into,
+    LZ4: cramjam.lz4.decompress_into,
+    ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def _snappy_bounded(data, max_bytes: int):
+    view = memoryview(data)
+    if bytes(view[: len(XERIAL_MAGIC)]) != XERIAL_MAGIC:
+        _check_snappy_length(cramjam.snappy.decompress_raw_len(view), max_bytes)
+        return cramjam.snappy.decompress_raw(view)
+    blocks = []
+    total = 0
+    pos = len(_XERIAL_HEADER)
+    if len(view) < pos:
+        raise CorruptRecordError("xerial snappy stream shorter than its 16-byte header")
+    while pos < len(view):
+        if len(view) - pos < 4:
+            raise CorruptRecordError(f"xerial snappy block length truncated at byte {pos}")
+        (length,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if length < 0 or len(view) - pos < length:
+            raise CorruptRecordError(
+                f"xerial snappy block at byte {pos - 4} claims {length} bytes, "
+                f"{len(view) - pos} remain"
+            )
+        block = view[pos : pos + length]
+        total += cramjam.snappy.decompress_raw_len(block)
+        _check_snappy_length(total, max_bytes)
+        blocks.append(block)
+        pos += length
+    out = bytearray(total)
+    at = 0
+    for block in blocks:
+        at += cramjam.snappy.decompress_raw_into(block, memoryview(out)[at:])
+    if at != total:
+        raise CorruptRecordError(f"snappy blocks declare {total} bytes but decompress to {at}")
+    return out
+
+
+def _check_snappy_length(length: int, max_bytes: int) -> None:
+    if length > max_bytes:
+        raise CorruptRecordError(
+            f"snappy records section declares {length} decompressed bytes, more than "
+            f"{max_bytes}: refused as a decompression bomb"
+        )
