@@ -26,10 +26,12 @@ The CRC leaves out the first 21 bytes on purpose, so a broker can assign
 offsets (`set_base_offset`) and stamp the leader epoch
 (`set_partition_leader_epoch`) in place without touching the CRC.
 
-The produce path does no per-record work: `validate_batch` reads the header
-with one precompiled `struct` call and checks the CRC over a `memoryview`,
-so its cost is the CRC itself. Records are only decoded (`iter_records`)
-where a feature needs them: compaction, timestamp lookup, tests.
+`validate_batch` reads the header with one precompiled `struct` call and
+checks the CRC over a `memoryview`, so its cost is the CRC itself. The
+records inside are checked apart (`storage.record_validation`: a compiled
+walk on the produce path, before the append); they are only decoded
+(`iter_records`) where a feature needs them: compaction, timestamp lookup,
+tests.
 
 Each record inside the records section (after decompression) is
 
