@@ -72,6 +72,7 @@ from storage.batch import (
     TIMESTAMP_TYPE_MASK,
     ZSTD,
     BatchHeader,
+    iter_batch_headers,
     validate_batch,
 )
 from storage.batch_records import decode_records
@@ -234,13 +235,11 @@ def check_stored_batch(buf, pos: int, header: BatchHeader,
 
 def check_stored_batches(buf, max_decompressed_bytes: int = STORED_DECOMPRESSION_LIMIT) -> None:
     """`check_stored_batch` for each whole batch of `buf` (a follower's
-    fetched records), header and CRC first. A tail that is not a whole
-    batch is left to the append, which refuses it."""
-    pos = 0
-    while len(buf) - pos >= HEADER_SIZE:
-        header = validate_batch(buf, pos)
+    fetched records). Only the framing of each header is checked first: the
+    append that follows checks the CRCs (once), and refuses a tail that is
+    not a whole batch."""
+    for pos, header in iter_batch_headers(buf):
         check_stored_batch(buf, pos, header, max_decompressed_bytes)
-        pos += header[1] + LOG_OVERHEAD
 
 
 def describe_scan_error(code: int, index: int, detail: int, count: int, contiguous: bool = True) -> str:
