@@ -1,6 +1,6 @@
 /* The records-section walk of storage.record_validation, compiled.
 
-   `scan_records(buf, start, end, count, last_offset_delta, contiguous)` walks
+   `scan_records(buf, start, end, count, last_offset_delta, client)` walks
    the `count` records of a v2 batch's (decompressed) records section,
    buf[start:end], and answers the tuple
 
@@ -34,6 +34,7 @@ enum {
     SCAN_BAD_HEADER_VALUE_LENGTH = 10,
     SCAN_LENGTH_MISMATCH = 11,   /* the fields do not end where the length says */
     SCAN_TRAILING_BYTES = 12,    /* bytes left after the last record */
+    SCAN_BAD_ATTRIBUTES = 13,    /* a client record's attributes are not 0 */
 };
 
 /* A zigzag varint of at most `max_bytes` bytes (5: int32, 10: int64) whose
@@ -68,15 +69,18 @@ scan_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "scan_records(buf, start, end, count, last_offset_delta, contiguous)");
+                        "scan_records(buf, start, end, count, last_offset_delta, client)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
     long long count = PyLong_AsLongLong(args[3]);
     long long last_offset_delta = PyLong_AsLongLong(args[4]);
-    int contiguous = PyObject_IsTrue(args[5]);
-    if (PyErr_Occurred() || contiguous < 0)
+    /* A client's batch: offset deltas exactly 0..n-1 and record attributes
+       0. A stored one: deltas increasing within last_offset_delta
+       (compaction removes records, keeping offsets). */
+    int client = PyObject_IsTrue(args[5]);
+    if (PyErr_Occurred() || client < 0)
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
@@ -109,14 +113,22 @@ scan_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             code = SCAN_TRUNCATED;
             goto fail;
         }
-        p++;  /* attributes: unused by every record format so far */
+        /* Attributes: unused by every record format so far. Kafka ignores
+           them; kafka-python (and aiokafka) read them as a varint, so one
+           with the high bit set misparses the record for their consumers. */
+        if (client && *p != 0) {
+            code = SCAN_BAD_ATTRIBUTES;
+            detail = *p;
+            goto fail;
+        }
+        p++;
         READ(timestamp_delta, 10);
         if (i == 0 || timestamp_delta < min_delta)
             min_delta = timestamp_delta;
         if (i == 0 || timestamp_delta > max_delta)
             max_delta = timestamp_delta;
         READ(offset_delta, 5);
-        if (contiguous ? offset_delta != i
+        if (client ? offset_delta != i
                        : offset_delta <= previous_offset_delta || offset_delta > last_offset_delta) {
             code = SCAN_BAD_OFFSET_DELTA;
             detail = offset_delta;
@@ -205,7 +217,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"scan_records", (PyCFunction)(void (*)(void))scan_records, METH_FASTCALL,
-     "scan_records(buf, start, end, count, last_offset_delta, contiguous) -> "
+     "scan_records(buf, start, end, count, last_offset_delta, client) -> "
      "(code, record_index, detail, min_timestamp_delta, max_timestamp_delta, first_null_key_index)"},
     {NULL, NULL, 0, NULL},
 };

@@ -19,7 +19,9 @@ and so does raftka:
   fields within its length (varints of at most 5 bytes, 10 for the
   timestamp delta, key/value lengths of -1 or within the record, a header
   count and header keys and values within the record, header keys UTF-8),
-  offset deltas exactly 0..n-1. Then the topic's rules on records (KIP-467
+  offset deltas exactly 0..n-1, record attributes 0 (unused in v2; Kafka
+  ignores them, but kafka-python and aiokafka read them as a varint and
+  misparse a record whose attributes have the high bit set). Then the topic's rules on records (KIP-467
   names the records at fault): a compacted topic needs a key on every
   record (INVALID_RECORD), and with `message.timestamp.type=CreateTime`
   every timestamp lies within `message.timestamp.before.max.ms` /
@@ -99,6 +101,7 @@ SCAN_HEADER_KEY_NOT_UTF8 = 9
 SCAN_BAD_HEADER_VALUE_LENGTH = 10
 SCAN_LENGTH_MISMATCH = 11
 SCAN_TRAILING_BYTES = 12
+SCAN_BAD_ATTRIBUTES = 13
 
 # Decompressed, a batch may grow to 32 times the topic's max.message.bytes,
 # and never needs to be refused below 64 MiB: librdkafka's batches are at
@@ -228,7 +231,7 @@ def check_stored_batch(buf, pos: int, header: BatchHeader,
     if code:
         raise CorruptRecordError(
             f"record batch at position {pos} (base_offset {header[0]}): "
-            f"{describe_scan_error(code, index, detail, count, contiguous=False)}",
+            f"{describe_scan_error(code, index, detail, count, client=False)}",
             pos,
         )
 
@@ -242,7 +245,7 @@ def check_stored_batches(buf, max_decompressed_bytes: int = STORED_DECOMPRESSION
         check_stored_batch(buf, pos, header, max_decompressed_bytes)
 
 
-def describe_scan_error(code: int, index: int, detail: int, count: int, contiguous: bool = True) -> str:
+def describe_scan_error(code: int, index: int, detail: int, count: int, client: bool = True) -> str:
     """What a scanner's answer means, for an error message."""
     where = f"record {index} of {count}"
     if code == SCAN_TRUNCATED:
@@ -252,7 +255,7 @@ def describe_scan_error(code: int, index: int, detail: int, count: int, contiguo
     if code == SCAN_BAD_LENGTH:
         return f"{where} has length {detail}, which does not fit the records section"
     if code == SCAN_BAD_OFFSET_DELTA:
-        want = f"{index}" if contiguous else "one above the previous record's and within last_offset_delta"
+        want = f"{index}" if client else "one above the previous record's and within last_offset_delta"
         return f"{where} has offset delta {detail}, expected {want}"
     if code == SCAN_BAD_KEY_LENGTH:
         return f"{where} has key length {detail}, which does not fit the record"
@@ -270,6 +273,8 @@ def describe_scan_error(code: int, index: int, detail: int, count: int, contiguo
         return f"{where}: its fields do not end where its length ({detail}) says"
     if code == SCAN_TRAILING_BYTES:
         return f"the records section has {detail} bytes left after its {count} records"
+    if code == SCAN_BAD_ATTRIBUTES:
+        return f"{where} has attributes {detail}: record attributes are unused in v2 and must be 0"
     return f"{where}: scan error {code}"
 
 
@@ -328,7 +333,7 @@ def _varint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
         shift += 7
 
 
-def _scan_python(buf, start: int, end: int, count: int, last_offset_delta: int, contiguous: bool):
+def _scan_python(buf, start: int, end: int, count: int, last_offset_delta: int, client: bool):
     """`storage._record_scan.scan_records` in Python (see `_record_scan.c`)."""
     data = buf if type(buf) is bytes and start == 0 and end == len(buf) else bytes(memoryview(buf)[start:end])
     end = len(data)
@@ -353,7 +358,9 @@ def _scan_python(buf, start: int, end: int, count: int, last_offset_delta: int, 
             record_end = pos + length
             if pos >= end:
                 return SCAN_TRUNCATED, index, 0, 0, 0, -1
-            p = pos + 1  # attributes: unused by every record format so far
+            if client and data[pos]:  # attributes: unused, 0 (see _record_scan.c)
+                return SCAN_BAD_ATTRIBUTES, index, data[pos], 0, 0, -1
+            p = pos + 1
             b = data[p]
             if b < 0x80:
                 timestamp_delta = (b >> 1) ^ -(b & 1)
@@ -372,7 +379,7 @@ def _scan_python(buf, start: int, end: int, count: int, last_offset_delta: int, 
                 p += 1
             else:
                 offset_delta, p = varint(data, p, 5)
-            if offset_delta != index if contiguous else (
+            if offset_delta != index if client else (
                     offset_delta <= previous_offset_delta or offset_delta > last_offset_delta):
                 return SCAN_BAD_OFFSET_DELTA, index, offset_delta, 0, 0, -1
             previous_offset_delta = offset_delta

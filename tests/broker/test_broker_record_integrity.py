@@ -22,12 +22,12 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from aiokafka.record.default_records import DefaultRecordBatch as AioRecordBatch
 from kafka.record.default_records import DefaultRecordBatch
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7 import request as lr
@@ -44,6 +44,7 @@ TOPIC = "integrity"
 COMPACTED = "integrity-compacted"
 FUZZED = "integrity-fuzzed"
 NOW_MS = int(time.time() * 1000)
+SOAK = os.environ.get("RAFTKA_SOAK") == "1"
 
 
 # --- malformed batches, each with a CRC that holds ---
@@ -238,36 +239,49 @@ def test_a_timestamp_too_far_ahead_is_refused(bootstrap):
     assert _deliver(bootstrap, TOPIC, partition=PARTITIONS - 1, timestamp=int(time.time() * 1000)) is None
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(
-    n=st.integers(1, 6),
-    codec=st.sampled_from([0, 1, 2, 3, 4]),
-    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
-)
-def test_a_valid_batch_is_accepted_and_a_mutated_one_refused_or_readable(raw, n, codec, edits):
+def test_valid_batches_are_accepted_and_mutated_ones_refused_or_readable(bootstrap, raw):
     """Mutations of a valid batch's records section (the CRC made to hold
-    again): the broker refuses each, or stores records that our reader and
-    kafka-python's both decode. Without mutations it always accepts."""
-    records = [(b"key-%d" % i if i % 3 else None, b"value %d" % i * (i + 1), (), i) for i in range(n)]
-    section = bytearray(_section(*((i, k, v, t) for i, (k, v, _, t) in enumerate(records))))
-    for at, value in edits:
-        section[at % len(section)] = value
-    body = compress(codec, bytes(section)) if codec else bytes(section)
-    batch = _batch(body, n, attributes=codec, base_timestamp=NOW_MS)
-    before = raw.list_offset(FUZZED, 0, -1).offset
-    answer = raw.produce(FUZZED, 0, batch)
-    if answer.error_code != ErrorCode.none:
-        assert edits, answer
-        assert answer.error_code in (ErrorCode.invalid_record, ErrorCode.invalid_timestamp), answer
-        assert raw.list_offset(FUZZED, 0, -1).offset == before
-        return
-    assert answer.base_offset == before
-    stored = raw.request(_fetch(FUZZED, before))
-    (topic,) = stored.responses
-    (partition,) = topic.partitions
-    data = bytes(partition.records)
-    assert [r.offset for r in iter_records(data)] == list(range(before, before + n))
-    assert [r.offset for r in DefaultRecordBatch(data)] == list(range(before, before + n))
+    again): the broker refuses each with INVALID_RECORD / INVALID_TIMESTAMP
+    and appends nothing, or stores records that our reader, kafka-python's
+    and aiokafka's all decode; without mutations it always accepts. After
+    each, a good batch lands at the next offset, and librdkafka reads the
+    whole partition at the end. Longer under RAFTKA_SOAK=1."""
+
+    @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], **({"max_examples": 2000} if SOAK else {}))
+    @given(
+        n=st.integers(1, 6),
+        codec=st.sampled_from([0, 1, 2, 3, 4]),
+        edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    )
+    def one_batch(n, codec, edits):
+        records = [(b"key-%d" % i if i % 3 else None, b"value %d" % i * (i + 1), (), i) for i in range(n)]
+        section = bytearray(_section(*((i, k, v, t) for i, (k, v, _, t) in enumerate(records))))
+        for at, value in edits:
+            section[at % len(section)] = value
+        body = compress(codec, bytes(section)) if codec else bytes(section)
+        before = raw.list_offset(FUZZED, 0, -1).offset
+        answer = raw.produce(FUZZED, 0, _batch(body, n, attributes=codec, base_timestamp=NOW_MS))
+        if answer.error_code != ErrorCode.none:
+            assert edits, answer
+            assert answer.error_code in (ErrorCode.invalid_record, ErrorCode.invalid_timestamp), answer
+            assert raw.list_offset(FUZZED, 0, -1).offset == before
+            after = before
+        else:
+            assert answer.base_offset == before
+            (topic,) = raw.request(_fetch(FUZZED, before)).responses
+            (partition,) = topic.partitions
+            data = bytes(partition.records)
+            assert [r.offset for r in iter_records(data)] == list(range(before, before + n))
+            assert [r.offset for r in DefaultRecordBatch(data)] == list(range(before, before + n))
+            assert [r.offset for r in AioRecordBatch(data)] == list(range(before, before + n))
+            after = before + n
+        good = raw.produce(FUZZED, 0, build_batch([(b"good", b"after", (), NOW_MS)]))
+        assert (good.error_code, good.base_offset) == (ErrorCode.none, after)
+
+    one_batch()
+    end = raw.list_offset(FUZZED, 0, -1).offset
+    got, _ = consume_from_beginning(bootstrap, FUZZED, 0, end)
+    assert [m.offset() for m in got] == list(range(end))
 
 
 def _fetch(topic: str, offset: int):

@@ -12,6 +12,9 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiokafka.record.default_records import DefaultRecordBatch as AioKafkaBatch
+from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
+
 from storage import record_validation as rv
 from storage.batch import (
     CRC_OFFSET,
@@ -197,6 +200,15 @@ def test_a_varint_longer_than_kafka_reads(scanner):
     assert "varint" in str(_refused(_batch(section, 1)))
 
 
+def test_record_attributes_are_zero(scanner):
+    section = bytearray(_section((0, b"k", b"v", (), 0)))
+    section[1] = 0x80
+    assert "attributes 128" in str(_refused(_batch(bytes(section), 1)))
+    # A stored batch is not held to it: only its structure is walked.
+    batch = _batch(bytes(section), 1)
+    check_stored_batch(batch, 0, validate_batch(batch))
+
+
 def test_header_keys_are_utf8(scanner):
     section = _section((0, b"k", b"v", ((b"\xff\xfe", b"x"),), 0))
     assert "not UTF-8" in str(_refused(_batch(section, 1)))
@@ -321,16 +333,19 @@ def test_a_mutated_records_section_is_refused_or_decodes(scanner, n, codec, edit
     got = list(iter_records(batch))
     assert [r.offset for r in got] == list(range(n))
     assert stamp is None or stamp == max(r.timestamp for r in got)
+    # The clients' own decoders read it too.
+    assert [r.offset for r in KafkaPythonBatch(bytes(batch))] == list(range(n))
+    assert [r.offset for r in AioKafkaBatch(bytes(batch))] == list(range(n))
 
 
 @given(section=st.binary(max_size=200), count=st.integers(0, 12), last_offset_delta=st.integers(-1, 12),
-       contiguous=st.booleans())
-def test_both_walks_agree(section, count, last_offset_delta, contiguous):
+       client=st.booleans())
+def test_both_walks_agree(section, count, last_offset_delta, client):
     """The compiled walk and the pure-Python one answer the same, on any bytes."""
     if compiled_scan is None:
         pytest.skip("storage._record_scan is not built")
-    python = rv._scan_python(section, 0, len(section), count, last_offset_delta, contiguous)
-    compiled = compiled_scan(section, 0, len(section), count, last_offset_delta, contiguous)
+    python = rv._scan_python(section, 0, len(section), count, last_offset_delta, client)
+    compiled = compiled_scan(section, 0, len(section), count, last_offset_delta, client)
     assert python == compiled
     if python[0] == 0 and count:
         records = iter_records(_batch(section, count, last_offset_delta=max(last_offset_delta, count - 1)))
