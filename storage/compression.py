@@ -131,7 +131,8 @@ def _xerial_snappy_decompress(data) -> bytes:
 # of more than 2 KB, and longer gzip and lz4 streams, take the bounded path.
 _MAX_RATIO = {GZIP: 1032, LZ4: 255, ZSTD: 32768}
 _PLAIN = {GZIP: cramjam.gzip.decompress, LZ4: cramjam.lz4.decompress, ZSTD: cramjam.zstd.decompress}
-# The bounded path's first guess at the decompressed size, then fourfold.
+# The bounded path's buffer: the stream's own size hint (`_size_hint`) or a
+# guess, grown fourfold while it is too small, up to the limit.
 _FIRST_GUESS_RATIO = 16
 _MIN_GUESS_BYTES = 64 * 1024
 _GROWTH = 4
@@ -154,7 +155,10 @@ def decompress_bounded(codec_id: int, data, max_bytes: int):
             raise _unsupported(codec_id)
         if len(data) * _MAX_RATIO[codec_id] <= max_bytes:
             return _PLAIN[codec_id](data)
-        size = min(max_bytes, max(_MIN_GUESS_BYTES, _FIRST_GUESS_RATIO * len(data)))
+        hint = _size_hint(codec_id, data)
+        if hint is None:
+            hint = max(_MIN_GUESS_BYTES, _FIRST_GUESS_RATIO * len(data))
+        size = max(1, min(max_bytes, hint))
         while True:
             out = bytearray(size)
             try:
@@ -169,13 +173,112 @@ def decompress_bounded(codec_id: int, data, max_bytes: int):
                         f"{CODEC_NAMES[codec_id]} records section decompresses to more than "
                         f"{max_bytes} bytes: refused as a decompression bomb"
                     ) from None
-                size = min(max_bytes, size * _GROWTH)
+                size = min(max_bytes, max(size * _GROWTH, _MIN_GUESS_BYTES))
                 continue
             return memoryview(out)[:n]
     except cramjam.DecompressionError as e:
         raise CorruptRecordError(
             f"{CODEC_NAMES[codec_id]} records section does not decompress: {e}"
         ) from None
+
+
+def _size_hint(codec_id: int, data) -> int | None:
+    """What the stream says it decompresses to, at most: only a buffer's
+    size (a stream that lies fills it and is refused or grown like any
+    other). None when it says nothing."""
+    view = memoryview(data)
+    try:
+        if codec_id == ZSTD:
+            return _zstd_size_bound(view)
+        if codec_id == LZ4:
+            return _lz4_size_bound(view)
+        if codec_id == GZIP and len(view) >= 18:
+            # ISIZE, the last four bytes of a gzip member (RFC 1952): every
+            # client writes one member.
+            return int.from_bytes(view[-4:], "little")
+    except IndexError:
+        return None
+    return None
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_BLOCK_MAX = 128 * 1024
+
+
+def _zstd_size_bound(view) -> int | None:
+    """The zstd frames' (RFC 8878) block headers: a raw or RLE block makes
+    its Block_Size, a compressed one at most 128 KiB. Kafka's clients write
+    no content size, and one frame of a few blocks per batch."""
+    n = len(view)
+    pos = total = 0
+    while pos < n:
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame
+            pos += 8 + int.from_bytes(view[pos + 4 : pos + 8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            return None
+        descriptor = view[pos + 4]
+        single_segment = descriptor >> 5 & 1
+        pos += (5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+                + (single_segment, 2, 4, 8)[descriptor >> 6])
+        while True:
+            header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+            block_type, block_size = header >> 1 & 3, header >> 3
+            pos += 3
+            if block_type == 0:  # raw
+                total += block_size
+                pos += block_size
+            elif block_type == 1:  # RLE: one byte, repeated
+                total += block_size
+                pos += 1
+            elif block_type == 2:
+                total += _ZSTD_BLOCK_MAX
+                pos += block_size
+            else:
+                return None
+            if header & 1:  # the last block
+                break
+        if descriptor >> 2 & 1:  # a content checksum
+            pos += 4
+    return total
+
+
+_LZ4_MAGIC = 0x184D2204
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def _lz4_size_bound(view) -> int | None:
+    """The LZ4 frames' block sizes: a stored block makes its size, a
+    compressed one at most the frame's block maximum (64 KiB as Kafka's
+    clients write them); or the frame's content size, when it has one."""
+    n = len(view)
+    pos = total = 0
+    while pos < n:
+        if int.from_bytes(view[pos : pos + 4], "little") != _LZ4_MAGIC:
+            return None
+        flags, block_descriptor = view[pos + 4], view[pos + 5]
+        block_max = _LZ4_BLOCK_MAX.get(block_descriptor >> 4 & 7)
+        if block_max is None:
+            return None
+        pos += 6
+        if flags & 0x08:  # the content size: exact
+            total += int.from_bytes(view[pos : pos + 8], "little")
+            pos += 8
+            block_max = 0
+        pos += (4 if flags & 0x01 else 0) + 1  # dictionary id, header checksum
+        while True:
+            size = int.from_bytes(view[pos : pos + 4], "little")
+            pos += 4
+            if size == 0:  # the end mark
+                break
+            stored = size & 0x80000000
+            size &= 0x7FFFFFFF
+            total += size if stored and block_max else block_max
+            pos += size + (4 if flags & 0x10 else 0)  # block checksums
+        if flags & 0x04:  # a content checksum
+            pos += 4
+    return total
 
 
 _INTO = {

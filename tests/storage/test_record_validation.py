@@ -102,14 +102,33 @@ def test_built_batches_are_accepted(scanner, codec):
 
 
 @pytest.mark.parametrize("codec", [1, 3, 4])
-def test_highly_compressible_batches_grow_the_buffer(scanner, codec):
-    """Past the codec's safe size the decoder's buffer starts at a guess and
-    grows; a batch that decompresses to 60 times its size still passes."""
+def test_large_and_highly_compressible_batches_are_accepted(scanner, codec):
+    """Past the size a codec cannot blow up from, the decoder's buffer is
+    sized by the stream's own hint (zstd and lz4 block headers, gzip's
+    ISIZE): a 16 MB batch that compresses 30x passes."""
     rng = random.Random(codec)
-    values = [rng.randbytes(64) * 40 for _ in range(6400)]  # 30x under each codec
+    values = [rng.randbytes(64) * 40 for _ in range(6400)]
     batch = build_batch([(None, value, (), TS + i) for i, value in enumerate(values)], compression=codec)
-    assert len(batch) * 16 < 6400 * 2560, "the first guess must be too small"
+    assert len(batch) * 16 < 6400 * 2560
     assert validate_client_batch(batch, NOW_MS) is None
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_decompress_bounded_gives_what_decompress_gives(codec):
+    rng = random.Random(codec)
+    for size in (0, 1, 3000, 300_000, 2_000_000):
+        data = rng.randbytes(size // 2) + bytes(size - size // 2)
+        stream = compress(codec, data)
+        assert bytes(decompress_bounded(codec, stream, 64 << 20)) == data
+
+
+def test_a_stream_whose_size_hint_is_short_grows_the_buffer():
+    """Two gzip members: the hint (the last four bytes) is the second's size."""
+    first = random.Random(1).randbytes(1 << 20)
+    stream = compress(1, first) + compress(1, b"tail")
+    assert bytes(decompress_bounded(1, stream, 64 << 20)) == first + b"tail"
+    with pytest.raises(CorruptRecordError, match="decompression bomb"):
+        decompress_bounded(1, stream, 1 << 20)
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
