@@ -494,9 +494,17 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     header = validate_batch(batch, pos)
     view = batch if type(batch) is memoryview else memoryview(batch)
     section = view[pos + HEADER_SIZE : pos + header.size_in_bytes]
-    if header.compression != NO_COMPRESSION:
-        section = decompress(header.compression, section)
     log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
-    yield from decode_records(
-        section, header.records_count, header.base_offset, header.base_timestamp, log_append_time
-    )
+    try:
+        if header.compression != NO_COMPRESSION:
+            section = decompress(header.compression, section)
+        records = decode_records(
+            section, header.records_count, header.base_offset, header.base_timestamp, log_append_time
+        )
+    except CorruptRecordError as exc:
+        # Say which batch: a reader logs this, and the records' own
+        # positions are relative to their section.
+        raise CorruptRecordError(
+            f"record batch at position {pos} (base_offset {header.base_offset}): {exc}", pos
+        ) from None
+    yield from records

@@ -85,7 +85,8 @@ async def test_list_offsets_answers_corrupt_message_for_that_partition_and_serve
     response = await conn.request(list_offsets((0, BASE_TIMESTAMP_MS + 1)))
     assert (only_partition(response).error_code, only_partition(response).offset) == (ErrorCode.none, 1)
     failures = [r for r in caplog.records if "a read failed" in r.getMessage()]
-    assert len(failures) == 1 and "t-0" in failures[0].getMessage()
+    assert len(failures) == 1
+    assert "t-0" in failures[0].getMessage() and "base_offset 2" in failures[0].getMessage()
 
 
 async def test_fetch_answers_corrupt_message_for_a_damaged_partition_and_serves_the_others(nursery, tmp_path):
