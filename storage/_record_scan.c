@@ -13,8 +13,8 @@
    twin, and the tests hold the two to the same answers). It never reads
    outside buf[start:end], whatever the bytes say.
 
-   Python walks a record in about 0.6 us; the broker's whole produce path
-   costs about 0.2 us a record. This walk costs a few nanoseconds. */
+   Python walks a record in 0.6-1.5 us; the broker's whole produce path
+   costs 0.13-0.2 us a record. This walk costs about 10 ns. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
