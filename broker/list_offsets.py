@@ -22,7 +22,7 @@ from broker.kio_util import build, response_module
 from broker.partition import NO_EPOCH
 from broker.replica_manager import HostedPartition
 from storage.batch import iter_records
-from storage.errors import CorruptRecordError
+from storage.errors import StorageError
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -50,7 +50,7 @@ async def handle_list_offsets(broker, ctx, request):
                 try:
                     error, timestamp, offset, epoch = _list_offset(
                         broker, topic.name, p, replica_id, read_committed, version)
-                except (CorruptRecordError, OSError) as exc:
+                except (StorageError, OSError) as exc:
                     # A timestamp lookup decodes stored records: a batch that
                     # does not parse fails this partition, not the request.
                     hp = broker.replicas.partitions[(topic.name, p.partition_index)]

@@ -106,15 +106,17 @@ class HostedPartition:
     def read_error(self, exc: Exception) -> ErrorCode:
         """The error code a read (Fetch, ListOffsets) answers for this
         partition when a stored batch cannot be read: CORRUPT_MESSAGE for
-        bytes that do not parse (a log written by an older version, a disk
-        fault the CRC did not catch), KAFKA_STORAGE_ERROR for an I/O error,
-        as Kafka answers. The request's other partitions are served; the
+        bytes that do not parse or name an unknown codec (a log written by
+        an older version, a disk fault the CRC did not catch),
+        KAFKA_STORAGE_ERROR for an I/O error or any other storage fault, as
+        Kafka answers. The request's other partitions are served; the
         partition, the position and the reason are logged once."""
         reason = str(exc)
         if reason not in self.read_errors_logged and len(self.read_errors_logged) < _READ_ERRORS_LOGGED:
             self.read_errors_logged.add(reason)
             _log.error("%s-%d: a read failed: %s", self.state.topic, self.state.partition, reason)
-        return ErrorCode.corrupt_message if isinstance(exc, CorruptRecordError) else ErrorCode.kafka_storage_error
+        corrupt = isinstance(exc, (CorruptRecordError, UnsupportedCompressionError))
+        return ErrorCode.corrupt_message if corrupt else ErrorCode.kafka_storage_error
 
     def notify(self) -> None:
         """Wake every request parked on this partition; mark it dirty in

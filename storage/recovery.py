@@ -49,7 +49,7 @@ import os
 from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, parse_header, validate_batch
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import CorruptIndexError, CorruptRecordError
+from storage.errors import CorruptIndexError, CorruptRecordError, UnsupportedCompressionError
 from storage.fs import FileSystem
 from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_index
 from storage.record_validation import check_stored_batch
@@ -163,7 +163,8 @@ def recover_segment(
         try:
             header = validate_batch(buf, rel)
             check_stored_batch(buf, rel, header)
-        except CorruptRecordError as e:
+        except (CorruptRecordError, UnsupportedCompressionError) as e:
+            # An unknown codec id in a batch whose CRC holds: corrupt too.
             problem = str(e).replace(f"at position {rel}", "").strip()
             break
         if header.base_offset < segment.next_offset:
