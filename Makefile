@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-$(subst /,_,$(PYTHON))
 
 .PHONY: sysdeps setup demo test clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py storage/_record_scan.c
 	test "$$(cat $(VENV)/.base 2>/dev/null)" = "$(PYTHON)" || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && echo "$(PYTHON)" > $(VENV)/.base; }
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -26,10 +26,12 @@ The CRC leaves out the first 21 bytes on purpose, so a broker can assign
 offsets (`set_base_offset`) and stamp the leader epoch
 (`set_partition_leader_epoch`) in place without touching the CRC.
 
-The produce path does no per-record work: `validate_batch` reads the header
-with one precompiled `struct` call and checks the CRC over a `memoryview`,
-so its cost is the CRC itself. Records are only decoded (`iter_records`)
-where a feature needs them: compaction, timestamp lookup, tests.
+`validate_batch` reads the header with one precompiled `struct` call and
+checks the CRC over a `memoryview`, so its cost is the CRC itself. The
+records inside are checked apart (`storage.record_validation`: a compiled
+walk on the produce path, before the append); they are only decoded
+(`iter_records`) where a feature needs them: compaction, timestamp lookup,
+tests.
 
 Each record inside the records section (after decompression) is
 
@@ -492,9 +494,17 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
     header = validate_batch(batch, pos)
     view = batch if type(batch) is memoryview else memoryview(batch)
     section = view[pos + HEADER_SIZE : pos + header.size_in_bytes]
-    if header.compression != NO_COMPRESSION:
-        section = decompress(header.compression, section)
     log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
-    yield from decode_records(
-        section, header.records_count, header.base_offset, header.base_timestamp, log_append_time
-    )
+    try:
+        if header.compression != NO_COMPRESSION:
+            section = decompress(header.compression, section)
+        records = decode_records(
+            section, header.records_count, header.base_offset, header.base_timestamp, log_append_time
+        )
+    except CorruptRecordError as exc:
+        # Say which batch: a reader logs this, and the records' own
+        # positions are relative to their section.
+        raise CorruptRecordError(
+            f"record batch at position {pos} (base_offset {header.base_offset}): {exc}", pos
+        ) from None
+    yield from records

@@ -7,13 +7,15 @@ them into codes in responses; they never cross the network as exceptions):
 | ---------------------------- | --------------------------- |
 | CorruptRecordError           | CORRUPT_MESSAGE (2)         |
 | InvalidRecordError           | INVALID_RECORD (87)         |
+| InvalidTimestampError        | INVALID_TIMESTAMP (32)      |
 | RecordTooLargeError          | MESSAGE_TOO_LARGE (10)      |
 | OffsetOutOfRangeError        | OFFSET_OUT_OF_RANGE (1)     |
 | UnsupportedCompressionError  | UNSUPPORTED_COMPRESSION_TYPE (76) |
 
-`InvalidRecordError` subclasses `CorruptRecordError`, so code that only
-catches the latter still catches it; check the subclass first when mapping
-to an error code.
+`InvalidRecordError` subclasses `CorruptRecordError` (and
+`InvalidTimestampError` subclasses it), so code that only catches the
+latter still catches them; check the subclass first when mapping to an
+error code.
 """
 
 from common.errors import RaftkaError
@@ -34,9 +36,22 @@ class CorruptRecordError(StorageError):
 
 
 class InvalidRecordError(CorruptRecordError):
-    """A well-formed batch that a client may not send: its record count
-    disagrees with its offset range, or it is empty (LogValidator's checks
-    on client batches)."""
+    """A batch whose CRC holds that a client may not send: its record count
+    disagrees with its offset range, it is empty, or its records do not
+    parse or break a topic rule (LogValidator's checks on client batches,
+    `storage.record_validation`). `record_errors` names the records at
+    fault, `(index in the batch, message)`, as KIP-467's ProduceResponse
+    carries them."""
+
+    def __init__(self, message: str, position: int | None = None, record_errors=()) -> None:
+        super().__init__(message, position)
+        self.record_errors: tuple[tuple[int, str], ...] = tuple(record_errors)
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A CreateTime record whose timestamp is further from the broker's
+    clock than the topic's `message.timestamp.before.max.ms` /
+    `message.timestamp.after.max.ms` allow."""
 
 
 class RecordTooLargeError(StorageError):

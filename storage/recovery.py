@@ -14,7 +14,9 @@ indexes). On open, each segment is loaded one of two ways:
 - **Recovered**: any other segment (past the recovery point, or whose
   indexes are missing or damaged, or whose tail does not chain) is read
   from its first byte. Each batch is validated (magic, length, CRC32C,
-  offsets increasing) and the indexes are rebuilt as appending would have
+  offsets increasing, and its records: a CRC-valid batch whose records do
+  not parse, `storage.record_validation.check_stored_batch`, is corruption
+  like any other) and the indexes are rebuilt as appending would have
   built them. The segment is cut at the first batch that fails, and every
   later segment is deleted, as Kafka does: the data after a hole is not a
   log any more. A torn tail (a crash mid-append) is the common case. So is
@@ -47,9 +49,10 @@ import os
 from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, parse_header, validate_batch
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import CorruptIndexError, CorruptRecordError
+from storage.errors import CorruptIndexError, CorruptRecordError, UnsupportedCompressionError
 from storage.fs import FileSystem
 from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_index
+from storage.record_validation import check_stored_batch
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from storage.segment_swap import complete_swaps
 
@@ -159,7 +162,9 @@ def recover_segment(
             buf, buf_start, rel = f.pread(max(_RECOVERY_CHUNK, batch_size), position), position, 0
         try:
             header = validate_batch(buf, rel)
-        except CorruptRecordError as e:
+            check_stored_batch(buf, rel, header)
+        except (CorruptRecordError, UnsupportedCompressionError) as e:
+            # An unknown codec id in a batch whose CRC holds: corrupt too.
             problem = str(e).replace(f"at position {rel}", "").strip()
             break
         if header.base_offset < segment.next_offset:

@@ -85,6 +85,8 @@ class ProducePartitionResult(NamedTuple):
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: KIP-467 (v8+): `(batch_index, message)` per record that made the batch fail.
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 def encode_produce_response(
@@ -109,8 +111,13 @@ def encode_produce_response(
             append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
                 append(_I64.pack(p.log_start_offset))
-            if version >= 8 and p.error_message is not None:
-                append(array_length_bytes(0, flexible))  # record_errors
+            if version >= 8 and (p.error_message is not None or p.record_errors):
+                append(array_length_bytes(len(p.record_errors), flexible))
+                for batch_index, message in p.record_errors:
+                    append(_I32.pack(batch_index))
+                    append(nullable_string_bytes(message, flexible))
+                    if flexible:
+                        append(_NO_TAGS)
                 append(nullable_string_bytes(p.error_message, flexible))
                 if flexible:
                     append(_NO_TAGS)

@@ -49,7 +49,7 @@ from broker.api.codec import FetchPartitionResult, encode_fetch_response, record
 from broker.core.replication import NO_EPOCH
 from broker.shell.replica_manager import HostedPartition, wait_for_change
 from common.wire import FileSlice, duration_ms
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import OffsetOutOfRangeError, StorageError
 
 READ_COMMITTED = 1
 #: Error codes the per-partition paths compare with, read once (an enum
@@ -305,6 +305,8 @@ def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bo
         slices = log.read(offset, max(limit, 1), max_offset=bound)
     except OffsetOutOfRangeError:
         return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, lso, log_start)
+    except (StorageError, OSError) as exc:
+        return FetchPartitionResult(fp.partition, hp.read_error(exc), hw, lso, log_start)
     records = [FileSlice(s.file, s.position, s.size) for s in slices]
     if not first and records_size(records) > limit:
         # Only the response's first partition with data may overshoot (KIP-74).
@@ -362,6 +364,8 @@ def _follower_records(hp: HostedPartition, fp, offset: int, max_offset: int, bud
         slices = hp.log.read(offset, max(limit, 1), max_offset)
     except OffsetOutOfRangeError:
         return FetchPartitionResult(fp.partition, ErrorCode.offset_out_of_range, hw, hw, log_start)
+    except (StorageError, OSError) as exc:
+        return FetchPartitionResult(fp.partition, hp.read_error(exc), hw, hw, log_start)
     if len(slices) == 1:  # a follower that keeps up: the batches since its position, one slice
         file, position, size = slices[0]
         records = [FileSlice(file, position, size)]

@@ -22,6 +22,7 @@ from broker.api.kio_util import build, response_module
 from broker.core.replication import NO_EPOCH
 from broker.shell.replica_manager import HostedPartition
 from storage.batch import iter_records
+from storage.errors import StorageError
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -46,8 +47,14 @@ async def handle_list_offsets(broker, ctx, request):
                 error, timestamp, offset, epoch = ErrorCode.invalid_request, -1, -1, NO_EPOCH
             else:
                 seen.add(p.partition_index)
-                error, timestamp, offset, epoch = _list_offset(
-                    broker, topic.name, p, replica_id, read_committed, version)
+                try:
+                    error, timestamp, offset, epoch = _list_offset(
+                        broker, topic.name, p, replica_id, read_committed, version)
+                except (StorageError, OSError) as exc:
+                    # A timestamp lookup decodes stored records: a batch that
+                    # does not parse fails this partition, not the request.
+                    hp = broker.replicas.partitions[(topic.name, p.partition_index)]
+                    error, timestamp, offset, epoch = hp.read_error(exc), -1, -1, NO_EPOCH
             partitions.append(build(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index,
                                     error_code=error, timestamp=timestamp, offset=offset,
                                     leader_epoch=epoch, old_style_offsets=()))

@@ -3,9 +3,11 @@
 Theory of operation
 -------------------
 For each partition of the request: check leadership (and, for acks=all,
-`min.insync.replicas`), check that exactly one batch came, and append it
-with `Log.append`, which validates the batch header and CRC (no per-record
-work) and assigns offsets by rewriting the base offset. The appends of one
+`min.insync.replicas`), check that exactly one batch came, check every
+record in it (`storage.record_validation`, Kafka's LogValidator: a batch
+whose records do not parse is refused whole, INVALID_RECORD with the
+record's index, KIP-467), and append it with `Log.append`, which checks the
+batch header and CRC and assigns offsets by rewriting the base offset. The appends of one
 connection happen in request order (`ctx.in_order`), as Kafka's one-request-
 at-a-time connections guarantee, so an idempotent producer's sequence
 numbers land in order.

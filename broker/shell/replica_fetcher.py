@@ -50,6 +50,7 @@ from common.wire import ConnectionFailedError
 from common.wire.client import open_connection
 from common.wire.codec import EncodedRequest
 from common.wire.fetch_request import encode_fetch_v12
+from storage.record_validation import check_stored_batches
 
 _log = logging.getLogger("broker.replica_fetcher")
 #: How often leaders are ticked (ISR shrink checks, AlterPartition retries).
@@ -230,6 +231,11 @@ class ReplicaFetchers:
                           hp.state.partition, action.start_at)
                 log.truncate_fully_and_start_at(action.start_at)
             if len(action.records):
+                # The records of what the leader sent are walked as a leader
+                # walks a client's (their structure; the topic's rules were
+                # the leader's to apply): a leader holding a batch that does
+                # not parse must not spread it. The append checks the CRCs.
+                check_stored_batches(action.records)
                 log.append_as_follower(action.records, self.broker.clock_ms())
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
             _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)

@@ -122,6 +122,13 @@ _DEFS = (
     ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime",
               "Whether a record's timestamp is set by the producer or at append.",
               choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("message.timestamp.before.max.ms", ConfigType.LONG, str(_LONG_MAX),
+              "Refuse a CreateTime record whose timestamp is this far behind the broker's clock.",
+              minimum=0),
+    # Kafka 4.0's default (KIP-1030): a record at most an hour in the future.
+    ConfigDef("message.timestamp.after.max.ms", ConfigType.LONG, "3600000",
+              "Refuse a CreateTime record whose timestamp is this far ahead of the broker's clock.",
+              minimum=0),
     ConfigDef("flush.messages", ConfigType.LONG, str(_LONG_MAX),
               "fsync after this many messages (default: rely on replication).", minimum=1),
     ConfigDef("flush.ms", ConfigType.LONG, str(_LONG_MAX),

@@ -56,6 +56,23 @@ def test_produce_response_decodes_with_kio(version):
         assert p3.error_message == "not leader" and p0.error_message is None
 
 
+@pytest.mark.parametrize("version", range(8, PRODUCE_MAX_VERSION + 1))
+def test_produce_record_errors_decode_with_kio(version):
+    """KIP-467: the records that made a batch fail, by index, with a reason each."""
+    header = _header(0, version)
+    frame = encode_produce_response(header, [("t", [
+        ProducePartitionResult(1, 87, error_message="record 2 of 3: no key",
+                               record_errors=((2, "record 2 of 3: no key"), (5, None))),
+        ProducePartitionResult(2, 0, 10, -1, 0),
+    ])])
+    (topic,) = decode_response(memoryview(frame)[4:], api_codec(0, version), 77).responses
+    failed, ok = topic.partition_responses
+    assert failed.error_code == 87 and failed.error_message == "record 2 of 3: no key"
+    assert [(e.batch_index, e.batch_index_error_message) for e in failed.record_errors] == [
+        (2, "record 2 of 3: no key"), (5, None)]
+    assert ok.record_errors == () and ok.error_message is None and ok.base_offset == 10
+
+
 @pytest.mark.parametrize("version", range(FETCH_MIN_VERSION, FETCH_MAX_VERSION + 1))
 def test_fetch_response_decodes_with_kio(version, tmp_path):
     data = build_batch([(b"k%d" % i, b"v" * i, (), 1000 + i) for i in range(3)], base_offset=5)

@@ -25,6 +25,7 @@ from storage.batch import (
     set_base_offset,
     validate_batch,
 )
+from storage.record_validation import validate_client_batch
 
 _PIP_PACKAGE = {2: "python-snappy", 3: "lz4", 4: "zstandard"}
 _HAS_CODEC = {
@@ -97,6 +98,7 @@ def test_we_read_kafka_python_batches(kafka_python_codec):
     assert h.compression == kafka_python_codec, "kafka-python sends compressible data compressed"
     assert (h.records_count, h.last_offset) == (200, 5199)
     assert h.max_timestamp == max(r[3] for r in records)
+    assert validate_client_batch(raw, 1_700_000_001_000) is None
     got = list(iter_records(raw))
     assert [r.offset for r in got] == list(range(5000, 5200))
     assert [(r.key, r.value, list(r.headers), r.timestamp) for r in got] == records

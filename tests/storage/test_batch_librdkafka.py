@@ -20,6 +20,7 @@ from storage.batch import (
     iter_records,
     validate_batch,
 )
+from storage.record_validation import validate_client_batch
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -135,6 +136,10 @@ def test_we_read_librdkafka_batches(mock_cluster, wire, codec):
         raw = wire.fetch(topic, start)
         for pos, header in iter_batch_headers(raw):
             assert validate_batch(raw, pos, from_client=True) == header
+            # Every record passes the produce path's checks, and the header's
+            # max timestamp is the records' (no rewrite on the hot path).
+            one = raw[pos : pos + header.size_in_bytes]
+            assert validate_client_batch(one, int(time.time() * 1000)) is None
             assert header.compression == CODECS.index(codec)
             # The batch holding `start` comes whole: skip what we have.
             got.extend(r for r in iter_records(raw, pos) if r.offset >= start)

@@ -2,11 +2,13 @@
 
 import logging
 import os
+import struct
 
 import pytest
+from crc32c import crc32c
 from log_testing import BASE_TS, as_stored, batch
 
-from storage.batch import iter_batch_headers
+from storage.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, CRC_START_OFFSET, HEADER_SIZE, iter_batch_headers, parse_header
 from storage.config import LogConfig
 from storage.log import Log
 from storage.sim_fs import SimFileSystem
@@ -87,6 +89,39 @@ def test_flipped_byte_mid_segment_cuts_there_and_deletes_later_segments(logdir, 
     assert seg_files(logdir) == names[:2]
     assert f"at position {bad_position}" in caplog.text and "CRC" in caplog.text
     assert "deleting the" in caplog.text
+
+
+@pytest.mark.parametrize("damage,reason", [
+    # The first record's length varint says 63 bytes: past the record's end.
+    ((HEADER_SIZE, 0x7E), "record 0 of 2"),
+    # Compression codec id 5, which Kafka does not define.
+    ((ATTRIBUTES_OFFSET + 1, 0x05), "codec"),
+])
+def test_a_crc_valid_batch_whose_records_do_not_parse_is_cut_like_a_torn_tail(logdir, caplog, damage, reason):
+    """A disk fault (or an older version's append) that left a batch whose
+    CRC holds but whose records do not parse: recovery cuts the log there."""
+    write_log(logdir, clean=False)
+    names = seg_files(logdir)
+    victim = logdir / names[1]
+    data = bytearray(victim.read_bytes())
+    positions = [p for p, _ in iter_batch_headers(bytes(data))]
+    bad_position = positions[2]
+    at, value = damage
+    data[bad_position + at] = value
+    end = bad_position + parse_header(data, bad_position).size_in_bytes
+    struct.pack_into(">I", data, bad_position + CRC_OFFSET,
+                     crc32c(memoryview(data)[bad_position + CRC_START_OFFSET : end]))
+    assert parse_header(data, bad_position).crc == crc32c(memoryview(data)[bad_position + CRC_START_OFFSET : end])
+    victim.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        log, read = read_all(logdir)
+    first_segment_batches = len(list(iter_batch_headers((logdir / names[0]).read_bytes())))
+    survivors = first_segment_batches + 2
+    assert read == stored_prefix(survivors)
+    assert log.log_end_offset == 2 * survivors
+    assert seg_files(logdir) == names[:2]
+    assert f"at position {bad_position}" in caplog.text and reason in caplog.text
+    assert "truncating the segment" in caplog.text
 
 
 @pytest.mark.parametrize("suffix", [".index", ".timeindex"])
