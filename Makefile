@@ -20,11 +20,14 @@ $(STAMP): pyproject.toml setup.py storage/_record_scan.c
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian's python3.11 with its venv module (above); ZooKeeper mode
+# Debian's python3.11 with its venv module (above) and its headers (the
+# compiled records walk of the produce path, storage/_record_scan.c; without
+# them the install goes on with the pure-Python walk); ZooKeeper mode
 # (quorum/zookeeper/) runs the Debian `zookeeper` package; the Spark report
 # needs a Java runtime. Each is installed only when missing.
 sysdeps:
 	test "$(PYTHON)" != /usr/bin/python3.11 || $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || (apt-get update && apt-get install -y python3.11 python3.11-venv)
+	test "$(PYTHON)" != /usr/bin/python3.11 || test -f /usr/include/python3.11/Python.h || (apt-get update && apt-get install -y python3.11-dev)
 	command -v java >/dev/null || (apt-get update && apt-get install -y default-jre-headless)
 	test -f /usr/share/java/zookeeper.jar || (apt-get update && apt-get install -y zookeeper)
 
