@@ -48,8 +48,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Mapping, Sized
+from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -68,6 +68,15 @@ from broker.core.replication.messages import (
     ReplicaFetchDecision,
 )
 from quorum.metadata import NO_LEADER, MetadataImage, PartitionRegistration
+
+
+class TransactionsView(Protocol):
+    """What the LSO needs of the producer state (`storage.producer_state`)."""
+
+    ongoing: Mapping[int, int]
+    unreplicated: Sized
+
+    def last_stable_offset(self, high_watermark: int) -> int: ...
 
 
 class Role(enum.Enum):
@@ -135,6 +144,8 @@ class Partition:
         self.leader: LeaderState | None = None
         self._high_watermark = 0
         self._seeded = False
+        #: The partition's open transactions (the log's producer state), if any.
+        self.transactions: TransactionsView | None = None
 
     # --- views -------------------------------------------------------------
 
@@ -148,8 +159,15 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: every record below the HW is stable."""
-        return self.high_watermark
+        """The LSO: the HW, or the first offset of the earliest transaction
+        still open or whose marker the HW has not passed, if lower
+        (`storage.producer_state` keeps them; the shell hands it over as
+        `transactions`)."""
+        hw = self.high_watermark
+        txns = self.transactions
+        if txns is None or not (txns.ongoing or txns.unreplicated):
+            return hw
+        return txns.last_stable_offset(hw)
 
     # --- metadata ----------------------------------------------------------
 
@@ -294,8 +312,8 @@ class Partition:
         return ErrorCode.none
 
     def fetch_upper_bound(self, read_committed: bool) -> int:
-        """Consumer reads stop before this offset: the HW (the LSO for
-        read_committed, equal today). A follower (or a replica reading its
+        """Consumer reads stop before this offset: the HW, or the LSO for
+        read_committed. A follower (or a replica reading its
         own log) reads up to the log end offset instead, which the
         handlers take from the log itself."""
         return self.last_stable_offset if read_committed else self.high_watermark

@@ -1,0 +1,277 @@
+"""Transactions in the Log: transactional batches, markers, the last
+stable offset and the aborted-transaction index (`.txnindex`), through
+appends, followers, restarts, crashes and truncation, on the simulated disk.
+
+The model test drives a log and a plain model (a list of what happened)
+with the same random steps and holds the log's LSO and aborted list to
+the model's, also after a crash and a rebuild."""
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage.batch import ControlRecordType, build_batch, iter_batch_headers, read_txn_marker
+from storage.config import LogConfig
+from storage.log import Log
+from storage.producer_state import ProduceCheck, ProducerStateError
+from storage.sim_fs import SimFileSystem
+from storage.txn_index import ENTRY_SIZE, TXN_INDEX_SUFFIX, AbortedTxn, decode_entries
+
+DIR = "/data/t-0"
+TS = 1_700_000_000_000
+
+
+def txn_batch(pid, epoch, seq, count=1, transactional=True):
+    return build_batch([(b"k%d" % i, b"v" * 20, (), TS + i) for i in range(count)],
+                       producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=transactional)
+
+
+def plain_batch(count=1):
+    return build_batch([(b"p%d" % i, b"w" * 20, (), TS + i) for i in range(count)])
+
+
+def new_fs():
+    fs = SimFileSystem(seed=3)
+    fs.makedirs("/data")
+    return fs
+
+
+def open_log(fs, segment_bytes=1 << 20):
+    return Log.open(DIR, LogConfig(segment_bytes=segment_bytes), now_ms=0, fs=fs, producer_state=True)
+
+
+def all_aborted(log):
+    return log.collect_aborted_txns(0, log.log_end_offset + 1)
+
+
+def test_a_transaction_holds_the_lso_at_its_first_offset_until_its_marker_is_replicated():
+    log = open_log(new_fs())
+    log.append(plain_batch(2), now_ms=0)  # 0, 1
+    log.append(txn_batch(7, 0, 0, 3), now_ms=0)  # 2..4
+    log.append(plain_batch(1), now_ms=0)  # 5
+    ps = log.producer_state
+    assert ps.last_stable_offset(6) == 2
+    assert ps.entry(7).current_txn_first_offset == 2
+    marker = log.append_marker(7, 0, 5, commit=True, now_ms=0, leader_epoch=0)
+    assert marker == 6
+    # The marker is not below the HW yet: still unstable.
+    assert ps.last_stable_offset(6) == 2
+    assert ps.last_stable_offset(7) == 7
+    assert ps.entry(7).current_txn_first_offset == -1
+    assert ps.entry(7).coordinator_epoch == 5
+    assert all_aborted(log) == []
+
+
+def test_an_abort_is_indexed_with_the_last_stable_offset_after_it():
+    fs = new_fs()
+    log = open_log(fs)
+    log.append(txn_batch(1, 0, 0, 2), now_ms=0)  # 0, 1
+    log.append(txn_batch(2, 0, 0, 1), now_ms=0)  # 2
+    log.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)  # 3
+    log.append_marker(2, 0, 0, commit=False, now_ms=0, leader_epoch=0)  # 4
+    assert all_aborted(log) == [AbortedTxn(1, 0, 3, 2), AbortedTxn(2, 2, 4, 5)]
+    data = fs.read_file(f"{DIR}/{0:020d}{TXN_INDEX_SUFFIX}")
+    assert len(data) == 2 * ENTRY_SIZE
+    assert struct.unpack_from(">hqqqq", data, 0) == (0, 1, 0, 3, 2)
+    # A fetch from offset 4 still overlaps the second (its marker is at 4).
+    assert log.collect_aborted_txns(4, 5) == [AbortedTxn(2, 2, 4, 5)]
+    assert log.collect_aborted_txns(5, 6) == []
+    # An upper bound at or below a transaction's first offset leaves it out.
+    assert log.collect_aborted_txns(0, 2) == [AbortedTxn(1, 0, 3, 2)]
+
+
+def test_marker_checks_stale_producer_epoch_and_coordinator_epoch():
+    log = open_log(new_fs())
+    log.append(txn_batch(1, 3, 0), now_ms=0)
+    log.append_marker(1, 3, 10, commit=True, now_ms=0, leader_epoch=0)
+    end = log.log_end_offset
+    with pytest.raises(ProducerStateError) as e:
+        log.append_marker(1, 2, 10, commit=True, now_ms=0, leader_epoch=0)
+    assert e.value.error_code == ProduceCheck.INVALID_PRODUCER_EPOCH
+    with pytest.raises(ProducerStateError) as e:
+        log.append_marker(1, 3, 9, commit=False, now_ms=0, leader_epoch=0)
+    assert e.value.error_code == ProduceCheck.TRANSACTION_COORDINATOR_FENCED == 52
+    assert log.log_end_offset == end
+
+
+def test_produce_checks_of_transactional_producers():
+    log = open_log(new_fs())
+    log.append(txn_batch(1, 0, 0), now_ms=0)
+    # A non-transactional write while the transaction is open.
+    with pytest.raises(ProducerStateError) as e:
+        log.append(txn_batch(1, 0, 1, transactional=False), now_ms=0)
+    assert e.value.error_code == ProduceCheck.INVALID_TXN_STATE == 48
+    log.append_marker(1, 1, 0, commit=False, now_ms=0, leader_epoch=0)  # the coordinator bumped the epoch
+    # The old epoch is fenced.
+    with pytest.raises(ProducerStateError) as e:
+        log.append(txn_batch(1, 0, 1), now_ms=0)
+    assert e.value.error_code == ProduceCheck.INVALID_PRODUCER_EPOCH
+
+
+def test_kip_890_hook_refuses_a_transaction_the_coordinator_did_not_verify():
+    log = open_log(new_fs())
+    ps = log.producer_state
+    ps.require_verification = True
+    with pytest.raises(ProducerStateError) as e:
+        log.append(txn_batch(1, 0, 0), now_ms=0)
+    assert e.value.error_code == ProduceCheck.INVALID_TXN_STATE
+    ps.mark_verified(1, 0)
+    log.append(txn_batch(1, 0, 0), now_ms=0)
+    log.append(txn_batch(1, 0, 1), now_ms=0)  # the same transaction: no new verification needed
+    log.append_marker(1, 0, 0, commit=True, now_ms=0, leader_epoch=0)
+    with pytest.raises(ProducerStateError):  # the marker ended the verification
+        log.append(txn_batch(1, 0, 2), now_ms=0)
+
+
+def test_a_follower_fed_the_leaders_bytes_has_the_same_state_and_index():
+    leader = open_log(new_fs(), segment_bytes=300)
+    leader.append(txn_batch(1, 0, 0, 2), now_ms=0)
+    leader.append(txn_batch(2, 0, 0, 2), now_ms=0)
+    leader.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)
+    leader.append(plain_batch(3), now_ms=0)
+    leader.append_marker(2, 0, 0, commit=True, now_ms=0, leader_epoch=0)
+    leader.append(txn_batch(1, 0, 2, 1), now_ms=0)
+    follower = Log.open("/data/f-0", LogConfig(segment_bytes=300), now_ms=0, fs=new_fs(), producer_state=True)
+    data = leader.read_bytes(0, 1 << 20)
+    for position, header in iter_batch_headers(data):
+        follower.append_as_follower(data[position:position + header.size_in_bytes], now_ms=0)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert all_aborted(follower) == all_aborted(leader) == [AbortedTxn(1, 0, 4, 2)]
+    assert follower.producer_state.ongoing == leader.producer_state.ongoing == {1: 9}
+    assert follower.producer_state.last_stable_offset(10) == 9
+
+
+def test_restart_keeps_the_open_transaction_and_the_aborted_index():
+    fs = new_fs()
+    log = open_log(fs, segment_bytes=300)
+    log.append(txn_batch(1, 0, 0, 2), now_ms=0)
+    log.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)
+    log.append(txn_batch(2, 0, 0, 2), now_ms=0)
+    log.append(plain_batch(2), now_ms=0)
+    log.close()
+    log = open_log(fs, segment_bytes=300)
+    assert all_aborted(log) == [AbortedTxn(1, 0, 2, 3)]
+    assert log.producer_state.ongoing == {2: 3}
+    assert log.producer_state.last_stable_offset(log.log_end_offset) == 3
+
+
+def test_a_crash_rebuilds_the_index_from_the_markers_in_the_log():
+    fs = new_fs()
+    log = open_log(fs, segment_bytes=300)
+    log.append(txn_batch(1, 0, 0, 2), now_ms=0)
+    log.append(txn_batch(2, 0, 0, 1), now_ms=0)
+    log.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)
+    log.append(plain_batch(2), now_ms=0)
+    log.append_marker(2, 0, 0, commit=False, now_ms=0, leader_epoch=0)
+    log.append(txn_batch(3, 0, 0, 1), now_ms=0)
+    log.flush()
+    expected = all_aborted(log)
+    assert len(expected) == 2 and len(log.segments) > 1
+    # Lose every index and snapshot: the log alone must give them back.
+    for name in fs.listdir(DIR):
+        if name.endswith((TXN_INDEX_SUFFIX, ".snapshot")):
+            fs.remove(f"{DIR}/{name}")
+    fs.crash()
+    log = open_log(fs, segment_bytes=300)
+    assert all_aborted(log) == expected
+    assert log.producer_state.ongoing == {3: 7}
+    rebuilt = [decode_entries(fs.read_file(f"{DIR}/{n}")) for n in sorted(fs.listdir(DIR)) if n.endswith(TXN_INDEX_SUFFIX)]
+    assert [e for entries in rebuilt for e in entries] == expected
+
+
+def test_truncation_drops_the_index_entries_and_reopens_the_transaction():
+    log = open_log(new_fs())
+    log.append(txn_batch(1, 0, 0, 2), now_ms=0)  # 0, 1
+    log.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)  # 2
+    assert all_aborted(log) == [AbortedTxn(1, 0, 2, 3)]
+    log.truncate_to(2)
+    assert all_aborted(log) == []
+    assert log.producer_state.ongoing == {1: 0}
+
+
+def test_read_txn_marker_reads_kafkas_end_transaction_marker():
+    log = open_log(new_fs())
+    log.append(txn_batch(1, 0, 0), now_ms=0)
+    log.append_marker(1, 0, 42, commit=True, now_ms=5, leader_epoch=0)
+    data = log.read_bytes(1, 1 << 20)
+    assert read_txn_marker(data) == (ControlRecordType.COMMIT, 42)
+    # Kafka's layout: key int16 version 0, int16 type; value int16 version 0, int32 coordinator epoch.
+    (header,) = [h for _, h in iter_batch_headers(data)]
+    assert header.is_control and header.is_transactional and header.producer_id == 1
+
+
+# --- the model ---------------------------------------------------------------
+
+PIDS = (1, 2, 3)
+step = st.one_of(
+    st.tuples(st.just("data"), st.sampled_from(PIDS), st.integers(1, 3)),
+    st.tuples(st.just("plain"), st.integers(1, 3)),
+    st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans()),
+    st.tuples(st.just("hw"), st.integers(0, 4)),
+)
+
+
+class Model:
+    """What the LSO and the aborted list must be, from first principles."""
+
+    def __init__(self):
+        self.leo = 0
+        self.hw = 0
+        self.open: dict[int, int] = {}  # pid -> first offset
+        self.done: list[tuple[int, int, int, bool]] = []  # pid, first, marker offset, aborted
+
+    def lso(self) -> int:
+        firsts = list(self.open.values()) + [f for _, f, m, _ in self.done if m >= self.hw]
+        return min([self.hw] + firsts)
+
+    def aborted(self):
+        return [(p, f, m) for p, f, m, a in self.done if a]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(step, max_size=40), st.sampled_from([250, 400, 1 << 20]))
+def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
+    fs = new_fs()
+    log = open_log(fs, segment_bytes=segment_bytes)
+    model = Model()
+    seqs = dict.fromkeys(PIDS, 0)
+    for s in steps:
+        if s[0] == "data":
+            _, pid, n = s
+            log.append(txn_batch(pid, 0, seqs[pid], n), now_ms=0)
+            seqs[pid] += n
+            model.open.setdefault(pid, model.leo)
+            model.leo += n
+        elif s[0] == "plain":
+            log.append(plain_batch(s[1]), now_ms=0)
+            model.leo += s[1]
+        elif s[0] == "end":
+            _, pid, commit = s
+            offset = log.append_marker(pid, 0, 0, commit=commit, now_ms=0, leader_epoch=0)
+            assert offset == model.leo
+            if pid in model.open:
+                model.done.append((pid, model.open.pop(pid), offset, not commit))
+            model.leo += 1
+        else:
+            model.hw = min(model.leo, model.hw + s[1])
+        assert log.producer_state.last_stable_offset(model.hw) == model.lso()
+    got = [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)]
+    assert got == model.aborted()
+    # Every entry's last stable offset lets the search stop correctly:
+    # for any window, what the search finds is what overlaps it.
+    for start in range(0, model.leo + 1, 3):
+        for end in range(start, model.leo + 2, 4):
+            want = [(p, f, m) for p, f, m in model.aborted() if m >= start and f < end]
+            found = [(a.producer_id, a.first_offset, a.last_offset) for a in log.collect_aborted_txns(start, end)]
+            assert found == want, (start, end)
+    # A crash that loses every snapshot and index: the rebuild agrees.
+    log.flush()
+    for name in fs.listdir(DIR):
+        if name.endswith((TXN_INDEX_SUFFIX, ".snapshot")):
+            fs.remove(f"{DIR}/{name}")
+    fs.crash()
+    log = open_log(fs, segment_bytes=segment_bytes)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)] == model.aborted()
+    assert log.producer_state.ongoing == model.open
