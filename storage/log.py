@@ -403,13 +403,20 @@ class Log:
             self.maybe_flush(now_ms)
         return base
 
-    def _append_checked(self, batch, now_ms: int, leader_epoch: int | None) -> int:
+    def append_from_coordinator(self, batch, now_ms: int, leader_epoch: int) -> int:
+        """`append` of a batch a coordinator of this broker wrote (Kafka's
+        AppendOrigin.COORDINATOR: transactional offset commits): the
+        producer's epoch and transaction are checked, not its sequence,
+        which the coordinator does not number."""
+        return self._append_checked(batch, now_ms, leader_epoch, check_sequence=False)
+
+    def _append_checked(self, batch, now_ms: int, leader_epoch: int | None, check_sequence: bool = True) -> int:
         """`append` for any batch (see its docstring)."""
         header = check_client_batch(batch, self._max_message_bytes)
         base = self._log_end_offset
         producer_state = self.producer_state
         if producer_state is not None and header[9] >= 0:
-            checked = producer_state.check(header, base)
+            checked = producer_state.check(header, base, check_sequence)
             if checked.error is ProduceCheck.DUPLICATE_SEQUENCE_NUMBER:
                 return checked.first_offset
             if checked.error:

@@ -237,9 +237,11 @@ class ProducerState:
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
-    def check(self, header: BatchHeader, base_offset: int | None = None) -> CheckResult:
+    def check(self, header: BatchHeader, base_offset: int | None = None, check_sequence: bool = True) -> CheckResult:
         """Decide a client batch (see the module's tables); changes nothing.
-        `base_offset` is the offset the log will give it (messages only)."""
+        `base_offset` is the offset the log will give it (messages only).
+        `check_sequence=False`: a coordinator's batch (no sequence of its
+        own): only the epoch and transaction rules apply."""
         pid, epoch, first_seq = header[9], header[10], header[11]
         if pid < 0:
             return _OK
@@ -258,7 +260,9 @@ class ProducerState:
                 f"{current}: a newer instance of this producer took over (fenced)",
             )
         seq_last = last_sequence(first_seq, header[6])
-        if epoch == current:
+        if not check_sequence:
+            pass
+        elif epoch == current:
             dup = entry.find_duplicate(epoch, first_seq, seq_last)
             if dup is not None:
                 return CheckResult(
@@ -306,17 +310,26 @@ class ProducerState:
         ongoing transaction that includes this partition (KIP-890 hook)."""
         self.verified[producer_id] = producer_epoch
 
+    def check_epoch(self, producer_id: int, producer_epoch: int, what: str = "write") -> CheckResult:
+        """INVALID_PRODUCER_EPOCH if `producer_epoch` is older than the
+        producer's current one here."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            return CheckResult(
+                ProduceCheck.INVALID_PRODUCER_EPOCH,
+                f"{what} for producer {producer_id} has epoch {producer_epoch}, older than its current "
+                f"epoch {entry.producer_epoch}",
+            )
+        return _OK
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> CheckResult:
         """Decide a transaction marker the leader is asked to write."""
+        checked = self.check_epoch(producer_id, producer_epoch, "marker")
+        if checked.error:
+            return checked
         entry = self.producers.get(producer_id)
         if entry is None:
             return _OK
-        if producer_epoch < entry.producer_epoch:
-            return CheckResult(
-                ProduceCheck.INVALID_PRODUCER_EPOCH,
-                f"marker for producer {producer_id} has epoch {producer_epoch}, older than its current "
-                f"epoch {entry.producer_epoch}",
-            )
         if coordinator_epoch < entry.coordinator_epoch:
             return CheckResult(
                 ProduceCheck.TRANSACTION_COORDINATOR_FENCED,

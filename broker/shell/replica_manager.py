@@ -452,6 +452,30 @@ class ReplicaManager:
 
     # --- transaction markers --------------------------------------------
 
+    def append_coordinator_batch(self, hp: HostedPartition, batch, now_ms: int) -> tuple[ErrorCode, int]:
+        """Append a batch a coordinator of this broker wrote (a
+        transactional offset commit) as leader: (error, the log end
+        offset after it). No sequence check (`Log.append_from_coordinator`)."""
+        error = hp.state.produce_error(-1)
+        if error is not ErrorCode.none:
+            return error, -1
+        log = hp.log
+        try:
+            log.append_from_coordinator(batch, now_ms, hp.state.leader_epoch)
+        except ProducerStateError as exc:
+            return ErrorCode(exc.error_code), -1
+        except (CorruptRecordError, InvalidRecordError, RecordTooLargeError) as exc:
+            _log.error("%s-%d: coordinator batch refused: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode.invalid_record, -1
+        except OSError as exc:
+            _log.error("%s-%d: append failed: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode.kafka_storage_error, -1
+        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:
+            hp.notify()
+        return ErrorCode.none, log.log_end_offset
+
     def append_marker(self, hp: HostedPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> tuple[ErrorCode, int]:
         """Write a COMMIT/ABORT marker as leader (WriteTxnMarkers):

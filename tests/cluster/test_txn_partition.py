@@ -36,7 +36,10 @@ from txn_partition_testing import (
     describe_producers,
     init_producer_id,
     latest_offset,
+    offset_fetch,
+    offsets_partition,
     produce,
+    txn_offset_commit,
     write_markers,
 )
 
@@ -134,6 +137,35 @@ def test_stale_epochs_are_refused_and_change_nothing(scenario):
         ("nope", 0): ErrorCode.unknown_topic_or_partition}
 
 
+GROUP = "txn-group"
+OFFSETS = "__consumer_offsets"
+
+
+def test_txn_offset_commit_is_pending_until_its_marker(scenario):
+    bootstrap = scenario["node"].bootstrap
+    offsets_p = offsets_partition(GROUP)
+    pid, epoch = init_producer_id(bootstrap)
+    scenario["group_pid"] = pid
+    assert txn_offset_commit(bootstrap, GROUP, pid, epoch, {(TOPIC, 0): 3}) == {ErrorCode.none}
+    # Pending: not committed yet, and unstable for a require_stable fetch (KIP-447).
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=False) == (-1, ErrorCode.none)
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True)[1] == ErrorCode.unstable_offset_commit
+    assert write_markers(bootstrap, pid, epoch, True, {OFFSETS: [offsets_p]}) == {
+        (OFFSETS, offsets_p): ErrorCode.none}
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True) == (3, ErrorCode.none)
+    # An aborted transaction's offsets are dropped.
+    assert txn_offset_commit(bootstrap, GROUP, pid, epoch, {(TOPIC, 0): 7}) == {ErrorCode.none}
+    assert write_markers(bootstrap, pid, epoch, False, {OFFSETS: [offsets_p]}) == {
+        (OFFSETS, offsets_p): ErrorCode.none}
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True) == (3, ErrorCode.none)
+    # The coordinator bumped the epoch: the old one is fenced.
+    assert txn_offset_commit(bootstrap, GROUP, pid, epoch + 1, {(TOPIC, 0): 8}) == {ErrorCode.none}
+    assert txn_offset_commit(bootstrap, GROUP, pid, epoch, {(TOPIC, 0): 9}) == {ErrorCode.invalid_producer_epoch}
+    # Left open for the restart below: it must still be pending after it.
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True)[1] == ErrorCode.unstable_offset_commit
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=False) == (3, ErrorCode.none)
+
+
 def _partition_dir(root: Path) -> Path:
     (found,) = [p for p in root.rglob(f"{TOPIC}-0") if p.is_dir()]
     return found
@@ -161,3 +193,11 @@ def test_sigkill_and_restart_rebuilds_the_lso_and_the_aborted_index(scenario):
     assert latest_offset(bootstrap, TOPIC, 0, READ_COMMITTED) == 11
     got = consume("kafka-python", bootstrap, TOPIC, 0, "read_committed", len(COMMITTED) + 1)
     assert got == COMMITTED + [(9, b"c0")]
+    # The group coordinator replayed its partition: committed offset 3, the open commit (8) pending.
+    group_pid = scenario["group_pid"]
+    offsets_p = offsets_partition(GROUP)
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=False) == (3, ErrorCode.none)
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True)[1] == ErrorCode.unstable_offset_commit
+    assert write_markers(bootstrap, group_pid, 1, True, {OFFSETS: [offsets_p]}) == {
+        (OFFSETS, offsets_p): ErrorCode.none}
+    assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True) == (8, ErrorCode.none)

@@ -184,3 +184,46 @@ def _aiokafka(bootstrap, topic, partition, isolation, expected, settle_s):
 
 _CONSUMERS = {"confluent-kafka": _confluent, "kafka-python": _kafka_python, "aiokafka": _aiokafka}
 CONSUMERS = tuple(_CONSUMERS)
+
+
+# --- the group coordinator's side ----------------------------------------------
+
+def txn_offset_commit(bootstrap: str, group: str, producer_id: int, producer_epoch: int,
+                      offsets: dict[tuple[str, int], int], timeout_s: float = 30) -> set[ErrorCode]:
+    """TxnOffsetCommit v3; retried while the coordinator is not ready yet
+    (its `__consumer_offsets` partition is being created or loaded)."""
+    from kio.schema.txn_offset_commit.v3 import request as toc_req
+
+    request = toc_req.TxnOffsetCommitRequest(
+        transactional_id="tx", group_id=group, producer_id=producer_id, producer_epoch=producer_epoch,
+        generation_id=-1, member_id="", group_instance_id=None,
+        topics=tuple(toc_req.TxnOffsetCommitRequestTopic(name=t, partitions=(
+            toc_req.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                                                    committed_metadata=""),))
+            for (t, p), o in offsets.items()))
+    retry = {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = rpc(bootstrap, request)
+        codes = {p.error_code for t in response.topics for p in t.partitions}
+        if not codes & retry or time.monotonic() > deadline:
+            return codes
+        time.sleep(0.2)
+
+
+def offset_fetch(bootstrap: str, group: str, topic: str, partition: int, require_stable: bool) -> tuple[int, ErrorCode]:
+    """OffsetFetch v7: (committed offset, partition error)."""
+    from kio.schema.offset_fetch.v7 import request as of_req
+
+    response = rpc(bootstrap, of_req.OffsetFetchRequest(
+        group_id=group, require_stable=require_stable,
+        topics=(of_req.OffsetFetchRequestTopic(name=topic, partition_indexes=(partition,)),)))
+    assert response.error_code == ErrorCode.none, response
+    (p,) = response.topics[0].partitions
+    return p.committed_offset, p.error_code
+
+
+def offsets_partition(group: str, partitions: int = 50) -> int:
+    from broker.core.group import partition_for_group
+
+    return partition_for_group(group, partitions)
