@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.batch import ControlRecordType, build_batch, iter_batch_headers, read_txn_marker
+from storage.batch import ControlRecordType, build_batch, iter_batch_headers, iter_records, read_txn_marker
 from storage.config import LogConfig
 from storage.log import Log
 from storage.producer_state import ProduceCheck, ProducerStateError
@@ -275,3 +275,48 @@ def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
     log = open_log(fs, segment_bytes=segment_bytes)
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)] == model.aborted()
     assert log.producer_state.ongoing == model.open
+
+
+# --- compaction ----------------------------------------------------------------
+
+def test_compaction_drops_aborted_records_keeps_markers_and_stops_at_the_lso():
+    from storage.cleaner import CompactedLog, LogCleaner
+    from storage.cleaner_config import CleanerConfig, CompactionConfig
+
+    fs = new_fs()
+    log = Log.open(DIR, LogConfig(segment_bytes=260), now_ms=TS, fs=fs, producer_state=True)
+
+    def keyed(pid, seq, key, value, transactional=True):
+        return build_batch([(key, value, (), TS)], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                           is_transactional=transactional)
+
+    log.append(build_batch([(b"k", b"committed-plain", (), TS)]), now_ms=TS)  # 0
+    log.append(keyed(1, 0, b"k", b"aborted"), now_ms=TS)  # 1: would shadow offset 0
+    log.append(keyed(2, 0, b"j", b"committed-txn"), now_ms=TS)  # 2
+    log.append_marker(1, 0, 0, commit=False, now_ms=TS, leader_epoch=0)  # 3
+    log.append_marker(2, 0, 0, commit=True, now_ms=TS, leader_epoch=0)  # 4
+    log.append(keyed(3, 0, b"j", b"open"), now_ms=TS)  # 5: open, past the LSO
+    log.append(keyed(3, 1, b"j", b"open2"), now_ms=TS)  # 6
+    log.roll(TS)
+    cleaner = LogCleaner(CleanerConfig())
+    compaction = CompactionConfig(min_cleanable_dirty_ratio=0.0)
+    for _ in range(100):
+        step = cleaner.maybe_clean([CompactedLog(log, compaction, log.log_end_offset)], TS, 1 << 20)
+        if not step.busy and not step.bytes:
+            break
+    data = log.read_bytes(0, 1 << 20)
+    records = [(r.offset, r.key, r.value) for p, h in iter_batch_headers(data) if not h.is_control
+               for r in iter_records(data, p)]
+    markers = [h.base_offset for p, h in iter_batch_headers(data) if h.is_control]
+    # The aborted record is gone and did not shadow the committed one; the
+    # open transaction (past the LSO, 5) is untouched; both markers stay.
+    assert records == [(0, b"k", b"committed-plain"), (2, b"j", b"committed-txn"), (5, b"j", b"open"),
+                       (6, b"j", b"open2")]
+    assert markers == [3, 4]
+    assert all_aborted(log) == [AbortedTxn(1, 1, 3, 2)]
+    # The cleaned segment's index survives a restart.
+    log.close()
+    log = Log.open(DIR, LogConfig(segment_bytes=260), now_ms=TS, fs=fs, producer_state=True)
+    assert all_aborted(log) == [AbortedTxn(1, 1, 3, 2)]
+    assert log.producer_state.ongoing == {3: 5}
+    cleaner.close()
