@@ -229,6 +229,9 @@ class ProducerState:
         self.ongoing: dict[int, int] = {}
         #: Completed transactions whose marker the HW has not passed yet.
         self.unreplicated: deque[CompletedTxn] = deque()
+        #: `ongoing or unreplicated`, kept as one attribute: every consumer
+        #: fetch reads it for the LSO, and most partitions have neither.
+        self.unstable = False
         #: KIP-890 hook (module doc): producer id -> epoch the coordinator
         #: says is in an ongoing transaction.
         self.verified: dict[int, int] = {}
@@ -373,6 +376,7 @@ class ProducerState:
             self.ongoing.pop(pid, None)
             completed = CompletedTxn(pid, first, base, marker[0] == ABORT)
             self.unreplicated.append(completed)
+            self.unstable = True
             return completed
         if epoch != entry.producer_epoch:
             entry.producer_epoch = epoch
@@ -387,6 +391,7 @@ class ProducerState:
         if header[5] & TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = base
             self.ongoing[pid] = base
+            self.unstable = True
         return None
 
     # --- transactions ---
@@ -397,6 +402,7 @@ class ProducerState:
         unreplicated = self.unreplicated
         while unreplicated and unreplicated[0].last_offset < high_watermark:
             unreplicated.popleft()
+        self.unstable = bool(self.ongoing or unreplicated)
         first = None
         if self.ongoing:
             first = next(iter(self.ongoing.values()))
@@ -407,7 +413,7 @@ class ProducerState:
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO: read_committed consumers read below it."""
-        if not self.ongoing and not self.unreplicated:
+        if not self.unstable:
             return high_watermark
         first = self.first_unstable_offset(high_watermark)
         return high_watermark if first is None else min(first, high_watermark)
@@ -427,6 +433,7 @@ class ProducerState:
                         if e.current_txn_first_offset >= 0)
         self.ongoing = {pid: first for first, pid in opened}
         self.unreplicated.clear()
+        self.unstable = bool(self.ongoing)
 
     def check_and_update(self, header: BatchHeader, base_offset: int | None = None) -> CheckResult:
         """`check`, and `update` if the batch is accepted (OK). Data
@@ -458,6 +465,7 @@ class ProducerState:
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.unstable = False
 
     def snapshot_entries(self) -> list[ProducerStateEntry]:
         """Deep copies of the entries, sorted by producer id."""

@@ -256,7 +256,9 @@ def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
             model.leo += 1
         else:
             model.hw = min(model.leo, model.hw + s[1])
-        assert log.producer_state.last_stable_offset(model.hw) == model.lso()
+        ps = log.producer_state
+        assert ps.last_stable_offset(model.hw) == model.lso()
+        assert ps.unstable == bool(ps.ongoing or ps.unreplicated)
     got = [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)]
     assert got == model.aborted()
     # Every entry's last stable offset lets the search stop correctly:

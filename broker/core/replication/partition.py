@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
-from collections.abc import Mapping, Sized
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -73,8 +73,8 @@ from quorum.metadata import NO_LEADER, MetadataImage, PartitionRegistration
 class TransactionsView(Protocol):
     """What the LSO needs of the producer state (`storage.producer_state`)."""
 
-    ongoing: Mapping[int, int]
-    unreplicated: Sized
+    #: Whether any transaction is open or its marker above the HW.
+    unstable: bool
 
     def last_stable_offset(self, high_watermark: int) -> int: ...
 
@@ -163,11 +163,10 @@ class Partition:
         still open or whose marker the HW has not passed, if lower
         (`storage.producer_state` keeps them; the shell hands it over as
         `transactions`)."""
-        hw = self.high_watermark
         txns = self.transactions
-        if txns is None or not (txns.ongoing or txns.unreplicated):
-            return hw
-        return txns.last_stable_offset(hw)
+        if txns is None or not txns.unstable:
+            return self.high_watermark
+        return txns.last_stable_offset(self.high_watermark)
 
     # --- metadata ----------------------------------------------------------
 
