@@ -322,3 +322,18 @@ def test_compaction_drops_aborted_records_keeps_markers_and_stops_at_the_lso():
     assert all_aborted(log) == [AbortedTxn(1, 1, 3, 2)]
     assert log.producer_state.ongoing == {3: 5}
     cleaner.close()
+
+
+def test_retention_deletes_a_segments_txnindex_with_it():
+    fs = new_fs()
+    log = open_log(fs, segment_bytes=1 << 20)
+    log.append(txn_batch(1, 0, 0, 2), now_ms=0)
+    log.append_marker(1, 0, 0, commit=False, now_ms=0, leader_epoch=0)
+    first = f"{DIR}/{0:020d}{TXN_INDEX_SUFFIX}"
+    assert fs.exists(first)
+    log.roll(0)
+    log.append(plain_batch(1), now_ms=0)
+    log.maybe_increment_log_start_offset(3)
+    assert log.delete_old_segments(0) == 1
+    assert not fs.exists(first)
+    assert all_aborted(log) == []
