@@ -49,13 +49,15 @@ B = [b"b0", b"b1"]
 PLAIN = [b"p0", b"p1"]
 C = [b"c0"]
 COMMITTED = list(zip([0, 1, 2, 7, 8], A + PLAIN))
+#: A restarted node registers again once its old session expired: keep it short.
+SETTINGS = ("broker.session.timeout.ms=2000", "broker.heartbeat.interval.ms=300")
 EVERYTHING = list(zip([0, 1, 2, 4, 5, 7, 8, 9], A + B + PLAIN + C))
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     root = tmp_path_factory.mktemp("txn-partition")
-    node = DevNode(root / "data")
+    node = DevNode(root / "data", *SETTINGS)
     state = {"node": node, "root": root}
     try:
         bootstrap = node.bootstrap
@@ -179,7 +181,7 @@ def test_sigkill_and_restart_rebuilds_the_lso_and_the_aborted_index(scenario):
     for f in list(pdir.iterdir()):
         if f.suffix in (".txnindex", ".snapshot"):
             f.unlink()
-    node = scenario["node"] = DevNode(root / "data")
+    node = scenario["node"] = DevNode(root / "data", *SETTINGS)
     bootstrap = node.bootstrap
     assert latest_offset(bootstrap, TOPIC, 0, READ_COMMITTED) == 9
     assert latest_offset(bootstrap, TOPIC, 0, READ_UNCOMMITTED) == 10

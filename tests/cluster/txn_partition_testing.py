@@ -94,7 +94,7 @@ def describe_producers(bootstrap: str, topic: str, partition: int):
 # --- consumers, each client's read_committed / read_uncommitted -------------
 
 def consume(client: str, bootstrap: str, topic: str, partition: int, isolation: str, expected: int,
-            settle_s: float = 1.0) -> list[tuple[int, bytes]]:
+            settle_s: float = 0.5) -> list[tuple[int, bytes]]:
     """(offset, value) of what `client` reads from the start of the
     partition with `isolation` ("read_committed"/"read_uncommitted"): at
     least `expected` records, then whatever else comes within `settle_s`."""

@@ -6,6 +6,7 @@ The model test drives a log and a plain model (a list of what happened)
 with the same random steps and holds the log's LSO and aborted list to
 the model's, also after a crash and a rebuild."""
 
+import os
 import struct
 
 import pytest
@@ -230,7 +231,7 @@ class Model:
         return [(p, f, m) for p, f, m, a in self.done if a]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=2000 if os.environ.get("RAFTKA_SOAK") == "1" else 60, deadline=None)
 @given(st.lists(step, max_size=40), st.sampled_from([250, 400, 1 << 20]))
 def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
     fs = new_fs()
