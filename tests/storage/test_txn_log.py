@@ -211,27 +211,59 @@ step = st.one_of(
     st.tuples(st.just("plain"), st.integers(1, 3)),
     st.tuples(st.just("end"), st.sampled_from(PIDS), st.booleans()),
     st.tuples(st.just("hw"), st.integers(0, 4)),
+    st.tuples(st.just("truncate"), st.integers(1, 6)),
 )
 
 
 class Model:
-    """What the LSO and the aborted list must be, from first principles."""
+    """What the LSO and the aborted list must be, from first principles:
+    the batches appended, replayed."""
 
     def __init__(self):
-        self.leo = 0
+        self.batches = []  # (kind, pid, base offset, count, commit)
         self.hw = 0
-        self.open: dict[int, int] = {}  # pid -> first offset
-        self.done: list[tuple[int, int, int, bool]] = []  # pid, first, marker offset, aborted
+
+    @property
+    def leo(self) -> int:
+        return self.batches[-1][2] + self.batches[-1][3] if self.batches else 0
+
+    def _replay(self):
+        open_: dict[int, int] = {}
+        done = []
+        for kind, pid, base, _count, commit in self.batches:
+            if kind == "data":
+                open_.setdefault(pid, base)
+            elif kind == "end" and pid in open_:
+                done.append((pid, open_.pop(pid), base, not commit))
+        return open_, done
+
+    @property
+    def open(self) -> dict[int, int]:
+        return self._replay()[0]
 
     def lso(self) -> int:
-        firsts = list(self.open.values()) + [f for _, f, m, _ in self.done if m >= self.hw]
+        open_, done = self._replay()
+        firsts = list(open_.values()) + [f for _, f, m, _ in done if m >= self.hw]
         return min([self.hw] + firsts)
 
     def aborted(self):
-        return [(p, f, m) for p, f, m, a in self.done if a]
+        return [(p, f, m) for p, f, m, a in self._replay()[1] if a]
+
+    def truncate(self, offset: int) -> None:
+        """`Log.truncate_to`: the batch holding `offset` goes whole."""
+        self.batches = [b for b in self.batches if b[2] + b[3] <= offset]
+        # A truncated replica's HW is at most its log end; take it there
+        # (the real state forgets which completed transactions were above
+        # the HW when it reloads, as Kafka's does).
+        self.hw = self.leo
 
 
-@settings(max_examples=2000 if os.environ.get("RAFTKA_SOAK") == "1" else 60, deadline=None)
+def aborted_of(log):
+    return [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)]
+
+
+# The suite's hypothesis profile sets the examples (tests/conftest.py); RAFTKA_SOAK=1 runs 3000.
+@settings(deadline=None, **({"max_examples": 3000} if os.environ.get("RAFTKA_SOAK") == "1" else {}))
 @given(st.lists(step, max_size=40), st.sampled_from([250, 400, 1 << 20]))
 def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
     fs = new_fs()
@@ -241,27 +273,33 @@ def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
     for s in steps:
         if s[0] == "data":
             _, pid, n = s
-            log.append(txn_batch(pid, 0, seqs[pid], n), now_ms=0)
+            base = log.append(txn_batch(pid, 0, seqs[pid], n), now_ms=0)
             seqs[pid] += n
-            model.open.setdefault(pid, model.leo)
-            model.leo += n
+            model.batches.append(("data", pid, base, n, None))
         elif s[0] == "plain":
-            log.append(plain_batch(s[1]), now_ms=0)
-            model.leo += s[1]
+            base = log.append(plain_batch(s[1]), now_ms=0)
+            model.batches.append(("plain", -1, base, s[1], None))
         elif s[0] == "end":
             _, pid, commit = s
             offset = log.append_marker(pid, 0, 0, commit=commit, now_ms=0, leader_epoch=0)
             assert offset == model.leo
-            if pid in model.open:
-                model.done.append((pid, model.open.pop(pid), offset, not commit))
-            model.leo += 1
-        else:
+            model.batches.append(("end", pid, offset, 1, commit))
+        elif s[0] == "hw":
             model.hw = min(model.leo, model.hw + s[1])
+        else:
+            cut = max(model.leo - s[1], 0)
+            log.truncate_to(cut)
+            model.truncate(cut)
+            assert log.log_end_offset == model.leo
+            # Sequences after a truncation: the producer state's own.
+            for pid in PIDS:
+                entry = log.producer_state.entry(pid)
+                seqs[pid] = entry.last_seq + 1 if entry is not None and entry.batches else 0
         ps = log.producer_state
         assert ps.last_stable_offset(model.hw) == model.lso()
         assert ps.unstable == bool(ps.ongoing or ps.unreplicated)
-    got = [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)]
-    assert got == model.aborted()
+        assert ps.ongoing == model.open
+    assert aborted_of(log) == model.aborted()
     # Every entry's last stable offset lets the search stop correctly:
     # for any window, what the search finds is what overlaps it.
     for start in range(0, model.leo + 1, 3):
@@ -269,6 +307,14 @@ def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
             want = [(p, f, m) for p, f, m in model.aborted() if m >= start and f < end]
             found = [(a.producer_id, a.first_offset, a.last_offset) for a in log.collect_aborted_txns(start, end)]
             assert found == want, (start, end)
+    # A follower fed the leader's bytes batch by batch agrees.
+    follower = Log.open("/data/f-0", LogConfig(segment_bytes=segment_bytes), now_ms=0, fs=fs, producer_state=True)
+    if model.leo:
+        data = log.read_bytes(0, 1 << 30)
+        for position, header in iter_batch_headers(data):
+            follower.append_as_follower(data[position:position + header.size_in_bytes], now_ms=0)
+    assert aborted_of(follower) == model.aborted()
+    assert follower.producer_state.ongoing == model.open
     # A crash that loses every snapshot and index: the rebuild agrees.
     log.flush()
     for name in fs.listdir(DIR):
@@ -276,7 +322,7 @@ def test_lso_and_aborted_index_follow_the_model(steps, segment_bytes):
             fs.remove(f"{DIR}/{name}")
     fs.crash()
     log = open_log(fs, segment_bytes=segment_bytes)
-    assert [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted(log)] == model.aborted()
+    assert aborted_of(log) == model.aborted()
     assert log.producer_state.ongoing == model.open
 
 
