@@ -452,6 +452,19 @@ class ReplicaManager:
 
     # --- transaction markers --------------------------------------------
 
+    def mark_txn_verified(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool:
+        """KIP-890's partition-side verification, the hook: the transaction
+        coordinator says `producer_id` at `producer_epoch` has an ongoing
+        transaction that includes this partition. With the partition's
+        `producer_state.require_verification` on, only such a producer may
+        open a transaction here (`storage.producer_state`); a marker ends
+        the verification. False if this broker does not lead the partition."""
+        hp = self.partitions.get((topic, partition))
+        if hp is None or not hp.state.is_leader or hp.log.producer_state is None:
+            return False
+        hp.log.producer_state.mark_verified(producer_id, producer_epoch)
+        return True
+
     def append_coordinator_batch(self, hp: HostedPartition, batch, now_ms: int) -> tuple[ErrorCode, int]:
         """Append a batch a coordinator of this broker wrote (a
         transactional offset commit) as leader: (error, the log end
