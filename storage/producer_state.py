@@ -98,8 +98,8 @@ KIP-890's partition-side verification is a hook for the coordinator: it
 may tell a partition that a producer id and epoch are in an ongoing
 transaction (`mark_verified`); with `require_verification` on, only such a
 producer may open a transaction here, so a late write of an aborted
-transaction cannot open a new one. Off by default (nothing calls
-`mark_verified` yet).
+transaction cannot open a new one. Off by default; the broker's
+`ReplicaManager.mark_txn_verified` is the door for the coordinator.
 
 Pure: headers in, answers out; no I/O, no clock.
 """
@@ -147,8 +147,8 @@ _OK = CheckResult(ProduceCheck.OK)
 
 
 class ProducerStateError(StorageError):
-    """A produce refused by the idempotence checks; `error_code` is the
-    Kafka error code the broker answers with (45 or 47)."""
+    """A produce or marker refused by the producer checks; `error_code` is
+    the Kafka error code the broker answers with (45, 47, 48 or 52)."""
 
     def __init__(self, result: CheckResult) -> None:
         super().__init__(result.message)

@@ -38,7 +38,9 @@ starts its epoch at its own LEO, and every other replica truncates what it
 has past that point through DivergingEpoch. Records acknowledged by the old
 ISR and missing on the new leader are lost: that is the price of the option.
 
-Consumers read only below `high_watermark` (`fetch_upper_bound`); followers
+Consumers read only below `high_watermark`, read_committed ones below the
+last stable offset (`fetch_upper_bound`; the open transactions come from
+the log's producer state, which the shell sets as `transactions`); followers
 serve no client reads (`fetch_error` answers NOT_LEADER_OR_FOLLOWER), as no
 KIP-392 follower fetching is offered.
 """
