@@ -24,6 +24,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from cluster_group_testing import DevNode
@@ -143,6 +144,17 @@ GROUP = "txn-group"
 OFFSETS = "__consumer_offsets"
 
 
+def confluent_committed(bootstrap: str, isolation: str, timeout_s: float = 10) -> int:
+    """The group's committed offset of TOPIC-0 as a confluent-kafka consumer sees it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "isolation.level": isolation,
+                         "enable.auto.commit": False})
+    try:
+        (tp,) = consumer.committed([TopicPartition(TOPIC, 0)], timeout=timeout_s)
+        return tp.offset
+    finally:
+        consumer.close()
+
+
 def test_txn_offset_commit_is_pending_until_its_marker(scenario):
     bootstrap = scenario["node"].bootstrap
     offsets_p = offsets_partition(GROUP)
@@ -152,9 +164,14 @@ def test_txn_offset_commit_is_pending_until_its_marker(scenario):
     # Pending: not committed yet, and unstable for a require_stable fetch (KIP-447).
     assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=False) == (-1, ErrorCode.none)
     assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True)[1] == ErrorCode.unstable_offset_commit
+    # librdkafka asks for stable offsets when read_committed, and retries while they are not.
+    assert confluent_committed(bootstrap, "read_uncommitted") == -1001  # no offset yet
+    with pytest.raises(KafkaException, match="Timed out"):
+        confluent_committed(bootstrap, "read_committed", timeout_s=2)
     assert write_markers(bootstrap, pid, epoch, True, {OFFSETS: [offsets_p]}) == {
         (OFFSETS, offsets_p): ErrorCode.none}
     assert offset_fetch(bootstrap, GROUP, TOPIC, 0, require_stable=True) == (3, ErrorCode.none)
+    assert confluent_committed(bootstrap, "read_committed") == 3
     # An aborted transaction's offsets are dropped.
     assert txn_offset_commit(bootstrap, GROUP, pid, epoch, {(TOPIC, 0): 7}) == {ErrorCode.none}
     assert write_markers(bootstrap, pid, epoch, False, {OFFSETS: [offsets_p]}) == {

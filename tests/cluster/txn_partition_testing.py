@@ -201,9 +201,13 @@ def txn_offset_commit(bootstrap: str, group: str, producer_id: int, producer_epo
             toc_req.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
                                                     committed_metadata=""),))
             for (t, p), o in offsets.items()))
+    from kio.schema.find_coordinator.v3 import request as fc_req
+
     retry = {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator}
     deadline = time.monotonic() + timeout_s
     while True:
+        # As a client does first: this also creates `__consumer_offsets` on first use.
+        rpc(bootstrap, fc_req.FindCoordinatorRequest(key=group, key_type=0))
         response = rpc(bootstrap, request)
         codes = {p.error_code for t in response.topics for p in t.partitions}
         if not codes & retry or time.monotonic() > deadline:
