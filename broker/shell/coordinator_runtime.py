@@ -36,6 +36,16 @@ partition this broker leads:
   `offsets.commit.timeout.ms`. A failed append answers the step's responses
   NOT_COORDINATOR and reloads the shard from the log, because the shard
   already applied what did not get written.
+- **Transactional offsets** (TxnOffsetCommit): the shard's records of one
+  come as `txn_records` and are appended as a transactional batch of the
+  producer (`ReplicaManager.append_coordinator_batch`: epoch checked, no
+  sequence), after a check that the producer's epoch is not stale here
+  (INVALID_PRODUCER_EPOCH, before the shard takes them as pending). A
+  COMMIT/ABORT marker written to the partition (`broker.api.txn_markers`)
+  calls `on_txn_marker`, which ends them in the shard (queued until the
+  replay is over if the shard is loading); the replay itself treats a
+  transactional batch's records as pending and applies the markers in
+  log order.
 - **Timers**: `tick` runs on shards whose `next_deadline_ms` has passed
   (session expiry, join and sync phases, the `offsets.retention.minutes`
   sweep). The timer task sleeps until the earliest deadline (at most
