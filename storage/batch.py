@@ -508,3 +508,27 @@ def iter_records(batch, pos: int = 0) -> Iterator[Record]:
             f"record batch at position {pos} (base_offset {header.base_offset}): {exc}", pos
         ) from None
     yield from records
+
+
+_MARKER_VALUE = struct.Struct(">hi")
+#: EndTransactionMarker value version (Kafka's): int16 version, int32 coordinator_epoch.
+END_TXN_MARKER_VERSION = 0
+
+
+def end_txn_marker_value(coordinator_epoch: int) -> bytes:
+    """The value of a COMMIT/ABORT control record (Kafka's EndTransactionMarker)."""
+    return _MARKER_VALUE.pack(END_TXN_MARKER_VERSION, coordinator_epoch)
+
+
+def read_txn_marker(batch, pos: int = 0) -> tuple[int, int] | None:
+    """`(control type, coordinator epoch)` of the transaction marker (a
+    control batch) at `pos`; None if its record is not ABORT or COMMIT."""
+    for record in iter_records(batch, pos):
+        _version, control_type = parse_control_key(record.key)
+        if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None
+        value = record.value
+        if value is None or len(value) < _MARKER_VALUE.size:
+            raise CorruptRecordError(f"transaction marker value {value!r} is shorter than 6 bytes")
+        return control_type, _MARKER_VALUE.unpack_from(value)[1]
+    return None

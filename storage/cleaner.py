@@ -183,8 +183,12 @@ class LogCleaner:
         segments = log.segments
         first_dirty = self.first_dirty_offset(log)
         end = log.active_segment.base_offset
-        if c.high_watermark is not None and c.high_watermark < end:
-            end = _batch_start(log, c.high_watermark)
+        bound = c.high_watermark
+        if log.producer_state is not None:
+            # Not past an open transaction: its outcome decides its records.
+            bound = log.producer_state.last_stable_offset(log.log_end_offset if bound is None else bound)
+        if bound is not None and bound < end:
+            end = _batch_start(log, bound)
         if config.min_compaction_lag_ms > 0:
             for s in segments[:-1]:
                 if s.next_offset > first_dirty and s.largest_timestamp() > now_ms - config.min_compaction_lag_ms:

@@ -35,6 +35,15 @@ the pass began and that the segments it works on are still the log's; if
 not it raises `CleaningAborted` and the caller discards the pass. A pass
 that completes moves the cleaner checkpoint to `map_end`.
 
+Transactions: the pass ends at or below the partition's last stable
+offset (the caller bounds it), so every transaction with data in it is
+decided. Batches of an aborted transaction (found in the `.txnindex`es)
+put no key in the map and are dropped; markers (control batches) are
+always kept, and the cleaned segment's `.txnindex` holds the entries of
+the segments it replaces. Kafka also removes markers once their data is
+gone and `delete.retention.ms` passed; here they stay for good (a few
+dozen bytes per transaction).
+
 Which batches must stay even when emptied: each idempotent producer's
 newest batch (`retain_last_batches`, producer id -> last offset), from
 the log's producer state when it has one, so that state can be rebuilt
@@ -49,7 +58,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from storage.batch import HEADER_SIZE, iter_batch_headers, iter_records, parse_header
-from storage.batch_filter import delete_horizon_ms, filter_batch
+from storage.batch_filter import delete_horizon_ms, empty_batch, filter_batch
 from storage.cleaner_config import CompactionConfig
 from storage.errors import StorageError
 from storage.index import MAX_RELATIVE_OFFSET
@@ -124,6 +133,20 @@ class CleaningJob:
         self.bytes_read = 0
         self.bytes_written = 0
         self.records_removed = 0
+        # Aborted transactions with data below the pass's end (their
+        # markers are below the LSO, which bounds `end_offset`): producer
+        # id -> [(first offset, marker offset)], from the `.txnindex`es.
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for txn in log.collect_aborted_txns(log.log_start_offset, end_offset):
+            self.aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def is_aborted(self, header) -> bool:
+        """Whether `header`'s batch is data of an aborted transaction."""
+        ranges = self.aborted.get(header.producer_id) if header.is_transactional else None
+        if not ranges or header.is_control:
+            return False
+        base = header.base_offset
+        return any(first <= base <= last for first, last in ranges)
 
     def __repr__(self) -> str:
         return (
@@ -184,7 +207,9 @@ class CleaningJob:
             if header.last_offset >= self.end_offset or (offset_map.is_full and self.map_end > first_dirty):
                 self._start_clean_phase()
                 return
-            if not header.is_control and header.last_offset >= first_dirty:
+            # An aborted transaction's records shadow no key: they are
+            # dropped below, and a committed value must outlive them.
+            if not header.is_control and header.last_offset >= first_dirty and not self.is_aborted(header):
                 for record in iter_records(data):
                     if record.key is not None and record.offset >= first_dirty:
                         offset_map.put(record.key, record.offset)
@@ -244,6 +269,12 @@ class CleaningJob:
                 # met the older records of its key in a map yet; dropping
                 # it when its horizon passed would bring them back.
                 out, horizon = data, None
+            elif self.is_aborted(header):
+                # An aborted transaction's data goes (Kafka's cleaner does
+                # the same); its marker and `.txnindex` entry stay.
+                keep_if_empty = retain.get(header.producer_id) == header.last_offset
+                self.records_removed += header.records_count
+                out, horizon = (empty_batch(header) if keep_if_empty else None), None
             else:
                 keep_if_empty = header.producer_id >= 0 and retain.get(header.producer_id) == header.last_offset
                 result = filter_batch(data, header, offset_map, now_ms, delete_retention_ms, keep_if_empty)
@@ -260,6 +291,9 @@ class CleaningJob:
     def _swap(self, group: list[LogSegment], now_ms: int) -> None:
         cleaned, self._cleaned = self._cleaned, None
         self._check_log()
+        # Every marker stays, so the aborted transactions indexed in the
+        # group's segments all belong to the cleaned one.
+        cleaned.txn_index.replace([e for s in group for e in s.txn_index.entries])
         before = sum(s.size for s in group)
         segment, retired = swap_in(self.log, group, cleaned, now_ms, self.file_delete_delay_ms)
         self.retired.extend(retired)

@@ -78,7 +78,12 @@ them itself passes both and `checkpoint_files=False`.
 
 With `producer_state=True` the log keeps its idempotent producers' state
 (KIP-98, `storage.producer_snapshot`): appends update it, rolls and
-`close` snapshot it, truncation reloads it. `storage.cleaner` compacts
+`close` snapshot it, truncation reloads it. Transactions ride on it:
+`append_marker` writes a COMMIT/ABORT control batch as leader (followers
+get it as any batch), which ends the producer's open transaction; an
+aborted one goes into the `.txnindex` of the segment the marker is in
+(`storage.txn_index`), and `collect_aborted_txns` answers a
+read_committed fetch from those indexes. `storage.cleaner` compacts
 logs (`replace_segments` puts a cleaned segment in); `truncations` counts
 truncations so a compaction pass can tell.
 
@@ -100,6 +105,11 @@ from crc32c import crc32c
 
 from storage.batch import (
     CODEC_OR_CONTROL_MASK,
+    CONTROL_MASK,
+    ControlRecordType,
+    build_control_batch,
+    end_txn_marker_value,
+    read_txn_marker,
     COMPRESSION_MASK,
     CRC_START_OFFSET,
     LOG_OVERHEAD,
@@ -112,7 +122,7 @@ from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSE
 from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import OffsetOutOfRangeError, StorageError
 from storage.fs import File, FileSystem, OsFileSystem
 from storage.log_append import (
     BASE_OFFSET,
@@ -129,9 +139,10 @@ from storage.log_ops import (
     offset_for_timestamp,
     parse_topic_partition,  # noqa: F401 (broker.log_manager imports it from here)
 )
-from storage.producer_snapshot import ProducerStateManager
+from storage.producer_snapshot import ProducerStateManager, record_completed
 from storage.producer_state import ProduceCheck, ProducerStateError
 from storage.segment import RECENT_BATCHES, LogSegment
+from storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +193,7 @@ class Log:
         self._closed = False
         self.producer_state: ProducerStateManager | None = None
         self.truncations = 0
+        self._opened_recovery_point = 0
 
     # --- opening ---
 
@@ -210,7 +222,7 @@ class Log:
         log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
         log._load(now_ms, recovery_point, log_start_offset, checkpoint_files)
         if producer_state:
-            log.producer_state = ProducerStateManager.load(log)
+            log.producer_state = ProducerStateManager.load(log, recovery_point=log._opened_recovery_point)
         return log
 
     def _load(self, now_ms: int, recovery_point, log_start_offset, checkpoint_files: bool) -> None:
@@ -227,6 +239,8 @@ class Log:
         self._log_end_offset = self._recovery_point = segments[-1].next_offset
         self._log_start_offset = loaded.log_start_offset
         self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
+        #: The producer state is rebuilt from a snapshot at or below it.
+        self._opened_recovery_point = loaded.checkpointed_recovery_point
         if self._log_start_offset > self._log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; restarting the log there",
@@ -389,13 +403,20 @@ class Log:
             self.maybe_flush(now_ms)
         return base
 
-    def _append_checked(self, batch, now_ms: int, leader_epoch: int | None) -> int:
+    def append_from_coordinator(self, batch, now_ms: int, leader_epoch: int) -> int:
+        """`append` of a batch a coordinator of this broker wrote (Kafka's
+        AppendOrigin.COORDINATOR: transactional offset commits): the
+        producer's epoch and transaction are checked, not its sequence,
+        which the coordinator does not number."""
+        return self._append_checked(batch, now_ms, leader_epoch, check_sequence=False)
+
+    def _append_checked(self, batch, now_ms: int, leader_epoch: int | None, check_sequence: bool = True) -> int:
         """`append` for any batch (see its docstring)."""
         header = check_client_batch(batch, self._max_message_bytes)
         base = self._log_end_offset
         producer_state = self.producer_state
         if producer_state is not None and header[9] >= 0:
-            checked = producer_state.check(header, base)
+            checked = producer_state.check(header, base, check_sequence)
             if checked.error is ProduceCheck.DUPLICATE_SEQUENCE_NUMBER:
                 return checked.first_offset
             if checked.error:
@@ -492,7 +513,10 @@ class Log:
         for position, header in batches:
             segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
             if producer_state is not None and header[9] >= 0:
-                producer_state.update(header)
+                if header[5] & CONTROL_MASK:
+                    self._apply_marker(segment, header, records, position)
+                else:
+                    producer_state.update(header)
             epoch = header.partition_leader_epoch
             if epoch > self.epoch_cache.latest_epoch:
                 self.epoch_cache.assign(epoch, header.base_offset)
@@ -502,6 +526,54 @@ class Log:
         if self._flush_policy:
             self.maybe_flush(now_ms)
         return first.base_offset
+
+    def _apply_marker(self, segment: LogSegment, header, buf, position: int) -> None:
+        """A control batch of a producer is in `segment`: end its
+        transaction in the producer state and index an abort."""
+        producer_state = self.producer_state
+        try:
+            marker = read_txn_marker(buf, position)
+        except StorageError as e:
+            # Written already (the log is the truth): the epoch still moves.
+            logger.error("%s: control batch at offset %d has no readable marker: %s",
+                         self.dir_path, header.base_offset, e)
+            marker = None
+        completed = producer_state.update(header, marker=marker)
+        if completed is not None:
+            record_completed(segment, producer_state, completed)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      now_ms: int, leader_epoch: int) -> int:
+        """Append a transaction marker (COMMIT or ABORT control batch) for
+        `producer_id` as leader (WriteTxnMarkers); return its offset.
+        Raises `ProducerStateError` (INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED) with the log unchanged."""
+        producer_state = self.producer_state
+        assert producer_state is not None, "transaction markers need the producer state"
+        checked = producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if checked.error:
+            raise ProducerStateError(checked)
+        batch = build_control_batch(
+            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+            end_txn_marker_value(coordinator_epoch),
+            base_offset=self._log_end_offset,
+            timestamp_ms=now_ms,
+            partition_leader_epoch=leader_epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+        return self._append_batches_as_follower(batch, now_ms)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound)
+        (a read_committed fetch's list, `storage.txn_index`)."""
+        out: list[AbortedTxn] = []
+        segments = self._segments
+        i = max(bisect_right(self._base_offsets, fetch_offset) - 1, 0)
+        for segment in segments[i:]:
+            if segment.txn_index.collect(fetch_offset, upper_bound, out):
+                break
+        return out
 
     # --- rolling ---
 

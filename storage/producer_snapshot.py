@@ -27,17 +27,30 @@ Replaying reads what the physical segments hold, including batches below
 the log start offset that still sit in the first segment: more producer
 history only means more retries recognised as duplicates.
 
-Snapshot format, version 1 (Kafka's own is a Kafka-protocol struct with a
+Snapshot format, version 2 (Kafka's own is a Kafka-protocol struct with a
 CRC; ours is a plain big-endian struct with a CRC32C, also versioned):
 
-    version          int16   1
+    version          int16   2
     crc              uint32  CRC32C of every byte after this field
     offset           int64   batches below it are included (= file name)
     producer_count   int32
     per producer:    producer_id int64, producer_epoch int16,
-                     last_timestamp int64, batch_count int8 (0..5),
+                     last_timestamp int64, coordinator_epoch int32,
+                     current_txn_first_offset int64 (-1: no open
+                     transaction), batch_count int8 (0..5),
                      then per batch: first_seq int32, last_seq int32,
                      first_offset int64, last_offset int64, timestamp int64
+
+Version 1 (no coordinator epoch, no open transaction) is still read.
+
+Transactions: the aborted-transaction index (`.txnindex`, see
+`storage.txn_index`) is rebuilt with the state. Before replaying from a
+snapshot at offset S, every segment's index loses its entries for markers
+at or after S; the replay adds them back, in the segment the marker sits
+in, from the control records it reads (the header alone does not say
+COMMIT or ABORT). On `open`, the snapshot used is the newest one at or
+below the recovery point: a crash may have lost index entries the
+segments past it had, and the replay rewrites them from the log.
 
 Unlike Kafka's (which keeps only each producer's last batch), a snapshot
 keeps all five remembered batches, so a retry is still recognised as a
@@ -56,6 +69,7 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
+from storage.batch import CONTROL_MASK, read_txn_marker
 from storage.checkpoint import write_atomically
 from storage.errors import CorruptRecordError, StorageError
 from storage.fs import FileSystem
@@ -66,24 +80,36 @@ from storage.producer_state import (
     ProducerState,
     ProducerStateEntry,
 )
+from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from storage.log import Log
+    from storage.producer_state import CompletedTxn, ProducerState
+    from storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 _PREFIX = struct.Struct(">hI")
 _BODY_HEAD = struct.Struct(">qi")
-_PRODUCER = struct.Struct(">qhqb")
+_PRODUCER_V1 = struct.Struct(">qhqb")
+_PRODUCER = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqqq")
 
 
 class CorruptSnapshotError(StorageError):
     """A producer snapshot file that is not a whole version-1 snapshot; the
     manager deletes it and rebuilds the state from the log instead."""
+
+
+def record_completed(segment: LogSegment, state: ProducerState, completed: CompletedTxn) -> None:
+    """A marker in `segment` ended `completed`: an aborted one goes into
+    the segment's `.txnindex`, with the last stable offset after it."""
+    if completed.is_aborted:
+        segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                            completed.last_offset, state.index_last_stable_offset(completed)))
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -94,7 +120,8 @@ def encode_snapshot(offset: int, entries: list[ProducerStateEntry]) -> bytes:
     body = bytearray(_BODY_HEAD.pack(offset, len(entries)))
     for e in entries:
         assert len(e.batches) <= MAX_BATCHES_PER_PRODUCER
-        body += _PRODUCER.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches))
+        body += _PRODUCER.pack(e.producer_id, e.producer_epoch, e.last_timestamp, e.coordinator_epoch,
+                               e.current_txn_first_offset, len(e.batches))
         for b in e.batches:
             body += _BATCH.pack(*b)
     return _PREFIX.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
@@ -105,8 +132,8 @@ def decode_snapshot(data: bytes, what: str = "snapshot") -> tuple[int, list[Prod
     if len(data) < _PREFIX.size + _BODY_HEAD.size:
         raise CorruptSnapshotError(f"{what} is {len(data)} bytes, shorter than a snapshot header")
     version, crc = _PREFIX.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"{what} has version {version}; this broker reads version {SNAPSHOT_VERSION}")
+    if version not in (1, SNAPSHOT_VERSION):
+        raise CorruptSnapshotError(f"{what} has version {version}; this broker reads versions 1 and 2")
     body = memoryview(data)[_PREFIX.size :]
     if crc32c(body) != crc:
         raise CorruptSnapshotError(f"{what} fails its CRC32C: the file is damaged")
@@ -115,15 +142,20 @@ def decode_snapshot(data: bytes, what: str = "snapshot") -> tuple[int, list[Prod
         pos = _BODY_HEAD.size
         entries = []
         for _ in range(count):
-            pid, epoch, last_ts, n = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
+            if version == 1:
+                pid, epoch, last_ts, n = _PRODUCER_V1.unpack_from(body, pos)
+                coordinator_epoch, txn_first = -1, -1
+                pos += _PRODUCER_V1.size
+            else:
+                pid, epoch, last_ts, coordinator_epoch, txn_first, n = _PRODUCER.unpack_from(body, pos)
+                pos += _PRODUCER.size
             if not 0 <= n <= MAX_BATCHES_PER_PRODUCER:
                 raise CorruptSnapshotError(f"{what}: producer {pid} has {n} batches")
             batches = []
             for _ in range(n):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
-            entries.append(ProducerStateEntry(pid, epoch, batches, last_ts))
+            entries.append(ProducerStateEntry(pid, epoch, batches, last_ts, coordinator_epoch, txn_first))
     except struct.error:
         raise CorruptSnapshotError(f"{what} ends inside its producer list") from None
     if pos != len(body):
@@ -172,18 +204,23 @@ class ProducerStateManager(ProducerState):
     # --- loading ---
 
     @classmethod
-    def load(cls, log: Log, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+    def load(cls, log: Log, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+             recovery_point: int | None = None):
+        """The state of `log` just opened; `recovery_point` is the one it
+        was opened with (the snapshot used is at or below it, module doc)."""
         manager = cls(log.fs, log.dir_path, producer_id_expiration_ms)
-        manager.reload(log)
+        manager.reload(log, recovery_point)
         return manager
 
-    def reload(self, log: Log) -> None:
+    def reload(self, log: Log, upto: int | None = None) -> None:
         """Drop snapshots past the log end offset; load the newest good one
-        and replay the batch headers after it (module doc)."""
+        (at or below `upto` if given) and replay the batch headers after
+        it, rebuilding the aborted-transaction index from there (module doc)."""
         end = log.log_end_offset
         offsets = self.snapshot_offsets()
         self._delete([o for o in offsets if o > end])
-        offsets = [o for o in offsets if o <= end]
+        bound = end if upto is None else min(end, upto)
+        offsets = [o for o in offsets if o <= bound]
         self.clear()
         start = None
         while offsets:
@@ -198,6 +235,7 @@ class ProducerStateManager(ProducerState):
                 self._delete([offset])
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            self._rebuild_ongoing()
             start = offset
             break
         replayed = self._replay(log, start)
@@ -211,12 +249,14 @@ class ProducerStateManager(ProducerState):
 
     def _replay(self, log: Log, start: int | None) -> int:
         """Apply the headers of the batches at or after `start` (every
-        batch if None); return how many were read."""
+        batch if None); return how many were read. The segments' aborted
+        transaction entries from `start` on are rewritten on the way."""
         count = 0
         update = self.update
         for segment in log.segments:
             if start is not None and segment.next_offset <= start:
                 continue
+            segment.txn_index.truncate_to(start or 0)
             position = 0
             if start is not None and segment.base_offset < start:
                 found = segment.find_batch(start)
@@ -224,10 +264,17 @@ class ProducerStateManager(ProducerState):
                     continue
                 position = found[0]
             try:
-                for _position, header in segment.scan_headers(position):
+                for batch_position, header in segment.scan_headers(position):
                     if start is None or header[0] + header[6] >= start:
                         count += 1
-                        if header[9] >= 0:
+                        if header[9] < 0:
+                            continue
+                        if header[5] & CONTROL_MASK:
+                            data = segment.log.pread(header.size_in_bytes, batch_position)
+                            completed = update(header, marker=read_txn_marker(data))
+                            if completed is not None:
+                                record_completed(segment, self, completed)
+                        else:
                             update(header)
             except CorruptRecordError as e:
                 # A damaged header in a trusted segment: reads report it;

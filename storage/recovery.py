@@ -55,6 +55,7 @@ from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_in
 from storage.record_validation import check_stored_batch
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from storage.segment_swap import complete_swaps
+from storage.txn_index import TXN_INDEX_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def segment_base_offsets(fs: FileSystem, dir_path: str) -> list[int]:
     for name in names:
         stem, suffix = os.path.splitext(name)
         orphan_index = (
-            suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in bases
+            suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in bases
         )
         if orphan_index or name.endswith(_STRAY_SUFFIXES):
             logger.info("removing leftover file %s", os.path.join(dir_path, name))

@@ -35,6 +35,7 @@ from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, Ba
 from storage.config import LogConfig
 from storage.errors import CorruptRecordError
 from storage.fs import File, FileSystem, OsFile
+from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
     OFFSET_ENTRY_SIZE,
@@ -83,6 +84,9 @@ class LogSegment:
         # Roll by time falls back to these when batches carry no timestamp.
         self.created_ms = now_ms
         self.last_append_ms = now_ms
+        #: Aborted transactions whose ABORT marker is in this segment
+        #: (`storage.txn_index`); its file is read on first use.
+        self.txn_index = TxnIndex(fs, self.path(TXN_INDEX_SUFFIX))
         self.reset_state()
 
     def reset_state(self) -> None:
@@ -290,6 +294,7 @@ class LogSegment:
         cut = found[0]
         removed = self.log.size - cut
         self.log.truncate(cut)
+        self.txn_index.truncate_to(found[1].base_offset)
         self.recent_batches = {o: p for o, p in self.recent_batches.items() if p < cut}
         self.offset_index.truncate_to_position(cut)
         self.time_index.truncate_to_offset(found[1].base_offset)
@@ -337,6 +342,7 @@ class LogSegment:
         """Write the indexes and fsync the segment and both indexes."""
         self.log.fsync()
         self.write_indexes(fsync=True)
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.fd = -1  # the number may be reused once closed
@@ -349,6 +355,7 @@ class LogSegment:
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if self.fs.exists(self.path(suffix)):
                 self.fs.remove(self.path(suffix))
+        self.txn_index.delete()
 
 
 def _write_tail(f: File, index, entry_size: int) -> None:

@@ -6,7 +6,8 @@ The cleaner writes the compacted copy of a group of consecutive segments
 to `<base>.log.cleaned` (with `.index.cleaned` and `.timeindex.cleaned`),
 `<base>` being the group's first base offset. `swap_in` then:
 
-1. fsyncs the three `.cleaned` files and renames them to `.swap`, then
+1. fsyncs the `.cleaned` files (the `.txnindex` too, when the group
+   indexes aborted transactions) and renames them to `.swap`, then
    fsyncs the directory. **This is the commit point**: a `.log.swap` is
    whole, and from here recovery finishes the swap instead of undoing it.
 2. renames every file of the old segments to `<name>.deleted` and fsyncs
@@ -47,6 +48,7 @@ from storage.config import LogConfig
 from storage.errors import CorruptIndexError, CorruptRecordError
 from storage.fs import FileSystem
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+from storage.txn_index import TXN_INDEX_SUFFIX
 
 if TYPE_CHECKING:
     from storage.log import Log
@@ -57,7 +59,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 # Indexes before the log: a `.log` under its final name is the last step.
-_SUFFIXES_LOG_LAST = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)
+# A `.txnindex` exists only where a segment holds ABORT markers.
+_SUFFIXES_LOG_LAST = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 class CleanedSegment(LogSegment):
@@ -112,12 +116,14 @@ def swap_in(log: Log, old: list[LogSegment], cleaned: CleanedSegment, now_ms: in
     cleaned.flush()
     cleaned.close()
     for suffix in _SUFFIXES_LOG_LAST:
+        if suffix == TXN_INDEX_SUFFIX and not fs.exists(_name(dir_path, base, suffix + CLEANED_SUFFIX)):
+            continue
         fs.rename(_name(dir_path, base, suffix + CLEANED_SUFFIX), _name(dir_path, base, suffix + SWAP_SUFFIX))
     fs.fsync_dir(dir_path)
     retired = []
     for segment in old:
         paths = []
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in _SEGMENT_SUFFIXES:
             path = segment.path(suffix)
             if fs.exists(path):
                 fs.rename(path, path + DELETED_SUFFIX)
@@ -125,6 +131,8 @@ def swap_in(log: Log, old: list[LogSegment], cleaned: CleanedSegment, now_ms: in
         retired.append(RetiredSegment(segment, paths, now_ms + delete_delay_ms))
     fs.fsync_dir(dir_path)
     for suffix in _SUFFIXES_LOG_LAST:
+        if suffix == TXN_INDEX_SUFFIX and not fs.exists(_name(dir_path, base, suffix + SWAP_SUFFIX)):
+            continue
         fs.rename(_name(dir_path, base, suffix + SWAP_SUFFIX), _name(dir_path, base, suffix))
     fs.fsync_dir(dir_path)
     segment = open_segment(fs, dir_path, base, log.config, now_ms)
@@ -174,7 +182,7 @@ def complete_swaps(fs: FileSystem, dir_path: str, config: LogConfig) -> int:
             len(replaced),
         )
         for b in set(replaced) | {base}:
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in _SEGMENT_SUFFIXES:
                 if fs.exists(_name(dir_path, b, suffix)):
                     fs.remove(_name(dir_path, b, suffix))
         for suffix in _SUFFIXES_LOG_LAST:

@@ -75,7 +75,7 @@ PURE_RULES = [
                                        "broker.api", "broker.shell"}),
     PureRule("the storage cores", tuple(f"storage/{m}.py" for m in (
         "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config",
-        "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression")),
+        "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression", "txn_index")),
              forbidden=IO_AND_CLOCK | {"datetime", "random"}),
 ]
 

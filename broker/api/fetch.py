@@ -8,8 +8,9 @@ A Fetch names partitions and offsets. For each, in request order:
    (KIP-320) and leadership (`PartitionState.fetch_error`).
 2. Check the offset against [log start, log end] (OFFSET_OUT_OF_RANGE).
 3. Read whole batches from the offset up to the bound: the HW for
-   `read_uncommitted`, the LSO for `read_committed` (= HW: no transactions
-   yet), the LEO for a follower. The read is limited by the partition's
+   `read_uncommitted`, the LSO for `read_committed` (with the aborted
+   transactions overlapping the records sent, from the segments'
+   `.txnindex`), the LEO for a follower. The read is limited by the partition's
    `partition_max_bytes` and what is left of the response's `max_bytes`.
    As Kafka does (KIP-74), the first batch of the first partition with data
    goes out even when it is larger than either limit, so a consumer never
@@ -311,6 +312,10 @@ def _read_partition(hp: HostedPartition, fp, replica_id: int, read_committed: bo
     if not first and records_size(records) > limit:
         # Only the response's first partition with data may overshoot (KIP-74).
         records = []
+    if read_committed and records:
+        # The aborted transactions overlapping what goes out: the consumer
+        # drops their records (`storage.txn_index`).
+        aborted = tuple((a.producer_id, a.first_offset) for a in log.collect_aborted_txns(offset, bound))
     return FetchPartitionResult(fp.partition, ErrorCode.none, hw, lso, log_start, records, aborted)
 
 

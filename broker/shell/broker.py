@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, fetch, find_coordinator, list_offsets, produce
+from broker.api import admin, fetch, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -86,6 +86,9 @@ _APIS = {
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    # The partition side of transactions: markers, producers.
+    27: (1, 2, txn_markers.handle_write_txn_markers),
+    61: (0, 0, txn_markers.handle_describe_producers),
     # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
     # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
     **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},

@@ -36,6 +36,16 @@ partition this broker leads:
   `offsets.commit.timeout.ms`. A failed append answers the step's responses
   NOT_COORDINATOR and reloads the shard from the log, because the shard
   already applied what did not get written.
+- **Transactional offsets** (TxnOffsetCommit): the shard's records of one
+  come as `txn_records` and are appended as a transactional batch of the
+  producer (`ReplicaManager.append_coordinator_batch`: epoch checked, no
+  sequence), after a check that the producer's epoch is not stale here
+  (INVALID_PRODUCER_EPOCH, before the shard takes them as pending). A
+  COMMIT/ABORT marker written to the partition (`broker.api.txn_markers`)
+  calls `on_txn_marker`, which ends them in the shard (queued until the
+  replay is over if the shard is loading); the replay itself treats a
+  transactional batch's records as pending and applies the markers in
+  log order.
 - **Timers**: `tick` runs on shards whose `next_deadline_ms` has passed
   (session expiry, join and sync phases, the `offsets.retention.minutes`
   sweep). The timer task sleeps until the earliest deadline (at most
@@ -70,7 +80,8 @@ from broker.core.group import (
     split_by_partition,
 )
 from broker.shell.replica_manager import HostedPartition, wait_for_change
-from storage.batch import build_batch, iter_batch_headers, iter_records
+from broker.core.group.routing import TXN_OFFSET_COMMIT
+from storage.batch import ControlRecordType, build_batch, iter_batch_headers, iter_records, read_txn_marker
 from storage.errors import StorageError
 
 #: Longest sleep of the timer task while some deadline is set.
@@ -94,6 +105,9 @@ class ShardRunner:
         self.leader_epoch = hp.state.leader_epoch
         self.load_scope = trio.CancelScope()
         self.active = True
+        #: Transaction markers that landed while the shard was loading:
+        #: (producer id, commit), applied after the replay, in order.
+        self.markers_while_loading: list[tuple[int, bool]] = []
 
     @property
     def partition(self) -> int:
@@ -235,10 +249,18 @@ class GroupCoordinatorRuntime:
                     if not data:
                         break
                     for position, header in iter_batch_headers(data):
-                        if not header.is_control:
+                        if header.is_control:
+                            if header.producer_id >= 0:
+                                marker = read_txn_marker(data, position)
+                                if marker is not None:
+                                    shard.complete_transaction(header.producer_id,
+                                                               marker[0] == ControlRecordType.COMMIT)
+                        else:
+                            # A transactional batch holds a TxnOffsetCommit: pending until its marker.
+                            producer_id = header.producer_id if header.is_transactional else -1
                             for record in iter_records(data, position):
                                 if record.key is not None:
-                                    shard.replay(record.key, record.value)
+                                    shard.replay(record.key, record.value, producer_id)
                                     records += 1
                         offset = header.next_offset
                     await trio.sleep(0)
@@ -248,6 +270,9 @@ class GroupCoordinatorRuntime:
                            OFFSETS_TOPIC_NAME, runner.partition, exc)
                 runner.active = False
                 return
+            for producer_id, commit in runner.markers_while_loading:
+                shard.complete_transaction(producer_id, commit)
+            runner.markers_while_loading.clear()
             shard.on_loaded(self.broker.clock_ms())
             self._timers_moved.set()
             _log.info("%s-%d: loaded %d groups from %d records up to offset %d in %.0f ms (leader epoch %d)",
@@ -303,12 +328,33 @@ class GroupCoordinatorRuntime:
                     self._held.pop(w.token, None)
         return merge_responses(body, answers) if is_multi_group(body) else answers[0]
 
-    def _submit(self, runner: ShardRunner, part: Any, client_id: str, client_host: str) -> HeldResponse:
+    def _submit(self, runner: ShardRunner, part: Any, client_id: str, client_host: str) -> HeldResponse | Any:
+        if int(type(part).__api_key__) == TXN_OFFSET_COMMIT and runner.shard.loaded:
+            # The partition's producer state fences a stale producer epoch
+            # before the shard takes the offsets as pending (the append
+            # would refuse the batch after the shard had applied it).
+            producer_state = runner.hp.log.producer_state
+            checked = producer_state.check_epoch(part.producer_id, part.producer_epoch, "TxnOffsetCommit") \
+                if producer_state is not None else None
+            if checked is not None and checked.error:
+                return error_response(part, ErrorCode(checked.error))
         token = next(self._tokens)
         held = self._held[token] = HeldResponse(token, part, runner)
         result = runner.shard.handle(RequestContext(token, client_id, client_host), part, self.broker.clock_ms())
         self._absorb(runner, result)
         return held
+
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of `producer_id` was appended to
+        `__consumer_offsets` partition `partition` (WriteTxnMarkers): its
+        pending transactional offsets become committed or are dropped."""
+        runner = self.shards.get(partition)
+        if runner is None or not runner.active:
+            return  # a later leader replays the marker from the log
+        if runner.shard.loaded:
+            runner.shard.complete_transaction(producer_id, commit)
+        else:
+            runner.markers_while_loading.append((producer_id, commit))
 
     # --- results ---------------------------------------------------------
 
@@ -317,7 +363,7 @@ class GroupCoordinatorRuntime:
         self._timers_moved.set()
         hp = runner.hp
         deadline = trio.current_time() + self.config.offsets_commit_timeout_ms / 1000
-        if result.records:
+        if result.records or result.txn_records:
             barrier = self._append(runner, result)
             if barrier is None:
                 for token, _response in result.responses:
@@ -339,14 +385,26 @@ class GroupCoordinatorRuntime:
         """Append the records as leader; the log end offset after, or None."""
         broker = self.broker
         now_ms = broker.clock_ms()
-        batch = build_batch([(r.key, r.value, (), now_ms) for r in result.records])
-        answer, hp, required = broker.replicas.append_to_leader(
-            broker.image, OFFSETS_TOPIC_NAME, runner.partition, bytearray(batch), -1, now_ms)
-        if answer.error_code != ErrorCode.none or hp is not runner.hp:
-            _log.warning("%s-%d: appending %d group records failed with %s %s", OFFSETS_TOPIC_NAME,
-                         runner.partition, len(result.records), ErrorCode(answer.error_code).name,
-                         answer.error_message or "")
-            return None
+        required = None
+        if result.records:
+            batch = build_batch([(r.key, r.value, (), now_ms) for r in result.records])
+            answer, hp, required = broker.replicas.append_to_leader(
+                broker.image, OFFSETS_TOPIC_NAME, runner.partition, bytearray(batch), -1, now_ms)
+            if answer.error_code != ErrorCode.none or hp is not runner.hp:
+                _log.warning("%s-%d: appending %d group records failed with %s %s", OFFSETS_TOPIC_NAME,
+                             runner.partition, len(result.records), ErrorCode(answer.error_code).name,
+                             answer.error_message or "")
+                return None
+        for producer_id, producer_epoch, records in result.txn_records:
+            # A TxnOffsetCommit: the producer's transactional batch (Kafka
+            # numbers no sequence for it; the base sequence is 0 as Kafka's).
+            batch = build_batch([(r.key, r.value, (), now_ms) for r in records], producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=0, is_transactional=True)
+            error, required = broker.replicas.append_coordinator_batch(runner.hp, bytearray(batch), now_ms)
+            if error is not ErrorCode.none:
+                _log.warning("%s-%d: appending the transactional offsets of producer %d failed with %s",
+                             OFFSETS_TOPIC_NAME, runner.partition, producer_id, ErrorCode(error).name)
+                return None
         return required
 
     def _tick_due(self) -> None:

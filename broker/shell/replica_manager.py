@@ -373,6 +373,8 @@ class ReplicaManager:
             state = Partition(local.topic_name, local.partition, local.topic_id, self.broker_id,
                               self.replication)
             hp = self.partitions[key] = HostedPartition(state, log, self)
+            # The LSO reads the open transactions from the producer state.
+            state.transactions = log.producer_state
             self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
             checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
         else:
@@ -489,6 +491,68 @@ class ReplicaManager:
             hp.notify()
         result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
+
+    # --- transaction markers --------------------------------------------
+
+    def mark_txn_verified(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool:
+        """KIP-890's partition-side verification, the hook: the transaction
+        coordinator says `producer_id` at `producer_epoch` has an ongoing
+        transaction that includes this partition. With the partition's
+        `producer_state.require_verification` on, only such a producer may
+        open a transaction here (`storage.producer_state`); a marker ends
+        the verification. False if this broker does not lead the partition."""
+        hp = self.partitions.get((topic, partition))
+        if hp is None or not hp.state.is_leader or hp.log.producer_state is None:
+            return False
+        hp.log.producer_state.mark_verified(producer_id, producer_epoch)
+        return True
+
+    def append_coordinator_batch(self, hp: HostedPartition, batch, now_ms: int) -> tuple[ErrorCode, int]:
+        """Append a batch a coordinator of this broker wrote (a
+        transactional offset commit) as leader: (error, the log end
+        offset after it). No sequence check (`Log.append_from_coordinator`)."""
+        error = hp.state.produce_error(-1)
+        if error is not ErrorCode.none:
+            return error, -1
+        log = hp.log
+        try:
+            log.append_from_coordinator(batch, now_ms, hp.state.leader_epoch)
+        except ProducerStateError as exc:
+            return ErrorCode(exc.error_code), -1
+        except (CorruptRecordError, InvalidRecordError, RecordTooLargeError) as exc:
+            _log.error("%s-%d: coordinator batch refused: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode.invalid_record, -1
+        except OSError as exc:
+            _log.error("%s-%d: append failed: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode.kafka_storage_error, -1
+        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:
+            hp.notify()
+        return ErrorCode.none, log.log_end_offset
+
+    def append_marker(self, hp: HostedPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool, now_ms: int) -> tuple[ErrorCode, int]:
+        """Write a COMMIT/ABORT marker as leader (WriteTxnMarkers):
+        (error, the offset the HW must pass for it to be replicated)."""
+        error = hp.state.produce_error(1)
+        if error is not ErrorCode.none:
+            return error, -1
+        log = hp.log
+        try:
+            log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms,
+                              hp.state.leader_epoch)
+        except ProducerStateError as exc:
+            _log.info("%s-%d: marker refused: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode(exc.error_code), -1
+        except OSError as exc:
+            _log.error("%s-%d: marker append failed: %s", hp.state.topic, hp.state.partition, exc)
+            return ErrorCode.kafka_storage_error, -1
+        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:
+            hp.notify()
+        return ErrorCode.none, log.log_end_offset
 
     # --- background ----------------------------------------------------
 

@@ -88,16 +88,33 @@ def commit_request(group: str, offsets: dict[tuple[str, int], int], *, member_id
                               for t, ps in by_topic.items()))
 
 
-def fetch_request(group: str, topics: dict[str, list[int]] | None, *, version: int = 7) -> Any:
+def fetch_request(group: str, topics: dict[str, list[int]] | None, *, version: int = 7,
+                  require_stable: bool = False) -> Any:
     mod = kio_module("offset_fetch", version)
     if version >= 8:
         group_entry = build(mod.OffsetFetchRequestGroup, group_id=group, member_id=None, member_epoch=-1,
                             topics=None if topics is None else tuple(
                                 mod.OffsetFetchRequestTopics(name=t, partition_indexes=tuple(ps))
                                 for t, ps in topics.items()))
-        return build(mod.OffsetFetchRequest, groups=(group_entry,), require_stable=False)
-    return build(mod.OffsetFetchRequest, group_id=group, require_stable=False, topics=None if topics is None else tuple(
+        return build(mod.OffsetFetchRequest, groups=(group_entry,), require_stable=require_stable)
+    return build(mod.OffsetFetchRequest, group_id=group, require_stable=require_stable, topics=None if topics is None else tuple(
         mod.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps)) for t, ps in topics.items()))
+
+
+def txn_commit_request(group: str, offsets: dict[tuple[str, int], int], *, producer_id: int = 1000,
+                       producer_epoch: int = 0, member_id: str = "", generation: int = -1,
+                       instance_id: str | None = None, version: int = 3) -> Any:
+    mod = kio_module("txn_offset_commit", version)
+    by_topic: dict[str, list] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(build(
+            mod.TxnOffsetCommitRequestPartition, partition_index=partition, committed_offset=offset,
+            committed_leader_epoch=-1, committed_metadata=""))
+    return build(mod.TxnOffsetCommitRequest, transactional_id="tx", group_id=group, producer_id=producer_id,
+                 producer_epoch=producer_epoch, generation_id=generation, member_id=member_id,
+                 group_instance_id=instance_id,
+                 topics=tuple(mod.TxnOffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+                              for t, ps in by_topic.items()))
 
 
 def fetched_offsets(response: Any) -> dict[tuple[str, int], int]:
@@ -117,6 +134,8 @@ class Harness:
         self.shard = GroupCoordinatorShard(partition, config, random.Random(seed))
         self.shard.on_loaded(now_ms)
         self.log: list[Record] = []
+        #: (producer id, epoch, records) of each transactional batch appended.
+        self.txn_log: list[tuple[int, int, tuple[Record, ...]]] = []
         self.responses: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self.last: CoordinatorResult | None = None
@@ -139,6 +158,7 @@ class Harness:
     def absorb(self, result: CoordinatorResult) -> CoordinatorResult:
         self.last = result
         self.log.extend(result.records)
+        self.txn_log.extend(result.txn_records)
         for token, response in result.responses:
             assert token not in self.responses, f"request {token} answered twice"
             self.responses[token] = response

@@ -31,6 +31,7 @@ from group_testing import (
     kio_module,
     leave_request,
     sync_request,
+    txn_commit_request,
 )
 from common.wire.codec import RequestHeader, api_codec, decode_response, encode_response
 
@@ -199,6 +200,8 @@ def any_request(api_key: int, version: int) -> Any:
         return list_request(version)
     if api_key == 42:
         return delete_request("g", "h", version=version)
+    if api_key == 28:
+        return txn_commit_request("g", {("t", 0): 1}, version=version)
     return offset_delete_request("g", version)
 
 

@@ -450,3 +450,26 @@ def test_kraft_only_admin_requests_get_a_clear_non_retriable_error(cluster):
     assert isinstance(listed.value, InvalidRequestError), listed.value
     assert "raftka migrate" in str(listed.value), listed.value
     assert time.monotonic() - started < 25, "a refusal must not wait for a timeout"
+
+
+def test_transaction_markers_and_read_committed_use_the_same_code(cluster):
+    """The partition side of transactions in ZooKeeper mode: a
+    transactional produce, WriteTxnMarkers (abort, then commit), the LSO
+    and a read_committed consumer (the test plays the coordinator)."""
+    sys.path.insert(0, str(REPO / "tests" / "cluster"))
+    from txn_partition_testing import READ_COMMITTED, consume, init_producer_id, latest_offset, produce, write_markers
+
+    from kio.schema.errors import ErrorCode
+
+    create_topic(cluster, "zk-txn", 1, 3)
+    leader = cluster.node(settled_leaders(cluster, "zk-txn", 1)[0]).address
+    pid, epoch = init_producer_id(leader)
+    assert produce(leader, "zk-txn", 0, [b"x"], producer_id=pid, producer_epoch=epoch, sequence=0,
+                   transactional=True) == (ErrorCode.none, 0)
+    assert latest_offset(leader, "zk-txn", 0, READ_COMMITTED) == 0
+    assert write_markers(leader, pid, epoch, False, {"zk-txn": [0]}) == {("zk-txn", 0): ErrorCode.none}
+    assert produce(leader, "zk-txn", 0, [b"y"], producer_id=pid, producer_epoch=epoch, sequence=1,
+                   transactional=True) == (ErrorCode.none, 2)
+    assert write_markers(leader, pid, epoch, True, {"zk-txn": [0]}) == {("zk-txn", 0): ErrorCode.none}
+    assert latest_offset(leader, "zk-txn", 0, READ_COMMITTED) == 4
+    assert consume("confluent-kafka", leader, "zk-txn", 0, "read_committed", 1) == [(2, b"y")]

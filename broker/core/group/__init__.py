@@ -26,7 +26,10 @@ Wiring a shard into the broker (for the integrator)
 2. When this broker becomes leader of partition p: create
    `GroupCoordinatorShard(p, config, random.Random(seed))`, read the log of
    p from its start to its end calling `shard.replay(key, value)` per
-   record (skip control batches), then `shard.on_loaded(now_ms)`. Requests
+   record (`shard.replay(key, value, producer_id)` for the records of a
+   transactional batch; for a COMMIT/ABORT control batch
+   `shard.complete_transaction(producer_id, commit)`; skip other control
+   batches), then `shard.on_loaded(now_ms)`. Requests
    meanwhile get COORDINATOR_LOAD_IN_PROGRESS from the shard itself.
    When it stops leading p: `result = shard.unload()`, send its responses,
    answer every response still held for p (below) with
@@ -56,6 +59,10 @@ Wiring a shard into the broker (for the integrator)
      leadership) or `COORDINATOR_NOT_AVAILABLE` (timeout, the records may
      still commit later), keeping the request of each held token. After a
      failed append, unload the shard and reload it by replay (step 2).
+   - each `(producer_id, producer_epoch, records)` of `result.txn_records`
+     (TxnOffsetCommit) goes after `records` as its own transactional
+     batch of that producer; a marker later written to p by
+     WriteTxnMarkers is passed on as `shard.complete_transaction`.
 5. Call `shard.tick(now_ms)` at `shard.next_deadline_ms()` (or simply every
    ~100 ms) and treat its result as in step 4.
 

@@ -40,6 +40,10 @@ class CoordinatorResult:
 
     records: tuple[Record, ...] = ()
     responses: tuple[tuple[Hashable, Any], ...] = ()
+    #: Transactional records (TxnOffsetCommit), each `(producer id,
+    #: producer epoch, records)` appended as its own transactional batch
+    #: of that producer, after `records`.
+    txn_records: tuple[tuple[int, int, tuple[Record, ...]], ...] = ()
 
     def response_for(self, token: Hashable) -> Any | None:
         for t, response in self.responses:
@@ -55,6 +59,7 @@ class Effects:
     now_ms: int
     records: list[Record] = field(default_factory=list)
     responses: list[tuple[Hashable, Any]] = field(default_factory=list)
+    txn_records: list[tuple[int, int, tuple[Record, ...]]] = field(default_factory=list)
 
     def respond(self, token: Hashable, response: Any) -> None:
         self.responses.append((token, response))
@@ -63,4 +68,4 @@ class Effects:
         self.responses.append((parked.token, response))
 
     def result(self) -> CoordinatorResult:
-        return CoordinatorResult(tuple(self.records), tuple(self.responses))
+        return CoordinatorResult(tuple(self.records), tuple(self.responses), tuple(self.txn_records))

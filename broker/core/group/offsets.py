@@ -50,6 +50,7 @@ from broker.core.group.responses import (
     FetchedGroup,
     FetchedPartition,
     offset_commit_response,
+    txn_offset_commit_response,
     offset_delete_response,
     offset_fetch_groups,
     offset_fetch_response,
@@ -193,19 +194,29 @@ def _retention_ms(value: Any) -> int:
 
 
 def fetch_group(shard: GroupCoordinatorShard, group_id: str,
-                topics: tuple[tuple[str, tuple[int, ...]], ...] | None) -> FetchedGroup:
+                topics: tuple[tuple[str, tuple[int, ...]], ...] | None, require_stable: bool = False) -> FetchedGroup:
     """One group's committed offsets: the requested partitions (-1 where
-    none is committed, also for an unknown group), or all of them."""
+    none is committed, also for an unknown group), or all of them. With
+    `require_stable` (KIP-447), a partition with a transactional commit
+    still pending answers UNSTABLE_OFFSET_COMMIT: the client retries
+    until the transaction ends."""
     if not group_id:
         return FetchedGroup(group_id, error=ErrorCode.invalid_group_id)
+    check = require_stable and bool(shard.pending_txn_offsets)
+
+    def fetched(topic: str, partition: int, o: OffsetAndMetadata | None) -> FetchedPartition:
+        if check and shard.has_pending_txn_offset(group_id, topic, partition):
+            return FetchedPartition(partition, error=ErrorCode.unstable_offset_commit)
+        return _fetched(partition, o)
+
     if topics is None:
         by_topic: dict[str, list[FetchedPartition]] = {}
         for (topic, partition), o in shard.offsets.items(group_id):
-            by_topic.setdefault(topic, []).append(_fetched(partition, o))
+            by_topic.setdefault(topic, []).append(fetched(topic, partition, o))
         return FetchedGroup(group_id, tuple((t, tuple(parts)) for t, parts in by_topic.items()))
     answer = []
     for topic, partitions in topics:
-        answer.append((topic, tuple(_fetched(p, shard.offsets.get(group_id, topic, p)) for p in partitions)))
+        answer.append((topic, tuple(fetched(topic, p, shard.offsets.get(group_id, topic, p)) for p in partitions)))
     return FetchedGroup(group_id, tuple(answer))
 
 
@@ -216,8 +227,77 @@ def _fetched(partition: int, offset: OffsetAndMetadata | None) -> FetchedPartiti
 
 
 def handle_offset_fetch(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, fx: Effects) -> None:
-    groups = [fetch_group(shard, g, topics) for g, topics in offset_fetch_groups(request)]
+    require_stable = bool(getattr(request, "require_stable", False))
+    groups = [fetch_group(shard, g, topics, require_stable) for g, topics in offset_fetch_groups(request)]
     fx.respond(ctx.token, offset_fetch_response(response_module(request), groups))
+
+
+# --- TxnOffsetCommit (KIP-98, KIP-447) -----------------------------------------------
+
+
+def validate_txn_offset_commit(group: ClassicGroup | None, member_id: str, instance_id: str | None,
+                               generation_id: int) -> ErrorCode | None:
+    """Kafka's checks of a TxnOffsetCommit: a member id or a generation,
+    when the producer sends them (v3+, KIP-447), must be the group's
+    current ones, so a zombie of an older generation cannot commit offsets
+    for partitions now assigned elsewhere."""
+    if group is not None and instance_id is not None:
+        holder = group.static_members.get(instance_id)
+        if holder is not None and holder != member_id:
+            return ErrorCode.fenced_instance_id
+    if member_id and (group is None or member_id not in group.members):
+        return ErrorCode.unknown_member_id
+    if generation_id >= 0 and generation_id != (group.generation_id if group is not None else 0):
+        return ErrorCode.illegal_generation
+    return None
+
+
+def handle_txn_offset_commit(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, fx: Effects) -> None:
+    """Offsets committed inside a transaction: written at once as
+    transactional records of the producer (`Effects.txn_records`), kept
+    pending until the producer's marker lands on this partition
+    (`GroupCoordinatorShard.complete_transaction`): COMMIT makes them the
+    group's committed offsets, ABORT drops them."""
+    mod = response_module(request)
+    topics = request.topics
+
+    def fail(error: ErrorCode) -> None:
+        fx.respond(ctx.token, txn_offset_commit_response(mod, (
+            (t.name, ((p.partition_index, error) for p in t.partitions)) for t in topics)))
+
+    group_id = request.group_id
+    if not group_id:
+        return fail(ErrorCode.invalid_group_id)
+    error = validate_txn_offset_commit(shard.groups.get(group_id), getattr(request, "member_id", ""),
+                                       getattr(request, "group_instance_id", None),
+                                       getattr(request, "generation_id", -1))
+    if error is not None:
+        return fail(error)
+    producer_id, producer_epoch = request.producer_id, request.producer_epoch
+    pending = shard.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+    records = []
+    answers = []
+    for topic in topics:
+        parts = []
+        for p in topic.partitions:
+            metadata = p.committed_metadata or ""
+            if len(metadata.encode("utf-8")) > shard.config.offset_metadata_max_bytes:
+                parts.append((p.partition_index, ErrorCode.offset_metadata_too_large))
+                continue
+            offset = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1), metadata,
+                                       fx.now_ms)
+            pending[(topic.name, p.partition_index)] = offset
+            records.append(offset_commit_record(group_id, topic.name, p.partition_index, offset.to_value()))
+            parts.append((p.partition_index, ErrorCode.none))
+        answers.append((topic.name, parts))
+    if records:
+        fx.txn_records.append((producer_id, producer_epoch, tuple(records)))
+    elif not pending:
+        del shard.pending_txn_offsets[producer_id][group_id]
+        if not shard.pending_txn_offsets[producer_id]:
+            del shard.pending_txn_offsets[producer_id]
+    fx.respond(ctx.token, txn_offset_commit_response(mod, answers))
+    return None
 
 
 # --- OffsetDelete -------------------------------------------------------------------

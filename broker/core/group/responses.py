@@ -124,6 +124,14 @@ def offset_commit_response(mod: ModuleType, topics: Iterable[tuple[str, Iterable
         for name, parts in topics))
 
 
+def txn_offset_commit_response(mod: ModuleType,
+                               topics: Iterable[tuple[str, Iterable[tuple[int, ErrorCode]]]]) -> Any:
+    return build(mod.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(
+            build(mod.TxnOffsetCommitResponsePartition, partition_index=p, error_code=e) for p, e in parts))
+        for name, parts in topics))
+
+
 @dataclass(frozen=True, slots=True)
 class FetchedPartition:
     partition: int
@@ -247,6 +255,9 @@ def error_response(request: Any, error: ErrorCode) -> Any:
         return leave_response(mod, error)
     if name == "OffsetCommitRequest":
         return offset_commit_response(mod, (
+            (t.name, ((p.partition_index, error) for p in t.partitions)) for t in request.topics))
+    if name == "TxnOffsetCommitRequest":
+        return txn_offset_commit_response(mod, (
             (t.name, ((p.partition_index, error) for p in t.partitions)) for t in request.topics))
     if name == "OffsetFetchRequest":
         return offset_fetch_response(mod, [FetchedGroup(g, _requested_partitions_with_error(t, error), error)

@@ -36,6 +36,7 @@ from broker.core.group.responses import FetchedPartition as _FetchedPartition
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+TXN_OFFSET_COMMIT = 28
 
 #: API key -> (min, max) version the coordinator implements. What the three
 #: clients send (checked in their sources): librdkafka 2.16 JoinGroup <=5,
@@ -60,6 +61,9 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # v3 carries KIP-447's generation and member id; librdkafka, kafka-python
+    # and aiokafka send at most v3.
+    TXN_OFFSET_COMMIT: (0, 3),
 }
 
 

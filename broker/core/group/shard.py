@@ -101,12 +101,18 @@ class GroupCoordinatorShard:
             16: _handle_list_groups,
             42: _handle_delete_groups,
             47: offsets.handle_offset_delete,
+            28: offsets.handle_txn_offset_commit,
         }
+        #: Transactional offset commits not yet ended by a marker:
+        #: producer id -> group -> (topic, partition) -> offset.
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], offsets.OffsetAndMetadata]]] = {}
 
     # --- loading -------------------------------------------------------------
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        """Apply one stored record (in log order) while loading."""
+    def replay(self, key: bytes, value: bytes | None, producer_id: int = -1) -> None:
+        """Apply one stored record (in log order) while loading.
+        `producer_id` >= 0: the record is in a transactional batch of that
+        producer (a TxnOffsetCommit), pending until its marker."""
         assert not self.loaded, "replay is for loading; a loaded shard changes only through its own steps"
         decoded = decode_record(key, value)
         if decoded is None:
@@ -114,6 +120,11 @@ class GroupCoordinatorShard:
         record_key, record_value = decoded
         if isinstance(record_key, OffsetCommitKey):
             group_id = record_key.group
+            if producer_id >= 0:
+                if record_value is not None:
+                    self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})[
+                        (record_key.topic, record_key.partition)] = offsets.OffsetAndMetadata.from_value(record_value)
+                return
             if record_value is None:
                 self.offsets.remove(group_id, record_key.topic, record_key.partition)
                 return
@@ -128,6 +139,25 @@ class GroupCoordinatorShard:
             self.groups.pop(record_key.group, None)
         else:
             self.groups[record_key.group] = _group_from_record(record_key.group, record_value)
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of `producer_id` landed on this
+        partition (while loading: replayed, in log order): its pending
+        transactional offsets become the groups' committed offsets, or
+        are dropped. Writes nothing: the offset records are in the log
+        already and the marker decides what they mean."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not commit:
+            return
+        for group_id, by_partition in pending.items():
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id)
+            for (topic, partition), offset in by_partition.items():
+                self.offsets.put(group_id, topic, partition, offset)
+
+    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((topic, partition) in by_group.get(group_id, ())
+                   for by_group in self.pending_txn_offsets.values())
 
     def on_loaded(self, now_ms: int) -> None:
         """Loading is over: sessions of loaded members start now."""
@@ -191,6 +221,7 @@ class GroupCoordinatorShard:
                 rebalance.answer_parked(member, fx, ErrorCode.not_coordinator, member_id=member.member_id)
         self.groups = {}
         self.offsets = offsets.OffsetStore()
+        self.pending_txn_offsets = {}
         self.loaded = False
         self._next_sweep_ms = None
         return fx.result()

@@ -38,7 +38,9 @@ starts its epoch at its own LEO, and every other replica truncates what it
 has past that point through DivergingEpoch. Records acknowledged by the old
 ISR and missing on the new leader are lost: that is the price of the option.
 
-Consumers read only below `high_watermark` (`fetch_upper_bound`); followers
+Consumers read only below `high_watermark`, read_committed ones below the
+last stable offset (`fetch_upper_bound`; the open transactions come from
+the log's producer state, which the shell sets as `transactions`); followers
 serve no client reads (`fetch_error` answers NOT_LEADER_OR_FOLLOWER), as no
 KIP-392 follower fetching is offered.
 """
@@ -49,7 +51,7 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -68,6 +70,15 @@ from broker.core.replication.messages import (
     ReplicaFetchDecision,
 )
 from quorum.metadata import NO_LEADER, MetadataImage, PartitionRegistration
+
+
+class TransactionsView(Protocol):
+    """What the LSO needs of the producer state (`storage.producer_state`)."""
+
+    #: Whether any transaction is open or its marker above the HW.
+    unstable: bool
+
+    def last_stable_offset(self, high_watermark: int) -> int: ...
 
 
 class Role(enum.Enum):
@@ -135,6 +146,8 @@ class Partition:
         self.leader: LeaderState | None = None
         self._high_watermark = 0
         self._seeded = False
+        #: The partition's open transactions (the log's producer state), if any.
+        self.transactions: TransactionsView | None = None
 
     # --- views -------------------------------------------------------------
 
@@ -148,8 +161,14 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: every record below the HW is stable."""
-        return self.high_watermark
+        """The LSO: the HW, or the first offset of the earliest transaction
+        still open or whose marker the HW has not passed, if lower
+        (`storage.producer_state` keeps them; the shell hands it over as
+        `transactions`)."""
+        txns = self.transactions
+        if txns is None or not txns.unstable:
+            return self.high_watermark
+        return txns.last_stable_offset(self.high_watermark)
 
     # --- metadata ----------------------------------------------------------
 
@@ -294,8 +313,8 @@ class Partition:
         return ErrorCode.none
 
     def fetch_upper_bound(self, read_committed: bool) -> int:
-        """Consumer reads stop before this offset: the HW (the LSO for
-        read_committed, equal today). A follower (or a replica reading its
+        """Consumer reads stop before this offset: the HW, or the LSO for
+        read_committed. A follower (or a replica reading its
         own log) reads up to the log end offset instead, which the
         handlers take from the log itself."""
         return self.last_stable_offset if read_committed else self.high_watermark
