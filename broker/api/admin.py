@@ -326,7 +326,7 @@ class ProducerIdBlock:
         self.next_id, self.end = start, start + length
 
 
-async def _next_producer_id(broker) -> tuple[ErrorCode, int]:
+async def next_producer_id(broker) -> tuple[ErrorCode, int]:
     block: ProducerIdBlock = broker.producer_ids
     async with block.lock:
         producer_id = block.take()
@@ -357,6 +357,6 @@ async def handle_init_producer_id(broker, ctx, request):
         # (FindCoordinator is not served), so this is a misdirected request.
         error, producer_id = ErrorCode.coordinator_not_available, -1
     else:
-        error, producer_id = await _next_producer_id(broker)
+        error, producer_id = await next_producer_id(broker)
     return build(mod.InitProducerIdResponse, throttle_time=_NO_THROTTLE, error_code=error,
                  producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1)
