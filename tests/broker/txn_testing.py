@@ -36,6 +36,7 @@ class MarkerRecorder:
         #: (topic, partition, producer_id, producer_epoch, commit, coordinator_epoch) per marker written.
         self.written: list[tuple[str, int, int, int, bool, int]] = []
         self.fail_next = 0
+        self.logged_before: list[list] = []
 
     def install(self) -> MarkerRecorder:
         self.broker.apis.declare(27, 1, 1)
@@ -45,6 +46,9 @@ class MarkerRecorder:
     async def handle(self, broker, ctx, request):
         body = request.body
         self.requests.append(body)
+        # What `__transaction_state` held when the marker request arrived:
+        # the coordinator must have logged the Prepare record before.
+        self.logged_before.append(transaction_log(_Running(broker)))
         results = []
         for marker in body.markers:
             topics = []
@@ -70,6 +74,11 @@ class MarkerRecorder:
         self.written.append((topic, partition, marker.producer_id, marker.producer_epoch,
                              marker.transaction_result, marker.coordinator_epoch))
         return ErrorCode.none
+
+
+class _Running:
+    def __init__(self, broker) -> None:
+        self.broker = broker
 
 
 def transaction_log(running) -> list[tuple[str, object]]:
