@@ -230,12 +230,14 @@ class TransactionCoordinatorShard:
                 return answer(ErrorCode.concurrent_transactions)
             txn.previous_producer_id = txn.producer_id
             txn.producer_id = new_producer_id
+            # A retry of this request (same old id and exhausted epoch) is
+            # recognised by the epoch it named.
+            txn.last_producer_epoch = producer_epoch if expected else NO_PRODUCER_EPOCH
             txn.producer_epoch = 0
-            txn.last_producer_epoch = NO_PRODUCER_EPOCH
         elif not expected or txn.producer_epoch == NO_PRODUCER_EPOCH or producer_epoch == txn.producer_epoch:
             txn.last_producer_epoch = txn.producer_epoch
             txn.producer_epoch = 0 if txn.producer_epoch == NO_PRODUCER_EPOCH else txn.producer_epoch + 1
-        elif producer_id == txn.producer_id and producer_epoch == txn.last_producer_epoch:
+        elif producer_id in (txn.producer_id, txn.previous_producer_id) and producer_epoch == txn.last_producer_epoch:
             # A retry of the InitProducerId that already bumped: same answer.
             return answer(ErrorCode.none, txn)
         else:
