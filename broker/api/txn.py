@@ -40,6 +40,9 @@ from broker.core.txn import TxnState, partition_for_transactional_id
 from broker.shell.txn_runtime import NotCoordinator
 
 _NO_THROTTLE = datetime.timedelta(0)
+#: The start time of no transaction. Kafka sends -1; kio (raftka's own
+#: client and tools) refuses to decode a negative timestamp, so raftka sends
+#: the epoch itself, which no real transaction started at.
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 #: API key -> (min, max) version served. EndTxn v5 and InitProducerId v6
@@ -116,8 +119,8 @@ def _unknown_partitions(broker, partitions) -> set[tuple[str, int]]:
 
 
 async def _add_partitions(broker, tid: str, pid: int, epoch: int, partitions: frozenset[tuple[str, int]],
-                          verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
-    if not verify_only:
+                          verify_only: bool, check_exists: bool = True) -> dict[tuple[str, int], ErrorCode]:
+    if not verify_only and check_exists:
         unknown = _unknown_partitions(broker, partitions)
         if unknown:
             return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -183,13 +186,13 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
     body = request.body
     mod = response_module(request.header)
     partition = frozenset({(OFFSETS_TOPIC_NAME, offsets_partition(broker, body.group_id))})
+    # Not checked against the image, as in Kafka: `__consumer_offsets` may
+    # not exist yet (the client's FindCoordinator for the group, before its
+    # TxnOffsetCommit, creates it). The marker sender drops a partition
+    # that still does not exist at the end: nothing can have been written there.
     errors = await _add_partitions(broker, body.transactional_id, body.producer_id, body.producer_epoch,
-                                   partition, False)
+                                   partition, False, check_exists=False)
     (error,) = errors.values()
-    if error == ErrorCode.operation_not_attempted or error == ErrorCode.unknown_topic_or_partition:
-        # `__consumer_offsets` does not exist yet: the group's coordinator is
-        # not available (the client looks it up, which creates the topic).
-        error = ErrorCode.coordinator_not_available
     return build(mod.AddOffsetsToTxnResponse, throttle_time=_NO_THROTTLE, error_code=_client_error(request, error))
 
 
@@ -225,15 +228,14 @@ async def handle_describe_transactions(broker, ctx, request):
             described, error = None, exc.error
         if described is None or error != ErrorCode.none:
             states.append(build(mod.TransactionState, error_code=error, transactional_id=tid, transaction_state="",
-                                transaction_timeout=datetime.timedelta(0), transaction_start_time=_EPOCH
-                                - datetime.timedelta(milliseconds=1), producer_id=-1, producer_epoch=-1,
+                                transaction_timeout=datetime.timedelta(0), transaction_start_time=_EPOCH, producer_id=-1, producer_epoch=-1,
                                 topics=()))
             continue
         states.append(build(
             mod.TransactionState, error_code=ErrorCode.none, transactional_id=tid,
             transaction_state=described.state,
             transaction_timeout=datetime.timedelta(milliseconds=described.transaction_timeout_ms),
-            transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=described.start_timestamp_ms),
+            transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=max(described.start_timestamp_ms, 0)),
             producer_id=described.producer_id, producer_epoch=described.producer_epoch,
             topics=tuple(build(mod.TopicData, topic=t, partitions=ps) for t, ps in described.partitions)))
     return build(mod.DescribeTransactionsResponse, throttle_time=_NO_THROTTLE, transaction_states=tuple(states))
