@@ -174,3 +174,52 @@ async def test_not_the_coordinator_and_transaction_timeout(tmp_path):
                                                      committed=True))
         assert ended.error_code == ErrorCode.producer_fenced
         nursery.cancel_scope.cancel()
+
+
+def cli(*args: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root, "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "raftka.cli", "transactions", *args, "--timeout", "20"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+async def test_transactions_command_lists_describes_and_aborts(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running, recorder, conn = await setup(nursery, tmp_path)
+        await found(conn, "cli-txn")
+        init = await init_pid(conn, "cli-txn", timeout_ms=60_000)
+        pid = init.producer_id
+        await conn.request(add3("cli-txn", pid, 0, (0, 1)))
+        boot = ("--bootstrap-server", running.bootstrap)
+
+        listed = await trio.to_thread.run_sync(cli, "list", *boot)
+        assert listed.returncode == 0, listed.stderr
+        assert ["cli-txn", "1", str(pid), "Ongoing"] in [line.split() for line in listed.stdout.splitlines()]
+        only_empty = await trio.to_thread.run_sync(cli, "list", *boot, "--state", "Empty")
+        assert "cli-txn" not in only_empty.stdout
+
+        described = await trio.to_thread.run_sync(cli, "describe", *boot, "--transactional-id", "cli-txn")
+        assert described.returncode == 0, described.stderr
+        row = described.stdout.splitlines()[-1].split()
+        assert row[:5] == ["1", "cli-txn", str(pid), "0", "Ongoing"] and row[-1] == "a-0,a-1"
+        missing = await trio.to_thread.run_sync(cli, "describe", *boot, "--transactional-id", "nope")
+        assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+
+        # A hanging transaction on one partition, ended by an ABORT marker from its leader.
+        aborted = await trio.to_thread.run_sync(cli, "abort", *boot, "--topic", "a", "--partition", "1",
+                                                "--producer-id", str(pid), "--producer-epoch", "0",
+                                                "--coordinator-epoch", "0")
+        assert aborted.returncode == 0, aborted.stderr
+        assert ("a", 1, pid, 0, False, 0) in recorder.written
+
+        # Through the coordinator: the producer is fenced and its transaction aborted.
+        terminated = await trio.to_thread.run_sync(cli, "force-terminate", *boot, "--transactional-id", "cli-txn")
+        assert terminated.returncode == 0, terminated.stderr
+        assert {("a", 0, pid, 1, False), ("a", 1, pid, 1, False)} <= {w[:5] for w in recorder.written}
+        described = await trio.to_thread.run_sync(cli, "describe", *boot, "--transactional-id", "cli-txn")
+        assert described.stdout.splitlines()[-1].split()[3:5] == ["2", "Empty"]
+        nursery.cancel_scope.cancel()
