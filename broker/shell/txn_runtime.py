@@ -65,9 +65,11 @@ from storage.errors import StorageError
 
 MAX_TIMER_SLEEP_S = 1.0
 MIN_TIMER_SLEEP_S = 0.01
-#: Wait between marker attempts to one broker after a failure (Kafka
-#: retries on its inter-broker channel at `retry.backoff.ms`, 100 ms).
+#: Wait between marker attempts to one broker after a failure, doubling
+#: per failure in a row up to the max (Kafka's `retry.backoff.ms` 100 ms and
+#: `retry.backoff.max.ms` 1000 ms).
 MARKER_RETRY_BACKOFF_S = 0.1
+MARKER_RETRY_BACKOFF_MAX_S = 1.0
 MARKER_REQUEST_TIMEOUT_MS = 30_000
 
 _log = logging.getLogger("broker.txn")
@@ -329,6 +331,8 @@ class MarkerSender:
         self._wake = trio.Event()
         self._busy: set[int] = set()
         self._backoff_until: dict[int, float] = {}
+        #: Failed attempts in a row per broker (the backoff doubles; only the first is logged).
+        self._failures: dict[int, int] = {}
         self._pool: ConnectionPool | None = None
         self._nursery: trio.Nursery | None = None
         #: Every WriteTxnMarkers request sent, with its target broker (for tests and tools).
@@ -439,7 +443,8 @@ class MarkerSender:
             response = await self._pool.request(broker_id, request, timeout_ms=MARKER_REQUEST_TIMEOUT_MS)
             failed = not self._absorb(jobs, response)
         except (ConnectionFailedError, OSError, trio.TooSlowError) as exc:
-            _log.info("WriteTxnMarkers to broker %d: %s; retrying", broker_id, exc)
+            if not self._failures.get(broker_id):
+                _log.info("WriteTxnMarkers to broker %d: %s; retrying until it answers", broker_id, exc)
             failed = True
         except Exception as exc:  # a malformed answer: retry, never take the broker down
             _log.warning("WriteTxnMarkers to broker %d failed: %r; retrying", broker_id, exc)
@@ -447,7 +452,11 @@ class MarkerSender:
         finally:
             self._busy.discard(broker_id)
             if failed:
-                self._backoff_until[broker_id] = trio.current_time() + MARKER_RETRY_BACKOFF_S
+                n = self._failures[broker_id] = self._failures.get(broker_id, 0) + 1
+                backoff_s = min(MARKER_RETRY_BACKOFF_S * 2 ** min(n - 1, 10), MARKER_RETRY_BACKOFF_MAX_S)
+                self._backoff_until[broker_id] = trio.current_time() + backoff_s
+            else:
+                self._failures.pop(broker_id, None)
             self.wake()
 
     def _absorb(self, jobs, response) -> bool:

@@ -138,6 +138,8 @@ async def test_a_second_producer_fences_the_first(tmp_path):
         running, recorder = await txn_broker(nursery, tmp_path)
         outcome = await in_thread(confluent_fenced, running.bootstrap, "tx-fence")
         assert outcome in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), outcome
+        # The commit was answered at PrepareCommit; its completion follows the markers.
+        await wait_until(lambda: states_of(running, "tx-fence")[-1] is TxnState.COMPLETE_COMMIT)
         # The old producer's transaction was aborted (its epoch fenced), the new one's committed.
         aborts = {(t, p) for t, p, _pid, _e, commit, _c in recorder.written if not commit}
         commits = {(t, p) for t, p, _pid, _e, commit, _c in recorder.written if commit}
@@ -197,6 +199,7 @@ async def test_python_clients_commit_and_abort(tmp_path, client):
         for commit in (True, False, True):
             await in_thread(run, running.bootstrap, f"tx-{client}-{commit}", commit)
         await wait_until(lambda: len(recorder.written) == 3 * PARTITIONS)
+        await wait_until(lambda: all(states_of(running, f"tx-{client}-{c}")[-1].is_complete for c in (True, False)))
         done = {tid: states_of(running, tid)[-1] for tid in (f"tx-{client}-True", f"tx-{client}-False")}
         assert done == {f"tx-{client}-True": TxnState.COMPLETE_COMMIT, f"tx-{client}-False": TxnState.COMPLETE_ABORT}
         assert {(t, p) for t, p, *_ in recorder.written} == {(topic, p) for p in range(PARTITIONS)}
