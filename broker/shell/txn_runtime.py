@@ -419,8 +419,12 @@ class MarkerSender:
 
     async def _send(self, broker_id: int, jobs: dict[tuple[str, int, int], set[tuple[str, int]]]) -> None:
         markers = []
-        for key, tps in jobs.items():
-            job = self._pending[key].job
+        for key, tps in list(jobs.items()):
+            pending = self._pending.get(key)
+            if pending is None:  # dropped (its shard unloaded) since the round
+                del jobs[key]
+                continue
+            job = pending.job
             by_topic: dict[str, list[int]] = {}
             for topic, p in sorted(tps):
                 by_topic.setdefault(topic, []).append(p)
@@ -432,6 +436,8 @@ class MarkerSender:
         request = wtm_req.WriteTxnMarkersRequest(markers=tuple(markers))
         failed = False
         try:
+            if not markers:
+                return
             address = self._address(broker_id)
             if address is None:
                 failed = True

@@ -208,3 +208,22 @@ async def test_python_clients_commit_and_abort(tmp_path, client):
         assert epochs[0] < epochs[-1]
         prepared_before_markers(running, recorder)
         nursery.cancel_scope.cancel()
+
+
+def _serves_txn_offset_commit() -> bool:
+    from broker.shell.broker import _APIS
+    return 28 in _APIS
+
+
+@pytest.mark.skipif(not _serves_txn_offset_commit(),
+                    reason="TxnOffsetCommit (the group coordinator's side of send_offsets_to_transaction) "
+                           "is not served by this broker yet")
+async def test_confluent_send_offsets_to_transaction(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running, recorder = await txn_broker(nursery, tmp_path)
+        await in_thread(confluent_transaction, running.bootstrap, "tx-offsets", True, group="g-eos")
+        await wait_until(lambda: TxnState.COMPLETE_COMMIT in states_of(running, "tx-offsets"))
+        ongoing = [v for k, v in transaction_log(running) if k == "tx-offsets" and v.state is TxnState.ONGOING]
+        assert any(t == OFFSETS_TOPIC_NAME for t, _ps in ongoing[-1].partitions)
+        assert any(t == OFFSETS_TOPIC_NAME and commit for t, _p, _pid, _e, commit, _c in recorder.written)
+        nursery.cancel_scope.cancel()

@@ -412,8 +412,9 @@ class TransactionCoordinatorShard:
                 continue
             if producer_ids and txn.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and (txn.state is not TxnState.ONGOING
-                                         or now_ms - txn.start_timestamp_ms < min_duration_ms):
+            # KIP-664's duration filter: running longer than this (Kafka
+            # compares the start time whatever the state).
+            if min_duration_ms >= 0 and now_ms - txn.start_timestamp_ms <= min_duration_ms:
                 continue
             out.append(ListedTransaction(tid, txn.producer_id, txn.state.display))
         return out
