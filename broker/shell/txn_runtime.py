@@ -110,6 +110,8 @@ class TransactionCoordinatorRuntime:
         self.topic_refused_at_brokers: int | None = None
         self._timers_moved = trio.Event()
         self.markers = MarkerSender(self)
+        #: What a call answers when its step's append failed (set by `_append`).
+        self._append_error = ErrorCode.not_coordinator
 
     # --- lifecycle -------------------------------------------------------
 
@@ -250,7 +252,7 @@ class TransactionCoordinatorRuntime:
         step = fn(runner.shard, self.broker.clock_ms())
         barrier = self._absorb(runner, step)
         if barrier is None:
-            raise NotCoordinator(ErrorCode.not_coordinator)
+            raise NotCoordinator(self._append_error)
         deadline = trio.current_time() + self.config.transaction_state_write_timeout_ms / 1000
         await self._wait_committed(runner, barrier, deadline)
         return step.response
@@ -304,6 +306,12 @@ class TransactionCoordinatorRuntime:
             _log.warning("%s-%d: appending %d transaction records failed with %s %s", TRANSACTION_STATE_TOPIC_NAME,
                          runner.partition, len(step.records), ErrorCode(answer.error_code).name,
                          answer.error_message or "")
+            # As Kafka's TransactionStateManager answers a failed append: the
+            # client looks the coordinator up again when leadership moved,
+            # and retries here when the partition is short of in-sync replicas.
+            self._append_error = (ErrorCode.not_coordinator if answer.error_code in (
+                ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition) or hp is not runner.hp
+                else ErrorCode.coordinator_not_available)
             return None
         return required
 

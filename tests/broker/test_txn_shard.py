@@ -217,3 +217,23 @@ def test_replay_rebuilds_and_resends_the_markers_of_a_prepared_transaction():
     # Markers of the old coordinator epoch no longer complete anything.
     assert rebuilt.markers_written(steps[-1].markers[0], 11).records == ()
     assert rebuilt.markers_written(job, 11).records
+
+
+def test_config_reads_kafkas_keys():
+    from common.errors import ConfigError
+
+    config = TransactionCoordinatorConfig.from_properties({
+        "transaction.state.log.num.partitions": "7", "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1", "transaction.max.timeout.ms": "1000",
+        "transactional.id.expiration.ms": "5000",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200", "num.partitions": "9"})
+    assert (config.transaction_state_log_num_partitions, config.transaction_state_log_replication_factor,
+            config.transaction_max_timeout_ms, config.transactional_id_expiration_ms,
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms) == (7, 1, 1000, 5000, 200)
+    assert config.topic_configs()["cleanup.policy"] == "compact"
+    assert config.topic_configs()["min.insync.replicas"] == "1"
+    assert TransactionCoordinatorConfig().transaction_state_log_num_partitions == 50
+    with pytest.raises(ConfigError, match="transaction.state.log.num.partitions"):
+        TransactionCoordinatorConfig.from_properties({"transaction.state.log.num.partitions": "0"})
+    with pytest.raises(ConfigError, match="integer"):
+        TransactionCoordinatorConfig.from_properties({"transaction.max.timeout.ms": "soon"})
