@@ -147,13 +147,13 @@ def _name(code: int) -> str:
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(*columns, box=None, pad_edge=False, header_style="bold")
-    for row in rows:
-        table.add_row(*(str(c) for c in row))
-    Console(soft_wrap=True).print(table)
+    """Columns padded to their widest cell, never cut: the output is read
+    by people and by scripts (often through a pipe, where a terminal's
+    width is unknown), as kafka-transactions prints it."""
+    cells = [columns] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 async def _list(args: argparse.Namespace) -> int:

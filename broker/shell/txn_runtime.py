@@ -215,7 +215,8 @@ class TransactionCoordinatorRuntime:
                 runner.active = False
                 return
             step = shard.on_loaded(self.broker.clock_ms())
-            _log.info("%s-%d: loaded %d transactional ids from %d records up to offset %d (coordinator epoch %d, "
+            # Most of the 50 partitions are empty: say so only when asked.
+            _log.log(logging.INFO if records else logging.DEBUG, "%s-%d: loaded %d transactional ids from %d records up to offset %d (coordinator epoch %d, "
                       "%d transactions to complete)", TRANSACTION_STATE_TOPIC_NAME, runner.partition,
                       len(shard.txns), records, end, runner.leader_epoch, len(step.markers))
             self._absorb(runner, step)
@@ -226,9 +227,10 @@ class TransactionCoordinatorRuntime:
         runner.active = False
         if self.shards.get(runner.partition) is runner:
             del self.shards[runner.partition]
+        had = len(runner.shard.txns)
         runner.shard.unload()
         self.markers.drop(runner)
-        _log.info("%s-%d: unloaded the transaction coordinator shard (%s)", TRANSACTION_STATE_TOPIC_NAME,
+        _log.log(logging.INFO if had else logging.DEBUG, "%s-%d: unloaded the transaction coordinator shard (%s)", TRANSACTION_STATE_TOPIC_NAME,
                   runner.partition, why)
 
     # --- calls -----------------------------------------------------------
