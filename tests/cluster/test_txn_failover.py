@@ -2,7 +2,8 @@
 id's `__transaction_state` partition is killed (SIGKILL) with one
 transaction logged PrepareCommit and another open (Ongoing).
 
-Real processes (`LocalCluster`: one controller, three brokers;
+Real processes (`LocalCluster`: one controller, three brokers; the same
+in ZooKeeper mode with RAFTKA_SOAK=1;
 `__transaction_state` with Kafka's default replication factor 3 and
 min.insync.replicas 2). The coordinator answered EndTxn only once the
 PrepareCommit record was committed to a majority, so the broker that
@@ -23,7 +24,9 @@ reverse) is not.
 from __future__ import annotations
 
 import datetime
+import os
 
+import pytest
 import trio
 from kio.schema.add_partitions_to_txn.v3 import request as apt
 from kio.schema.describe_transactions.v0 import request as dt
@@ -33,6 +36,7 @@ from kio.schema.find_coordinator.v3 import request as fc
 from kio.schema.init_producer_id.v4 import request as ip
 
 from cluster import LocalCluster
+from quorum.zookeeper.ensemble import zookeeper_missing_reason
 from cluster_testing import confluent_create
 from common.wire import ConnectionFailedError, open_connection
 
@@ -79,8 +83,14 @@ async def describe(address: str, tid: str):
     return answer.transaction_states[0]
 
 
-async def test_a_new_coordinator_completes_the_commit_and_aborts_the_open_transaction(tmp_path):
-    with LocalCluster(tmp_path, controllers=1, brokers=3, overrides=SETTINGS) as cluster:
+@pytest.mark.parametrize("mode", ["kraft", pytest.param("zk", marks=pytest.mark.skipif(
+    os.environ.get("RAFTKA_SOAK") != "1", reason="ZooKeeper mode, the same code: set RAFTKA_SOAK=1"))])
+async def test_a_new_coordinator_completes_the_commit_and_aborts_the_open_transaction(tmp_path, mode):
+    if mode == "zk" and (reason := zookeeper_missing_reason()) is not None:
+        pytest.skip(f"ZooKeeper mode needs a local ZooKeeper: {reason}")
+    settings = {**SETTINGS, "zookeeper.session.timeout.ms": "4000"} if mode == "zk" else SETTINGS
+    with LocalCluster(tmp_path, controllers=1, brokers=3, overrides=settings, mode=mode,
+                      zookeeper_tick_time_ms=500) as cluster:
         cluster.start_all()
         await trio.to_thread.run_sync(cluster.wait_ready, 120)
         by_id = {b.node_id: b.address for b in cluster.brokers}
