@@ -223,3 +223,37 @@ async def test_transactions_command_lists_describes_and_aborts(tmp_path):
         described = await trio.to_thread.run_sync(cli, "describe", *boot, "--transactional-id", "cli-txn")
         assert described.stdout.splitlines()[-1].split()[3:5] == ["2", "Empty"]
         nursery.cancel_scope.cancel()
+
+
+async def test_markers_follow_the_partition_leader_when_it_moves(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running, recorder, conn = await setup(nursery, tmp_path)
+        await found(conn, "w-move")  # __transaction_state, all on broker 1
+        # A second broker id served by this same process: its requests land
+        # here, where the recorder refuses them while the image names broker 2 as leader.
+        await running.controller.register_broker(2, "127.0.0.1", running.port)
+        await running.create_topic("moving", assignments=[(2, 1)])
+        sender = running.broker.txn_coordinator.markers
+        sender.keep_sent = True
+        pid = (await init_pid(conn, "w-move")).producer_id
+        added = await conn.request(apt3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="w-move", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=(apt3.AddPartitionsToTxnTopic(name="moving", partitions=(0,)),)))
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.none
+        assert (await conn.request(et3.EndTxnRequest(transactional_id="w-move", producer_id=pid, producer_epoch=0,
+                                                     committed=True))).error_code == ErrorCode.none
+        with trio.fail_after(10):
+            while len(sender.sent) < 2:  # refused, and retried
+                await trio.sleep(0.01)
+        assert {target for target, _r in sender.sent} == {2} and not recorder.written
+        await running.controller.controlled_shutdown(2)  # leadership moves to broker 1
+        with trio.fail_after(10):
+            while not recorder.written:
+                await trio.sleep(0.01)
+        assert sender.sent[-1][0] == 1
+        assert recorder.written == [("moving", 0, pid, 0, True, 0)]
+        with trio.fail_after(10):
+            while (await conn.request(dt0.DescribeTransactionsRequest(transactional_ids=("w-move",)))) \
+                    .transaction_states[0].transaction_state != "CompleteCommit":
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
