@@ -59,6 +59,7 @@ from broker.core.txn import (
     partition_for_transactional_id,
 )
 from broker.shell.replica_manager import HostedPartition, wait_for_change
+from common.errors import RaftkaError
 from common.wire import ConnectionFailedError, ConnectionPool
 from storage.batch import build_batch, iter_batch_headers, iter_records
 from storage.errors import StorageError
@@ -90,7 +91,7 @@ class TxnShardRunner:
         return self.shard.partition
 
 
-class NotCoordinator(Exception):
+class NotCoordinator(RaftkaError):
     """Raised inside the runtime when a call's shard is not here (answered
     NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS by the handler)."""
 
@@ -345,7 +346,7 @@ class MarkerSender:
         self._failures: dict[int, int] = {}
         self._pool: ConnectionPool | None = None
         self._nursery: trio.Nursery | None = None
-        #: Every WriteTxnMarkers request sent, with its target broker (for tests and tools).
+        #: With `keep_sent`, every WriteTxnMarkers request sent, with its target broker (for tests).
         self.sent: list[tuple[int, Any]] = []
         self.keep_sent = False
 
@@ -383,7 +384,8 @@ class MarkerSender:
                         await self._wake.wait()
                     self._wake = trio.Event()
             finally:
-                await self._pool.aclose()
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self._pool.aclose()
 
     def _send_round(self) -> float:
         """Start one request per idle leader broker; how long to sleep."""
