@@ -257,3 +257,29 @@ async def test_markers_follow_the_partition_leader_when_it_moves(tmp_path):
                     .transaction_states[0].transaction_state != "CompleteCommit":
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_deleted_topic_gets_no_marker_and_the_transaction_completes(tmp_path):
+    from kio.schema.delete_topics.v4 import request as dt4
+    async with trio.open_nursery() as nursery:
+        running, recorder, conn = await setup(nursery, tmp_path)
+        await running.create_topic("gone", partitions=1)
+        await found(conn, "w-gone")
+        pid = (await init_pid(conn, "w-gone")).producer_id
+        await conn.request(apt3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="w-gone", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=(apt3.AddPartitionsToTxnTopic(name="gone", partitions=(0,)),
+                                 apt3.AddPartitionsToTxnTopic(name="a", partitions=(0,)))))
+        recorder.fail_next = 10 ** 6  # nothing is written until the topic is gone
+        ended = await conn.request(et3.EndTxnRequest(transactional_id="w-gone", producer_id=pid, producer_epoch=0,
+                                                     committed=False))
+        assert ended.error_code == ErrorCode.none
+        deleted = await conn.request(dt4.DeleteTopicsRequest(topic_names=("gone",), timeout=5 * 1000 * MS))
+        assert deleted.responses[0].error_code == ErrorCode.none
+        recorder.fail_next = 0
+        with trio.fail_after(10):
+            while (await conn.request(dt0.DescribeTransactionsRequest(transactional_ids=("w-gone",)))) \
+                    .transaction_states[0].transaction_state != "CompleteAbort":
+                await trio.sleep(0.01)
+        assert [w[:2] for w in recorder.written] == [("a", 0)]
+        nursery.cancel_scope.cancel()
