@@ -42,7 +42,8 @@ CONFIG = TransactionCoordinatorConfig(transaction_max_timeout_ms=60_000,
                                       transaction_abort_timed_out_transaction_cleanup_interval_ms=500,
                                       transaction_remove_expired_transaction_cleanup_interval_ms=10**9)
 PARTITIONS = [(t, p) for t in ("x", "y") for p in range(3)]
-SEEDS = range(int(os.environ.get("RAFTKA_TXN_SIM_SEEDS", "40")))
+#: 40 seeds by default (a few seconds); RAFTKA_SOAK=1 runs 2000.
+SEEDS = range(int(os.environ.get("RAFTKA_TXN_SIM_SEEDS", "2000" if os.environ.get("RAFTKA_SOAK") == "1" else "40")))
 
 
 @dataclass
