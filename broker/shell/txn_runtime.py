@@ -146,9 +146,14 @@ class TransactionCoordinatorRuntime:
             due = runner.shard.next_deadline_ms()
             if due is not None and due <= now_ms:
                 step = runner.shard.tick(now_ms)
-                if step.records:
-                    _log.info("%s-%d: %d transactions timed out or expired", TRANSACTION_STATE_TOPIC_NAME,
-                              runner.partition, len(step.records))
+                if step.markers:
+                    _log.info("%s-%d: aborting the timed-out transactions of %s (their producers fenced)",
+                              TRANSACTION_STATE_TOPIC_NAME, runner.partition,
+                              ", ".join(job.transactional_id for job in step.markers))
+                expired = len(step.records) - len(step.markers)
+                if expired:
+                    _log.info("%s-%d: %d transactional ids expired (transactional.id.expiration.ms)",
+                              TRANSACTION_STATE_TOPIC_NAME, runner.partition, expired)
                 self._absorb(runner, step)
 
     def on_metadata_update(self) -> None:
