@@ -11,7 +11,8 @@ takes over the partition finds it in the records it replays, and goes on
 with the commit: its markers are sent again, never an abort. The open
 transaction is aborted by the new coordinator once its
 `transaction.timeout.ms` has passed, at a bumped epoch, so its producer is
-fenced.
+fenced. A confluent-kafka producer with its transaction open when the
+coordinator dies commits it afterwards, through the new coordinator.
 
 The markers themselves are written by the partitions' leaders
 (WriteTxnMarkers), another module's work: until it answers, the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 
 import pytest
 import trio
@@ -37,7 +39,6 @@ from kio.schema.init_producer_id.v4 import request as ip
 
 from cluster import LocalCluster
 from quorum.zookeeper.ensemble import zookeeper_missing_reason
-from cluster_testing import confluent_create
 from common.wire import ConnectionFailedError, open_connection
 
 SETTINGS = {
@@ -47,6 +48,43 @@ SETTINGS = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
 }
 OPEN_TIMEOUT_MS = 4000
+
+
+def create_topic(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("t", 3, 3)], operation_timeout=30)["t"].result(60)
+
+
+class ClientTransaction(threading.Thread):
+    """confluent-kafka: init, begin, produce to every partition and flush;
+    once the coordinator is killed, commit (librdkafka looks the coordinator up again)."""
+
+    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        self.produced, self.killed = threading.Event(), threading.Event()
+        self.outcome = "not run"
+
+    def run(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        try:
+            producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id})
+            producer.init_transactions(60)
+            producer.begin_transaction()
+            for p in range(3):
+                producer.produce("t", value=b"in-flight", partition=p)
+            producer.flush(30)
+            self.produced.set()
+            self.killed.wait(60)
+            producer.commit_transaction(60)
+            self.outcome = "committed"
+        except KafkaException as exc:
+            self.outcome = repr(exc.args[0])
+        finally:
+            self.produced.set()
 
 
 async def request(address: str, req):
@@ -95,17 +133,21 @@ async def test_a_new_coordinator_completes_the_commit_and_aborts_the_open_transa
         await trio.to_thread.run_sync(cluster.wait_ready, 120)
         by_id = {b.node_id: b.address for b in cluster.brokers}
         everyone = list(by_id.values())
-        await trio.to_thread.run_sync(confluent_create, cluster.bootstrap, "t", 3)
+        await trio.to_thread.run_sync(create_topic, cluster.bootstrap)
 
-        # Two transactional ids with the same coordinator.
+        # Three transactional ids with the same coordinator.
         placed: dict[int, list[str]] = {}
-        for i in range(40):
+        for i in range(60):
             node, _ = await coordinator(everyone, f"tx-{i}", by_id)
             placed.setdefault(node, []).append(f"tx-{i}")
-            if len(placed[node]) == 2:
+            if len(placed[node]) == 3:
                 break
-        victim, (committing, open_id) = next((n, ids) for n, ids in placed.items() if len(ids) == 2)
+        victim, (committing, open_id, client_id) = next((n, ids) for n, ids in placed.items() if len(ids) == 3)
         address = by_id[victim]
+        # A real client's transaction, open when the coordinator dies, committed after.
+        client = ClientTransaction(cluster.bootstrap, client_id)
+        client.start()
+        await trio.to_thread.run_sync(client.produced.wait, 60)
 
         async def init(tid: str, timeout_ms: int):
             return await retry([address], ip.InitProducerIdRequest(
@@ -128,6 +170,7 @@ async def test_a_new_coordinator_completes_the_commit_and_aborts_the_open_transa
         await request(address, add(open_id, o.producer_id, o.producer_epoch))
 
         cluster.kill(victim)
+        client.killed.set()
         survivors = [a for n, a in by_id.items() if n != victim]
         successor, new_address = await coordinator(survivors, committing, by_id, dead=victim)
 
@@ -148,3 +191,10 @@ async def test_a_new_coordinator_completes_the_commit_and_aborts_the_open_transa
         assert fenced.error_code == ErrorCode.producer_fenced
         # The commit stayed a commit.
         assert (await describe(new_address, committing)).transaction_state in ("PrepareCommit", "CompleteCommit")
+
+        # The client found the new coordinator and committed there.
+        await trio.to_thread.run_sync(client.join, 90)
+        assert client.outcome == "committed", client.outcome
+        _node, client_coordinator = await coordinator(survivors, client_id, by_id, dead=victim)
+        assert (await describe(client_coordinator, client_id)).transaction_state in (
+            "PrepareCommit", "CompleteCommit")
