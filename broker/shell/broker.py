@@ -21,16 +21,17 @@ exactly two doors to the rest of the cluster:
 Request handlers live in `broker.api.produce`, `broker.api.fetch`,
 `broker.api.list_offsets`, `broker.api.metadata`, `broker.api.admin`,
 `broker.api.find_coordinator`, `broker.shell.coordinator_runtime` (the group
-APIs) and `broker.api.txn` (the transaction coordinator's APIs); each is `async def handle_x(broker, ctx, request)`, except the hot
-path's `handle_produce` and `handle_fetch`, which answer at once when they
-can and return a coroutine only when they must wait. Beside serving,
-`run` keeps the group coordinator (`GroupCoordinatorRuntime`: shards of
-the `__consumer_offsets` partitions led here, loaded and unloaded as
-metadata changes leadership) and the log cleaner (`broker.shell.cleaner_runtime`)
-going, and the transaction coordinator (`TransactionCoordinatorRuntime`:
-shards of the `__transaction_state` partitions led here, and the sender of
-transaction markers). `run` serves until cancelled and then shuts down cleanly
-(checkpoints, `.kafka_cleanshutdown`).
+APIs) and `broker.api.txn` (the transaction coordinator's APIs); each is
+`async def handle_x(broker, ctx, request)`, except the hot path's
+`handle_produce` and `handle_fetch`, which answer at once when they can and
+return a coroutine only when they must wait. Beside serving, `run` keeps
+the group coordinator (`GroupCoordinatorRuntime`: shards of the
+`__consumer_offsets` partitions led here, loaded and unloaded as metadata
+changes leadership), the transaction coordinator
+(`TransactionCoordinatorRuntime`: shards of the `__transaction_state`
+partitions led here, and the sender of transaction markers) and the log
+cleaner (`broker.shell.cleaner_runtime`) going. `run` serves until
+cancelled and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
 """
 
 from __future__ import annotations
