@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, fetch, find_coordinator, list_offsets, produce, txn
+from broker.api import admin, fetch, find_coordinator, list_offsets, produce
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -57,6 +57,7 @@ from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
+from broker.api import txn
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 
