@@ -208,7 +208,7 @@ async def _describe(args: argparse.Namespace) -> int:
     if state.error_code != ErrorCode.none:
         raise _Refused(f"{args.transactional_id}: {_name(state.error_code)}")
     started_ms = int(state.transaction_start_time.timestamp() * 1000)
-    now_ms = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+    now_ms = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
     open_txn = state.transaction_state == "Ongoing" or state.transaction_state.startswith("Prepare")
     _table(["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
             "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs", "TopicPartitions"],

@@ -43,7 +43,7 @@ _NO_THROTTLE = datetime.timedelta(0)
 #: The start time of no transaction. Kafka sends -1; kio (raftka's own
 #: client and tools) refuses to decode a negative timestamp, so raftka sends
 #: the epoch itself, which no real transaction started at.
-_EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 #: API key -> (min, max) version served. EndTxn v5 and InitProducerId v6
 #: (transactions v2, two-phase commit) are left out: they need the

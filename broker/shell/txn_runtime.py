@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+import trio.lowlevel
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as wtm_req
 
@@ -213,7 +214,7 @@ class TransactionCoordinatorRuntime:
                                     shard.replay(record.key, record.value)
                                     records += 1
                         offset = header.next_offset
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
             except (TransactionRecordError, StorageError) as exc:
                 _log.error("%s-%d: cannot load the transactions of this partition: %s; they stay unavailable "
                            "here until the partition's leadership changes", TRANSACTION_STATE_TOPIC_NAME,
@@ -222,9 +223,10 @@ class TransactionCoordinatorRuntime:
                 return
             step = shard.on_loaded(self.broker.clock_ms())
             # Most of the 50 partitions are empty: say so only when asked.
-            _log.log(logging.INFO if records else logging.DEBUG, "%s-%d: loaded %d transactional ids from %d records up to offset %d (coordinator epoch %d, "
-                      "%d transactions to complete)", TRANSACTION_STATE_TOPIC_NAME, runner.partition,
-                      len(shard.txns), records, end, runner.leader_epoch, len(step.markers))
+            _log.log(logging.INFO if records else logging.DEBUG,
+                     "%s-%d: loaded %d transactional ids from %d records up to offset %d (coordinator epoch %d, "
+                     "%d transactions to complete)", TRANSACTION_STATE_TOPIC_NAME, runner.partition,
+                     len(shard.txns), records, end, runner.leader_epoch, len(step.markers))
             self._absorb(runner, step)
 
     def _unload(self, runner: TxnShardRunner, why: str) -> None:
@@ -236,8 +238,8 @@ class TransactionCoordinatorRuntime:
         had = len(runner.shard.txns)
         runner.shard.unload()
         self.markers.drop(runner)
-        _log.log(logging.INFO if had else logging.DEBUG, "%s-%d: unloaded the transaction coordinator shard (%s)", TRANSACTION_STATE_TOPIC_NAME,
-                  runner.partition, why)
+        _log.log(logging.INFO if had else logging.DEBUG, "%s-%d: unloaded the transaction coordinator shard (%s)",
+                 TRANSACTION_STATE_TOPIC_NAME, runner.partition, why)
 
     # --- calls -----------------------------------------------------------
 
@@ -469,7 +471,7 @@ class MarkerSender:
             if not self._failures.get(broker_id):
                 _log.info("WriteTxnMarkers to broker %d: %s; retrying until it answers", broker_id, exc)
             failed = True
-        except Exception as exc:  # a malformed answer: retry, never take the broker down
+        except Exception as exc:  # noqa: BLE001 -- a malformed answer: retry, never take the broker down
             _log.warning("WriteTxnMarkers to broker %d failed: %r; retrying", broker_id, exc)
             failed = True
         finally:

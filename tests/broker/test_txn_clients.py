@@ -17,11 +17,11 @@ import asyncio
 
 import pytest
 import trio
+from broker_testing import in_thread, start_broker
+from txn_testing import GROUP_CONFIG, TXN_CONFIG, MarkerRecorder, transaction_log
 
 from broker.core.group import OFFSETS_TOPIC_NAME
 from broker.core.txn import TxnState
-from broker_testing import in_thread, start_broker
-from txn_testing import GROUP_CONFIG, TXN_CONFIG, MarkerRecorder, transaction_log
 
 PARTITIONS = 3
 

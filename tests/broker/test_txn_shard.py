@@ -16,7 +16,13 @@ from broker.core.txn import (
     TxnState,
     partition_for_transactional_id,
 )
-from broker.core.txn.records import TransactionLogValue, decode_key, decode_value, encode_key, encode_value
+from broker.core.txn.records import (
+    TransactionLogValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from broker.core.txn.state import MAX_PRODUCER_EPOCH
 
 CONFIG = TransactionCoordinatorConfig(transaction_max_timeout_ms=60_000, transactional_id_expiration_ms=100_000,

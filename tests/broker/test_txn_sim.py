@@ -35,7 +35,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from broker.core.txn import MarkerJob, Step, TransactionCoordinatorConfig, TransactionCoordinatorShard, TxnState
+from broker.core.txn import (
+    MarkerJob,
+    Step,
+    TransactionCoordinatorConfig,
+    TransactionCoordinatorShard,
+    TxnState,
+)
 from broker.core.txn.records import decode_key, decode_value
 
 CONFIG = TransactionCoordinatorConfig(transaction_max_timeout_ms=60_000,
@@ -52,7 +58,7 @@ class Held:
     coordinator_epoch: int
     response: object = None
     markers: tuple[MarkerJob, ...] = ()
-    client: "Client | None" = None
+    client: Client | None = None
     call: str = ""
 
 

@@ -7,8 +7,13 @@ DescribeTransactions and ListTransactions; and the errors a client sees."""
 from __future__ import annotations
 
 import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import trio
+from broker_testing import start_broker
 from kio.schema.add_offsets_to_txn.v3 import request as aot3
 from kio.schema.add_partitions_to_txn.v1 import request as apt1
 from kio.schema.add_partitions_to_txn.v3 import request as apt3
@@ -21,10 +26,9 @@ from kio.schema.find_coordinator.v3 import request as fc3
 from kio.schema.find_coordinator.v4 import request as fc4
 from kio.schema.init_producer_id.v4 import request as ip4
 from kio.schema.list_transactions.v1 import request as lt1
+from txn_testing import GROUP_CONFIG, TXN_CONFIG, MarkerRecorder
 
 from broker.core.group import OFFSETS_TOPIC_NAME, partition_for_group
-from broker_testing import start_broker
-from txn_testing import GROUP_CONFIG, TXN_CONFIG, MarkerRecorder
 
 MS = datetime.timedelta(milliseconds=1)
 
@@ -176,15 +180,11 @@ async def test_not_the_coordinator_and_transaction_timeout(tmp_path):
         nursery.cancel_scope.cancel()
 
 
-def cli(*args: str) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root, "COLUMNS": "250"}
+    env = {**os.environ, "PYTHONPATH": root}
     return subprocess.run([sys.executable, "-m", "raftka.cli", "transactions", *args, "--timeout", "20"],
-                          capture_output=True, text=True, env=env, timeout=60)
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
 async def test_transactions_command_lists_describes_and_aborts(tmp_path):

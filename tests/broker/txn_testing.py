@@ -16,7 +16,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import response as wtm_res
 
 from broker.core.group import GroupCoordinatorConfig
-from broker.core.txn import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinatorConfig, TransactionCoordinatorShard
+from broker.core.txn import (
+    TRANSACTION_STATE_TOPIC_NAME,
+    TransactionCoordinatorConfig,
+    TransactionCoordinatorShard,
+)
 from storage.batch import iter_batch_headers, iter_records
 
 TXN_PARTITIONS = 3

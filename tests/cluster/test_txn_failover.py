@@ -38,8 +38,8 @@ from kio.schema.find_coordinator.v3 import request as fc
 from kio.schema.init_producer_id.v4 import request as ip
 
 from cluster import LocalCluster
-from quorum.zookeeper.ensemble import zookeeper_missing_reason
 from common.wire import ConnectionFailedError, open_connection
+from quorum.zookeeper.ensemble import zookeeper_missing_reason
 
 SETTINGS = {
     "broker.session.timeout.ms": "3000",

@@ -17,7 +17,10 @@ its response and markers until they are committed, writes the markers with
 WriteTxnMarkers, and calls `markers_written` when every partition has one.
 """
 
-from broker.core.txn.config import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinatorConfig
+from broker.core.txn.config import (
+    TRANSACTION_STATE_TOPIC_NAME,
+    TransactionCoordinatorConfig,
+)
 from broker.core.txn.partitioner import partition_for_transactional_id
 from broker.core.txn.records import TransactionRecordError
 from broker.core.txn.shard import (

@@ -51,7 +51,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.core.txn.config import TransactionCoordinatorConfig
-from broker.core.txn.records import TransactionLogValue, decode_key, decode_value, encode_key, encode_value
+from broker.core.txn.records import (
+    TransactionLogValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from broker.core.txn.state import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
