@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from broker.core.group import GroupCoordinatorConfig
+from broker.core.txn import TransactionCoordinatorConfig
 from broker.core.replication import ReplicationConfig
 from common.config import bool_property, float_property, int_property, parse_listener
 from common.errors import ConfigError
@@ -67,6 +68,10 @@ class BrokerConfig:
     metadata_wait_ms: int = 1000
     #: `group.*`, `offsets.*`: the group coordinator and `__consumer_offsets`.
     group_coordinator: GroupCoordinatorConfig = dataclasses.field(default_factory=GroupCoordinatorConfig)
+    #: `transaction.*`, `transactional.id.expiration.ms`: the transaction
+    #: coordinator and `__transaction_state`.
+    txn_coordinator: TransactionCoordinatorConfig = dataclasses.field(
+        default_factory=TransactionCoordinatorConfig)
     #: `log.cleaner.enable` and the `log.cleaner.*` keys: log compaction.
     log_cleaner_enable: bool = True
     log_cleaner: CleanerConfig = dataclasses.field(default_factory=CleanerConfig)
@@ -147,6 +152,7 @@ class BrokerConfig:
             log_defaults=log_defaults,
             fetch_file_transfer=props.get("raftka.fetch.file.transfer", "auto"),
             group_coordinator=GroupCoordinatorConfig.from_properties(props),
+            txn_coordinator=TransactionCoordinatorConfig.from_properties(props),
             log_cleaner_enable=bool_property(props, "log.cleaner.enable", True),
             log_cleaner=CleanerConfig.from_properties(props),
             log_cleaner_cpu_fraction=float_property(props, "raftka.log.cleaner.cpu.fraction", 0.25),

@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bench import cli as bench_cli
     from bench import demo
     from raftka import (broker_cli, cluster_cli, controller_cli, dev_cli, partitions_cli, quorum_cli, storage_cli,
-                        topics_cli)
+                        topics_cli, transactions_cli)
 
     bench_cli.register(sub)
     demo.register(sub)
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     quorum_cli.register(sub)
     storage_cli.register(sub)
     partitions_cli.register(sub)
+    transactions_cli.register(sub)
 
     from raftka import migrate_cli, report_cli
 

@@ -72,6 +72,10 @@ def dev_properties(args: argparse.Namespace) -> dict[str, str]:
         # One broker: `__consumer_offsets` can have one replica only (Kafka's
         # single-node example config says the same).
         "offsets.topic.replication.factor": "1",
+        # And `__transaction_state` the same (Kafka's single-node example:
+        # transaction.state.log.replication.factor=1, min.isr=1).
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
     }
     props.update(parse_overrides(args.set))
     return props

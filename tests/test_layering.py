@@ -73,6 +73,9 @@ PURE_RULES = [
     PureRule("the group coordinator", ("broker/core/group/*.py",),
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "storage",
                                        "broker.api", "broker.shell"}),
+    PureRule("the transaction coordinator", ("broker/core/txn/*.py",),
+             forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "random", "storage",
+                                       "broker.api", "broker.shell"}),
     PureRule("the storage cores", tuple(f"storage/{m}.py" for m in (
         "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config",
         "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression", "txn_index")),

@@ -26,7 +26,9 @@ preferred election.
 InitProducerId (non-transactional, for idempotent producers): producer ids
 come from blocks the controller allocates to this broker
 (AllocateProducerIds, KIP-730); a new id per request, epoch 0, as Kafka's
-broker does without a transactional id.
+broker does without a transactional id. The transaction coordinator
+(`broker.api.txn`) takes its producer ids from the same blocks
+(`next_producer_id`).
 """
 
 from __future__ import annotations
@@ -326,7 +328,7 @@ class ProducerIdBlock:
         self.next_id, self.end = start, start + length
 
 
-async def _next_producer_id(broker) -> tuple[ErrorCode, int]:
+async def next_producer_id(broker) -> tuple[ErrorCode, int]:
     block: ProducerIdBlock = broker.producer_ids
     async with block.lock:
         producer_id = block.take()
@@ -353,10 +355,10 @@ async def handle_init_producer_id(broker, ctx, request):
     body = request.body
     mod = response_module(request.header)
     if body.transactional_id is not None:
-        # No transaction coordinator yet: clients cannot have found one
-        # (FindCoordinator is not served), so this is a misdirected request.
-        error, producer_id = ErrorCode.coordinator_not_available, -1
+        # The transaction coordinator (`broker.api.txn`) answers these; it
+        # hands only the idempotent producers' requests here.
+        error, producer_id = ErrorCode.not_coordinator, -1
     else:
-        error, producer_id = await _next_producer_id(broker)
+        error, producer_id = await next_producer_id(broker)
     return build(mod.InitProducerIdResponse, throttle_time=_NO_THROTTLE, error_code=error,
                  producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1)

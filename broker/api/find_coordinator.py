@@ -26,10 +26,15 @@ broker CPU. One creation is in flight per broker at a time; the answer
 waits up to `metadata_wait_ms` for the new topic to reach this broker's
 image.
 
+Key type 1 (a transactional id) is answered the same way from
+`__transaction_state`: the leader of partition
+`partition_for_transactional_id(key, N)`, the topic created on first use
+with `transaction.state.log.num.partitions` partitions,
+`transaction.state.log.replication.factor` replicas and
+`min.insync.replicas` = `transaction.state.log.min.isr`, compacted.
+
 Versions: v0 (a group key), v1-v3 (key types), v4+ (KIP-699: several keys
-of one type per request, one answer each). Key type 1 (a transactional
-id) gets COORDINATOR_NOT_AVAILABLE with a message saying transactions are
-not supported: raftka has no transaction coordinator yet.
+of one type per request, one answer each).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.group import OFFSETS_TOPIC_NAME, offsets_topic_configs, partition_for_group
+from broker.core.txn import TRANSACTION_STATE_TOPIC_NAME, partition_for_transactional_id
 from broker.api.kio_util import build, response_module
 from broker.api.metadata import live_brokers
 from common.wire import ConnectionFailedError
@@ -80,8 +86,7 @@ async def handle_find_coordinator(broker, ctx, request):
 
 async def find_coordinator(broker, key_type: int, key: str) -> Found:
     if key_type == TRANSACTION_KEY_TYPE:
-        return Found(ErrorCode.coordinator_not_available,
-                     "transactions are not supported by raftka: there is no transaction coordinator")
+        return await find_transaction_coordinator(broker, key)
     if key_type != GROUP_KEY_TYPE:
         return Found(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     if broker.image.topic(OFFSETS_TOPIC_NAME) is None:
@@ -155,3 +160,76 @@ async def ensure_offsets_topic(broker) -> None:
                   group_config.offsets_topic_num_partitions, group_config.offsets_topic_replication_factor)
         deadline = trio.current_time() + broker.config.metadata_wait_ms / 1000
         await broker.wait_for_image(lambda image: image.topic(OFFSETS_TOPIC_NAME) is not None, deadline)
+
+
+# --- transactions ----------------------------------------------------------
+
+
+async def find_transaction_coordinator(broker, transactional_id: str) -> Found:
+    if not transactional_id:
+        return Found(ErrorCode.invalid_request, "a transactional id must not be empty")
+    if broker.image.topic(TRANSACTION_STATE_TOPIC_NAME) is None:
+        too_few = _too_few_brokers_for_transactions(broker)
+        if too_few is not None:
+            return Found(ErrorCode.coordinator_not_available, too_few)
+        await ensure_transaction_state_topic(broker)
+    image = broker.image
+    topic = image.topic(TRANSACTION_STATE_TOPIC_NAME)
+    if topic is None:
+        return Found(ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC_NAME} does not exist yet")
+    partition = topic.partitions.get(partition_for_transactional_id(transactional_id, len(topic.partitions)))
+    leader = -1 if partition is None else partition.leader
+    for node_id, host, port, _rack in live_brokers(broker, image):
+        if node_id == leader:
+            return Found(ErrorCode.none, None, node_id, host, port)
+    return Found(ErrorCode.coordinator_not_available,
+                 f"the {TRANSACTION_STATE_TOPIC_NAME} partition of this transactional id has no live leader")
+
+
+def _too_few_brokers_for_transactions(broker) -> str | None:
+    wanted = broker.config.txn_coordinator.transaction_state_log_replication_factor
+    live = sum(1 for b in broker.image.brokers.values() if not b.fenced)
+    runtime = broker.txn_coordinator
+    if live >= wanted:
+        runtime.topic_refused_at_brokers = None
+        return None
+    message = (f"{TRANSACTION_STATE_TOPIC_NAME} needs transaction.state.log.replication.factor={wanted} brokers "
+               f"and {live} are live: lower transaction.state.log.replication.factor or start more brokers")
+    if runtime.topic_refused_at_brokers != live:
+        runtime.topic_refused_at_brokers = live
+        _log.warning("cannot create %s: %s; transactions are unavailable until then", TRANSACTION_STATE_TOPIC_NAME,
+                     message)
+    return message
+
+
+async def ensure_transaction_state_topic(broker) -> None:
+    """Create `__transaction_state` through the controller, once at a time."""
+    runtime = broker.txn_coordinator
+    async with runtime.topic_lock:
+        if broker.image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
+            return
+        config = broker.config.txn_coordinator
+        request = ct_req.CreateTopicsRequest(
+            topics=(ct_req.CreatableTopic(
+                name=TRANSACTION_STATE_TOPIC_NAME, num_partitions=config.transaction_state_log_num_partitions,
+                replication_factor=config.transaction_state_log_replication_factor, assignments=(),
+                configs=tuple(ct_req.CreatableTopicConfig(name=k, value=v)
+                              for k, v in config.topic_configs().items())),),
+            timeout=datetime.timedelta(milliseconds=broker.config.metadata_wait_ms),
+            validate_only=False,
+        )
+        try:
+            response = await broker.controller.send(request)
+        except (ControllerUnavailableError, ConnectionFailedError) as exc:
+            _log.warning("creating %s: no answer from the controller: %s", TRANSACTION_STATE_TOPIC_NAME, exc)
+            return
+        (result,) = response.topics
+        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            _log.warning("cannot create %s: %s %s (transaction.state.log.replication.factor=%d)",
+                         TRANSACTION_STATE_TOPIC_NAME, ErrorCode(result.error_code).name,
+                         result.error_message or "", config.transaction_state_log_replication_factor)
+            return
+        _log.info("created %s with %d partitions, replication factor %d", TRANSACTION_STATE_TOPIC_NAME,
+                  config.transaction_state_log_num_partitions, config.transaction_state_log_replication_factor)
+        deadline = trio.current_time() + broker.config.metadata_wait_ms / 1000
+        await broker.wait_for_image(lambda image: image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None, deadline)

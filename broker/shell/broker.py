@@ -20,15 +20,18 @@ exactly two doors to the rest of the cluster:
 
 Request handlers live in `broker.api.produce`, `broker.api.fetch`,
 `broker.api.list_offsets`, `broker.api.metadata`, `broker.api.admin`,
-`broker.api.find_coordinator` and `broker.shell.coordinator_runtime` (the group
-APIs); each is `async def handle_x(broker, ctx, request)`, except the hot
-path's `handle_produce` and `handle_fetch`, which answer at once when they
-can and return a coroutine only when they must wait. Beside serving,
-`run` keeps the group coordinator (`GroupCoordinatorRuntime`: shards of
-the `__consumer_offsets` partitions led here, loaded and unloaded as
-metadata changes leadership) and the log cleaner (`broker.shell.cleaner_runtime`)
-going. `run` serves until cancelled and then shuts down cleanly
-(checkpoints, `.kafka_cleanshutdown`).
+`broker.api.find_coordinator`, `broker.shell.coordinator_runtime` (the group
+APIs) and `broker.api.txn` (the transaction coordinator's APIs); each is
+`async def handle_x(broker, ctx, request)`, except the hot path's
+`handle_produce` and `handle_fetch`, which answer at once when they can and
+return a coroutine only when they must wait. Beside serving, `run` keeps
+the group coordinator (`GroupCoordinatorRuntime`: shards of the
+`__consumer_offsets` partitions led here, loaded and unloaded as metadata
+changes leadership), the transaction coordinator
+(`TransactionCoordinatorRuntime`: shards of the `__transaction_state`
+partitions led here, and the sender of transaction markers) and the log
+cleaner (`broker.shell.cleaner_runtime`) going. `run` serves until
+cancelled and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from broker.shell.log_manager import LogManager
 from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
+from broker.shell.txn_runtime import TransactionCoordinatorRuntime
+from broker.api import txn
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 
@@ -77,7 +82,6 @@ _APIS = {
          find_coordinator.handle_find_coordinator),
     19: (2, 7, admin.handle_create_topics),
     20: (1, 6, admin.handle_delete_topics),
-    22: (0, 5, admin.handle_init_producer_id),
     23: (2, 4, list_offsets.handle_offset_for_leader_epoch),
     32: (1, 4, admin.handle_describe_configs),
     37: (0, 3, admin.handle_create_partitions),
@@ -92,6 +96,9 @@ _APIS = {
     # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
     # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
     **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},
+    # InitProducerId (22, with or without a transactional id), AddPartitionsToTxn,
+    # AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
+    **{api_key: (lo, hi, txn.HANDLERS[api_key]) for api_key, (lo, hi) in txn.TXN_API_VERSIONS.items()},
 }
 
 
@@ -135,6 +142,7 @@ class Broker:
         #: Producer ids handed out from the current controller-allocated block.
         self.producer_ids = admin.ProducerIdBlock()
         self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
+        self.txn_coordinator = TransactionCoordinatorRuntime(self, config.txn_coordinator)
 
     # --- metadata in ---------------------------------------------------
 
@@ -186,6 +194,7 @@ class Broker:
         if configs_changed:
             self.replicas.refresh_topic_configs(image)
         self.coordinator.on_metadata_update()
+        self.txn_coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
 
@@ -237,6 +246,7 @@ class Broker:
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)
                 await nursery.start(self.coordinator.run)
+                await nursery.start(self.txn_coordinator.run)
                 if config.log_cleaner_enable:
                     nursery.start_soon(run_log_cleaner, self)
                 task_status.started(self.server)
