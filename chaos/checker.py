@@ -21,8 +21,17 @@ Anomalies (any one fails the run):
   over an offset that holds a record (known from any read).
 - `phantom-read`: a read value that no send produced, or whose send failed.
 
+- `replica-divergence`: two brokers' copies of a partition disagree below
+  the final high watermark (from `replica-divergence` events the run
+  records after reading the replicas from disk).
+
 Allowed, reported apart: `duplicate-non-idempotent` (a value at two offsets
-from a producer without idempotence: its retries may write twice).
+from a producer without idempotence: its retries may write twice), and
+`duplicate-new-epoch` (an idempotent producer's value stored twice under two
+producer epochs, as the `stored` events show: librdkafka, when messages time
+out, bumps its epoch and sends again under the new one records an earlier
+request may already have written; the broker cannot tell them apart. Under
+one epoch, a duplicate is the broker's fault and stays an anomaly).
 
 Measured, not judged: `unseen`, over time, the acknowledged sends that no
 consumer has polled yet (the final read does not count).
@@ -39,8 +48,8 @@ from typing import Any
 from chaos.history import Event
 
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
-             "non-monotonic-poll", "poll-skip", "phantom-read")
-ALLOWED = ("duplicate-non-idempotent",)
+             "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence")
+ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch")
 READS = ("poll", "final-read")
 
 
@@ -124,15 +133,30 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     where: dict[str, dict[tuple[int, int], Event]] = defaultdict(dict)
     for e in reads:
         where[e.value][(e.partition, e.offset)] = e  # type: ignore[index]
+    stored = {(e.partition, e.offset): e for e in events if e.f == "stored"}
     for value, places in where.items():
         if len(places) < 2:
             continue
         producer = invokes[value].process if value in invokes else None
         idempotent = producer is not None and bool(opens.get(producer, _NO_OPEN).extra.get("idempotent"))
-        kind = "duplicate" if idempotent else "duplicate-non-idempotent"
-        first_two = tuple(places[k] for k in sorted(places)[:2])
-        finding = Finding(kind, f"{value} (from {producer}) is at {sorted(places)}", first_two)
-        (anomalies if idempotent else allowed).append(finding)
+        first_two = sorted(places)[:2]
+        message = f"{value} (from {producer}) is at {sorted(places)}"
+        evidence = tuple(places[k] for k in first_two)
+        if not idempotent:
+            allowed.append(Finding("duplicate-non-idempotent", message, evidence))
+            continue
+        identities = [_identity(stored.get(k)) for k in first_two]
+        if None not in identities:
+            evidence += tuple(stored[k] for k in first_two)
+            message += " stored as (producer id, epoch, sequence) " + " and ".join(map(str, identities))
+        if None not in identities and len({i[:2] for i in identities}) == 2:  # type: ignore[index]
+            allowed.append(Finding("duplicate-new-epoch", message, evidence))
+        else:
+            anomalies.append(Finding("duplicate", message, evidence))
+
+    for e in events:
+        if e.f == "replica-divergence":
+            anomalies.append(Finding("replica-divergence", str(e.value), (e,)))
 
     # --- values nobody wrote --------------------------------------------------------------
     for value, places in where.items():
@@ -222,6 +246,12 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
 
 
 _NO_OPEN = Event("", "info", "open")
+
+
+def _identity(e: Event | None) -> tuple[int, int, int] | None:
+    if e is None:
+        return None
+    return (e.extra.get("producer_id"), e.extra.get("producer_epoch"), e.extra.get("sequence"))  # type: ignore[return-value]
 
 
 def _first_between(sorted_offsets: list[int], low: int, high: int) -> int | None:

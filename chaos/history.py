@@ -19,6 +19,10 @@ received. `f` names the operation:
     final-read    the read-back after healing, one event per record
     final-range   the read-back covered [extra.low, extra.high) of `partition`
     error         a client error worth keeping (not an operation)
+    stored        after the run, a record as a broker's replica holds it on disk
+                  (extra: producer_id, producer_epoch, sequence, broker);
+                  recorded for the values read at more than one offset
+    replica-divergence  after the run, two replicas disagree (value says where)
     <nemesis>     kill, pause, partition, ...: process "nemesis", type `info`,
                   extra.phase "start" or "stop", value describes the fault
 

@@ -163,6 +163,9 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
         cluster.stop_all(timeout_s=20)
         if cutter is not None:
             cutter.tear_down()
+    try:
+        record_replicas(history, cluster, queue)
+    finally:
         history.close()
     if o.mode == "kraft":
         from chaos.safety import check_metadata
@@ -177,6 +180,37 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
                           command_line(o))
     valid = result.valid and bool(safety.get("valid")) and not harness_errors
     return RunOutcome(valid, report, o.out)
+
+
+def record_replicas(history: HistoryWriter, cluster: LocalCluster, queue: QueueOptions) -> None:
+    """From the stopped brokers' files: where replicas disagree below the final high
+    watermark, and how the values read at two offsets are stored (producer epochs)."""
+    from chaos.on_disk import divergences, read_partition
+
+    events = history.snapshot()
+    highs = {e.partition: int(e.extra["high"]) for e in events if e.f == "final-range"}
+    offsets_of: dict[tuple[int, str], set[int]] = {}
+    for e in events:
+        if e.f in ("poll", "final-read") and e.type == "ok":
+            offsets_of.setdefault((e.partition, e.value), set()).add(e.offset)  # type: ignore[arg-type]
+    brokers = {b.node_id: b.log_dir for b in cluster.brokers}
+    for partition in range(queue.partitions):
+        replicas = read_partition(brokers, queue.topic, partition)
+        for found in divergences(replicas, highs.get(partition, 0)):
+            history.record("harness", "info", "replica-divergence", partition=partition,
+                           value=f"partition {partition} {found}")
+        if not replicas:
+            continue
+        reference = max(replicas.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+        for (p, value), offsets in sorted(offsets_of.items()):
+            if p != partition or len(offsets) < 2:
+                continue
+            for offset in sorted(offsets):
+                r = reference[1].get(offset)
+                if r is not None:
+                    history.record("harness", "info", "stored", partition=partition, offset=offset, value=r.value,
+                                   extra={"producer_id": r.producer_id, "producer_epoch": r.producer_epoch,
+                                          "sequence": r.sequence, "broker": reference[0]})
 
 
 def _apply_schedule(nemesis: Nemesis, schedule: list[Fault], t0: float, stop: threading.Event,

@@ -4,7 +4,9 @@
   (`<process>-<n>`) round-robin to the topic's partitions at a steady rate:
   `p-idem-<i>` with enable.idempotence, and one `p-plain` without it
   (retries may then write a value twice, which the checker allows and
-  reports apart; max.in.flight 1 keeps its sends in order).
+  reports apart; and when a partition's leader moves, a send retried on the
+  new leader may land after a later one, so only the idempotent producers
+  are checked for order).
 - Consumers poll concurrently: `c-group` subscribes in a consumer group
   (each assignment starts a new session in the history), `c-assign` is
   assigned every partition from the beginning.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -28,6 +31,12 @@ from chaos.history import HistoryWriter
 
 #: Errors after which the record certainly is not in the log.
 _NEVER_SENT = {"_PURGE_QUEUE", "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INVALID_RECORD"}
+
+
+#: Longer than a fault and the recovery after it: when librdkafka's idempotent
+#: producer times a message out it bumps its epoch and sends the messages after it
+#: again under the new one, duplicating those an earlier request had written.
+MESSAGE_TIMEOUT_MS = 60000
 
 
 @dataclasses.dataclass
@@ -51,7 +60,7 @@ def client_logger(path: str) -> logging.Logger:
         handler = logging.FileHandler(path)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     return logger
 
 
@@ -155,15 +164,19 @@ class QueueWorkload:
         o = self.options
         config: dict[str, Any] = {
             "bootstrap.servers": o.bootstrap, "acks": "all", "enable.idempotence": idempotent,
-            "linger.ms": 2, "message.timeout.ms": 10000, "request.timeout.ms": 4000,
+            "linger.ms": 2, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "request.timeout.ms": 4000,
             "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000, "client.id": name,
         }
-        if not idempotent:
+        if idempotent:
+            # librdkafka's idempotence log (producer ids, epoch bumps, drains) goes to
+            # clients.log: the evidence when a duplicate is found.
+            config["debug"] = os.environ.get("RAFTKA_CHAOS_CLIENT_DEBUG", "eos")
+        else:
             config["max.in.flight.requests.per.connection"] = 1
         producer = Producer(config, logger=client_logger(self.log_path))
         self.history.record(name, "info", "open", extra={"role": "producer", "idempotent": idempotent,
-                                                          "ordered": True})
+                                                          "ordered": idempotent})
 
         def delivered(err: Any, msg: Any) -> None:
             value = msg.value().decode()
@@ -199,7 +212,7 @@ class QueueWorkload:
             next_at = max(next_at + interval, time.monotonic() - interval)
             while (left := next_at - time.monotonic()) > 0:
                 producer.poll(left)
-        remaining = producer.flush(20)
+        remaining = producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 10)
         if remaining:
             self.history.record(name, "info", "error", extra={"error": f"{remaining} sends unacknowledged at the end"})
 

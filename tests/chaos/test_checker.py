@@ -131,6 +131,41 @@ def test_a_duplicate_from_a_non_idempotent_producer_is_allowed_and_reported_apar
     assert result.valid
 
 
+def stored(h: H, partition: int, offset: int, value: str, epoch: int, sequence: int) -> None:
+    h.add("harness", "info", "stored", partition=partition, offset=offset, value=value,
+          extra={"producer_id": 7, "producer_epoch": epoch, "sequence": sequence, "broker": 4})
+
+
+def test_a_duplicate_stored_under_two_producer_epochs_is_the_clients_and_reported_apart() -> None:
+    h = H()
+    h.open_producer("p1")
+    h.send("p1", 0, "a", 1)
+    h.final(0, ["a", "a"])
+    stored(h, 0, 0, "a", epoch=0, sequence=5)
+    stored(h, 0, 1, "a", epoch=1, sequence=0)
+    result = check(h.events)
+    assert result.anomalies == [] and [f.kind for f in result.allowed] == ["duplicate-new-epoch"]
+    assert "(7, 0, 5) and (7, 1, 0)" in result.allowed[0].message
+
+
+def test_a_duplicate_stored_twice_under_one_epoch_is_the_brokers() -> None:
+    h = H()
+    h.open_producer("p1")
+    h.send("p1", 0, "a", 1)
+    h.final(0, ["a", "a"])
+    stored(h, 0, 0, "a", epoch=0, sequence=5)
+    stored(h, 0, 1, "a", epoch=0, sequence=5)
+    result = check(h.events)
+    assert [f.kind for f in result.anomalies] == ["duplicate"] and result.allowed == []
+    assert len(result.anomalies[0].evidence) == 4
+
+
+def test_replicas_that_disagree_are_a_divergence() -> None:
+    h = clean()
+    h.add("harness", "info", "replica-divergence", partition=0, value="partition 0 offset 1: broker 4 has b, 5 has x")
+    assert kinds(h) == ["replica-divergence"]
+
+
 def test_two_reads_disagreeing_on_an_offset_are_inconsistent() -> None:
     h = clean()
     h.send("p1", 0, "x", None, outcome="info")
