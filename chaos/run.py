@@ -34,7 +34,7 @@ from chaos import checker
 from chaos.history import HistoryWriter
 from chaos.nemesis import LinkCutter, Nemesis, sleep_until
 from chaos.schedule import Fault, Shape, make_schedule
-from chaos.workload import PartitionLeaders, QueueOptions, QueueWorkload, create_topic, final_read
+from chaos.workload import MESSAGE_TIMEOUT_MS, PartitionLeaders, QueueOptions, QueueWorkload, create_topic, final_read
 from cluster.launcher import ClusterError, LocalCluster
 
 #: Failure detection in seconds, not Kafka's tens of seconds: a short run sees recoveries.
@@ -60,6 +60,7 @@ class RunOptions:
     seed: int = 0
     partitions: int = 3
     rate: float = 40.0
+    message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     quiet_s: tuple[float, float] = (3.0, 6.0)
     fault_s: tuple[float, float] = (4.0, 10.0)
     recovery_timeout_s: float = 90.0
@@ -79,7 +80,8 @@ class RunOutcome:
 def command_line(o: RunOptions) -> str:
     return (f"raftka chaos run --mode {o.mode} --controllers {o.controllers} --brokers {o.brokers} "
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
-            f"--seed {o.seed}")
+            f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
+                                  else f" --message-timeout-ms {o.message_timeout_ms}"))
 
 
 def run(o: RunOptions, say: Any = print) -> RunOutcome:
@@ -111,7 +113,8 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
     harness_errors: list[str] = []
     rf = min(3, o.brokers)
     queue = QueueOptions(bootstrap=cluster.bootstrap, partitions=o.partitions, replication_factor=rf,
-                         min_insync_replicas=min(2, rf), rate_per_producer=o.rate, group_id=f"chaos-{o.seed}")
+                         min_insync_replicas=min(2, rf), rate_per_producer=o.rate,
+                         message_timeout_ms=o.message_timeout_ms, group_id=f"chaos-{o.seed}")
     workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
     nemesis: Nemesis | None = None
     try:

@@ -49,6 +49,7 @@ class QueueOptions:
     idempotent_producers: int = 2
     plain_producers: int = 1
     rate_per_producer: float = 40.0  # sends per second
+    message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     group_id: str = "chaos"
 
 
@@ -164,7 +165,7 @@ class QueueWorkload:
         o = self.options
         config: dict[str, Any] = {
             "bootstrap.servers": o.bootstrap, "acks": "all", "enable.idempotence": idempotent,
-            "linger.ms": 2, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "request.timeout.ms": 4000,
+            "linger.ms": 2, "message.timeout.ms": o.message_timeout_ms, "request.timeout.ms": 4000,
             "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000, "client.id": name,
         }
@@ -212,7 +213,7 @@ class QueueWorkload:
             next_at = max(next_at + interval, time.monotonic() - interval)
             while (left := next_at - time.monotonic()) > 0:
                 producer.poll(left)
-        remaining = producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 10)
+        remaining = producer.flush(o.message_timeout_ms / 1000 + 10)
         if remaining:
             self.history.record(name, "info", "error", extra={"error": f"{remaining} sends unacknowledged at the end"})
 

@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    run.add_argument("--message-timeout-ms", type=int, default=60000, metavar="MS",
+                     help="the producers' message.timeout.ms (default 60000: longer than a fault; a shorter one "
+                     "makes librdkafka bump its idempotent epoch and send some records twice)")
     run.add_argument("--out", metavar="DIR", help="where the cluster, history and report go "
                      "(default chaos-<seed> in the current directory)")
     run.set_defaults(func=run_main)
@@ -66,7 +69,7 @@ def run_main(args: argparse.Namespace) -> int:
     options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
-                         rate=args.rate)
+                         rate=args.rate, message_timeout_ms=args.message_timeout_ms)
     started = time.monotonic()
 
     def say(text: str) -> None:
