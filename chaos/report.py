@@ -99,8 +99,11 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
     else:
         lines.append(f"- epochs seen: {meta.get('epochs')}; more than one leader in an epoch: "
                      f"{meta.get('multiple_leaders') or 'never'}")
-        lines.append(f"- metadata log lengths: {meta.get('metadata_log_lengths')}; prefix violations: "
-                     f"{meta.get('prefix_violations') or 'none'}")
+        if "note" in meta:
+            lines.append(f"- {meta['note']}")
+        else:
+            lines.append(f"- metadata log lengths: {meta.get('metadata_log_lengths')}; prefix violations: "
+                         f"{meta.get('prefix_violations') or 'none'}")
         if meta.get("unreadable"):
             lines.append(f"- unreadable: {meta['unreadable']}")
     lines += ["", "## Faults", "", "| start s | stop s | fault |", "|---|---|---|"]

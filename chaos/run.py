@@ -175,7 +175,9 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
 
         safety = check_metadata({n.node_id: (n.log_dir, n.output_path) for n in cluster.controllers})
     else:
-        safety = {"valid": True, "skipped": "zk mode: no Raft quorum; ZooKeeper elects the controller"}
+        from chaos.safety import check_zk_controllers
+
+        safety = check_zk_controllers({n.node_id: n.output_path for n in cluster.brokers})
     result = checker.check(history.snapshot())
     from chaos.report import write_report
 

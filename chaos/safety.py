@@ -9,6 +9,10 @@
   from its files once it stopped (`metadata_records_on_disk`), is a prefix
   of the longest (on the offsets both hold: a snapshot may start one later).
 
+In ZooKeeper mode there is no Raft quorum: what is checked is that each
+controller epoch had one controller (each broker logs `broker N is the
+controller at epoch E` when ZooKeeper elects it).
+
 Not checked here: partition leader epochs never going back (the metadata
 log has no leader epoch of its own in a PartitionChangeRecord: replaying it
 bumps the epoch, so the log cannot show one going back).
@@ -23,6 +27,7 @@ from typing import Any
 
 _ROLE = re.compile(r"node (\d+): (\w+) in epoch (\d+) \(leader")
 _ACTIVE = re.compile(r"node (\d+) is the active leader of epoch (\d+)")
+_ZK_CONTROLLER = re.compile(r"broker (\d+) is the controller at epoch (\d+)")
 
 
 def leaders_per_epoch(logs: dict[int, str]) -> dict[int, set[int]]:
@@ -35,6 +40,32 @@ def leaders_per_epoch(logs: dict[int, str]) -> dict[int, set[int]]:
         for m in _ACTIVE.finditer(text):
             leaders[int(m.group(2))].add(int(m.group(1)))
     return dict(leaders)
+
+
+def zk_controllers_per_epoch(logs: dict[int, str]) -> dict[int, set[int]]:
+    """Controller epoch -> the brokers that said they were its controller."""
+    found: dict[int, set[int]] = defaultdict(set)
+    for text in logs.values():
+        for m in _ZK_CONTROLLER.finditer(text):
+            found[int(m.group(2))].add(int(m.group(1)))
+    return dict(found)
+
+
+def check_zk_controllers(brokers: dict[int, Path]) -> dict[str, Any]:
+    """brokers: node id -> its output file."""
+    texts = {n: _read(p) for n, p in brokers.items()}
+    epochs = zk_controllers_per_epoch(texts)
+    violations = [f"controller epoch {e} had controllers {sorted(n)}" for e, n in sorted(epochs.items()) if len(n) > 1]
+    return {"epochs": len(epochs), "leaders_per_epoch": {str(e): sorted(n) for e, n in sorted(epochs.items())},
+            "multiple_leaders": violations, "valid": not violations,
+            "note": "zk mode: one controller per controller epoch; no Raft metadata log to compare"}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def prefix_violations(logs: dict[int, list[tuple[int, int, Any]]]) -> list[str]:
@@ -58,12 +89,7 @@ def check_metadata(controllers: dict[int, tuple[Path, Path]]) -> dict[str, Any]:
     """controllers: node id -> (its log dir, its output file). The nodes must have stopped."""
     from cluster.local_quorum import metadata_records_on_disk
 
-    texts = {}
-    for node, (_, output) in controllers.items():
-        try:
-            texts[node] = output.read_text(errors="replace")
-        except OSError:
-            texts[node] = ""
+    texts = {node: _read(output) for node, (_, output) in controllers.items()}
     leaders = leaders_per_epoch(texts)
     violations = [f"epoch {epoch} had leaders {sorted(nodes)}" for epoch, nodes in sorted(leaders.items())
                   if len(nodes) > 1]
