@@ -7,7 +7,8 @@ what went wrong in one sentence, and carries the fewest events that show it.
 Anomalies (any one fails the run):
 
 - `lost-write`: a send acknowledged `ok` whose value the final read of its
-  partition does not contain.
+  partition does not contain (each final reader, one per client library,
+  must have it).
 - `unverified`: a partition with acknowledged sends that the final read did
   not cover, so nothing can be said about it.
 - `duplicate`: one value at two offsets, written by an idempotent producer.
@@ -112,8 +113,6 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     failed = {v for v, c in completions.items() if c.type == "fail"}
 
     reads = [e for e in events if e.f in READS and e.type == "ok"]
-    final_ranges: dict[int, Event] = {e.partition: e for e in events
-                                      if e.f == "final-range" and e.type == "ok" and e.partition is not None}
 
     # --- what is at each offset, by every read and acknowledgement ---------------------
     at: dict[tuple[int, int], dict[str, Event]] = defaultdict(dict)
@@ -166,34 +165,41 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
             evidence = (first,) if value not in invokes else (invokes[value], completions[value], first)
             anomalies.append(Finding("phantom-read", f"{value} was read at {min(places)} but {why}", evidence))
 
-    # --- lost writes ------------------------------------------------------------------------
-    final_values: dict[int, set[str]] = defaultdict(set)
-    final_at: dict[tuple[int, int], Event] = {}
+    # --- lost writes: every final reader (client library) must have every acknowledged value -----
+    final_values: dict[tuple[str, int], set[str]] = defaultdict(set)
+    final_at: dict[tuple[str, int, int], Event] = {}
     for e in reads:
         if e.f == "final-read":
-            final_values[e.partition].add(e.value)  # type: ignore[index,arg-type]
-            final_at[(e.partition, e.offset)] = e  # type: ignore[index]
+            final_values[(e.process, e.partition)].add(e.value)  # type: ignore[index,arg-type]
+            final_at[(e.process, e.partition, e.offset)] = e  # type: ignore[index]
+    readers: dict[int, list[Event]] = defaultdict(list)  # partition -> the final-range of each reader
+    for e in events:
+        if e.f == "final-range" and e.type == "ok" and e.partition is not None:
+            readers[e.partition].append(e)
     unverified: set[int] = set()
     for value in send_order:
         ack = acked.get(value)
         if ack is None:
             continue
         partition = ack.partition
-        if partition not in final_ranges:
+        if not readers.get(partition):  # type: ignore[arg-type]
             if partition not in unverified:
                 unverified.add(partition)  # type: ignore[arg-type]
                 anomalies.append(Finding("unverified", f"partition {partition} has acknowledged sends "
                                          "(this one first) but the final read did not cover it", (ack,)))
             continue
-        if value not in final_values[partition]:  # type: ignore[index]
-            rng = final_ranges[partition]  # type: ignore[index]
-            there = final_at.get((partition, ack.offset))  # type: ignore[arg-type]
+        for rng in readers[partition]:  # type: ignore[index]
+            if value in final_values[(rng.process, partition)]:  # type: ignore[index]
+                continue
+            there = final_at.get((rng.process, partition, ack.offset))  # type: ignore[arg-type]
             instead = f"; offset {ack.offset} holds {there.value}" if there is not None else ""
             evidence = (invokes[value], ack) + ((there,) if there is not None else (rng,))
             anomalies.append(Finding(
                 "lost-write",
                 f"{value} was acknowledged at partition {partition} offset {ack.offset}, and the final read "
-                f"of [{rng.extra.get('low')}, {rng.extra.get('high')}) does not have it{instead}", evidence))
+                f"({rng.process}) of [{rng.extra.get('low')}, {rng.extra.get('high')}) does not have it{instead}",
+                evidence))
+            break
 
     # --- producers: acknowledged offsets in the order of the sends -------------------------
     last_ack: dict[tuple[str, int, int], Event] = {}
@@ -268,13 +274,19 @@ def _stats(events: Sequence[Event], acked: dict[str, Event], where: dict[str, An
         if e.process != "nemesis":
             by[e.f][e.type] += 1
     sends = by.get("send", {})
+    finals: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.f == "final-read":
+            finals[e.process] += 1
+    finals = dict(finals)
     return {
         "sends_attempted": sends.get("invoke", 0),
         "sends_acknowledged": sends.get("ok", 0),
         "sends_failed": sends.get("fail", 0),
         "sends_indeterminate": sends.get("invoke", 0) - sends.get("ok", 0) - sends.get("fail", 0),
         "polled": by.get("poll", {}).get("ok", 0),
-        "final_read": by.get("final-read", {}).get("ok", 0),
+        "final_read": max(finals.values(), default=0),
+        "final_read_by_reader": finals,
         "distinct_values_read": len(where),
         "faults": sum(1 for e in events if e.process == "nemesis" and e.extra.get("phase") == "start"),
         "by_operation": {f: dict(t) for f, t in sorted(by.items())},

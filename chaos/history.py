@@ -91,11 +91,14 @@ class HistoryWriter:
         self._lock = threading.Lock()
         self._file: TextIO = open(self.path, "a", buffering=1)
         self.events: list[Event] = []
+        #: (f, type) -> how many events were recorded: progress without a scan.
+        self.counts: dict[tuple[str, str], int] = {}
 
     def record(self, process: str, type: str, f: str, **fields: Any) -> Event:
         event = Event(process, type, f, wall=time.time(), mono=time.monotonic(), **fields)
         with self._lock:
             self.events.append(event)
+            self.counts[(f, type)] = self.counts.get((f, type), 0) + 1
             self._file.write(event.to_json() + "\n")
         return event
 

@@ -34,7 +34,15 @@ from chaos import checker
 from chaos.history import HistoryWriter
 from chaos.nemesis import LinkCutter, Nemesis, sleep_until
 from chaos.schedule import Fault, Shape, make_schedule
-from chaos.workload import MESSAGE_TIMEOUT_MS, PartitionLeaders, QueueOptions, QueueWorkload, create_topic, final_read
+from chaos.workload import (
+    MESSAGE_TIMEOUT_MS,
+    PartitionLeaders,
+    QueueOptions,
+    QueueWorkload,
+    create_topic,
+    final_read,
+    final_read_kafka_python,
+)
 from cluster.launcher import ClusterError, LocalCluster
 
 #: Failure detection in seconds, not Kafka's tens of seconds: a short run sees recoveries.
@@ -84,7 +92,9 @@ def command_line(o: RunOptions) -> str:
                                   else f" --message-timeout-ms {o.message_timeout_ms}"))
 
 
-def run(o: RunOptions, say: Any = print) -> RunOutcome:
+def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
+    """`say(text)` is told each step and fault; `tick(elapsed_s, duration_s, counts)`, every
+    half second of the workload, the history's counts by (f, type)."""
     if o.workload != "queue":
         raise ClusterError(f"workload {o.workload!r}: only queue is built (txn needs transactions)")
     o.out.mkdir(parents=True, exist_ok=True)
@@ -136,7 +146,10 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
         runner = threading.Thread(target=_apply_schedule, args=(nemesis, schedule, t0, stop, failures, say),
                                   name="nemesis", daemon=True)
         runner.start()
-        sleep_until(t0 + o.duration)
+        while time.monotonic() < t0 + o.duration:
+            time.sleep(max(0.0, min(0.5, t0 + o.duration - time.monotonic())))
+            if tick is not None:
+                tick(time.monotonic() - t0, o.duration, dict(history.counts))
         stop.set()
         runner.join(timeout=60)
         harness_errors += failures
@@ -156,7 +169,10 @@ def run(o: RunOptions, say: Any = print) -> RunOutcome:
         say("reading every partition back")
         missing = final_read(queue, history, str(o.out / "clients.log"))
         if missing:
-            harness_errors.append(f"the final read did not cover partitions {missing}")
+            harness_errors.append(f"the final read (confluent-kafka) did not cover partitions {missing}")
+        missing = final_read_kafka_python(queue, history)
+        if missing:
+            harness_errors.append(f"the final read (kafka-python) did not cover partitions {missing}")
         timeline["end"] = time.monotonic()
     finally:
         if nemesis is not None:
@@ -250,7 +266,10 @@ def active_controller(cluster: LocalCluster) -> int | None:
     import trio
 
     from common.wire import open_connection
-    from quorum.node.describe_quorum import describe_quorum_request, parse_describe_quorum
+    from quorum.node.describe_quorum import (
+        describe_quorum_request,
+        parse_describe_quorum,
+    )
 
     async def ask() -> int | None:
         for node in cluster.controllers:

@@ -108,7 +108,8 @@ def _fault(rng: random.Random, index: int, start: float, length: float, kind: st
         else:
             target = "active-controller"
         return Fault(index, start, length, kind, target=target)
-    shapes = [s for s in PARTITION_SHAPES if s != "majority-minority" or len(shape.controllers) + len(shape.brokers) >= 3]
+    nodes = len(shape.controllers) + len(shape.brokers)
+    shapes = [s for s in PARTITION_SHAPES if s != "majority-minority" or nodes >= 3]
     chosen = rng.choice(shapes)
     if chosen in ("isolate-leader", "one-way-leader"):
         return Fault(index, start, length, kind, target=f"leader:{rng.randrange(shape.partitions)}", shape=chosen)

@@ -257,8 +257,13 @@ class QueueWorkload:
             consumer.close()
 
 
+FINAL_CONFLUENT = "final-confluent"
+FINAL_KAFKA_PYTHON = "final-kafka-python"
+
+
 def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, timeout_s: float = 60.0) -> list[int]:
-    """Read every partition from its start to its high watermark; the partitions not fully read."""
+    """Read every partition from its start to its high watermark with confluent-kafka;
+    the partitions not fully read."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-final",
@@ -281,14 +286,44 @@ def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, tim
                 if msg.error() is not None:
                     continue
                 p = msg.partition()
-                history.record("final", "ok", "final-read", partition=p, offset=msg.offset(),
+                history.record(FINAL_CONFLUENT, "ok", "final-read", partition=p, offset=msg.offset(),
                                value=msg.value().decode())
                 reached[p] = msg.offset()
                 if msg.offset() >= ranges[p][1] - 1:
                     todo.discard(p)
         for p, (low, high) in ranges.items():
             if p not in todo:
-                history.record("final", "ok", "final-range", partition=p, extra={"low": low, "high": high})
+                history.record(FINAL_CONFLUENT, "ok", "final-range", partition=p, extra={"low": low, "high": high})
         return sorted(set(range(options.partitions)) - (set(ranges) - todo))
+    finally:
+        consumer.close()
+
+
+def final_read_kafka_python(options: QueueOptions, history: HistoryWriter, timeout_s: float = 60.0) -> list[int]:
+    """The same read with kafka-python, a second client library's opinion; the partitions not fully read."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=options.bootstrap.split(","), group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=10000)
+    deadline = time.monotonic() + timeout_s
+    try:
+        tps = [TopicPartition(options.topic, p) for p in range(options.partitions)]
+        consumer.assign(tps)
+        low = consumer.beginning_offsets(tps)
+        high = consumer.end_offsets(tps)
+        consumer.seek_to_beginning()
+        todo = {tp.partition for tp in tps if high[tp] > low[tp]}
+        while todo and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=500, max_records=2000).items():
+                for r in records:
+                    history.record(FINAL_KAFKA_PYTHON, "ok", "final-read", partition=tp.partition, offset=r.offset,
+                                   value=r.value.decode())
+                    if r.offset >= high[tp] - 1:
+                        todo.discard(tp.partition)
+        for tp in tps:
+            if tp.partition not in todo:
+                history.record(FINAL_KAFKA_PYTHON, "ok", "final-range", partition=tp.partition,
+                               extra={"low": low[tp], "high": high[tp]})
+        return sorted(todo)
     finally:
         consumer.close()

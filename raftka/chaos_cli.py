@@ -55,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_main(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from chaos.run import RunOptions, run
     from chaos.schedule import NEMESES
@@ -72,15 +73,31 @@ def run_main(args: argparse.Namespace) -> int:
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms)
     started = time.monotonic()
 
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[ops]}"), console=console, transient=True)
+    task = progress.add_task("faults under load", total=options.duration, ops="", start=False)
+
     def say(text: str) -> None:
-        console.print(f"[dim]{time.monotonic() - started:6.1f}s[/dim] {text}")
+        progress.console.print(f"[dim]{time.monotonic() - started:6.1f}s[/dim] {text}")
+
+    def tick(elapsed: float, duration: float, counts: dict) -> None:
+        if not progress.tasks[task].started:
+            progress.start_task(task)
+        sends = counts.get(("send", "invoke"), 0)
+        acked = counts.get(("send", "ok"), 0)
+        polled = counts.get(("poll", "ok"), 0)
+        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in ("kill", "pause", "partition"))
+        faults = (marks + 1) // 2  # a start and a heal each
+        progress.update(task, completed=min(elapsed, duration),
+                        ops=f"sends {sends}, acked {acked}, polled {polled}, faults {faults}")
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # unwinds through run()'s cleanup: nodes stopped, links restored
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        outcome = run(options, say=say)
+        with progress:
+            outcome = run(options, say=say, tick=tick)
     except RaftkaError as exc:
         console.print(f"[red]chaos run failed: {exc}[/red]")
         return 1

@@ -39,10 +39,10 @@ class H:
     def poll(self, process: str, partition: int, offset: int, value: str, session: int = 0) -> None:
         self.add(process, "ok", "poll", partition=partition, offset=offset, value=value, session=session)
 
-    def final(self, partition: int, records: list[str], low: int = 0) -> None:
+    def final(self, partition: int, records: list[str], low: int = 0, reader: str = "final") -> None:
         for i, v in enumerate(records):
-            self.add("final", "ok", "final-read", partition=partition, offset=low + i, value=v)
-        self.add("final", "ok", "final-range", partition=partition, extra={"low": low, "high": low + len(records)})
+            self.add(reader, "ok", "final-read", partition=partition, offset=low + i, value=v)
+        self.add(reader, "ok", "final-range", partition=partition, extra={"low": low, "high": low + len(records)})
 
 
 def clean() -> H:
@@ -98,6 +98,18 @@ def test_an_acknowledged_write_replaced_by_another_is_lost_and_inconsistent() ->
     h.final(0, ["z"])
     h.events.insert(0, Event("p9", "invoke", "send", partition=0, value="z"))
     assert sorted(kinds(h)) == ["inconsistent-offset", "lost-write"]
+
+
+def test_a_write_one_final_reader_misses_is_lost_even_if_another_has_it() -> None:
+    h = H()
+    h.open_producer("p1")
+    h.send("p1", 0, "a", 0)
+    h.send("p1", 0, "b", 1)
+    h.final(0, ["a", "b"], reader="final-confluent")
+    h.final(0, ["a"], reader="final-kafka-python")
+    result = check(h.events)
+    assert [f.kind for f in result.anomalies] == ["lost-write"]
+    assert "final-kafka-python" in result.anomalies[0].message
 
 
 def test_a_partition_the_final_read_did_not_cover_is_unverified() -> None:
@@ -244,7 +256,7 @@ def test_a_value_nobody_sent_or_whose_send_failed_is_a_phantom_read() -> None:
 def test_unseen_counts_acknowledged_records_no_consumer_polled_yet() -> None:
     h = clean()
     result = check(h.events, unseen_points=10)
-    t, acked, unseen = result.unseen[-1]
+    _t, acked, unseen = result.unseen[-1]
     assert acked == 4 and unseen == 1   # c (partition 0 offset 2) was never polled
     assert all(0 <= u <= a for _, a, u in result.unseen)
 

@@ -5,7 +5,6 @@ restores the link; nothing of the cutter is left afterwards."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 

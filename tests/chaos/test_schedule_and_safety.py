@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -25,7 +26,7 @@ def test_one_seed_gives_one_schedule_and_another_seed_another() -> None:
 def test_faults_come_one_at_a_time_within_the_run_and_every_nemesis_is_drawn(shape: Shape, seed: int) -> None:
     faults = make_schedule(random.Random(seed), list(NEMESES), 60, shape)
     assert {f.kind for f in faults} == set(NEMESES)
-    for before, after in zip(faults, faults[1:]):
+    for before, after in itertools.pairwise(faults):
         assert before.end < after.start
     assert faults[-1].end <= 60 - 2
     for f in faults:
