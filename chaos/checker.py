@@ -22,6 +22,8 @@ Anomalies (any one fails the run):
   over an offset that holds a record (known from any read).
 - `phantom-read`: a read value that no send produced, or whose send failed.
 
+- `node-crash`: a node exited though no nemesis killed it (a full disk must
+  stop the writes, not the broker).
 - `replica-divergence`: two brokers' copies of a partition disagree below
   the final high watermark (from `replica-divergence` events the run
   records after reading the replicas from disk).
@@ -49,7 +51,7 @@ from typing import Any
 from chaos.history import Event
 
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
-             "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence")
+             "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "node-crash")
 ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch")
 READS = ("poll", "final-read")
 
@@ -156,6 +158,8 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     for e in events:
         if e.f == "replica-divergence":
             anomalies.append(Finding("replica-divergence", str(e.value), (e,)))
+        elif e.f == "crash":
+            anomalies.append(Finding("node-crash", f"{e.value} while no nemesis killed it", (e,)))
 
     # --- values nobody wrote --------------------------------------------------------------
     for value, places in where.items():

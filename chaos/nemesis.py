@@ -4,6 +4,10 @@
 - `pause`: SIGSTOP, then SIGCONT at the heal (the process wakes up with
   the state it had: a paused leader must not act on it).
 - `partition`: links between nodes cut, one-way or two-way, by `LinkCutter`.
+- `disk`: a broker's disk full, by `Disks`: every broker's log dir is a
+  small tmpfs of its own, and the fault fills it to the last byte with a
+  file the broker does not read (`chaos-disk-fill`); the heal deletes the
+  file, and restarts the broker if the full disk stopped it.
 
 How links are cut, and why this way. Every node of a LocalCluster listens on
 127.0.0.1 with a port of its own, and its outgoing connections leave from
@@ -36,8 +40,8 @@ package; `make sysdeps` installs it). The table and the cgroups carry the
 run's pid in their name and are removed at the end.
 
 Not built: `clock` (no injected clock offset exists in the nodes' configs),
-`disk` (a full or failing disk) and `membership` (the quorum has no voter
-changes yet).
+a disk returning EIO (a full one is built) and `membership` (the quorum has
+no voter changes yet).
 """
 
 from __future__ import annotations
@@ -183,6 +187,70 @@ class LinkCutter:
             raise NemesisError(f"nft failed: {done.stderr.strip()}\n{script}")
 
 
+FILL_FILE = "chaos-disk-fill"
+
+
+class Disks:
+    """A tmpfs of `size_mb` under each broker's log dir, and a filler to make it full."""
+
+    def __init__(self, dirs: dict[int, Path], size_mb: int = 256) -> None:
+        if os.geteuid() != 0:
+            raise NemesisError("disk needs root (it mounts a tmpfs per broker)")
+        self.dirs = dict(dirs)
+        self.size_mb = size_mb
+        self.mounted: list[Path] = []
+        self.filled: set[int] = set()
+        #: Every broker whose disk was ever filled: the final heal may restart these.
+        self.victims: set[int] = set()
+
+    def set_up(self) -> None:
+        """Before the cluster is created: the log dirs must be empty mount points."""
+        for path in self.dirs.values():
+            path.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs", str(path)],
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise NemesisError(f"mount tmpfs on {path}: {done.stderr.strip()}")
+            self.mounted.append(path)
+
+    def fill(self, node_id: int) -> int:
+        """Fill node_id's disk to the last byte; the bytes written."""
+        written = 0
+        fd = os.open(self.dirs[node_id] / FILL_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (1 << 20, 4096, 1):  # big chunks, then the crumbs a page at a time, then bytes
+                chunk = bytes(size)
+                while True:
+                    try:
+                        written += os.write(fd, chunk)
+                    except OSError:
+                        break
+        finally:
+            os.close(fd)
+        self.filled.add(node_id)
+        self.victims.add(node_id)
+        return written
+
+    def heal(self) -> None:
+        for node_id in sorted(self.filled):
+            try:
+                (self.dirs[node_id] / FILL_FILE).unlink()
+            except FileNotFoundError:
+                pass
+        self.filled.clear()
+
+    def tear_down(self) -> None:
+        """After every broker stopped (the data is copied out first by the caller if wanted)."""
+        for path in reversed(self.mounted):
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        self.mounted.clear()
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
 def two_way(a: list[int], b: list[int]) -> list[tuple[int, int]]:
     return [(x, y) for x in a for y in b] + [(y, x) for x in a for y in b]
 
@@ -196,15 +264,18 @@ class Nemesis:
 
     def __init__(self, cluster: LocalCluster, history: HistoryWriter, rng: random.Random,
                  leader_of: Callable[[int], int | None], active_controller: Callable[[], int | None],
-                 cutter: LinkCutter | None = None) -> None:
+                 cutter: LinkCutter | None = None, disks: Disks | None = None) -> None:
         self.cluster = cluster
         self.history = history
         self.rng = rng
         self.leader_of = leader_of
         self.active_controller = active_controller
         self.cutter = cutter
+        self.disks = disks
         self.killed: set[int] = set()
         self.paused: set[int] = set()
+        #: Pids seen dead without the nemesis killing them (each reported once).
+        self.crashed: set[int] = set()
         self.applied: list[dict[str, Any]] = []
 
     def _node_ids(self) -> list[int]:
@@ -243,6 +314,12 @@ class Nemesis:
             record["nodes"] = sides
             self.cutter.cut(links)
             record["links"] = len(links)
+        elif fault.kind == "disk":
+            if self.disks is None:
+                raise NemesisError("disk needs the brokers' log dirs on tmpfs (Disks)")
+            node = self.resolve(fault.target)
+            record["nodes"] = [node]
+            record["filled_bytes"] = self.disks.fill(node)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         desc = fault.describe() + f" -> {record['nodes']}"
@@ -269,8 +346,24 @@ class Nemesis:
             return [(node, n) for n in rest], [[node], rest]
         raise NemesisError(f"no partition shape {fault.shape!r}")
 
+    def check_crashes(self) -> list[int]:
+        """Nodes that exited though the nemesis did not kill them: each recorded as a `crash`."""
+        found = []
+        for node in self.cluster.nodes.values():
+            process = node.process
+            if process is None or node.is_running() or node.node_id in self.killed or process.pid in self.crashed:
+                continue
+            self.crashed.add(process.pid)
+            found.append(node.node_id)
+            last = [line for line in node.tail(4000).splitlines() if line.strip()][-3:]
+            self.history.record("nemesis", "info", "crash", value=f"{node.role} {node.node_id} exited with code "
+                                f"{process.returncode}", extra={"node": node.node_id, "log": last,
+                                                                "output": str(node.output_path)})
+        return found
+
     def stop(self, fault: Fault) -> None:
         """Heal `fault` (every fault of its kind: one runs at a time)."""
+        self.check_crashes()
         extra: dict[str, Any] = {"phase": "stop", "fault": fault.index}
         if fault.kind == "kill":
             self._restart_killed()
@@ -278,11 +371,23 @@ class Nemesis:
             self._resume_paused()
         elif fault.kind == "partition" and self.cutter is not None:
             extra["dropped_packets"] = self.cutter.heal()
+        elif fault.kind == "disk" and self.disks is not None:
+            filled = sorted(self.disks.filled)
+            self.disks.heal()
+            # A broker the full disk stopped is started again on its (now roomy) disk.
+            extra["restarted"] = [n for n in filled if not self.cluster.nodes[n].is_running()]
+            for n in extra["restarted"]:
+                self.cluster.start(n)
         self.history.record("nemesis", "info", fault.kind, value=f"heal {fault.describe()}", extra=extra)
 
     def heal_all(self) -> None:
+        """Links restored, disks emptied, processes resumed; killed and crashed nodes started again."""
+        for node in self.check_crashes():
+            self.killed.add(node)  # started again below, as a killed one
         if self.cutter is not None:
             self.cutter.heal()
+        if self.disks is not None:
+            self.disks.heal()
         self._resume_paused()
         self._restart_killed()
 

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import random
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 
 from chaos import checker
 from chaos.history import HistoryWriter
-from chaos.nemesis import LinkCutter, Nemesis, sleep_until
+from chaos.nemesis import FILL_FILE, Disks, LinkCutter, Nemesis, sleep_until
 from chaos.schedule import Fault, Shape, make_schedule
 from chaos.workload import (
     MESSAGE_TIMEOUT_MS,
@@ -99,6 +100,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         raise ClusterError(f"workload {o.workload!r}: only queue is built (txn needs transactions)")
     o.out.mkdir(parents=True, exist_ok=True)
     if (o.out / "cluster" / "cluster.json").exists():
+        _unmount_under(o.out / "cluster")  # a disk nemesis' tmpfs an interrupted run left
         shutil.rmtree(o.out / "cluster")  # an earlier run's cluster: every run starts a fresh one
     history_path = o.out / "history.jsonl"
     if history_path.exists():
@@ -112,8 +114,18 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     say(f"seed {o.seed}: {len(schedule)} faults scheduled: "
         + "; ".join(f"{f.start:.0f}s {f.describe()} {f.duration:.0f}s" for f in schedule))
 
-    cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
-                           broker_overrides=CLUSTER_SETTINGS)
+    disks = None
+    if "disk" in o.nemeses:
+        # The brokers' log dirs become small tmpfs mounts before the cluster formats them.
+        disks = Disks({b: o.out / "cluster" / f"broker-{b}" for b in broker_ids})
+        disks.set_up()
+    try:
+        cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
+                               broker_overrides=CLUSTER_SETTINGS)
+    except BaseException:
+        if disks is not None:
+            disks.tear_down()
+        raise
     cutter = None
     if "partition" in o.nemeses:
         cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
@@ -136,7 +148,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         create_topic(queue, str(o.out / "clients.log"))
         leaders = PartitionLeaders(queue, str(o.out / "clients.log"))
         nemesis = Nemesis(cluster, history, random.Random(rng.getrandbits(64)), leaders.leader_of,
-                          lambda: active_controller(cluster), cutter)
+                          lambda: active_controller(cluster), cutter, disks)
         say(f"workload queue on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
         t0 = time.monotonic()
         timeline["start"] = t0
@@ -186,6 +198,8 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         record_replicas(history, cluster, queue)
     finally:
         history.close()
+        if disks is not None:
+            _keep_and_unmount(disks)
     if o.mode == "kraft":
         from chaos.safety import check_metadata
 
@@ -201,6 +215,33 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
                           command_line(o))
     valid = result.valid and bool(safety.get("valid")) and not harness_errors
     return RunOutcome(valid, report, o.out)
+
+
+def _unmount_under(path: Path) -> None:
+    root = str(path.resolve())
+    try:
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return
+    for mount in sorted(mounts, reverse=True):
+        if mount == root or mount.startswith(root + "/"):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+
+
+def _keep_and_unmount(disks: Disks) -> None:
+    """Copy each tmpfs log dir to disk (the data stays for a look afterwards), then unmount."""
+    for path in disks.dirs.values():
+        try:
+            (path / FILL_FILE).unlink(missing_ok=True)
+            shutil.copytree(path, path.with_name(path.name + ".tmp"), symlinks=True)
+        except OSError:
+            pass
+    disks.tear_down()
+    for path in disks.dirs.values():
+        copy = path.with_name(path.name + ".tmp")
+        if copy.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            copy.rename(path)
 
 
 def record_replicas(history: HistoryWriter, cluster: LocalCluster, queue: QueueOptions) -> None:

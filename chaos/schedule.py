@@ -23,6 +23,8 @@ Partition faults (`kind == "partition"`) carry a `shape`:
                           majority on one side (`groups` lists both sides)
     one-way-leader        one-way: the partition leader's packets to the
                           other nodes are dropped, theirs to it arrive
+
+A `disk` fault fills one broker's disk (a broker, or a partition's leader).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import dataclasses
 import random
 from typing import Any
 
-NEMESES = ("kill", "pause", "partition")
+NEMESES = ("kill", "pause", "partition", "disk")
 KILL_TARGETS = ("broker", "controller", "active-controller", "leader")
 PARTITION_SHAPES = ("isolate-leader", "isolate-controller", "majority-minority", "one-way-leader")
 
@@ -96,6 +98,10 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
 
 
 def _fault(rng: random.Random, index: int, start: float, length: float, kind: str, shape: Shape) -> Fault:
+    if kind == "disk":
+        if rng.random() < 0.5:
+            return Fault(index, start, length, kind, target=f"broker:{rng.choice(shape.brokers)}")
+        return Fault(index, start, length, kind, target=f"leader:{rng.randrange(shape.partitions)}")
     if kind in ("kill", "pause"):
         choices = [c for c in KILL_TARGETS if c != "controller" or shape.controllers]
         what = rng.choice(choices)

@@ -178,6 +178,12 @@ def test_replicas_that_disagree_are_a_divergence() -> None:
     assert kinds(h) == ["replica-divergence"]
 
 
+def test_a_node_that_exited_unkilled_is_a_crash() -> None:
+    h = clean()
+    h.add("nemesis", "info", "crash", value="broker 4 exited with code 1", extra={"node": 4})
+    assert kinds(h) == ["node-crash"]
+
+
 def test_two_reads_disagreeing_on_an_offset_are_inconsistent() -> None:
     h = clean()
     h.send("p1", 0, "x", None, outcome="info")
