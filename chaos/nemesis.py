@@ -277,6 +277,8 @@ class Nemesis:
         #: Pids seen dead without the nemesis killing them (each reported once).
         self.crashed: set[int] = set()
         self.applied: list[dict[str, Any]] = []
+        #: Targets nobody could name at the moment of the fault, so drawn at random instead.
+        self.guessed: list[str] = []
 
     def _node_ids(self) -> list[int]:
         return sorted(self.cluster.nodes)
@@ -290,6 +292,7 @@ class Nemesis:
         elif target.startswith("leader:"):
             found = self.leader_of(int(target.split(":")[1]))
         if found is None or found not in self.cluster.nodes:
+            self.guessed.append(target)
             pool = [b.node_id for b in self.cluster.brokers] if target.startswith("leader:") else (
                 [c.node_id for c in self.cluster.controllers] or [b.node_id for b in self.cluster.brokers])
             found = self.rng.choice(pool)
@@ -298,6 +301,7 @@ class Nemesis:
     def start(self, fault: Fault) -> dict[str, Any]:
         record: dict[str, Any] = {"fault": fault.index, "kind": fault.kind, "target": fault.target,
                                   "shape": fault.shape}
+        guessed_before = len(self.guessed)
         if fault.kind in ("kill", "pause"):
             node = self.resolve(fault.target)
             record["nodes"] = [node]
@@ -322,6 +326,8 @@ class Nemesis:
             record["filled_bytes"] = self.disks.fill(node)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
+        if len(self.guessed) > guessed_before:
+            record["target_guessed"] = True  # the cluster could not say who it was: a random node instead
         desc = fault.describe() + f" -> {record['nodes']}"
         self.history.record("nemesis", "info", fault.kind, value=desc, extra={"phase": "start", **record})
         self.applied.append(record)
