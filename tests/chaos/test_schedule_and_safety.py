@@ -82,3 +82,16 @@ def test_a_shorter_metadata_log_is_a_prefix_and_a_different_record_is_not() -> N
     assert prefix_violations({1: longest, 2: longest[:2], 3: longest[1:]}) == []
     found = prefix_violations({1: longest, 2: [(0, 1, "a"), (1, 2, "x")]})
     assert len(found) == 1 and "offset 1" in found[0] and "controller 2" in found[0]
+
+
+def test_replicas_disagreeing_below_the_high_watermark_are_found_and_above_it_not() -> None:
+    from chaos.on_disk import StoredRecord, divergences
+
+    def replica(*values: str) -> dict[int, StoredRecord]:
+        return {i: StoredRecord(i, v, 7, 0, i) for i, v in enumerate(values)}
+
+    same = {4: replica("a", "b", "c"), 5: replica("a", "b"), 6: replica("a", "b", "x")}
+    assert divergences(same, below=2) == []  # offset 2 is above the high watermark: not yet agreed
+    found = divergences(same, below=3)
+    assert found == ["offset 2: broker 4 has " + repr(StoredRecord(2, "c", 7, 0, 2))
+                     + ", broker 6 has " + repr(StoredRecord(2, "x", 7, 0, 2))]
