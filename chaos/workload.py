@@ -140,7 +140,7 @@ class QueueWorkload:
         self.stop_producers.set()
         producers = [t for t in self.threads if t.name.startswith("p-")]
         for t in producers:
-            t.join(timeout=60)
+            t.join(timeout=self.options.message_timeout_ms / 1000 + 30)  # their flush waits out the timeout
         deadline = time.monotonic() + drain_s
         while time.monotonic() < deadline and not self._consumers_caught_up():
             time.sleep(0.2)
