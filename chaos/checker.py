@@ -22,6 +22,9 @@ Anomalies (any one fails the run):
   over an offset that holds a record (known from any read).
 - `phantom-read`: a read value that no send produced, or whose send failed.
 
+- `leader-epoch-regression`: along one replica's log, a batch written by a
+  leader of an older epoch than the batch before it (from the run's reading
+  of the replicas).
 - `node-crash`: a node exited though no nemesis killed it (a full disk must
   stop the writes, not the broker).
 - `replica-divergence`: two brokers' copies of a partition disagree below
@@ -51,7 +54,8 @@ from typing import Any
 from chaos.history import Event
 
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
-             "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "node-crash")
+             "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "leader-epoch-regression",
+             "node-crash")
 ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch")
 READS = ("poll", "final-read")
 
@@ -156,8 +160,8 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
             anomalies.append(Finding("duplicate", message, evidence))
 
     for e in events:
-        if e.f == "replica-divergence":
-            anomalies.append(Finding("replica-divergence", str(e.value), (e,)))
+        if e.f in ("replica-divergence", "leader-epoch-regression"):
+            anomalies.append(Finding(e.f, str(e.value), (e,)))
         elif e.f == "crash":
             anomalies.append(Finding("node-crash", f"{e.value} while no nemesis killed it", (e,)))
 

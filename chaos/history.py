@@ -23,6 +23,7 @@ received. `f` names the operation:
                   (extra: producer_id, producer_epoch, sequence, broker);
                   recorded for the values read at more than one offset
     replica-divergence  after the run, two replicas disagree (value says where)
+    leader-epoch-regression  after the run, a replica's batch leader epochs go back
     <nemesis>     kill, pause, partition, ...: process "nemesis", type `info`,
                   extra.phase "start" or "stop", value describes the fault
 

@@ -9,7 +9,9 @@ Two uses:
   message times out, bumps its epoch and sends again under the new epoch
   records an earlier request may already have written);
 - replica agreement: every broker's copy of a partition must hold the same
-  record at every offset below the final high watermark.
+  record at every offset below the final high watermark;
+- leader epochs never going back: each batch carries the epoch of the leader
+  that wrote it, and along a replica's log the epochs never decrease.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StoredRecord(NamedTuple):
     producer_id: int
     producer_epoch: int
     sequence: int  # -1 for a non-idempotent producer's record
+    leader_epoch: int = -1  # of the batch: the epoch of the leader that appended it
 
 
 def read_replica(partition_dir: Path) -> dict[int, StoredRecord]:
@@ -40,7 +43,7 @@ def read_replica(partition_dir: Path) -> dict[int, StoredRecord]:
                 seq = header.base_sequence + i if header.base_sequence >= 0 else -1
                 value = None if record.value is None else bytes(record.value).decode(errors="replace")
                 out[record.offset] = StoredRecord(record.offset, value, header.producer_id, header.producer_epoch,
-                                                  seq)
+                                                  seq, header.partition_leader_epoch)
     return out
 
 
@@ -67,4 +70,19 @@ def divergences(replicas: dict[int, dict[int, StoredRecord]], below: int) -> lis
                 if ra != rb:
                     found.append(f"offset {offset}: broker {a} has {ra}, broker {b} has {rb}")
                     break
+    return found
+
+
+def epoch_regressions(replicas: dict[int, dict[int, StoredRecord]]) -> list[str]:
+    """Where a replica's leader epoch goes down from one batch to a later one (first per replica)."""
+    found = []
+    for broker, records in sorted(replicas.items()):
+        before: StoredRecord | None = None
+        for offset in sorted(records):
+            r = records[offset]
+            if before is not None and r.leader_epoch < before.leader_epoch:
+                found.append(f"broker {broker}: offset {before.offset} has leader epoch {before.leader_epoch}, "
+                             f"the later offset {offset} has {r.leader_epoch}")
+                break
+            before = r
     return found

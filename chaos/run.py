@@ -246,8 +246,9 @@ def _keep_and_unmount(disks: Disks) -> None:
 
 def record_replicas(history: HistoryWriter, cluster: LocalCluster, queue: QueueOptions) -> None:
     """From the stopped brokers' files: where replicas disagree below the final high
-    watermark, and how the values read at two offsets are stored (producer epochs)."""
-    from chaos.on_disk import divergences, read_partition
+    watermark, where a replica's leader epochs go back, and how the values read at two
+    offsets are stored (producer epochs)."""
+    from chaos.on_disk import divergences, epoch_regressions, read_partition
 
     events = history.snapshot()
     highs = {e.partition: int(e.extra["high"]) for e in events if e.f == "final-range"}
@@ -261,6 +262,9 @@ def record_replicas(history: HistoryWriter, cluster: LocalCluster, queue: QueueO
         for found in divergences(replicas, highs.get(partition, 0)):
             history.record("harness", "info", "replica-divergence", partition=partition,
                            value=f"partition {partition} {found}")
+        for found in epoch_regressions(replicas):
+            history.record("harness", "info", "leader-epoch-regression", partition=partition,
+                           value=f"partition {partition}: {found}")
         if not replicas:
             continue
         reference = max(replicas.items(), key=lambda kv: (len(kv[1]), -kv[0]))

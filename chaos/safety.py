@@ -13,9 +13,10 @@ In ZooKeeper mode there is no Raft quorum: what is checked is that each
 controller epoch had one controller (each broker logs `broker N is the
 controller at epoch E` when ZooKeeper elects it).
 
-Not checked here: partition leader epochs never going back (the metadata
-log has no leader epoch of its own in a PartitionChangeRecord: replaying it
-bumps the epoch, so the log cannot show one going back).
+Partition leader epochs never going back are checked on the data, not here:
+the metadata log cannot show it (a PartitionChangeRecord carries no leader
+epoch; replaying it bumps the epoch), each replica's batches can
+(chaos.on_disk.epoch_regressions).
 """
 
 from __future__ import annotations

@@ -95,3 +95,14 @@ def test_replicas_disagreeing_below_the_high_watermark_are_found_and_above_it_no
     found = divergences(same, below=3)
     assert found == ["offset 2: broker 4 has " + repr(StoredRecord(2, "c", 7, 0, 2))
                      + ", broker 6 has " + repr(StoredRecord(2, "x", 7, 0, 2))]
+
+
+def test_a_replica_whose_leader_epochs_go_back_is_found() -> None:
+    from chaos.on_disk import StoredRecord, epoch_regressions
+
+    def replica(*epochs: int) -> dict[int, StoredRecord]:
+        return {i: StoredRecord(i, str(i), 7, 0, i, e) for i, e in enumerate(epochs)}
+
+    assert epoch_regressions({4: replica(0, 0, 1, 3, 3)}) == []
+    assert epoch_regressions({4: replica(0, 2, 1), 5: replica(0, 2, 2)}) == [
+        "broker 4: offset 1 has leader epoch 2, the later offset 2 has 1"]
