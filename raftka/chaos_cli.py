@@ -51,6 +51,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--out", metavar="DIR", help="where the cluster, history and report go "
                      "(default chaos-<seed> in the current directory)")
     run.set_defaults(func=run_main)
+    check = commands.add_parser("check", help="check a recorded history.jsonl again (no cluster)",
+                                description="Run the checker on a history a `chaos run` recorded; "
+                                "exit 0 only when it finds no anomaly.")
+    check.add_argument("history", help="a history.jsonl")
+    check.set_defaults(func=check_main)
+
+
+def check_main(args: argparse.Namespace) -> int:
+    from chaos.checker import check
+    from chaos.history import read_history
+
+    result = check(read_history(args.history))
+    for finding in result.anomalies + result.allowed:
+        print(f"{finding.kind}: {finding.message}")
+    counts = {k: v for k, v in result.counts().items() if v}
+    print(f"{result.stats['sends_attempted']} sends, {result.stats['sends_acknowledged']} acknowledged; "
+          f"findings {counts or 'none'}; {'valid' if result.valid else 'ANOMALIES'}")
+    return 0 if result.valid else 1
 
 
 def run_main(args: argparse.Namespace) -> int:

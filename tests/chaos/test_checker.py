@@ -317,3 +317,22 @@ def test_histories_of_a_correct_log_have_no_anomaly(seed: int, partitions: int, 
         h.final(p, logs[p])
     result = check(h.events)
     assert result.anomalies == [], [f.message for f in result.anomalies]
+
+
+def test_raftka_chaos_check_rechecks_a_recorded_history(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(dumps(clean().events))
+    h = clean()
+    h.send("p1", 0, "late", 3)  # acknowledged after the final read: nobody read it back
+    bad.write_text(dumps(h.events))
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    for path, code, says in ((good, 0, "valid"), (bad, 1, "lost-write: late")):
+        done = subprocess.run([sys.executable, "-m", "raftka.cli", "chaos", "check", str(path)],
+                              capture_output=True, text=True, env=env, cwd=root, check=False)
+        assert done.returncode == code and says in done.stdout, done.stdout + done.stderr
