@@ -160,7 +160,7 @@ class QueueWorkload:
     # --- producers ---------------------------------------------------------------------------------
 
     def _produce(self, name: str, idempotent: bool) -> None:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         o = self.options
         config: dict[str, Any] = {
@@ -205,9 +205,11 @@ class QueueWorkload:
             except BufferError as exc:
                 self.history.record(name, "fail", "send", partition=partition, value=value,
                                     extra={"error": "BufferError", "message": str(exc)})
-            except Exception as exc:
-                self.history.record(name, "fail" if "KafkaError" in type(exc).__name__ else "info", "send",
-                                    partition=partition, value=value, extra={"error": repr(exc)})
+            except KafkaException as exc:
+                # produce() refused it (e.g. the partition is unknown just now): never enqueued.
+                self.history.record(name, "fail", "send", partition=partition, value=value,
+                                    extra={"error": exc.args[0].name() if exc.args else repr(exc),
+                                           "message": str(exc)})
             # poll() returns as soon as it served a callback: keep polling until the
             # next send is due, and never make up for a stall with a burst.
             next_at = max(next_at + interval, time.monotonic() - interval)
