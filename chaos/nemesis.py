@@ -361,7 +361,9 @@ class Nemesis:
                 continue
             self.crashed.add(process.pid)
             found.append(node.node_id)
-            last = [line for line in node.tail(4000).splitlines() if line.strip()][-3:]
+            lines = [line.strip(" |") for line in node.tail(8000).splitlines() if line.strip(" |^")]
+            # The exception and where it was raised, not the traceback's decoration.
+            last = [line for line in lines if "Error" in line or "Exception" in line or 'File "' in line][-4:]
             self.history.record("nemesis", "info", "crash", value=f"{node.role} {node.node_id} exited with code "
                                 f"{process.returncode}", extra={"node": node.node_id, "log": last,
                                                                 "output": str(node.output_path)})
