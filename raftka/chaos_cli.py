@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--brokers", type=int, default=3, metavar="M")
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
-                     help="comma-separated: kill, pause, partition, disk (default kill,pause,partition); 'none' for a calm run")
+                     help="comma-separated: kill, pause, partition, disk (default kill,pause,partition); "
+                     "'none' for a calm run")
     run.add_argument("--workload", choices=("queue",), default="queue")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
