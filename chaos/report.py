@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -48,6 +49,10 @@ def write_report(options: Any, schedule: list[Fault], events: list[Event], resul
     for w in windows:
         by_kind[w["kind"]] += 1
     valid = result.valid and bool(safety.get("valid")) and not harness_errors
+    errors: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.f == "send" and e.type in ("fail", "info"):
+            errors[f"{e.type} {e.extra.get('error', '?')}"] += 1
     report = {
         "valid": valid,
         "command": command,
@@ -60,6 +65,8 @@ def write_report(options: Any, schedule: list[Fault], events: list[Event], resul
         "checker": result.to_dict(),
         "metadata": safety,
         "harness_errors": harness_errors,
+        "send_errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])),
+        "client_log": client_log_summary(out / "clients.log"),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "report.md").write_text(_markdown(report, result))
@@ -69,6 +76,29 @@ def write_report(options: Any, schedule: list[Fault], events: list[Event], resul
     except Exception as exc:  # no plot is not a reason to lose the report
         report["plot_error"] = repr(exc)
     return report
+
+
+#: librdkafka log lines worth counting: what the clients went through.
+CLIENT_LOG_EVENTS = {
+    "a topic's partition count dropped to 0 (a broker answered Metadata without its partitions)":
+        re.compile(r"partition count changed from [1-9]\d* to 0"),
+    "idempotent producer epoch bumps (after which it sends some records again)": re.compile(r"bumped epoch to"),
+    "produce requests answered OUT_OF_ORDER_SEQUENCE_NUMBER (logged with RAFTKA_CHAOS_CLIENT_DEBUG=eos,msg)":
+        re.compile(r"out of order sequence number"),
+}
+
+
+def client_log_summary(path: Any) -> dict[str, int]:
+    counts = {k: 0 for k in CLIENT_LOG_EVENTS}
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                for what, pattern in CLIENT_LOG_EVENTS.items():
+                    if pattern.search(line):
+                        counts[what] += 1
+    except OSError:
+        pass
+    return counts
 
 
 def _markdown(report: dict[str, Any], result: Result) -> str:
@@ -106,6 +136,11 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
                          f"{meta.get('prefix_violations') or 'none'}")
         if meta.get("unreadable"):
             lines.append(f"- unreadable: {meta['unreadable']}")
+    if report["send_errors"]:
+        lines += ["", "## Sends not acknowledged, by outcome and error", "", "| outcome error | sends |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in report["send_errors"].items()]
+    lines += ["", "## What the clients' log shows", "", "| event | lines |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in report["client_log"].items()]
     lines += ["", "## Faults", "", "| start s | stop s | fault |", "|---|---|---|"]
     lines += [f"| {w['start']} | {w['stop']} | {w['what']} |" for w in report["faults"]]
     if report["harness_errors"]:
