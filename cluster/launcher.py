@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,7 @@ class LocalCluster:
         die_with_parent: bool = False,
         mode: str = "kraft",
         zookeeper_tick_time_ms: int = 2000,
+        preexec: Callable[[int], None] | None = None,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
@@ -131,6 +133,10 @@ class LocalCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.die_with_parent = die_with_parent
+        #: Run in each child, with its node id, before exec (the chaos harness
+        #: puts every node in a cgroup of its own there, so that its sockets are
+        #: tagged from the first one on).
+        self.preexec = preexec
         self.mode = mode
         self.cluster_id = self._cluster_id()
         ports = free_ports(controllers + brokers, host) if base_port == 0 else (
@@ -222,8 +228,23 @@ class LocalCluster:
                 [sys.executable, "-m", "raftka.cli", node.role, "--config", str(node.config_path)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=_die_with_parent if self.die_with_parent else None)
+                preexec_fn=self._child_setup(node_id))
         self._write_state()
+
+    def _child_setup(self, node_id: int) -> Callable[[], None] | None:
+        steps: list[Callable[[], None]] = []
+        if self.die_with_parent:
+            steps.append(_die_with_parent)
+        if self.preexec is not None:
+            steps.append(functools.partial(self.preexec, node_id))
+        if not steps:
+            return None
+
+        def setup() -> None:
+            for step in steps:
+                step()
+
+        return setup
 
     def start_zookeeper(self, timeout_s: float = 60.0) -> None:
         """zk mode: start the ensemble (if not running) and record the cluster id in `/cluster/id`."""

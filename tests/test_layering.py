@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Low to high. A module in one of these packages imports only from its own
 #: package and those before it.
-LAYERS = ["common", "storage", "quorum", "broker", "cluster", "bench", "raftka"]
+LAYERS = ["common", "storage", "quorum", "broker", "cluster", "bench", "chaos", "raftka"]
 
 #: What every pure core is denied: the event loop, sockets, files and
 #: processes, the clock.

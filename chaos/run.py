@@ -1,0 +1,338 @@
+"""One chaos run, end to end: cluster, workload and nemeses, heal, read back, check, report.
+
+    run(RunOptions(...)) -> RunOutcome   (exit status 0 only when nothing was found)
+
+Steps, each logged to the console:
+
+1. The link cutter (partition nemesis) tags every node's connections from
+   its first one: it is set up before the cluster starts.
+2. A LocalCluster starts in `out/cluster` (KRaft or ZooKeeper mode) with short
+   failure-detection timeouts, and the workload's topic is created.
+3. The workload runs for `duration` seconds while the nemesis applies the
+   seeded schedule (chaos.schedule), one fault at a time.
+4. Everything is healed (links restored, processes resumed and restarted),
+   the cluster must become ready again, the producers stop and drain, the
+   consumers catch up; then a fresh consumer reads every partition.
+5. The cluster stops; the controllers' logs and metadata logs are checked
+   (chaos.safety); the history is checked (chaos.checker).
+6. out/: history.jsonl, report.json, report.md, report.png, clients.log,
+   and the cluster's data and logs under cluster/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos import checker
+from chaos.history import HistoryWriter
+from chaos.nemesis import FILL_FILE, Disks, LinkCutter, Nemesis, sleep_until
+from chaos.schedule import Fault, Shape, make_schedule
+from chaos.workload import (
+    MESSAGE_TIMEOUT_MS,
+    PartitionLeaders,
+    QueueOptions,
+    QueueWorkload,
+    create_topic,
+    final_read,
+    final_read_kafka_python,
+)
+from cluster.launcher import ClusterError, LocalCluster
+
+#: Failure detection in seconds, not Kafka's tens of seconds: a short run sees recoveries.
+CLUSTER_SETTINGS = {
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "400",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.replication.factor": "3",
+    "zookeeper.session.timeout.ms": "6000",
+}
+
+
+@dataclasses.dataclass
+class RunOptions:
+    out: Path
+    mode: str = "kraft"
+    controllers: int = 3
+    brokers: int = 3
+    duration: float = 120.0
+    nemeses: tuple[str, ...] = ("kill", "pause", "partition")
+    workload: str = "queue"
+    seed: int = 0
+    partitions: int = 3
+    rate: float = 40.0
+    message_timeout_ms: int = MESSAGE_TIMEOUT_MS
+    quiet_s: tuple[float, float] = (3.0, 6.0)
+    fault_s: tuple[float, float] = (4.0, 10.0)
+    recovery_timeout_s: float = 90.0
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    valid: bool
+    report: dict[str, Any]
+    out: Path
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.valid else 1
+
+
+def command_line(o: RunOptions) -> str:
+    return (f"raftka chaos run --mode {o.mode} --controllers {o.controllers} --brokers {o.brokers} "
+            f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
+            f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
+                                  else f" --message-timeout-ms {o.message_timeout_ms}"))
+
+
+def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
+    """`say(text)` is told each step and fault; `tick(elapsed_s, duration_s, counts)`, every
+    half second of the workload, the history's counts by (f, type)."""
+    if o.workload != "queue":
+        raise ClusterError(f"workload {o.workload!r}: only queue is built (txn needs transactions)")
+    o.out.mkdir(parents=True, exist_ok=True)
+    if (o.out / "cluster" / "cluster.json").exists():
+        _unmount_under(o.out / "cluster")  # a disk nemesis' tmpfs an interrupted run left
+        shutil.rmtree(o.out / "cluster")  # an earlier run's cluster: every run starts a fresh one
+    history_path = o.out / "history.jsonl"
+    if history_path.exists():
+        history_path.unlink()
+    history = HistoryWriter(history_path)
+    rng = random.Random(o.seed)
+    controller_ids = tuple(range(1, o.controllers + 1)) if o.mode == "kraft" else ()
+    broker_ids = tuple(range(o.controllers + 1, o.controllers + o.brokers + 1))
+    shape = Shape(o.mode, controller_ids, broker_ids, o.partitions)
+    schedule = make_schedule(rng, list(o.nemeses), o.duration, shape, quiet_s=o.quiet_s, fault_s=o.fault_s)
+    say(f"seed {o.seed}: {len(schedule)} faults scheduled: "
+        + "; ".join(f"{f.start:.0f}s {f.describe()} {f.duration:.0f}s" for f in schedule))
+
+    disks = None
+    if "disk" in o.nemeses:
+        # The brokers' log dirs become small tmpfs mounts before the cluster formats them.
+        disks = Disks({b: o.out / "cluster" / f"broker-{b}" for b in broker_ids})
+        disks.set_up()
+    try:
+        cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
+                               broker_overrides=CLUSTER_SETTINGS)
+    except BaseException:
+        if disks is not None:
+            disks.tear_down()
+        raise
+    cutter = None
+    if "partition" in o.nemeses:
+        cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
+        cluster.preexec = cutter.preexec
+    timeline: dict[str, float] = {}
+    safety: dict[str, Any] = {}
+    harness_errors: list[str] = []
+    rf = min(3, o.brokers)
+    queue = QueueOptions(bootstrap=cluster.bootstrap, partitions=o.partitions, replication_factor=rf,
+                         min_insync_replicas=min(2, rf), rate_per_producer=o.rate,
+                         message_timeout_ms=o.message_timeout_ms, group_id=f"chaos-{o.seed}")
+    workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
+    nemesis: Nemesis | None = None
+    try:
+        if cutter is not None:
+            cutter.set_up()
+        say(f"starting a {o.mode} cluster: {o.controllers} controllers, {o.brokers} brokers in {cluster.base_dir}")
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=120)
+        create_topic(queue, str(o.out / "clients.log"))
+        leaders = PartitionLeaders(queue, str(o.out / "clients.log"))
+        nemesis = Nemesis(cluster, history, random.Random(rng.getrandbits(64)), leaders.leader_of,
+                          lambda: active_controller(cluster), cutter, disks)
+        say(f"workload queue on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
+        t0 = time.monotonic()
+        timeline["start"] = t0
+        workload.start()
+        stop = threading.Event()
+        failures: list[str] = []
+        runner = threading.Thread(target=_apply_schedule, args=(nemesis, schedule, t0, stop, failures, say),
+                                  name="nemesis", daemon=True)
+        runner.start()
+        while time.monotonic() < t0 + o.duration:
+            time.sleep(max(0.0, min(0.5, t0 + o.duration - time.monotonic())))
+            if tick is not None:
+                tick(time.monotonic() - t0, o.duration, dict(history.counts))
+        stop.set()
+        runner.join(timeout=60)
+        harness_errors += failures
+        say("healing everything; waiting for the cluster to recover")
+        nemesis.heal_all()
+        timeline["healed"] = time.monotonic()
+        try:
+            cluster.wait_ready(timeout_s=o.recovery_timeout_s)
+            timeline["recovered"] = time.monotonic()
+        except ClusterError as exc:
+            harness_errors.append(f"the cluster did not recover within {o.recovery_timeout_s:g} s: "
+                                  + str(exc).splitlines()[0])
+        time.sleep(2.0)  # the healthy cluster serves the workload a moment before it stops
+        say("stopping the workload (outstanding sends drain, consumers catch up)")
+        workload.stop()
+        harness_errors += workload.errors
+        say("reading every partition back")
+        missing = final_read(queue, history, str(o.out / "clients.log"))
+        if missing:
+            harness_errors.append(f"the final read (confluent-kafka) did not cover partitions {missing}")
+        missing = final_read_kafka_python(queue, history)
+        if missing:
+            harness_errors.append(f"the final read (kafka-python) did not cover partitions {missing}")
+        timeline["end"] = time.monotonic()
+    finally:
+        if nemesis is not None:
+            nemesis.heal_all()
+        workload.stop_producers.set()
+        workload.stop_consumers.set()
+        cluster.stop_all(timeout_s=20)
+        if cutter is not None:
+            cutter.tear_down()
+    try:
+        record_replicas(history, cluster, queue)
+    finally:
+        history.close()
+        if disks is not None:
+            _keep_and_unmount(disks)
+    if o.mode == "kraft":
+        from chaos.safety import check_metadata
+
+        safety = check_metadata({n.node_id: (n.log_dir, n.output_path) for n in cluster.controllers})
+    else:
+        from chaos.safety import check_zk_controllers
+
+        safety = check_zk_controllers({n.node_id: n.output_path for n in cluster.brokers})
+    result = checker.check(history.snapshot())
+    from chaos.report import write_report
+
+    report = write_report(o, schedule, history.snapshot(), result, safety, timeline, harness_errors,
+                          command_line(o))
+    valid = result.valid and bool(safety.get("valid")) and not harness_errors
+    return RunOutcome(valid, report, o.out)
+
+
+def _unmount_under(path: Path) -> None:
+    root = str(path.resolve())
+    try:
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return
+    for mount in sorted(mounts, reverse=True):
+        if mount == root or mount.startswith(root + "/"):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+
+
+def _keep_and_unmount(disks: Disks) -> None:
+    """Copy each tmpfs log dir to disk (the data stays for a look afterwards), then unmount."""
+    for path in disks.dirs.values():
+        try:
+            (path / FILL_FILE).unlink(missing_ok=True)
+            shutil.copytree(path, path.with_name(path.name + ".tmp"), symlinks=True)
+        except OSError:
+            pass
+    disks.tear_down()
+    for path in disks.dirs.values():
+        copy = path.with_name(path.name + ".tmp")
+        if copy.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            copy.rename(path)
+
+
+def record_replicas(history: HistoryWriter, cluster: LocalCluster, queue: QueueOptions) -> None:
+    """From the stopped brokers' files: where replicas disagree below the final high
+    watermark, where a replica's leader epochs go back, and how the values read at two
+    offsets are stored (producer epochs)."""
+    from chaos.on_disk import divergences, epoch_regressions, read_partition
+
+    events = history.snapshot()
+    highs = {e.partition: int(e.extra["high"]) for e in events if e.f == "final-range"}
+    offsets_of: dict[tuple[int, str], set[int]] = {}
+    for e in events:
+        if e.f in ("poll", "final-read") and e.type == "ok":
+            offsets_of.setdefault((e.partition, e.value), set()).add(e.offset)  # type: ignore[arg-type]
+    brokers = {b.node_id: b.log_dir for b in cluster.brokers}
+    for partition in range(queue.partitions):
+        replicas = read_partition(brokers, queue.topic, partition)
+        for found in divergences(replicas, highs.get(partition, 0)):
+            history.record("harness", "info", "replica-divergence", partition=partition,
+                           value=f"partition {partition} {found}")
+        for found in epoch_regressions(replicas):
+            history.record("harness", "info", "leader-epoch-regression", partition=partition,
+                           value=f"partition {partition}: {found}")
+        if not replicas:
+            continue
+        reference = max(replicas.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+        for (p, value), offsets in sorted(offsets_of.items()):
+            if p != partition or len(offsets) < 2:
+                continue
+            for offset in sorted(offsets):
+                r = reference[1].get(offset)
+                if r is not None:
+                    history.record("harness", "info", "stored", partition=partition, offset=offset, value=r.value,
+                                   extra={"producer_id": r.producer_id, "producer_epoch": r.producer_epoch,
+                                          "sequence": r.sequence, "broker": reference[0]})
+
+
+def _apply_schedule(nemesis: Nemesis, schedule: list[Fault], t0: float, stop: threading.Event,
+                    failures: list[str], say: Any) -> None:
+    for fault in schedule:
+        if not sleep_until(t0 + fault.start, stop.is_set):
+            return
+        applied = None
+        try:
+            applied = nemesis.start(fault)
+            say(f"{time.monotonic() - t0:6.1f}s  {fault.describe()} on {applied.get('nodes')}")
+        except Exception as exc:
+            failures.append(f"fault {fault.index} ({fault.describe()}) could not be applied: {exc}")
+        in_time = sleep_until(t0 + fault.end, stop.is_set)
+        if applied is not None:
+            try:
+                nemesis.stop(fault)
+                say(f"{time.monotonic() - t0:6.1f}s  healed {fault.describe()}")
+            except Exception as exc:
+                failures.append(f"fault {fault.index} ({fault.describe()}) could not be healed: {exc}")
+        if not in_time:
+            return
+
+
+def active_controller(cluster: LocalCluster) -> int | None:
+    """The KRaft quorum's leader (DescribeQuorum), or the broker ZooKeeper elected."""
+    if cluster.mode == "zk":
+        try:
+            return cluster.zookeeper_controller(timeout_s=3)[0]
+        except Exception:
+            return None
+    import trio
+
+    from common.wire import open_connection
+    from quorum.node.describe_quorum import (
+        describe_quorum_request,
+        parse_describe_quorum,
+    )
+
+    async def ask() -> int | None:
+        for node in cluster.controllers:
+            if not node.is_running():
+                continue
+            try:
+                with trio.fail_after(2):
+                    async with open_connection(node.host, node.port, connect_timeout_ms=1000) as conn:
+                        response = await conn.request(describe_quorum_request(2), timeout_ms=1500)
+                d = parse_describe_quorum(response)
+                if d.error_code == 0 and d.leader_id >= 0:
+                    return d.leader_id
+            except Exception:
+                continue
+        return None
+
+    return trio.run(ask)
+
+
+def load_report(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text())

@@ -1,0 +1,134 @@
+"""`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
+
+    raftka chaos run [--mode kraft|zk] [--controllers 3] [--brokers 3] [--duration 120]
+                     [--nemesis kill,pause,partition] [--workload queue] [--seed N] [--out DIR]
+
+Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
+queue workload (confluent-kafka producers, idempotent and not, acks=all;
+consumers in a group and with assign()) while the nemeses inject faults on
+a schedule drawn from the seed, heals everything, waits for the cluster to
+recover, reads every partition back and checks the history. Writes
+DIR/history.jsonl, report.json, report.md and report.png. Exit status 0
+only when no anomaly was found (and the harness itself ran cleanly); 1
+otherwise. The same seed gives the same schedule.
+
+`partition` cuts links with nftables between per-node cgroups: it needs
+root and the `nft` command (`make sysdeps`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+
+from common.errors import RaftkaError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    chaos = sub.add_parser("chaos", help="Jepsen-style fault injection with a checked history",
+                           description=__doc__.splitlines()[0])
+    commands = chaos.add_subparsers(dest="chaos_command", metavar="COMMAND")
+    commands.required = True
+    run = commands.add_parser("run", help="start a cluster, inject faults under load, check what was kept",
+                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--mode", choices=("kraft", "zk"), default="kraft")
+    run.add_argument("--controllers", type=int, default=3, metavar="N",
+                     help="KRaft voters, or ZooKeeper servers with --mode zk (default 3)")
+    run.add_argument("--brokers", type=int, default=3, metavar="M")
+    run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
+    run.add_argument("--nemesis", default="kill,pause,partition",
+                     help="comma-separated: kill, pause, partition, disk (default kill,pause,partition); "
+                     "'none' for a calm run")
+    run.add_argument("--workload", choices=("queue",), default="queue")
+    run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
+    run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
+    run.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    run.add_argument("--message-timeout-ms", type=int, default=60000, metavar="MS",
+                     help="the producers' message.timeout.ms (default 60000: longer than a fault; a shorter one "
+                     "makes librdkafka bump its idempotent epoch and send some records twice)")
+    run.add_argument("--out", metavar="DIR", help="where the cluster, history and report go "
+                     "(default chaos-<seed> in the current directory)")
+    run.set_defaults(func=run_main)
+    check = commands.add_parser("check", help="check a recorded history.jsonl again (no cluster)",
+                                description="Run the checker on a history a `chaos run` recorded; "
+                                "exit 0 only when it finds no anomaly.")
+    check.add_argument("history", help="a history.jsonl")
+    check.set_defaults(func=check_main)
+
+
+def check_main(args: argparse.Namespace) -> int:
+    from chaos.checker import check
+    from chaos.history import read_history
+
+    result = check(read_history(args.history))
+    for finding in result.anomalies + result.allowed:
+        print(f"{finding.kind}: {finding.message}")
+    counts = {k: v for k, v in result.counts().items() if v}
+    print(f"{result.stats['sends_attempted']} sends, {result.stats['sends_acknowledged']} acknowledged; "
+          f"findings {counts or 'none'}; {'valid' if result.valid else 'ANOMALIES'}")
+    return 0 if result.valid else 1
+
+
+def run_main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from chaos.run import RunOptions, run
+    from chaos.schedule import NEMESES
+
+    console = Console(stderr=True, soft_wrap=True)
+    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    nemeses = tuple(n for n in args.nemesis.split(",") if n and n != "none")
+    unknown = [n for n in nemeses if n not in NEMESES]
+    if unknown:
+        console.print(f"[red]unknown nemesis {unknown}: choose from {', '.join(NEMESES)}[/red]")
+        return 2
+    options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
+                         controllers=args.controllers, brokers=args.brokers, duration=args.duration,
+                         nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
+                         rate=args.rate, message_timeout_ms=args.message_timeout_ms)
+    started = time.monotonic()
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[ops]}"), console=console, transient=True)
+    task = progress.add_task("faults under load", total=options.duration, ops="", start=False)
+
+    def say(text: str) -> None:
+        progress.console.print(f"[dim]{time.monotonic() - started:6.1f}s[/dim] {text}")
+
+    def tick(elapsed: float, duration: float, counts: dict) -> None:
+        if not progress.tasks[task].started:
+            progress.start_task(task)
+        sends = counts.get(("send", "invoke"), 0)
+        acked = counts.get(("send", "ok"), 0)
+        polled = counts.get(("poll", "ok"), 0)
+        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in ("kill", "pause", "partition"))
+        faults = (marks + 1) // 2  # a start and a heal each
+        progress.update(task, completed=min(elapsed, duration),
+                        ops=f"sends {sends}, acked {acked}, polled {polled}, faults {faults}")
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # unwinds through run()'s cleanup: nodes stopped, links restored
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with progress:
+            outcome = run(options, say=say, tick=tick)
+    except RaftkaError as exc:
+        console.print(f"[red]chaos run failed: {exc}[/red]")
+        return 1
+    report = outcome.report
+    stats = report["checker"]["stats"]
+    counts = {k: v for k, v in report["checker"]["counts"].items() if v}
+    console.print(f"sends {stats['sends_attempted']} attempted, {stats['sends_acknowledged']} acknowledged; "
+                  f"{len(report['faults'])} faults; findings {counts or 'none'}; "
+                  f"metadata {'ok' if report['metadata'].get('valid') else 'VIOLATED'}")
+    for error in report["harness_errors"]:
+        console.print(f"[yellow]harness: {error}[/yellow]")
+    verdict = "[green]no anomaly found[/green]" if outcome.valid else "[red]ANOMALIES FOUND[/red]"
+    console.print(f"{verdict}; report in {outcome.out / 'report.md'}")
+    print(outcome.out / "report.json")
+    return outcome.exit_code

@@ -1,0 +1,85 @@
+"""`raftka chaos run` end to end: a real cluster, real clients, real faults.
+
+The default suite runs one short KRaft run with `kill` and `partition` (the
+seed's schedule kills the active controller, then isolates a partition
+leader from the other nodes while its clients still reach it). With
+RAFTKA_SOAK=1, every combination of nemeses runs for RAFTKA_SOAK_SECONDS
+(default 300) in KRaft mode and in ZooKeeper mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.history import read_history
+from chaos.nemesis import link_cutting_unavailable
+from chaos.schedule import NEMESES, Shape, make_schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+SOAK = os.environ.get("RAFTKA_SOAK") == "1"
+SOAK_SECONDS = float(os.environ.get("RAFTKA_SOAK_SECONDS", "300"))
+
+
+def chaos_run(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "raftka.cli", "chaos", "run", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def check_outcome(done: subprocess.CompletedProcess[str], out: Path, kinds: set[str]) -> dict:
+    assert done.returncode == 0, f"chaos run found anomalies or failed:\n{done.stderr[-4000:]}\n" + (
+        (out / "report.md").read_text()[:6000] if (out / "report.md").exists() else "")
+    for name in ("history.jsonl", "report.json", "report.md", "report.png"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "report.json").read_text())
+    assert report["valid"] and report["metadata"]["valid"]
+    history = read_history(out / "history.jsonl")
+    started = [e for e in history if e.process == "nemesis" and e.extra.get("phase") == "start"]
+    healed = [e for e in history if e.process == "nemesis" and e.extra.get("phase") == "stop"]
+    assert {e.f for e in started} == kinds and len(healed) == len(started)
+    for e in healed:
+        if e.f == "partition":
+            assert e.extra["dropped_packets"] > 0, "a partition that dropped nothing was no partition"
+    acked = [e for e in history if e.f == "send" and e.type == "ok"]
+    assert len(acked) > 300
+    # Records were acknowledged while faults were on, not only around them.
+    windows = [(s.mono, h.mono) for s, h in zip(started, healed)]
+    assert any(a <= e.mono <= b for e in acked for a, b in windows)
+    final = {e.value for e in history if e.f == "final-read"}
+    assert {e.value for e in acked} <= final
+    return report
+
+
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_a_short_run_with_kills_and_partitions_finds_nothing_and_says_what_it_did(tmp_path: Path) -> None:
+    seed, duration = 3, 22
+    planned = make_schedule(random.Random(seed), ["kill", "partition"], duration,
+                            Shape("kraft", (1, 2, 3), (4, 5, 6), 3))
+    assert [(f.kind, f.shape or f.target) for f in planned] == [
+        ("kill", "active-controller"), ("partition", "isolate-leader")], "the schedule changed: pick another seed"
+    done = chaos_run(tmp_path, "--mode", "kraft", "--controllers", "3", "--brokers", "3", "--duration",
+                     str(duration), "--nemesis", "kill,partition", "--seed", str(seed), timeout=110)
+    report = check_outcome(done, tmp_path, {"kill", "partition"})
+    assert report["faults_by_kind"] == {"kill": 1, "partition": 1}
+    assert "raftka chaos run --mode kraft" in (tmp_path / "report.md").read_text()
+
+
+COMBINATIONS = [c for n in range(1, len(NEMESES) + 1) for c in itertools.combinations(NEMESES, n)]
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.parametrize("mode", ["kraft", "zk"])
+@pytest.mark.parametrize("nemeses", COMBINATIONS, ids=lambda c: "+".join(c))
+def test_soak(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) -> None:
+    seed = random.Random(f"{mode}{nemeses}").randrange(1_000_000)
+    done = chaos_run(tmp_path, "--mode", mode, "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
+                     "--seed", str(seed), timeout=SOAK_SECONDS + 600)
+    check_outcome(done, tmp_path, set(nemeses))
