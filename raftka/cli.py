@@ -35,9 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     storage_cli.register(sub)
     partitions_cli.register(sub)
 
-    from raftka import migrate_cli, report_cli
+    from raftka import migrate_cli, mirror_cli, report_cli
 
     migrate_cli.register(sub)
+    mirror_cli.register(sub)
     report_cli.register(sub)
     return parser
 
