@@ -12,7 +12,8 @@ import dataclasses
 import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
 
 from mirror.config import FlowConfig
 from mirror.policy import mirrored_topics

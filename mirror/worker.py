@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import struct
 import threading
 import time
@@ -46,7 +44,8 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
-from confluent_kafka.admin import (AdminClient, ConfigResource, ConsumerGroupTopicPartitions, NewPartitions,
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions,
                                    NewTopic)
 
 from common.errors import RaftkaError
@@ -59,6 +58,7 @@ log = logging.getLogger("raftka.mirror")
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 ADMIN_TIMEOUT_S = 15.0
+UNASSIGNED_WARNING_S = 30.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
@@ -114,7 +114,7 @@ class Flow:
     """One source->target flow, run by `run()` until `stop` is set."""
 
     def __init__(self, flow: FlowConfig, stop: threading.Event, say: Callable[[str], None] = print,
-                 instance: str = "0") -> None:
+                 instance: str | None = None) -> None:
         self.cfg = flow
         self.stop = stop
         self.say = say
@@ -140,18 +140,23 @@ class Flow:
         c = self.cfg
         self.src_admin = AdminClient({"bootstrap.servers": c.source_bootstrap, "logger": _quiet("src-admin")})
         self.tgt_admin = AdminClient({"bootstrap.servers": c.target_bootstrap, "logger": _quiet("tgt-admin")})
-        self.consumer = Consumer({
+        consumer_config = {
             "bootstrap.servers": c.source_bootstrap, "group.id": c.mirror_group,
             "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "logger": _quiet("consumer"),
             "fetch.wait.max.ms": 100, "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
-        })
+        }
+        if self.instance is not None:
+            # Static membership (KIP-345): a restarted process takes its own
+            # partitions back at once, without waiting out the dead one's session.
+            consumer_config["group.instance.id"] = f"{c.mirror_group}-{self.instance}"
+        self.consumer = Consumer(consumer_config)
         producer = {
             "bootstrap.servers": c.target_bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES, "logger": _quiet("producer"),
         }
         if c.exactly_once:
-            producer["transactional.id"] = f"{c.mirror_group}-{self.instance}"
+            producer["transactional.id"] = f"{c.mirror_group}-{self.instance or 0}"
         self.producer = Producer(producer)
         self.sync_producer = Producer({"bootstrap.servers": c.source_bootstrap, "acks": "all",
                                        "linger.ms": 20, "logger": _quiet("sync-producer")})
@@ -550,6 +555,7 @@ class Flow:
         next_group_sync = now + self.cfg.sync_group_offsets_interval_s
         next_heartbeat = now
         next_lag = now
+        unassigned_since = now
         while not self.stop.is_set():
             messages = self.consumer.consume(500, 0.1) if self._subscribed else []
             if not self._subscribed:
@@ -573,6 +579,15 @@ class Flow:
             if now >= next_lag:
                 self._update_lag()
                 next_lag = now + 1.0
+            if self._assigned or not self._subscribed:
+                unassigned_since = now
+            elif now - unassigned_since > UNASSIGNED_WARNING_S:
+                # librdkafka keeps its group errors to itself; the user sees only that nothing moves.
+                self._error(f"no partition of {self.cfg.source} assigned to this process after "
+                            f"{UNASSIGNED_WARNING_S:.0f} s: either other mirror processes in group "
+                            f"{self.cfg.mirror_group} hold them all, or {self.cfg.source}'s group coordinator "
+                            "does not answer (is __consumer_offsets available there?)")
+                unassigned_since = now
             if now >= next_checkpoint and self.cfg.emit_checkpoints:
                 self.emit_checkpoints()
                 if self.cfg.sync_group_offsets and now >= next_group_sync:
@@ -617,7 +632,3 @@ class Flow:
         self.aux_producer.flush(10)
         self.sync_reader.close()
         self.stats.state = "stopped"
-
-
-def default_instance() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"

@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="BOOTSTRAP", help="the target cluster (its alias is 'target')")
     p.add_argument("--topics", default=".*", metavar="REGEX", help="topics to mirror (default: all)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an MM2 property")
-    p.add_argument("--instance", default="0",
-                   help="this process's name among those sharing a flow (exactly-once: its transactional.id)")
+    p.add_argument("--instance", default=None, metavar="NAME",
+                   help="this process's stable name among those sharing a flow: a static group member, so a "
+                        "restart takes its partitions back at once (exactly-once: its transactional.id; default 0)")
     p.add_argument("--json", action="store_true", help="status: one JSON object per partition")
     p.set_defaults(func=main)
 
@@ -105,7 +106,7 @@ def status(flows: list, as_json: bool) -> int:
     return 0
 
 
-def run(flows: list, instance: str) -> int:
+def run(flows: list, instance: str | None) -> int:
     from mirror.worker import Flow
 
     stop = threading.Event()
