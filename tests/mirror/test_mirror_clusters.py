@@ -96,19 +96,19 @@ def _consume(bootstrap: str, group: str, topic: str, count: int | None, timeout:
                   "auto.offset.reset": "earliest"})
     c.subscribe([topic])
     out: list[bytes] = []
-    position: dict[int, int] = {}
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if count is not None and len(out) >= count:
                 break
-            if count is None and ends and all(position.get(p, -1) + 1 >= e for p, e in ends.items() if e > 0):
+            assigned = c.assignment()
+            if count is None and assigned and all(
+                    max(tp.offset, 0) >= ends.get(tp.partition, 0) for tp in c.committed(assigned, timeout=10)):
                 break
-            m = c.poll(0.5)
+            m = c.poll(0.2)
             if m is None or m.error() is not None:
                 continue
             out.append(m.value())
-            position[m.partition()] = m.offset()
             c.commit(message=m, asynchronous=False)
         return out
     finally:
