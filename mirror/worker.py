@@ -59,6 +59,8 @@ BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 ADMIN_TIMEOUT_S = 15.0
 UNASSIGNED_WARNING_S = 30.0
+#: How long one reachability probe waits (short: a stop request is answered between probes).
+REACH_TIMEOUT_S = 5.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
@@ -172,7 +174,7 @@ class Flow:
         backoff = Backoff()
         while not self.stop.is_set():
             try:
-                return admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+                return admin.list_topics(timeout=REACH_TIMEOUT_S)
             except KafkaException as exc:
                 self._error(f"cluster {alias} at {bootstrap} does not answer ({exc.args[0].str()}); "
                             f"retrying in {backoff.delay:.0f} s")
@@ -333,6 +335,7 @@ class Flow:
             blocked = self._blocked.get(source)
             if blocked is not None and offset >= blocked[0]:
                 return  # an earlier record of this partition failed: it, and all after it, go again
+            self._backoff.reset()
             self.stats.mirrored += 1
             self.stats.bytes += size
             self._last_ts[source] = timestamp
@@ -567,8 +570,6 @@ class Flow:
             if self._blocked:
                 self._retry_blocked()
                 continue
-            if messages:
-                self._backoff.reset()
             now = time.monotonic()
             if now >= next_flush and not self.cfg.exactly_once:
                 self._commit()

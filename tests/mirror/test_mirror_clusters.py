@@ -236,20 +236,23 @@ def test_two_clusters_mirroring_each_other_do_not_loop(clusters, mirrors, tmp_pa
 def test_a_refused_record_is_reported_and_retried_not_skipped(clusters, mirrors) -> None:
     src, tgt = clusters
     create(src, "big", 1)
+    # the target's topic exists already, with a limit the source's records exceed
     create(tgt, "source.big", 1, {"max.message.bytes": "3000"})
-    produce(src, "big", [(0, b"a", b"small-1", [], BASE_TS), (0, b"b", b"L" * 6000, [], BASE_TS + 1),
-                         (0, b"c", b"small-2", [], BASE_TS + 2)])
+    produce(src, "big", [(0, b"b", b"L" * 6000, [], BASE_TS + 1), (0, b"c", b"small", [], BASE_TS + 2)])
     m = mirrors("--source", src, "--target", tgt, "--topics", "big", "--set", "group.id=mirror-big-test", *FAST)
-    wait_until(lambda: any("refused the record big[0]@" in line for line in m.reader.lines), 30,
-               "the refusal reported")
-    assert [r[2] for r in read_all(tgt, "source.big")[0]] in ([], [b"small-1"])
+    line = wait_until(lambda: next((x for x in m.reader.lines if "refused the record big[0]@0" in x), None), 30,
+                      "the refusal reported")
+    assert "MSG_SIZE_TOO_LARGE" in line and "retrying" in line
+    time.sleep(2)
+    assert read_all(tgt, "source.big")[0] == [], "the record after the refused one was not written past it"
+    # The operator's fix: drop the target topic; the mirror creates it again with the source's limits.
+    # (Raising the existing topic's max.message.bytes would be the lighter fix, but a raftka broker
+    # applies that config to a live partition only after a restart.)
     admin = AdminClient({"bootstrap.servers": tgt})
-    resource = ConfigResource("TOPIC", "source.big", incremental_configs=[
-        ConfigEntry("max.message.bytes", "100000", incremental_operation=AlterConfigOpType.SET)])
-    list(admin.incremental_alter_configs([resource]).values())[0].result(30)
-    wait_until(lambda: sum(high_watermarks(tgt, "source.big").values()) >= 3, 60, "the record went through")
+    admin.delete_topics(["source.big"])["source.big"].result(30)
+    wait_until(lambda: sum(high_watermarks(tgt, "source.big").values()) >= 2, 60, "the records went through")
     values = [r[2] for r in read_all(tgt, "source.big")[0]]
-    assert list(dict.fromkeys(values)) == [b"small-1", b"L" * 6000, b"small-2"]
+    assert list(dict.fromkeys(values)) == [b"L" * 6000, b"small"]
     assert m.stop() == 0
 
 
@@ -278,7 +281,7 @@ def test_exactly_once_needs_transactions_on_the_target(clusters) -> None:
     src, tgt = clusters
     p = Producer({"bootstrap.servers": tgt, "transactional.id": "mirror-eos-probe"})
     try:
-        p.init_transactions(10)
+        p.init_transactions(5)
     except KafkaException as exc:
         pytest.skip(f"the target raftka does not serve transactions yet (init_transactions: {exc.args[0].str()}); "
                     "exactly-once mirroring needs the transaction coordinator (AddPartitionsToTxn, "
