@@ -135,6 +135,9 @@ class Flow:
         self._backoff = Backoff()
         self._last_ts: dict[tuple[str, int], int] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
+        #: When a list (`raftka bench mirror`): per acknowledged record, the
+        #: ms from its source timestamp to the target's acknowledgement.
+        self.ack_lag_ms: list[float] | None = None
 
     # --- clients ----------------------------------------------------------
 
@@ -336,6 +339,8 @@ class Flow:
             if blocked is not None and offset >= blocked[0]:
                 return  # an earlier record of this partition failed: it, and all after it, go again
             self._backoff.reset()
+            if self.ack_lag_ms is not None:
+                self.ack_lag_ms.append(time.time() * 1000 - timestamp)
             self.stats.mirrored += 1
             self.stats.bytes += size
             self._last_ts[source] = timestamp
