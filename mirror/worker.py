@@ -60,7 +60,7 @@ BACKOFF_MAX_S = 30.0
 ADMIN_TIMEOUT_S = 15.0
 UNASSIGNED_WARNING_S = 30.0
 #: How long one reachability probe waits (short: a stop request is answered between probes).
-REACH_TIMEOUT_S = 5.0
+REACH_TIMEOUT_S = 3.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
