@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import struct
 import threading
 import time
@@ -63,6 +64,9 @@ UNASSIGNED_WARNING_S = 30.0
 REACH_TIMEOUT_S = 3.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+
+
+_UNKNOWN_CONFIG = re.compile(r"[Uu]nknown topic config(?: name)?:? '?([\w.]+)")
 
 
 class MirrorError(RaftkaError):
@@ -203,21 +207,32 @@ class Flow:
 
     def _create(self, admin: AdminClient, alias: str, topics: list[NewTopic]) -> list[str]:
         """Create `topics` on `alias`; the names that exist afterwards."""
-        if not topics:
-            return []
         done = []
-        futures = admin.create_topics(topics, operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
-        for name, future in futures.items():
-            try:
-                future.result(ADMIN_TIMEOUT_S + 5)
-                done.append(name)
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+        while topics:
+            futures = admin.create_topics(topics, operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
+            again = []
+            for topic in topics:
+                name = topic.topic
+                try:
+                    futures[name].result(ADMIN_TIMEOUT_S + 5)
                     done.append(name)
-                else:
-                    self._error(f"cannot create topic {name} on {alias}: {err.name()}: {err.str()}; "
-                                "retrying at the next topic refresh")
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    unknown = _UNKNOWN_CONFIG.search(err.str() or "")
+                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        done.append(name)
+                    elif (err.code() == KafkaError.INVALID_CONFIG and unknown
+                          and unknown.group(1) in (topic.config or {})):
+                        # The target does not know a config the source set (another broker's key):
+                        # create the topic without it, and say so.
+                        config = {k: v for k, v in topic.config.items() if k != unknown.group(1)}
+                        self._error(f"{alias} does not know the topic config {unknown.group(1)} of {name}: "
+                                    "creating the topic without it")
+                        again.append(NewTopic(name, topic.num_partitions, topic.replication_factor, config=config))
+                    else:
+                        self._error(f"cannot create topic {name} on {alias}: {err.name()}: {err.str()}; "
+                                    "retrying at the next topic refresh")
+            topics = again
         return done
 
     def _source_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:

@@ -44,8 +44,10 @@ def clusters(tmp_path_factory):
     if reason is not None:
         pytest.skip(f"the source runs in ZooKeeper mode and needs a local ZooKeeper: {reason}")
     base = tmp_path_factory.mktemp("mirror")
+    # the source's cleaner looks for work every 200 ms: the compacted topic has gaps before it is mirrored
     zk = LocalCluster(base / "zk", controllers=1, brokers=1, mode="zk", zookeeper_tick_time_ms=500,
-                      overrides=ONE_BROKER)
+                      overrides={**ONE_BROKER, "log.cleaner.backoff.ms": "200",
+                                 "log.cleaner.min.cleanable.ratio": "0.01"})
     kr = LocalCluster(base / "kraft", controllers=1, brokers=1, overrides=ONE_BROKER)
     try:
         zk.start_all()
@@ -136,19 +138,25 @@ def _consume_assigned(bootstrap: str, group: str, topic: str, partitions: int, c
 def test_zk_mode_to_kraft_keeps_records_configs_and_moves_a_group(clusters, mirrors) -> None:
     src, tgt = clusters
     create(src, "orders", 3)
-    create(src, "profiles", 2, {"cleanup.policy": "compact", "retention.ms": "3600000"})
+    create(src, "profiles", 2, {"cleanup.policy": "compact", "retention.ms": "3600000", "segment.bytes": "2048"})
     orders = _records(600, 3, 37, "o")
     produce(src, "orders", orders)
-    produce(src, "profiles", _records(200, 2, 10, "p"))
+    profiles = _records(200, 2, 10, "p")
+    for i in range(0, 200, 20):  # batches of their own, so that 2 KiB segments roll
+        produce(src, "profiles", profiles[i:i + 20])
+    # compacted on the source first, so the mirror meets offset gaps (and syncs around them)
+    wait_until(lambda: sum(len(v) for v in read_all(src, "profiles").values()) < 200, 30, "profiles compacted")
     first_half = _consume_assigned(src, "billing", "orders", 3, 300)
     assert len(first_half) == 300
 
     mirror = mirrors("--source", src, "--target", tgt, "--topics", "orders|profiles", "--set",
                      "sync.group.offsets.enabled=true", "--set", "sync.group.offsets.interval.seconds=1", *FAST)
     for topic in ("orders", "profiles"):
-        wait_until(lambda: high_watermarks(tgt, f"source.{topic}") == high_watermarks(src, topic), 60,
+        source = read_all(src, topic)
+        counts = {p: len(rs) for p, rs in source.items()}  # the target's offsets have no gaps
+        wait_until(lambda: high_watermarks(tgt, f"source.{topic}") == counts, 60,
                    f"source.{topic} on the target caught up")
-        source, target = read_all(src, topic), read_all(tgt, f"source.{topic}")
+        target = read_all(tgt, f"source.{topic}")
         assert {p: [r[1:] for r in rs] for p, rs in target.items()} == {p: [r[1:] for r in rs]
                                                                        for p, rs in source.items()}
 
