@@ -317,14 +317,72 @@ def test_an_unreachable_cluster_is_named_and_retried(mirrors, tmp_path) -> None:
         m.ensure_dead()
 
 
-def test_exactly_once_needs_transactions_on_the_target(clusters) -> None:
-    src, tgt = clusters
-    p = Producer({"bootstrap.servers": tgt, "transactional.id": "mirror-eos-probe"})
+def _skip_without_transactions(bootstrap: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "mirror-eos-probe"})
     try:
         p.init_transactions(3)
     except KafkaException as exc:
         pytest.skip(f"the target raftka does not serve transactions yet (init_transactions: {exc.args[0].str()}); "
                     "exactly-once mirroring needs the transaction coordinator (AddPartitionsToTxn, "
                     "AddOffsetsToTxn, TxnOffsetCommit, EndTxn) on the target")
-    pytest.fail("the target serves transactions now: write the exactly-once SIGKILL test here")
 
+
+def _read_committed(bootstrap: str, topic: str, partitions: int, quiet_s: float = 3.0) -> dict[int, list[bytes]]:
+    """Committed values per partition, read until nothing new comes for `quiet_s`
+    (a transactional topic's high watermark counts its markers and aborted records)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-eos-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < quiet_s:
+            for m in c.consume(1000, 0.3):
+                if m.error() is None:
+                    out[m.partition()].append(m.value())
+                    last = time.monotonic()
+        return out
+    finally:
+        c.close()
+
+
+def test_exactly_once_sigkill_neither_loses_nor_duplicates(clusters, mirrors) -> None:
+    src, tgt = clusters
+    _skip_without_transactions(tgt)
+    create(src, "eos", 2)
+    stop = threading.Event()
+    sent: list[int] = []
+
+    def write() -> None:
+        p = Producer({"bootstrap.servers": src, "linger.ms": 5, "acks": "all", "enable.idempotence": True})
+        i = 0
+        while not stop.is_set():
+            p.produce("eos", value=str(i).encode(), partition=i % 2)
+            i += 1
+            if i % 50 == 0:
+                p.poll(0)
+                time.sleep(0.05)
+        assert p.flush(60) == 0
+        sent.append(i)
+
+    args = ["--source", src, "--target", tgt, "--topics", "eos", "--instance", "e", "--set",
+            "group.id=mirror-eos-test", "--set", "exactly.once.support=enabled", *FAST]
+    writer = threading.Thread(target=write)
+    writer.start()
+    rng = random.Random(11)
+    try:
+        for _ in range(10 if SOAK else 3):
+            m = mirrors(*args)
+            time.sleep(rng.uniform(0.2, 2.5))
+            m.kill()
+    finally:
+        stop.set()
+        writer.join(60)
+    m = mirrors(*args)
+    source = read_all(src, "eos")
+    wait_until(lambda: sum(map(len, _read_committed(tgt, "source.eos", 2, 1.0).values())) >= sent[0], 90,
+               "every record committed on the target")
+    target = _read_committed(tgt, "source.eos", 2)
+    for p, records in source.items():
+        assert target[p] == [r[2] for r in records], f"partition {p}: not exactly once, in order"
+    assert m.stop() == 0
