@@ -635,8 +635,11 @@ class Flow:
                     raise MirrorError(f"exactly.once.support=enabled needs transactions on {self.cfg.target} "
                                       f"({self.cfg.target_bootstrap}), which refused them: {err.name()}: "
                                       f"{err.str()}; set exactly.once.support=disabled for at-least-once") from None
-                self._error(f"cannot start transactions on {self.cfg.target}: {err.str()}; "
-                            f"retrying in {backoff.delay:.0f} s")
+                # librdkafka retries a missing transaction coordinator on its own and says only "timed out".
+                self._error(f"exactly.once.support=enabled: no transaction coordinator of {self.cfg.target} "
+                            f"({self.cfg.target_bootstrap}) answered within {ADMIN_TIMEOUT_S:.0f} s ({err.str()}); "
+                            "the target must serve transactions (a raftka broker does not yet), or set "
+                            f"exactly.once.support=disabled; retrying in {backoff.delay:.0f} s")
                 self.stop.wait(backoff.next())
 
     def _close(self) -> None:
