@@ -317,7 +317,7 @@ class Flow:
 
         resource = ConfigResource("TOPIC", topic, incremental_configs=[
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(changed.items())])
-        for _, future in self.tgt_admin.incremental_alter_configs([resource]).items():
+        for future in self.tgt_admin.incremental_alter_configs([resource]).values():
             try:
                 future.result(ADMIN_TIMEOUT_S + 5)
                 self.say(f"[{self.cfg.name}] {topic} on {self.cfg.target}: configs follow the source "

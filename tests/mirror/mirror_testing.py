@@ -26,11 +26,16 @@ class MirrorProcess:
         self.flows = flows
         self.process: subprocess.Popen[str] | None = None
 
-    def start(self, timeout: float = 90) -> MirrorProcess:
-        self.err = open(self.log_path, "a")
+    def launch(self) -> MirrorProcess:
+        """The process, without waiting for it to copy."""
+        self.err = open(self.log_path, "a")  # noqa: SIM115 - the child writes to it until stop()/kill()
         self.process = subprocess.Popen(raftka_command(*self.args), stdout=subprocess.PIPE, stderr=self.err,
                                         text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.reader = ReadyLine(self.process)
+        return self
+
+    def start(self, timeout: float = 90) -> MirrorProcess:
+        self.launch()
         deadline = time.monotonic() + timeout
         while sum(line.startswith("MIRRORING") for line in self.reader.lines) < self.flows:
             if self.process.poll() is not None:
