@@ -23,7 +23,7 @@ import time
 import pytest
 from cluster_testing import run_cli
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 from mirror_testing import (ONE_BROKER, MirrorProcess, create, high_watermarks, produce, read_all, wait_until)
 
 from cluster import LocalCluster
@@ -167,7 +167,16 @@ def test_zk_mode_to_kraft_keeps_records_configs_and_moves_a_group(clusters, mirr
     assert (entries["cleanup.policy"].value, entries["retention.ms"].value) == ("compact", "3600000")
     src_admin = AdminClient({"bootstrap.servers": src})  # referenced until the answer comes
     src_admin.create_partitions([NewPartitions("orders", 4)])["orders"].result(30)
+    change = ConfigResource("TOPIC", "profiles", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    next(iter(src_admin.incremental_alter_configs([change]).values())).result(30)
     wait_until(lambda: len(high_watermarks(tgt, "source.orders")) == 4, 30, "source.orders grew to 4 partitions")
+
+    def retention() -> str:
+        resource = ConfigResource("TOPIC", "source.profiles")
+        return next(iter(admin.describe_configs([resource]).values())).result(30)["retention.ms"].value
+
+    wait_until(lambda: retention() == "7200000", 30, "the source's config change followed")
 
     # the group's offsets arrive on the target, translated, and it finishes there
     source_offsets = _group_offsets(src, "billing", "orders")
