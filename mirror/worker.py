@@ -580,7 +580,8 @@ class Flow:
         next_lag = now
         unassigned_since = now
         while not self.stop.is_set():
-            messages = self.consumer.consume(500, 0.1) if self._subscribed else []
+            # A short wait: delivery reports (and so source commits) are served between two consumes.
+            messages = self.consumer.consume(500, 0.02) if self._subscribed else []
             if not self._subscribed:
                 self.stop.wait(0.1)
             if self.cfg.exactly_once and messages:
