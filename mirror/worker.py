@@ -139,6 +139,7 @@ class Flow:
         self._backoff = Backoff()
         self._last_ts: dict[tuple[str, int], int] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
+        self._acked: dict[tuple[str, int], int] = {}
         #: When a list (`raftka bench mirror`): per acknowledged record, the
         #: ms from its source timestamp to the target's acknowledgement.
         self.ack_lag_ms: list[float] | None = None
@@ -364,7 +365,7 @@ class Flow:
             if self.cfg.exactly_once:
                 self._txn_offsets[source] = offset + 1
             else:
-                self.consumer.store_offsets(offsets=[TopicPartition(source[0], source[1], offset + 1)])
+                self._acked[source] = offset + 1  # stored in one call per loop turn (`_store_acked`)
             sync = self.emitter.acked(source, offset, msg.offset())
             if sync is not None:
                 self._send_sync(sync)
@@ -411,7 +412,20 @@ class Flow:
             except KafkaException:
                 pass  # the partition moved to another process in the meantime; it resumes from the commit
 
+    def _store_acked(self) -> None:
+        """Store the acknowledged source offsets with the consumer, for the next commit."""
+        if not self._acked:
+            return
+        acked, self._acked = self._acked, {}
+        offsets = [TopicPartition(t, p, o) for (t, p), o in acked.items() if (t, p) in self._assigned]
+        if offsets:
+            try:
+                self.consumer.store_offsets(offsets=offsets)
+            except KafkaException:
+                pass  # a partition was revoked in between: its new owner resumes from the last commit
+
     def _commit(self) -> None:
+        self._store_acked()
         for sync in self.emitter.pending():
             self._send_sync(sync)
         try:
@@ -433,6 +447,7 @@ class Flow:
                 continue
             self._forward(msg)
         self.producer.poll(0)
+        self._store_acked()
 
     def _copy_transaction(self, messages: list[Any]) -> None:
         """Exactly once: the batch and the source offsets commit together on the target."""
