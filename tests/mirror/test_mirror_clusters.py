@@ -185,6 +185,8 @@ def test_zk_mode_to_kraft_keeps_records_configs_and_moves_a_group(clusters, mirr
     checkpoints = [Checkpoint.decode(r[1], r[2]) for rs in read_all(tgt, "source.checkpoints.internal").values()
                    for r in rs]
     assert {(c.partition, c.downstream) for c in checkpoints if c.group == "billing"} >= set(source_offsets.items())
+    heartbeats = [r for rs in read_all(tgt, "heartbeats").values() for r in rs]
+    assert heartbeats and heartbeats[-1][1] == b"\x00\x06source\x00\x06target"  # MM2's key: the two aliases
     second_half = _consume(tgt, "billing", "source.orders", None)
     values = [r[2] for r in orders]
     assert sorted(first_half + second_half) == sorted(values), "every record read once across the two clusters"
