@@ -16,8 +16,9 @@ The loop, at-least-once (the default):
    `offset.flush.interval.ms`, commit the stored offsets to the source
    group. A record the target refused (too large, topic gone, ...) blocks
    its partition: the error is printed, the producer drained, the consumer
-   sought back to that record, and it is sent again after a backoff (1 s
-   doubling to 30 s), until the target takes it. Nothing is skipped;
+   sought back to that record and the partition paused for a backoff (1 s
+   doubling to 30 s, per partition; the others go on), then the record is
+   sent again, until the target takes it. Nothing is skipped;
 4. offset syncs go to the source's offset-syncs topic, checkpoints of the
    source's consumer groups (for the partitions this process owns) to the
    target's checkpoints topic, and with `sync.group.offsets.enabled` into
@@ -136,7 +137,9 @@ class Flow:
         self._subscribed: list[str] = []
         self._assigned: set[tuple[str, int]] = set()
         self._blocked: dict[tuple[str, int], tuple[int, str]] = {}
-        self._backoff = Backoff()
+        self._backoff = Backoff()  # exactly once: a refusal aborts the whole batch
+        self._backoffs: dict[tuple[str, int], Backoff] = {}
+        self._paused: dict[tuple[str, int], float] = {}
         self._last_ts: dict[tuple[str, int], int] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
         self._acked: dict[tuple[str, int], int] = {}
@@ -341,6 +344,8 @@ class Flow:
             self._assigned.discard(tp)
             self.emitter.forget(tp)
             self._blocked.pop(tp, None)
+            self._paused.pop(tp, None)
+            self._backoffs.pop(tp, None)
             self.stats.lag.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
@@ -354,6 +359,8 @@ class Flow:
             blocked = self._blocked.get(source)
             if blocked is not None and offset >= blocked[0]:
                 return  # an earlier record of this partition failed: it, and all after it, go again
+            if source in self._backoffs:
+                del self._backoffs[source]
             self._backoff.reset()
             if self.ack_lag_ms is not None:
                 self.ack_lag_ms.append(time.time() * 1000 - timestamp)
@@ -396,21 +403,43 @@ class Flow:
                 return
 
     def _retry_blocked(self) -> None:
-        """Records the target refused: say which and why, drain, seek back, back off."""
+        """Records the target refused: drain, say which and why, and set each
+        such partition back to its refused record, paused for its backoff
+        (the other partitions go on)."""
         self.producer.flush(30)
-        for tp, (offset, reason) in sorted(self._blocked.items()):
-            self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
-                        f"{tp[0]}[{tp[1]}]@{offset}: {reason}; retrying it (and all after it) in "
-                        f"{self._backoff.delay:.0f} s")
-        self.stop.wait(self._backoff.next())
-        if self.cfg.exactly_once:
-            return
         blocked, self._blocked = self._blocked, {}
-        for tp, (offset, _) in blocked.items():
+        now = time.monotonic()
+        for tp, (offset, reason) in sorted(blocked.items()):
+            backoff = self._backoffs.setdefault(tp, Backoff())
+            delay = backoff.next()
+            self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
+                        f"{tp[0]}[{tp[1]}]@{offset}: {reason}; retrying it (and all after it) in {delay:.0f} s")
+            partition = TopicPartition(tp[0], tp[1], offset)
             try:
-                self.consumer.seek(TopicPartition(tp[0], tp[1], offset))
+                self.consumer.pause([partition])
+                self.consumer.seek(partition)
+                self._paused[tp] = now + delay
             except KafkaException:
                 pass  # the partition moved to another process in the meantime; it resumes from the commit
+
+    def _resume_due(self) -> None:
+        now = time.monotonic()
+        for tp, at in sorted(self._paused.items()):
+            if at <= now:
+                del self._paused[tp]
+                try:
+                    self.consumer.resume([TopicPartition(tp[0], tp[1])])
+                except KafkaException:
+                    pass  # revoked meanwhile
+
+    def _retry_batch(self) -> None:
+        """Exactly once: the aborted batch's refusals, then one backoff for the flow."""
+        for tp, (offset, reason) in sorted(self._blocked.items()):
+            self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
+                        f"{tp[0]}[{tp[1]}]@{offset}: {reason}; the transaction is aborted and retried in "
+                        f"{self._backoff.delay:.0f} s")
+        self._blocked = {}
+        self.stop.wait(self._backoff.next())
 
     def _store_acked(self) -> None:
         """Store the acknowledged source offsets with the consumer, for the next commit."""
@@ -458,8 +487,7 @@ class Flow:
         if self._blocked:
             self.producer.abort_transaction()
             self._rewind_to_committed()
-            self._retry_blocked()
-            self._blocked = {}
+            self._retry_batch()
             return
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._txn_offsets.items())]
         if offsets:
@@ -605,7 +633,8 @@ class Flow:
                 self._copy_batch(messages)
             if self._blocked:
                 self._retry_blocked()
-                continue
+            if self._paused:
+                self._resume_due()
             now = time.monotonic()
             if now >= next_flush and not self.cfg.exactly_once:
                 self._commit()
