@@ -36,9 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     partitions_cli.register(sub)
     transactions_cli.register(sub)
 
-    from raftka import chaos_cli, migrate_cli, report_cli
+    from raftka import chaos_cli, migrate_cli, mirror_cli, report_cli
 
     migrate_cli.register(sub)
+    mirror_cli.register(sub)
     report_cli.register(sub)
     chaos_cli.register(sub)
     return parser

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Low to high. A module in one of these packages imports only from its own
 #: package and those before it.
-LAYERS = ["common", "storage", "quorum", "broker", "cluster", "bench", "chaos", "raftka"]
+LAYERS = ["common", "storage", "quorum", "broker", "cluster", "mirror", "bench", "chaos", "raftka"]
 
 #: What every pure core is denied: the event loop, sockets, files and
 #: processes, the clock.
@@ -76,6 +76,8 @@ PURE_RULES = [
     PureRule("the transaction coordinator", ("broker/core/txn/*.py",),
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "random", "storage",
                                        "broker.api", "broker.shell"}),
+    PureRule("the mirror's decisions", tuple(f"mirror/{m}.py" for m in ("policy", "offsets", "config")),
+             forbidden=IO_AND_CLOCK | {"os", "pathlib", "confluent_kafka", "mirror.worker", "mirror.status"}),
     PureRule("the storage cores", tuple(f"storage/{m}.py" for m in (
         "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config",
         "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression", "txn_index")),
@@ -187,6 +189,22 @@ def test_pure_cores_do_no_io_and_read_no_clock(rule: PureRule) -> None:
     for pattern in rule.globs:
         for path in _sources(pattern):
             found += pure_violations(path.read_text(), rule, path.relative_to(ROOT).as_posix())
+    assert found == []
+
+
+#: A package that may use fewer layers than those below it: the mirror is a
+#: Kafka client of two clusters, so it stands on `common` alone.
+NARROWER = {"mirror": {"common", "mirror"}}
+
+
+def test_narrower_packages_reach_only_their_own_floors() -> None:
+    found = []
+    for package, allowed in NARROWER.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for line, module, _ in _imports(ast.parse(path.read_text())):
+                top = module.split(".")[0]
+                if top in LAYERS and top not in allowed:
+                    found.append(f"{path.relative_to(ROOT)}:{line}: {package} imports {module}")
     assert found == []
 
 

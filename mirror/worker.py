@@ -1,0 +1,703 @@
+"""One flow's mirror process: a consumer on the source, a producer on the target.
+
+The loop, at-least-once (the default):
+
+1. every `refresh.topics.interval.seconds`: list the source's topics, pick
+   the mirrored ones (`mirror.policy`), create each on the target with the
+   source's partition count and mirrored configs, add partitions and copy
+   config changes the source made since; subscribe to the topics the target
+   holds (nothing is read that cannot be written);
+2. consume from the source in the mirror's consumer group (several
+   processes with the same `group.id` share the partitions), produce each
+   record to the same partition of the target topic with its key, value,
+   headers and timestamp (an idempotent producer: order per partition holds
+   through retries);
+3. when the target acknowledges a record, store its source offset; every
+   `offset.flush.interval.ms`, commit the stored offsets to the source
+   group. A record the target refused (too large, topic gone, ...) blocks
+   its partition: the error is printed, the producer drained, the consumer
+   sought back to that record and the partition paused for a backoff (1 s
+   doubling to 30 s, per partition; the others go on), then the record is
+   sent again, until the target takes it. Nothing is skipped;
+4. offset syncs go to the source's offset-syncs topic, checkpoints of the
+   source's consumer groups (for the partitions this process owns) to the
+   target's checkpoints topic, and with `sync.group.offsets.enabled` into
+   the target's groups that have no member there.
+
+With `exactly.once.support=enabled` step 3 is a transaction on the target
+per batch, holding the records and the source group's offsets
+(`send_offsets_to_transaction`): a killed process's open transaction is
+aborted by its successor (same `transactional.id`), which resumes from the
+offsets committed with the last committed transaction.
+
+An unreachable cluster is retried with the same backoff, with a message
+naming it each time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions,
+                                   NewTopic)
+
+from common.errors import RaftkaError
+from mirror.config import FlowConfig
+from mirror.offsets import CheckpointTracker, OffsetSync, OffsetSyncEmitter, OffsetSyncStore, offsets_to_sync
+from mirror.policy import HEARTBEATS_TOPIC, configs_to_copy, mirrored_topics
+
+log = logging.getLogger("raftka.mirror")
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 30.0
+ADMIN_TIMEOUT_S = 15.0
+UNASSIGNED_WARNING_S = 30.0
+#: How long one reachability probe waits (short: a stop request is answered between probes).
+REACH_TIMEOUT_S = 3.0
+#: librdkafka's own ceiling for a produced message; the target's limit is what decides.
+PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+
+
+_UNKNOWN_CONFIG = re.compile(r"[Uu]nknown topic config(?: name)?:? '?([\w.]+)")
+
+
+class MirrorError(RaftkaError):
+    """A flow cannot go on as configured (the message says what to change)."""
+
+
+def _quiet(name: str) -> logging.Logger:
+    # librdkafka logs one line per failed connect; our own message names the cluster once per retry.
+    logger = logging.getLogger(f"raftka.mirror.librdkafka.{name}")
+    logger.propagate = False
+    logger.addHandler(logging.NullHandler())
+    return logger
+
+
+@dataclasses.dataclass
+class PartitionLag:
+    records: int = 0
+    seconds: float = 0.0
+    mirrored: int = 0
+
+
+@dataclasses.dataclass
+class FlowStats:
+    """What the progress display and the tests read (updated by the worker thread)."""
+
+    mirrored: int = 0
+    bytes: int = 0
+    checkpoints: int = 0
+    synced_groups: int = 0
+    errors: int = 0
+    last_error: str = ""
+    state: str = "starting"
+    topics: dict[str, str] = dataclasses.field(default_factory=dict)
+    lag: dict[tuple[str, int], PartitionLag] = dataclasses.field(default_factory=dict)
+
+
+class Backoff:
+    def __init__(self) -> None:
+        self.delay = BACKOFF_START_S
+
+    def reset(self) -> None:
+        self.delay = BACKOFF_START_S
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(self.delay * 2, BACKOFF_MAX_S)
+        return d
+
+
+class Flow:
+    """One source->target flow, run by `run()` until `stop` is set."""
+
+    def __init__(self, flow: FlowConfig, stop: threading.Event, say: Callable[[str], None] = print,
+                 instance: str | None = None) -> None:
+        self.cfg = flow
+        self.stop = stop
+        self.say = say
+        self.instance = instance
+        self.stats = FlowStats()
+        self.policy = flow.policy
+        self.syncs_topic = self.policy.offset_syncs_topic(flow.target)
+        self.checkpoints_topic = self.policy.checkpoints_topic(flow.source)
+        self.emitter = OffsetSyncEmitter(flow.max_offset_lag)
+        self.store = OffsetSyncStore()
+        self.tracker = CheckpointTracker()
+        self.topic_map: dict[str, str] = {}
+        self._subscribed: list[str] = []
+        self._assigned: set[tuple[str, int]] = set()
+        self._blocked: dict[tuple[str, int], tuple[int, str]] = {}
+        self._backoff = Backoff()  # exactly once: a refusal aborts the whole batch
+        self._backoffs: dict[tuple[str, int], Backoff] = {}
+        self._paused: dict[tuple[str, int], float] = {}
+        self._last_ts: dict[tuple[str, int], int] = {}
+        self._txn_offsets: dict[tuple[str, int], int] = {}
+        self._acked: dict[tuple[str, int], int] = {}
+        #: When a list (`raftka bench mirror`): per acknowledged record, the
+        #: ms from its source timestamp to the target's acknowledgement.
+        self.ack_lag_ms: list[float] | None = None
+
+    # --- clients ----------------------------------------------------------
+
+    def _clients(self) -> None:
+        c = self.cfg
+        self.src_admin = AdminClient({"bootstrap.servers": c.source_bootstrap, "logger": _quiet("src-admin")})
+        self.tgt_admin = AdminClient({"bootstrap.servers": c.target_bootstrap, "logger": _quiet("tgt-admin")})
+        consumer_config = {
+            "bootstrap.servers": c.source_bootstrap, "group.id": c.mirror_group,
+            "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed", "logger": _quiet("consumer"),
+            "fetch.wait.max.ms": 100, "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+        }
+        if self.instance is not None:
+            # Static membership (KIP-345): a restarted process takes its own
+            # partitions back at once, without waiting out the dead one's session.
+            consumer_config["group.instance.id"] = f"{c.mirror_group}-{self.instance}"
+        self.consumer = Consumer(consumer_config)
+        producer = {
+            "bootstrap.servers": c.target_bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES, "logger": _quiet("producer"),
+        }
+        if c.exactly_once:
+            producer["transactional.id"] = f"{c.mirror_group}-{self.instance or 0}"
+        self.producer = Producer(producer)
+        self.sync_producer = Producer({"bootstrap.servers": c.source_bootstrap, "acks": "all",
+                                       "linger.ms": 20, "logger": _quiet("sync-producer")})
+        self.aux_producer = Producer({"bootstrap.servers": c.target_bootstrap, "acks": "all", "linger.ms": 20,
+                                      "logger": _quiet("aux-producer")})
+        self.sync_reader = Consumer({
+            "bootstrap.servers": c.source_bootstrap, "group.id": f"{c.mirror_group}-syncs-reader",
+            "enable.auto.commit": False, "logger": _quiet("sync-reader"), "fetch.wait.max.ms": 100,
+        })
+
+    def _reachable(self, admin: AdminClient, alias: str, bootstrap: str) -> Any:
+        """The cluster's metadata, retrying with backoff (and a message each time) until it answers."""
+        backoff = Backoff()
+        while not self.stop.is_set():
+            try:
+                return admin.list_topics(timeout=REACH_TIMEOUT_S)
+            except KafkaException as exc:
+                self._error(f"cluster {alias} at {bootstrap} does not answer ({exc.args[0].str()}); "
+                            f"retrying in {backoff.delay:.0f} s")
+                self.stop.wait(backoff.next())
+        return None
+
+    def _error(self, message: str) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = message
+        self.say(f"[{self.cfg.name}] {message}")
+
+    # --- topics -----------------------------------------------------------
+
+    def _ensure_internal(self) -> None:
+        c = self.cfg
+        compact = {"cleanup.policy": "compact"}
+        self._create(self.src_admin, c.source, [NewTopic(self.syncs_topic, 1, c.internal_replication_factor,
+                                                         config=compact)])
+        wanted = [NewTopic(self.checkpoints_topic, 1, c.internal_replication_factor, config=compact)]
+        if c.emit_heartbeats:
+            wanted.append(NewTopic(HEARTBEATS_TOPIC, 1, c.internal_replication_factor, config=compact))
+        self._create(self.tgt_admin, c.target, wanted)
+
+    def _create(self, admin: AdminClient, alias: str, topics: list[NewTopic]) -> list[str]:
+        """Create `topics` on `alias`; the names that exist afterwards."""
+        done = []
+        while topics:
+            futures = admin.create_topics(topics, operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
+            again = []
+            for topic in topics:
+                name = topic.topic
+                try:
+                    futures[name].result(ADMIN_TIMEOUT_S + 5)
+                    done.append(name)
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    unknown = _UNKNOWN_CONFIG.search(err.str() or "")
+                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        done.append(name)
+                    elif (err.code() == KafkaError.INVALID_CONFIG and unknown
+                          and unknown.group(1) in (topic.config or {})):
+                        # The target does not know a config the source set (another broker's key):
+                        # create the topic without it, and say so.
+                        config = {k: v for k, v in topic.config.items() if k != unknown.group(1)}
+                        self._error(f"{alias} does not know the topic config {unknown.group(1)} of {name}: "
+                                    "creating the topic without it")
+                        again.append(NewTopic(name, topic.num_partitions, topic.replication_factor, config=config))
+                    else:
+                        self._error(f"cannot create topic {name} on {alias}: {err.name()}: {err.str()}; "
+                                    "retrying at the next topic refresh")
+            topics = again
+        return done
+
+    def _source_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        if not topics:
+            return {}
+        out = {}
+        futures = self.src_admin.describe_configs([ConfigResource("TOPIC", t) for t in topics],
+                                                  request_timeout=ADMIN_TIMEOUT_S)
+        for resource, future in futures.items():
+            try:
+                entries = future.result(ADMIN_TIMEOUT_S + 5)
+            except KafkaException as exc:
+                self._error(f"cannot read the configs of {resource.name} on {self.cfg.source}: {exc.args[0].str()}")
+                continue
+            out[resource.name] = configs_to_copy({k: (e.value, bool(e.is_default)) for k, e in entries.items()
+                                                  if e.value is not None})
+        return out
+
+    def _target_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        if not topics:
+            return {}
+        out = {}
+        futures = self.tgt_admin.describe_configs([ConfigResource("TOPIC", t) for t in topics],
+                                                  request_timeout=ADMIN_TIMEOUT_S)
+        for resource, future in futures.items():
+            try:
+                out[resource.name] = {k: e.value for k, e in future.result(ADMIN_TIMEOUT_S + 5).items()}
+            except KafkaException:
+                pass
+        return out
+
+    def refresh_topics(self) -> bool:
+        """Bring the target's topics in line with the source's; True if both answered."""
+        src = self._reachable(self.src_admin, self.cfg.source, self.cfg.source_bootstrap)
+        tgt = self._reachable(self.tgt_admin, self.cfg.target, self.cfg.target_bootstrap)
+        if src is None or tgt is None:
+            return False
+        mapping = mirrored_topics([t for t, m in src.topics.items() if m.error is None], self.cfg.source,
+                                  self.cfg.target, self.policy, self.cfg.topics)
+        source_configs = self._source_configs(list(mapping))
+        missing = [s for s, t in mapping.items() if t not in tgt.topics]
+        created = self._create(self.tgt_admin, self.cfg.target, [
+            NewTopic(mapping[s], len(src.topics[s].partitions), self.cfg.replication_factor,
+                     config=source_configs.get(s, {})) for s in missing])
+        for s in missing:
+            if mapping[s] in created:
+                self.say(f"[{self.cfg.name}] created {mapping[s]} on {self.cfg.target} "
+                         f"({len(src.topics[s].partitions)} partitions) for {s}")
+        ready = {s: t for s, t in mapping.items() if t in tgt.topics or t in created}
+        grow = [NewPartitions(t, len(src.topics[s].partitions)) for s, t in ready.items()
+                if t in tgt.topics and len(tgt.topics[t].partitions) < len(src.topics[s].partitions)]
+        if grow:
+            for name, future in self.tgt_admin.create_partitions(grow, request_timeout=ADMIN_TIMEOUT_S).items():
+                try:
+                    future.result(ADMIN_TIMEOUT_S + 5)
+                    self.say(f"[{self.cfg.name}] {name} on {self.cfg.target}: partitions added to follow the source")
+                except KafkaException as exc:
+                    self._error(f"cannot add partitions to {name} on {self.cfg.target}: {exc.args[0].str()}")
+                    ready = {s: t for s, t in ready.items() if t != name}
+        existing = [t for s, t in ready.items() if t in tgt.topics]
+        target_configs = self._target_configs(existing)
+        for s, t in ready.items():
+            if t not in target_configs:
+                continue
+            changed = {k: v for k, v in source_configs.get(s, {}).items() if target_configs[t].get(k) != v}
+            if changed:
+                self._alter_configs(t, changed)
+        self.topic_map = ready
+        self.stats.topics = dict(ready)
+        topics = sorted(ready)
+        if topics != self._subscribed:
+            if topics:
+                self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                        on_lost=self._on_revoke)
+            elif self._subscribed:
+                self.consumer.unsubscribe()
+            self._subscribed = topics
+        return True
+
+    def _alter_configs(self, topic: str, changed: dict[str, str]) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+        resource = ConfigResource("TOPIC", topic, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(changed.items())])
+        for future in self.tgt_admin.incremental_alter_configs([resource]).values():
+            try:
+                future.result(ADMIN_TIMEOUT_S + 5)
+                self.say(f"[{self.cfg.name}] {topic} on {self.cfg.target}: configs follow the source "
+                         + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+            except KafkaException as exc:
+                self._error(f"cannot set {changed} on {topic} at {self.cfg.target}: {exc.args[0].str()}")
+
+    # --- rebalance --------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned |= {(p.topic, p.partition) for p in partitions}
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Finish what was sent and commit it before another process takes the partitions.
+        if not self.cfg.exactly_once:
+            self.producer.flush(30)
+            self._commit()
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            self._assigned.discard(tp)
+            self.emitter.forget(tp)
+            self._blocked.pop(tp, None)
+            self._paused.pop(tp, None)
+            self._backoffs.pop(tp, None)
+            self.stats.lag.pop(tp, None)
+
+    # --- the copy ---------------------------------------------------------
+
+    def _delivered(self, source: tuple[str, int], offset: int, timestamp: int, size: int) -> Callable:
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                if source not in self._blocked or offset < self._blocked[source][0]:
+                    self._blocked[source] = (offset, f"{err.name()}: {err.str()}")
+                return
+            blocked = self._blocked.get(source)
+            if blocked is not None and offset >= blocked[0]:
+                return  # an earlier record of this partition failed: it, and all after it, go again
+            if source in self._backoffs:
+                del self._backoffs[source]
+            self._backoff.reset()
+            if self.ack_lag_ms is not None:
+                self.ack_lag_ms.append(time.time() * 1000 - timestamp)
+            self.stats.mirrored += 1
+            self.stats.bytes += size
+            self._last_ts[source] = timestamp
+            lag = self.stats.lag.setdefault(source, PartitionLag())
+            lag.mirrored += 1
+            if self.cfg.exactly_once:
+                self._txn_offsets[source] = offset + 1
+            else:
+                self._acked[source] = offset + 1  # stored in one call per loop turn (`_store_acked`)
+            sync = self.emitter.acked(source, offset, msg.offset())
+            if sync is not None:
+                self._send_sync(sync)
+        return report
+
+    def _send_sync(self, sync: OffsetSync) -> None:
+        self.sync_producer.produce(self.syncs_topic, key=sync.key(), value=sync.value(), partition=0)
+
+    def _forward(self, msg: Any) -> None:
+        tp = (msg.topic(), msg.partition())
+        value, key = msg.value(), msg.key()
+        ts_type, ts = msg.timestamp()
+        size = len(value or b"") + len(key or b"")
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic_map[tp[0]], value=value, key=key, partition=tp[1], headers=msg.headers(),
+                    timestamp=ts if ts_type != 0 else 0,
+                    on_delivery=self._delivered(tp, msg.offset(), ts, size))
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+            except KafkaException as exc:
+                # refused before sending (e.g. larger than the producer may send): same path as a refusal
+                err = exc.args[0]
+                if tp not in self._blocked or msg.offset() < self._blocked[tp][0]:
+                    self._blocked[tp] = (msg.offset(), f"{err.name()}: {err.str()}")
+                return
+
+    def _retry_blocked(self) -> None:
+        """Records the target refused: drain, say which and why, and set each
+        such partition back to its refused record, paused for its backoff
+        (the other partitions go on)."""
+        self.producer.flush(30)
+        blocked, self._blocked = self._blocked, {}
+        now = time.monotonic()
+        for tp, (offset, reason) in sorted(blocked.items()):
+            backoff = self._backoffs.setdefault(tp, Backoff())
+            delay = backoff.next()
+            self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
+                        f"{tp[0]}[{tp[1]}]@{offset}: {reason}; retrying it (and all after it) in {delay:.0f} s")
+            partition = TopicPartition(tp[0], tp[1], offset)
+            try:
+                self.consumer.pause([partition])
+                self.consumer.seek(partition)
+                self._paused[tp] = now + delay
+            except KafkaException:
+                pass  # the partition moved to another process in the meantime; it resumes from the commit
+
+    def _resume_due(self) -> None:
+        now = time.monotonic()
+        for tp, at in sorted(self._paused.items()):
+            if at <= now:
+                del self._paused[tp]
+                try:
+                    self.consumer.resume([TopicPartition(tp[0], tp[1])])
+                except KafkaException:
+                    pass  # revoked meanwhile
+
+    def _retry_batch(self) -> None:
+        """Exactly once: the aborted batch's refusals, then one backoff for the flow."""
+        for tp, (offset, reason) in sorted(self._blocked.items()):
+            self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
+                        f"{tp[0]}[{tp[1]}]@{offset}: {reason}; the transaction is aborted and retried in "
+                        f"{self._backoff.delay:.0f} s")
+        self._blocked = {}
+        self.stop.wait(self._backoff.next())
+
+    def _store_acked(self) -> None:
+        """Store the acknowledged source offsets with the consumer, for the next commit."""
+        if not self._acked:
+            return
+        acked, self._acked = self._acked, {}
+        offsets = [TopicPartition(t, p, o) for (t, p), o in acked.items() if (t, p) in self._assigned]
+        if offsets:
+            try:
+                self.consumer.store_offsets(offsets=offsets)
+            except KafkaException:
+                pass  # a partition was revoked in between: its new owner resumes from the last commit
+
+    def _commit(self) -> None:
+        self._store_acked()
+        for sync in self.emitter.pending():
+            self._send_sync(sync)
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                self._error(f"cannot commit the source offsets on {self.cfg.source}: {exc.args[0].str()}")
+        self.sync_producer.poll(0)
+
+    def _copy_batch(self, messages: list[Any]) -> None:
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    self._error(f"reading {self.cfg.source}: {err.str()}")
+                continue
+            tp = (msg.topic(), msg.partition())
+            if tp in self._blocked or tp[0] not in self.topic_map:
+                continue
+            self._forward(msg)
+        self.producer.poll(0)
+        self._store_acked()
+
+    def _copy_transaction(self, messages: list[Any]) -> None:
+        """Exactly once: the batch and the source offsets commit together on the target."""
+        self._txn_offsets = {}
+        self.producer.begin_transaction()
+        self._copy_batch(messages)
+        self.producer.flush(60)
+        if self._blocked:
+            self.producer.abort_transaction()
+            self._rewind_to_committed()
+            self._retry_batch()
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._txn_offsets.items())]
+        if offsets:
+            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+        self.producer.commit_transaction()
+        for sync in self.emitter.pending():
+            self._send_sync(sync)
+
+    def _rewind_to_committed(self) -> None:
+        assigned = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
+        if not assigned:
+            return
+        for tp in self.consumer.committed(assigned, timeout=ADMIN_TIMEOUT_S):
+            self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+
+    # --- offset syncs, checkpoints, heartbeats -----------------------------
+
+    def _read_syncs(self) -> None:
+        for msg in self.sync_reader.consume(1000, 0):
+            if msg.error() is None and msg.key() and msg.value():
+                try:
+                    self.store.add(OffsetSync.decode(msg.key(), msg.value()))
+                except struct.error:
+                    pass  # not an offset sync (someone else's record): ignored, as MM2 does
+
+    def emit_checkpoints(self) -> list:
+        self._read_syncs()
+        try:
+            groups = self.src_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result(ADMIN_TIMEOUT_S + 5)
+        except KafkaException as exc:
+            self._error(f"cannot list the consumer groups of {self.cfg.source}: {exc.args[0].str()}")
+            return []
+        own = {self.cfg.mirror_group, f"{self.cfg.mirror_group}-syncs-reader"}
+        names = sorted(g.group_id for g in groups.valid if self.cfg.groups.matches(g.group_id) and g.group_id not in own)
+        written = []
+        for group in names:
+            try:
+                result = self.src_admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                        ADMIN_TIMEOUT_S + 5)
+            except KafkaException as exc:
+                self._error(f"cannot read the offsets of group {group} on {self.cfg.source}: {exc.args[0].str()}")
+                continue
+            committed = {(p.topic, p.partition): (p.offset, p.metadata or "") for p in result.topic_partitions
+                         if (p.topic, p.partition) in self._assigned and p.error is None}
+            for cp in self.tracker.checkpoints(group, committed, self.topic_map, self.store):
+                self.aux_producer.produce(self.checkpoints_topic, key=cp.key(), value=cp.value(), partition=0)
+                written.append(cp)
+        self.aux_producer.flush(30)
+        self.stats.checkpoints += len(written)
+        return written
+
+    def sync_group_offsets(self, checkpoints: list) -> None:
+        by_group: dict[str, list] = {}
+        for cp in checkpoints:
+            by_group.setdefault(cp.group, []).append(cp)
+        if not by_group:
+            return
+        try:
+            described = self.tgt_admin.describe_consumer_groups(sorted(by_group), request_timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            self._error(f"cannot describe groups on {self.cfg.target}: {exc.args[0].str()}")
+            return
+        for group, cps in sorted(by_group.items()):
+            try:
+                desc = described[group].result(ADMIN_TIMEOUT_S + 5)
+                active = bool(desc.members)
+            except KafkaException:
+                active = False  # unknown on the target: nobody consumes there yet
+            if active:
+                continue  # a group with members on the target owns its offsets there (MM2's rule)
+            try:
+                current = self.tgt_admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                        ADMIN_TIMEOUT_S + 5)
+                committed = {(p.topic, p.partition): p.offset for p in current.topic_partitions}
+            except KafkaException:
+                committed = {}
+            wanted = offsets_to_sync(cps, committed)
+            if not wanted:
+                continue
+            request = ConsumerGroupTopicPartitions(
+                group, [TopicPartition(t, p, o) for (t, p), o in sorted(wanted.items())])
+            try:
+                self.tgt_admin.alter_consumer_group_offsets([request], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                    ADMIN_TIMEOUT_S + 5)
+                self.stats.synced_groups += 1
+            except KafkaException as exc:
+                self._error(f"cannot write the offsets of group {group} on {self.cfg.target}: {exc.args[0].str()}")
+
+    def _heartbeat(self) -> None:
+        key = struct.pack(">h", len(self.cfg.source)) + self.cfg.source.encode() + struct.pack(
+            ">h", len(self.cfg.target)) + self.cfg.target.encode()
+        value = struct.pack(">hq", 0, int(time.time() * 1000))
+        self.aux_producer.produce(HEARTBEATS_TOPIC, key=key, value=value, partition=0)
+        self.aux_producer.poll(0)
+
+    def _update_lag(self) -> None:
+        now_ms = time.time() * 1000
+        for tp in sorted(self._assigned):
+            try:
+                position = self.consumer.position([TopicPartition(*tp)])[0].offset
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2, cached=False)
+            except KafkaException:
+                continue
+            lag = self.stats.lag.setdefault(tp, PartitionLag())
+            lag.records = max(0, high - position) if position >= 0 else high
+            last = self._last_ts.get(tp)
+            lag.seconds = max(0.0, (now_ms - last) / 1000) if lag.records and last else 0.0
+
+    # --- the loop -----------------------------------------------------------
+
+    def run(self) -> None:
+        self._clients()
+        if self.cfg.exactly_once:
+            self._init_transactions()
+        self.sync_reader.assign([TopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
+        while not self.stop.is_set() and not self.refresh_topics():
+            pass
+        if self.stop.is_set():
+            return self._close()
+        self._ensure_internal()
+        self.stats.state = "mirroring"
+        self.say(f"[{self.cfg.name}] mirroring {len(self.topic_map)} topics "
+                 f"({'exactly once' if self.cfg.exactly_once else 'at least once'}): "
+                 + ", ".join(f"{s} -> {t}" for s, t in sorted(self.topic_map.items())))
+        now = time.monotonic()
+        next_refresh = now + self.cfg.refresh_interval_s
+        next_flush = now + self.cfg.flush_interval_s
+        next_checkpoint = now + self.cfg.checkpoint_interval_s
+        next_group_sync = now + self.cfg.sync_group_offsets_interval_s
+        next_heartbeat = now
+        next_lag = now
+        unassigned_since = now
+        while not self.stop.is_set():
+            # A short wait: delivery reports (and so source commits) are served between two consumes.
+            messages = self.consumer.consume(500, 0.02) if self._subscribed else []
+            if not self._subscribed:
+                self.stop.wait(0.1)
+            if self.cfg.exactly_once and messages:
+                self._copy_transaction(messages)
+            else:
+                self._copy_batch(messages)
+            if self._blocked:
+                self._retry_blocked()
+            if self._paused:
+                self._resume_due()
+            now = time.monotonic()
+            if now >= next_flush and not self.cfg.exactly_once:
+                self._commit()
+                next_flush = now + self.cfg.flush_interval_s
+            if now >= next_heartbeat and self.cfg.emit_heartbeats:
+                self._heartbeat()
+                next_heartbeat = now + self.cfg.heartbeat_interval_s
+            if now >= next_lag:
+                self._update_lag()
+                next_lag = now + 1.0
+            if self._assigned or not self._subscribed:
+                unassigned_since = now
+            elif now - unassigned_since > UNASSIGNED_WARNING_S:
+                # librdkafka keeps its group errors to itself; the user sees only that nothing moves.
+                self._error(f"no partition of {self.cfg.source} assigned to this process after "
+                            f"{UNASSIGNED_WARNING_S:.0f} s: either other mirror processes in group "
+                            f"{self.cfg.mirror_group} hold them all, or {self.cfg.source}'s group coordinator "
+                            "does not answer (is __consumer_offsets available there?)")
+                unassigned_since = now
+            if now >= next_checkpoint and self.cfg.emit_checkpoints:
+                self.emit_checkpoints()
+                if self.cfg.sync_group_offsets and now >= next_group_sync:
+                    self.sync_group_offsets(self._latest_checkpoints())
+                    next_group_sync = now + self.cfg.sync_group_offsets_interval_s
+                next_checkpoint = now + self.cfg.checkpoint_interval_s
+            if now >= next_refresh:
+                self.refresh_topics()
+                next_refresh = now + self.cfg.refresh_interval_s
+        self._close()
+
+    def _latest_checkpoints(self) -> list:
+        return self.tracker.latest(self.topic_map)
+
+    def _init_transactions(self) -> None:
+        backoff = Backoff()
+        while not self.stop.is_set():
+            try:
+                self.producer.init_transactions(ADMIN_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal() or err.code() in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
+                    raise MirrorError(f"exactly.once.support=enabled needs transactions on {self.cfg.target} "
+                                      f"({self.cfg.target_bootstrap}), which refused them: {err.name()}: "
+                                      f"{err.str()}; set exactly.once.support=disabled for at-least-once") from None
+                # librdkafka retries a missing transaction coordinator on its own and says only "timed out".
+                self._error(f"exactly.once.support=enabled: no transaction coordinator of {self.cfg.target} "
+                            f"({self.cfg.target_bootstrap}) answered within {ADMIN_TIMEOUT_S:.0f} s ({err.str()}); "
+                            "the target must serve transactions (a raftka broker does not yet), or set "
+                            f"exactly.once.support=disabled; retrying in {backoff.delay:.0f} s")
+                self.stop.wait(backoff.next())
+
+    def _close(self) -> None:
+        self.stats.state = "stopping"
+        try:
+            if not self.cfg.exactly_once:
+                self.producer.flush(30)
+                if self._subscribed:
+                    self._commit()
+            self.consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+        self.sync_producer.flush(10)
+        self.aux_producer.flush(10)
+        self.sync_reader.close()
+        self.stats.state = "stopped"
