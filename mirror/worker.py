@@ -168,8 +168,21 @@ class Flow:
             "bootstrap.servers": c.target_bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES, "logger": _quiet("producer"),
         }
+        self.positions = None
         if c.exactly_once:
             producer["transactional.id"] = f"{c.mirror_group}-{self.instance or 0}"
+            # Exactly once, the source positions commit on the target, in the
+            # copy's transaction, as MM2 keeps them in the target's offsets
+            # store: this consumer of the target (it never joins its group, so
+            # its metadata carries no generation to fence) names the group in
+            # send_offsets_to_transaction and reads the positions back after a
+            # restart. read_committed: an open transaction's offsets are waited
+            # for, never read half done (KIP-447's require_stable).
+            self.positions = Consumer({
+                "bootstrap.servers": c.target_bootstrap, "group.id": c.mirror_group,
+                "enable.auto.commit": False, "isolation.level": "read_committed",
+                "logger": _quiet("positions"),
+            })
         self.producer = Producer(producer)
         self.sync_producer = Producer({"bootstrap.servers": c.source_bootstrap, "acks": "all",
                                        "linger.ms": 20, "logger": _quiet("sync-producer")})
@@ -333,6 +346,17 @@ class Flow:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned |= {(p.topic, p.partition) for p in partitions}
+        if self.positions is not None:
+            # Exactly once: start where the last committed transaction left off.
+            consumer.assign(self._target_positions(partitions))
+
+    def _target_positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The source positions committed on the target with the last
+        transaction, or the beginning for a partition never copied."""
+        committed = self.positions.committed([TopicPartition(p.topic, p.partition) for p in partitions],
+                                             timeout=ADMIN_TIMEOUT_S)
+        return [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                for tp in committed]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Finish what was sent and commit it before another process takes the partitions.
@@ -491,7 +515,7 @@ class Flow:
             return
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._txn_offsets.items())]
         if offsets:
-            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+            self.producer.send_offsets_to_transaction(offsets, self.positions.consumer_group_metadata())
         self.producer.commit_transaction()
         for sync in self.emitter.pending():
             self._send_sync(sync)
@@ -500,8 +524,8 @@ class Flow:
         assigned = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
         if not assigned:
             return
-        for tp in self.consumer.committed(assigned, timeout=ADMIN_TIMEOUT_S):
-            self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+        for tp in self._target_positions(assigned):
+            self.consumer.seek(tp)
 
     # --- offset syncs, checkpoints, heartbeats -----------------------------
 
@@ -683,7 +707,8 @@ class Flow:
                 # librdkafka retries a missing transaction coordinator on its own and says only "timed out".
                 self._error(f"exactly.once.support=enabled: no transaction coordinator of {self.cfg.target} "
                             f"({self.cfg.target_bootstrap}) answered within {ADMIN_TIMEOUT_S:.0f} s ({err.str()}); "
-                            "the target must serve transactions (a raftka broker does not yet), or set "
+                            "the target must serve transactions (its transaction.state.log.replication.factor "
+                            "live brokers, for one), or set "
                             f"exactly.once.support=disabled; retrying in {backoff.delay:.0f} s")
                 self.stop.wait(backoff.next())
 
@@ -700,4 +725,6 @@ class Flow:
         self.sync_producer.flush(10)
         self.aux_producer.flush(10)
         self.sync_reader.close()
+        if self.positions is not None:
+            self.positions.close()
         self.stats.state = "stopped"

@@ -323,19 +323,6 @@ def test_an_unreachable_cluster_is_named_and_retried(tmp_path) -> None:
         m.ensure_dead()
 
 
-def _skip_without_transactions(bootstrap: str) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "mirror-eos-probe"})
-    try:
-        p.init_transactions(3)
-        return
-    except KafkaException as exc:
-        reason = exc.args[0].str()
-    del p  # not kept alive by the skip's traceback, retrying against stopped clusters
-    pytest.skip(f"the target raftka does not serve transactions yet (init_transactions: {reason}); "
-                "exactly-once mirroring needs the transaction coordinator (AddPartitionsToTxn, "
-                "AddOffsetsToTxn, TxnOffsetCommit, EndTxn) on the target")
-
-
 def _read_committed(bootstrap: str, topic: str, partitions: int, quiet_s: float = 3.0) -> dict[int, list[bytes]]:
     """Committed values per partition, read until nothing new comes for `quiet_s`
     (a transactional topic's high watermark counts its markers and aborted records)."""
@@ -357,7 +344,6 @@ def _read_committed(bootstrap: str, topic: str, partitions: int, quiet_s: float 
 
 def test_exactly_once_sigkill_neither_loses_nor_duplicates(clusters, mirrors) -> None:
     src, tgt = clusters
-    _skip_without_transactions(tgt)
     create(src, "eos", 2)
     stop = threading.Event()
     sent: list[int] = []
