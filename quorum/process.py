@@ -68,11 +68,10 @@ def make_quorum_node(config: NodeConfig, cluster_id: str) -> RaftNode | Pysyncob
     """The quorum member `quorum.engine` names: raftka's own Raft (the default) or pysyncobj's."""
     segment_bytes = int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024)
     if quorum_engine(config) == "pysyncobj":
-        port = config.raw.get("quorum.pysyncobj.port")
         return PysyncobjNode(
             node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
             cluster_id=cluster_id,
-            pysyncobj_port=None if port in (None, "") else int_property(config.raw, "quorum.pysyncobj.port", 0, 1),
+            pysyncobj_port=config.raw.get("quorum.pysyncobj.port"),
             election_timeout_ms=quorum_config(config).controller_quorum_election_timeout_ms,
             segment_bytes=segment_bytes)
     return RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],

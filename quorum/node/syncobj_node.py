@@ -80,10 +80,24 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def pysyncobj_addresses(voters: dict[int, tuple[str, int]], port: int | None) -> dict[int, str]:
-    """Each voter's pysyncobj address: its controller host, `port` if set (all
-    controllers then share it, so they need distinct hosts), else its controller port + 100."""
-    return {n: f"{h}:{port if port is not None else p + PORT_OFFSET}" for n, (h, p) in voters.items()}
+def pysyncobj_addresses(voters: dict[int, tuple[str, int]], port: str | None) -> dict[int, str]:
+    """Each voter's pysyncobj address: its controller host and the port
+    `quorum.pysyncobj.port` gives, either one port for all (controllers on
+    distinct hosts) or `id@port,...`; unset: its controller port + 100."""
+    if port is None or not port.strip():
+        return {n: f"{h}:{p + PORT_OFFSET}" for n, (h, p) in voters.items()}
+    try:
+        if "@" in port:
+            ports = {int(i): int(p) for i, p in (item.split("@", 1) for item in port.split(","))}
+        else:
+            ports = {n: int(port) for n in voters}
+    except ValueError:
+        raise ConfigError(f"quorum.pysyncobj.port={port!r}: expected a port or id@port,... for every "
+                          "controller") from None
+    if set(ports) != set(voters) or not all(0 < p < 65536 for p in ports.values()):
+        raise ConfigError(f"quorum.pysyncobj.port={port!r}: expected a port (1..65535) for each of the "
+                          f"controllers {sorted(voters)}")
+    return {n: f"{h}:{ports[n]}" for n, (h, _) in voters.items()}
 
 
 def _make_syncobj(self_address: str, others: list[str], journal: str, sink: Callable[[tuple], None],
@@ -102,6 +116,7 @@ def _make_syncobj(self_address: str, others: list[str], journal: str, sink: Call
                 # Never compact: a full dump would not carry the local log.
                 logCompactionMinEntries=2**62, logCompactionMinTime=2**62,
                 raftMinTimeout=timeout_s / 2, raftMaxTimeout=timeout_s, connectionTimeout=timeout_s * 2,
+                appendEntriesPeriod=min(0.1, timeout_s / 10),
                 appendEntriesUseBatch=True, commandsWaitLeader=False)
             super().__init__(self_address, others, conf)
 
@@ -129,7 +144,7 @@ class PysyncobjNode:
     engine = "pysyncobj"
 
     def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], log_dir: str, cluster_id: str,
-                 pysyncobj_port: int | None = None, election_timeout_ms: int = 1000,
+                 pysyncobj_port: str | None = None, election_timeout_ms: int = 1000,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         if node_id not in voters:
             raise ConfigError(f"quorum.engine=pysyncobj: node {node_id} is not in controller.quorum.voters")
