@@ -115,7 +115,7 @@ def _make_syncobj(self_address: str, others: list[str], journal: str, sink: Call
                 journalFile=journal, dynamicMembershipChange=False,
                 # Never compact: a full dump would not carry the local log.
                 logCompactionMinEntries=2**62, logCompactionMinTime=2**62,
-                raftMinTimeout=timeout_s / 2, raftMaxTimeout=timeout_s, connectionTimeout=timeout_s * 2,
+                raftMinTimeout=timeout_s / 2, raftMaxTimeout=timeout_s, connectionTimeout=max(3.5, timeout_s * 2),
                 appendEntriesPeriod=min(0.1, timeout_s / 10),
                 appendEntriesUseBatch=True, commandsWaitLeader=False)
             super().__init__(self_address, others, conf)
@@ -229,6 +229,12 @@ class PysyncobjNode:
         return {"engine": self.engine, "term": status.get("raft_term", 0), "commit_idx": status.get("commit_idx", 0),
                 "state": {0: "follower", 1: "candidate", 2: "leader"}.get(status.get("state", -1), "unknown"),
                 "members": members}
+
+    def engine_note(self) -> str:
+        """`engine_status` as one line for DescribeQuorum (quorum.node.describe_quorum)."""
+        s = self.engine_status()
+        members = ",".join(f"{n}:{state}" for n, state in s["members"].items())
+        return f"engine=pysyncobj term={s['term']} commit_idx={s['commit_idx']} state={s['state']} members={members}"
 
     def describe(self) -> QuorumStatus:
         assert self.log is not None

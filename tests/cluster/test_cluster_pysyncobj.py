@@ -60,3 +60,17 @@ def test_topic_delete(cluster):
     while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.2)
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_quorum_status_shows_the_engine_its_term_and_members(cluster):
+    from cluster_testing import run_cli
+
+    controller = next(n for n in cluster.state()["nodes"] if n["role"] == "controller")
+    out = run_cli("quorum", "status", "--bootstrap-controller", controller["address"])
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line and "  " in line)
+    assert lines["Engine"].strip() == "pysyncobj"
+    assert int(lines["EngineTerm"]) >= 1 and int(lines["EngineCommitIndex"]) >= 1
+    members = lines["EngineMembers"].strip()
+    assert all(f"{n}:" in members for n in (1, 2, 3)) and "unreachable" not in members
+    assert lines["CurrentVoters"].strip() == "[1, 2, 3]"
