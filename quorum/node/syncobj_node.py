@@ -334,7 +334,8 @@ class PysyncobjNode:
                 await trio.sleep(POLL_S)
         finally:
             sync, self._sync = self._sync, None
-            await trio.to_thread.run_sync(sync.destroy_synchronous)
+            with trio.CancelScope(shield=True):  # stopping is a cancel: still stop pysyncobj's thread first
+                await trio.to_thread.run_sync(sync.destroy_synchronous)
             if self.log is not None:
                 self.log.flush(self.log.log_end_offset)
                 self.log.storage_log.close()
