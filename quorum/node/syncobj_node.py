@@ -239,9 +239,20 @@ class PysyncobjNode:
     def describe(self) -> QuorumStatus:
         assert self.log is not None
         now = self.now_ms()
-        members = self.engine_status()["members"]
+        status = self._status
+        commit_idx = status.get("commit_idx", 0)
+
+        def caught_up(n: int) -> bool:
+            # pysyncobj counts its own entries, not metadata offsets: a peer is shown at
+            # this log's end once it holds every entry committed here (match index), else at -1.
+            if n == self.node_id:
+                return True
+            address = self.sync_addresses[n]
+            return status.get(f"partner_node_status_server_{address}") == 2 \
+                and (status.get(f"match_idx_server_{address}") or 0) >= commit_idx
+
         voters = tuple(
-            ReplicaStatus(n, self.log.log_end_offset, now, now) if members[n] != "unreachable"
+            ReplicaStatus(n, self.log.log_end_offset, now, now) if caught_up(n)
             else ReplicaStatus(n, -1, -1, -1) for n in sorted(self.voter_addresses))
         return QuorumStatus(node_id=self.node_id, role="Leader" if self.is_active else "Follower",
                             leader_id=self._leader.leader_id, epoch=self._leader.epoch,
@@ -324,8 +335,10 @@ class PysyncobjNode:
         others = [a for n, a in sorted(self.sync_addresses.items()) if n != self.node_id]
         _log.info("node %d: pysyncobj on %s, peers %s, journal %s (log %d..%d)", self.node_id, address, others,
                   journal, self.log.log_start_offset, self.log.log_end_offset)
-        self._sync = await trio.to_thread.run_sync(
-            lambda: _make_syncobj(address, others, journal, sink, self._timeout_s))
+        # Built in this (the process's main) thread, not a worker: pysyncobj's
+        # tick thread stops once the thread that built it has exited, and trio
+        # retires idle worker threads after a few seconds.
+        self._sync = _make_syncobj(address, others, journal, sink, self._timeout_s)
         try:
             self._apply()
             task_status.started(self)

@@ -74,3 +74,49 @@ def test_quorum_status_shows_the_engine_its_term_and_members(cluster):
     members = lines["EngineMembers"].strip()
     assert all(f"{n}:" in members for n in (1, 2, 3)) and "unreachable" not in members
     assert lines["CurrentVoters"].strip() == "[1, 2, 3]"
+
+
+def test_idempotent_producer_gets_a_producer_id_from_the_controller(cluster):
+    # An idempotent producer needs a producer id: the broker asks the active
+    # controller for a block (AllocateProducerIds), committed through pysyncobj.
+    from confluent_kafka import Producer
+
+    from cluster_testing import confluent_create
+
+    confluent_create(cluster.bootstrap, "psy-idempotent", 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    errors = []
+    for i in range(50):
+        producer.produce("psy-idempotent", b"v%d" % i, on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(30) == 0 and errors == []
+
+
+def test_killed_broker_is_fenced_and_its_partitions_get_new_leaders(cluster):
+    # Last in the module: it kills a broker. The controller (pysyncobj's
+    # leader) fences it when its session expires and elects new leaders.
+    import os
+    import signal
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("psy-rf3", 3, 3)])["psy-rf3"].result(30)
+    brokers = [n for n in cluster.state()["nodes"] if n["role"] == "broker"]
+    victim = brokers[0]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        parts = admin.list_topics("psy-rf3", timeout=10).topics["psy-rf3"].partitions
+        if len(parts) == 3 and any(p.leader == victim["node_id"] for p in parts.values()):
+            break
+        time.sleep(0.2)
+    os.kill(victim["pid"], signal.SIGKILL)
+    survivor = AdminClient({"bootstrap.servers": ",".join(b["address"] for b in brokers[1:])})
+    deadline = time.monotonic() + 60
+    leaders = {}
+    while time.monotonic() < deadline:
+        parts = survivor.list_topics("psy-rf3", timeout=10).topics["psy-rf3"].partitions
+        leaders = {p.id: p.leader for p in parts.values()}
+        if leaders and all(lead not in (victim["node_id"], -1) for lead in leaders.values()):
+            break
+        time.sleep(0.2)
+    assert leaders and all(lead not in (victim["node_id"], -1) for lead in leaders.values()), leaders
