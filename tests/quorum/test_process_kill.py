@@ -188,7 +188,8 @@ async def test_kill_minus_9_of_every_pysyncobj_controller_keeps_acknowledged_top
                 while len(acked) < len(before) + 5:
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
-        await trio.sleep(1)
+        await wait_caught_up(quorum)
+        await trio.sleep(1)  # its followers apply a commit on the leader's next heartbeat
         quorum.stop_all()
         assert acked[:len(before)] == before
         assert_acked_in_order(quorum, acked)
