@@ -94,6 +94,8 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
     cluster_id = check_log_dirs(config)
     host, port = config.controller_quorum_voters[config.node_id]
     node = make_quorum_node(config, cluster_id)
+    if isinstance(node, PysyncobjNode):
+        node.check_bindable()
     controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
     migration = MigrationConfig.from_node_config(config)
     if migration is not None and not isinstance(node, RaftNode):

@@ -74,6 +74,8 @@ PORT_OFFSET = 100
 JOURNAL_FILE = "pysyncobj.journal"
 POLL_S = 0.02
 FETCH_MAX_BYTES = 1024 * 1024
+#: A peer unreachable this long gets a warning naming the settings to check.
+UNREACHABLE_WARN_S = 5.0
 
 
 def wall_clock_ms() -> int:
@@ -172,7 +174,8 @@ class PysyncobjNode:
         self._resync = False
         self._announced = -1
         self._status: dict[str, Any] = {}
-        self._applied_changed = trio.Event()
+        self._unreachable_since: dict[int, float] = {}
+        self._warned_unreachable: set[int] = set()
 
     # --- RaftNode's views --------------------------------------------------------------
 
@@ -326,7 +329,7 @@ class PysyncobjNode:
             self._log_dir, clock_ms=wall_clock_ms, segment_bytes=self._segment_bytes))
         journal = os.path.join(metadata_log_dir(self._log_dir), JOURNAL_FILE)
         address = self.sync_addresses[self.node_id]
-        await self._check_bindable(address)
+        self.check_bindable()
         token = self._token
 
         def sink(entry: tuple) -> None:  # pysyncobj's thread, commit order
@@ -353,16 +356,21 @@ class PysyncobjNode:
                 self.log.flush(self.log.log_end_offset)
                 self.log.storage_log.close()
 
-    async def _check_bindable(self, address: str) -> None:
+    def check_bindable(self) -> None:
+        """ConfigError naming quorum.pysyncobj.port if pysyncobj's port is taken
+        (pysyncobj itself would only retry the bind, silently, forever)."""
+        import socket
+
+        address = self.sync_addresses[self.node_id]
         host, port = address.rsplit(":", 1)
-        sock = trio.socket.socket()
+        sock = socket.socket()
         try:
-            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
-            await sock.bind((host, int(port)))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, int(port)))
         except OSError as exc:
-            raise ConfigError(f"quorum.engine=pysyncobj: cannot bind pysyncobj's port {address} ({exc}); set "
-                              f"quorum.pysyncobj.port to a free port (default: the controller port + {PORT_OFFSET})"
-                              ) from exc
+            raise ConfigError(f"quorum.engine=pysyncobj: cannot bind pysyncobj's port {address} ({exc.strerror}); "
+                              f"set quorum.pysyncobj.port to free ports (default: each controller port + "
+                              f"{PORT_OFFSET})") from None
         finally:
             sock.close()
 
@@ -385,6 +393,18 @@ class PysyncobjNode:
             self._announced = term
             assert self.log is not None
             self._sync.commit("leader", term, self.log.log_end_offset, self.node_id)
+        now = time.monotonic()
+        for n, address in self.sync_addresses.items():
+            if n == self.node_id or status.get(f"partner_node_status_server_{address}") == 2:
+                self._unreachable_since.pop(n, None)
+                self._warned_unreachable.discard(n)
+                continue
+            since = self._unreachable_since.setdefault(n, now)
+            if now - since > UNREACHABLE_WARN_S and n not in self._warned_unreachable:
+                self._warned_unreachable.add(n)
+                _log.warning("node %d: pysyncobj cannot reach controller %d at %s for %.0f s: check that it runs "
+                             "with quorum.engine=pysyncobj (every controller must) and that quorum.pysyncobj.port "
+                             "gives the same ports on every controller", self.node_id, n, address, now - since)
         if old != self._leader:
             _log.info("node %d: pysyncobj leader %s in term %d", self.node_id, leader_id, term)
             self._publisher.changed()
