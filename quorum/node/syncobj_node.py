@@ -53,19 +53,37 @@ from typing import Any
 
 import trio
 
+from common.errors import ConfigError
 from quorum.metadata.image import MetadataImage
 from quorum.node.applier import MetadataState, apply_committed
 from quorum.node.events import Build, MetadataListener, ProposalTooLargeError, Staged
-from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
+from quorum.node.metadata_log import (
+    DEFAULT_SEGMENT_BYTES,
+    MAX_BATCH_BYTES,
+    metadata_log_dir,
+    open_metadata_log,
+)
 from quorum.node.publish import LeadershipListener, Publisher
-from quorum.raft import AppendResult, DivergingEpoch, LeaderAndEpoch, NotLeaderError, QuorumStatus, SnapshotId
+from quorum.raft import (
+    AppendResult,
+    DivergingEpoch,
+    LeaderAndEpoch,
+    NotLeaderError,
+    QuorumStatus,
+    SnapshotId,
+)
 from quorum.raft.errors import ErrorCode
 from quorum.raft.log import VALID, validate_fetch_position
-from quorum.raft.messages import NO_LEADER, FetchRequest, FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, \
-    Message
+from quorum.raft.messages import (
+    NO_LEADER,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+)
 from quorum.raft.status import ReplicaStatus
 from quorum.raft.storage_log import StorageReplicatedLog
-from common.errors import ConfigError
 
 _log = logging.getLogger("quorum.node.syncobj")
 
@@ -104,7 +122,11 @@ def pysyncobj_addresses(voters: dict[int, tuple[str, int]], port: str | None) ->
 
 def _make_syncobj(self_address: str, others: list[str], journal: str, sink: Callable[[tuple], None],
                   timeout_s: float) -> Any:
-    from pysyncobj import SyncObj, SyncObjConf, replicated  # imported here: only this engine needs it
+    from pysyncobj import (  # imported here: only this engine needs it
+        SyncObj,
+        SyncObjConf,
+        replicated,
+    )
 
     class MetadataJournal(SyncObj):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -303,7 +325,7 @@ class PysyncobjNode:
             await done.wait()
         finally:
             self._in_flight -= 1
-        result, error = outcome[0]
+        result, _error = outcome[0]  # an error (pysyncobj dropped it) reads as a rejection
         if result != base:
             # Rejected or dropped: every later proposal of ours is now at the wrong
             # offset; stop proposing until those are answered, then start over.

@@ -9,7 +9,6 @@ leaves the brokers' dirs.
 import time
 
 import pytest
-
 from broker_testing import check_round_trip, workload
 from cluster_testing import CLIENTS, ClusterUp
 
@@ -48,9 +47,8 @@ def test_client_round_trip(cluster, client):
 
 
 def test_topic_delete(cluster):
-    from confluent_kafka.admin import AdminClient
-
     from cluster_testing import confluent_create
+    from confluent_kafka.admin import AdminClient
 
     topic = "psy-doomed"
     confluent_create(cluster.bootstrap, topic, 3)
@@ -79,9 +77,8 @@ def test_quorum_status_shows_the_engine_its_term_and_members(cluster):
 def test_idempotent_producer_gets_a_producer_id_from_the_controller(cluster):
     # An idempotent producer needs a producer id: the broker asks the active
     # controller for a block (AllocateProducerIds), committed through pysyncobj.
-    from confluent_kafka import Producer
-
     from cluster_testing import confluent_create
+    from confluent_kafka import Producer
 
     confluent_create(cluster.bootstrap, "psy-idempotent", 1)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
