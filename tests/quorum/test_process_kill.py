@@ -145,6 +145,14 @@ async def test_kill_minus_9_leader_ten_times_loses_no_acknowledged_write(tmp_pat
     await run_kill_test(tmp_path, 30 if SOAK else 10, FAST)
 
 
+@pytest.mark.slow
+async def test_kill_minus_9_leader_with_default_timeouts_fails_over_quickly(tmp_path):
+    failovers = await run_kill_test(tmp_path, 10 if SOAK else 3, {})
+    # The dead-leader detection (quorum.node.network) does not wait out the
+    # 2 s fetch timeout; a generous bound keeps this stable on a busy machine.
+    assert statistics.median(failovers) < 1.5, failovers
+
+
 async def test_kill_minus_9_pysyncobj_leader_loses_no_acknowledged_write(tmp_path):
     # quorum.engine=pysyncobj: the active controller is pysyncobj's leader; after
     # SIGKILL of it the others elect a new one (pysyncobj's election timeout, set
