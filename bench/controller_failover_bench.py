@@ -58,6 +58,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-topics", type=int, default=5, help="topics created before the fault (default 5)")
     p.add_argument("--rounds", type=int, default=1, help="faults per run (default 1)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up after S s (default 60)")
+    p.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
+                   help="the controllers' Raft in kraft mode (quorum.engine; default raftka)")
     add_run_options(p, controllers=3, brokers=1)
     p.set_defaults(func=run)
 
@@ -70,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("raftka bench controller-failover --mode zk: the controller is a broker, so a surviving "
                          "broker needs --brokers 2 or more")
     overrides = parse_sets(args.set)
-    params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault}
+    if args.quorum_engine != "raftka" and args.mode == "kraft":
+        overrides.setdefault("quorum.engine", args.quorum_engine)
+    params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault,
+              "engine": "zookeeper" if args.mode == "zk" else overrides.get("quorum.engine", "raftka")}
     failed = 0
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)

@@ -78,7 +78,9 @@ def run_topic_create(args: argparse.Namespace) -> int:
                          "positive, and --replication-factor at most --brokers")
     params = {"topics": args.topics, "partitions_per_topic": args.partitions_per_topic,
               "replication_factor": args.replication_factor, "concurrency": args.concurrency,
-              "brokers": args.brokers, "controllers": args.controllers}
+              "brokers": args.brokers, "controllers": args.controllers,
+              # the metadata backend, for a three-way report (--set quorum.engine=pysyncobj)
+              "engine": "zookeeper" if args.mode == "zk" else parse_sets(args.set).get("quorum.engine", "raftka")}
     with Runner("topic-create", args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))
         prefix = f"tc-{runner.run_id[-8:]}"

@@ -63,6 +63,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot-bytes", type=int, default=None,
                    help="metadata.log.max.record.bytes.between.snapshots for the controllers (default Kafka's 20 MiB)")
     p.add_argument("--only", default="writes,failover,catchup", help="comma-separated subset of the three")
+    p.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
+                   help="the controllers' Raft (quorum.engine): raftka's own (default) or pysyncobj's")
     p.add_argument("--dir", default=None,
                    help="where the controllers' data dirs go (made if missing; default: system temp)")
     add_common_options(p)
@@ -84,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
                          "--snapshot-bytes must be positive, --catchup-records at least 0")
     with tempfile.TemporaryDirectory(prefix="raftka-bench-quorum-", dir=args.dir) as tmp:
         rows, samples = trio.run(_bench, args, phases, tmp, console)
+    for params in [r["params"] for r in rows] + [s[0] for s in samples]:
+        params.setdefault("engine", args.quorum_engine)  # rows carry the engine, for the three-way report
     _report(args, rows, samples, console)
     return 0
 
@@ -103,6 +107,8 @@ async def _bench(args: argparse.Namespace, phases: set[str], tmp: str, console: 
     rows: list[dict] = []
     samples: list[tuple[dict, str, list[float]]] = []
     overrides = {}
+    if args.quorum_engine != "raftka":
+        overrides["quorum.engine"] = args.quorum_engine
     if args.snapshot_bytes is not None:
         overrides["metadata.log.max.record.bytes.between.snapshots"] = str(args.snapshot_bytes)
     with LocalQuorum(tmp, 3, overrides) as quorum:

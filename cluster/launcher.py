@@ -139,9 +139,17 @@ class LocalCluster:
         self.preexec = preexec
         self.mode = mode
         self.cluster_id = self._cluster_id()
-        ports = free_ports(controllers + brokers, host) if base_port == 0 else (
+        overrides = dict(overrides or {})
+        # quorum.engine=pysyncobj listens on a second port per controller; with free
+        # ports, the default (controller port + 100) might be another node's, so pick them too.
+        pysyncobj_ports = (overrides.get("quorum.engine") == "pysyncobj" and base_port == 0
+                           and "quorum.pysyncobj.port" not in overrides)
+        ports = free_ports(controllers * (2 if pysyncobj_ports else 1) + brokers, host) if base_port == 0 else (
             [base_port + CONTROLLER_PORT_OFFSET + j for j in range(controllers)]
             + [base_port + i for i in range(brokers)])
+        if pysyncobj_ports:
+            extra, ports = ports[controllers + brokers:], ports[:controllers + brokers]
+            overrides["quorum.pysyncobj.port"] = ",".join(f"{j + 1}@{p}" for j, p in enumerate(extra))
         self.zookeeper = None
         if mode == "zk":
             from quorum.zookeeper.ensemble import ZooKeeperEnsemble

@@ -36,9 +36,14 @@ class LocalQuorum:
     def __init__(self, base_dir: str | Path, voters: int = 3, overrides: dict[str, str] | None = None) -> None:
         self.base_dir = Path(base_dir)
         self.cluster_id = random_cluster_id()
-        ports = free_ports(voters)
-        self.voters = {i + 1: ("127.0.0.1", ports[i]) for i in range(voters)}
         self.overrides = dict(overrides or {})
+        # quorum.engine=pysyncobj listens on a second port per controller: pick those free too.
+        pysyncobj_ports = self.overrides.get("quorum.engine") == "pysyncobj" \
+            and "quorum.pysyncobj.port" not in self.overrides
+        ports = free_ports(voters * (2 if pysyncobj_ports else 1))
+        self.voters = {i + 1: ("127.0.0.1", ports[i]) for i in range(voters)}
+        if pysyncobj_ports:
+            self.overrides["quorum.pysyncobj.port"] = ",".join(f"{i + 1}@{ports[voters + i]}" for i in range(voters))
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         voters_value = ",".join(f"{n}@{h}:{p}" for n, (h, p) in self.voters.items())
         for node_id in self.voters:

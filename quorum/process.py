@@ -10,7 +10,8 @@ tests. SIGTERM or SIGINT stop it gracefully: a leader first hands over
 with EndQuorumEpoch.
 
 Quorum keys read besides `NodeConfig`'s: `controller.quorum.request.timeout.ms`,
-`controller.quorum.retry.backoff.ms`, `metadata.log.segment.bytes`; with
+`controller.quorum.retry.backoff.ms`, `metadata.log.segment.bytes`, `quorum.engine` (raftka|pysyncobj) and
+`quorum.pysyncobj.port` (default: the controller port + 100); with
 `zookeeper.metadata.migration.enable=true` also `zookeeper.connect` and the
 rest of `quorum.migration.MigrationConfig` (a migration from ZooKeeper mode).
 """
@@ -30,6 +31,7 @@ from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
+from quorum.node.syncobj_node import PysyncobjNode
 from quorum.raft import QuorumConfig
 from common.config import NodeConfig, int_property
 from common.errors import ConfigError
@@ -37,6 +39,8 @@ from common.meta_properties import check_log_dir
 from common.wire import serve
 
 RESIGN_GRACE_S = 0.5
+#: `quorum.engine`: raftka's own KIP-595 Raft, or pysyncobj's Raft (quorum.node.syncobj_node).
+ENGINES = ("raftka", "pysyncobj")
 
 _log = logging.getLogger("quorum.node.process")
 
@@ -51,6 +55,27 @@ def quorum_config(config: NodeConfig) -> QuorumConfig:
         controller_quorum_retry_backoff_ms=int_property(
             config.raw, "controller.quorum.retry.backoff.ms", defaults.controller_quorum_retry_backoff_ms, 0),
     )
+
+
+def quorum_engine(config: NodeConfig) -> str:
+    engine = config.raw.get("quorum.engine", "raftka").strip()
+    if engine not in ENGINES:
+        raise ConfigError(f"quorum.engine={engine}: expected one of {', '.join(ENGINES)}")
+    return engine
+
+
+def make_quorum_node(config: NodeConfig, cluster_id: str) -> RaftNode | PysyncobjNode:
+    """The quorum member `quorum.engine` names: raftka's own Raft (the default) or pysyncobj's."""
+    segment_bytes = int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024)
+    if quorum_engine(config) == "pysyncobj":
+        return PysyncobjNode(
+            node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
+            cluster_id=cluster_id,
+            pysyncobj_port=config.raw.get("quorum.pysyncobj.port"),
+            election_timeout_ms=quorum_config(config).controller_quorum_election_timeout_ms,
+            segment_bytes=segment_bytes)
+    return RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
+                    cluster_id=cluster_id, config=quorum_config(config), segment_bytes=segment_bytes)
 
 
 def check_log_dirs(config: NodeConfig) -> str:
@@ -68,18 +93,20 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
                           "process.roles=controller")
     cluster_id = check_log_dirs(config)
     host, port = config.controller_quorum_voters[config.node_id]
-    node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
-                    cluster_id=cluster_id, config=quorum_config(config),
-                    segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024))
+    node = make_quorum_node(config, cluster_id)
+    if isinstance(node, PysyncobjNode):
+        node.check_bindable()
     controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
     migration = MigrationConfig.from_node_config(config)
+    if migration is not None and not isinstance(node, RaftNode):
+        raise ConfigError("zookeeper.metadata.migration.enable=true needs quorum.engine=raftka")
     handler = QuorumRequestHandler(node, controller)
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         await nursery.start(controller.run)
         if migration is not None:  # KIP-866: this controller migrates a ZooKeeper-mode cluster
             await nursery.start(MigrationDriver(node, controller, migration).run)
-        else:  # finalizes a migration, if the log is in one
+        elif isinstance(node, RaftNode):  # finalizes a migration, if the log is in one
             nursery.start_soon(MigrationFinalizer(node, controller).run)
         server = await nursery.start(functools.partial(
             serve, handler, host, port, apis=handler.apis,
@@ -91,7 +118,7 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
         task_status.started(server.port)
 
 
-async def _stop_on_signals(cancel_scope: trio.CancelScope, node: RaftNode) -> None:
+async def _stop_on_signals(cancel_scope: trio.CancelScope, node: RaftNode | PysyncobjNode) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             _log.info("received %s: shutting down", signal.Signals(signum).name)

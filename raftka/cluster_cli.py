@@ -2,6 +2,7 @@
 
     raftka cluster up --controllers 3 --brokers 3 [--base-port 9092] [--data-dir D]
                       [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft|zk]
+                      [--quorum-engine raftka|pysyncobj]
 
 Prints exactly one line on stdout, `READY bootstrap=host:port,...`, once
 every broker is unfenced and every controller has caught up; progress and
@@ -18,6 +19,10 @@ size of a ZooKeeper ensemble (1 or 3, from the Debian `zookeeper` package,
 client ports P+100, ...), started first from a generated zoo.cfg; the
 controller is the broker ZooKeeper elects. --set zookeeper.session.timeout.ms=...
 and the other keys apply to the brokers as in Kafka.
+
+--quorum-engine pysyncobj runs the controllers' metadata quorum on
+pysyncobj's Raft instead of raftka's own (quorum.engine=pysyncobj; its
+transport listens on each controller port + 100, i.e. P+200, ...).
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--data-dir", metavar="D", help="keep the cluster's data here (default: a temp dir, removed)")
     up.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
                     help="metadata in a Raft quorum (kraft, the default) or in ZooKeeper (zk)")
+    up.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
+                    help="the controllers' Raft: raftka's own (default) or pysyncobj's (quorum.engine; "
+                         "pysyncobj listens on each controller port + 100)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
     up.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up starting after S seconds")
@@ -107,7 +115,8 @@ def up_main(args: argparse.Namespace) -> int:
         try:
             cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers,
                                    base_port=args.base_port, host=args.host,
-                                   overrides=parse_overrides(args.set), die_with_parent=True, mode=args.mode)
+                                   overrides={**({"quorum.engine": args.quorum_engine} if args.quorum_engine != "raftka" else {}),
+                                              **parse_overrides(args.set)}, die_with_parent=True, mode=args.mode)
             metadata = (f"a {args.controllers}-server ZooKeeper ensemble at {cluster.zookeeper.connect_string}"
                         if cluster.zookeeper is not None else f"{args.controllers} controllers")
             console.print(f"cluster {cluster.cluster_id} in {cluster.base_dir} "

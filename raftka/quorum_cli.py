@@ -76,11 +76,16 @@ def main(args: argparse.Namespace) -> int:
         "max_follower_lag_time_ms": max((now_ms - r["last_caught_up_timestamp"] for r in followers
                                          if r["last_caught_up_timestamp"] >= 0), default=0),
         "current_voters": [r[0] for r in d.voters], "current_observers": [r[0] for r in d.observers],
-        "replicas": rows,
+        "replicas": rows, "engine": d.engine,
     }
     if args.json:
         print(json.dumps(summary))
         return 0
+    print(f"Engine:                 {d.engine['engine']}")
+    if "term" in d.engine:  # pysyncobj's own view, from the node that answered
+        print(f"EngineTerm:             {d.engine['term']}")
+        print(f"EngineCommitIndex:      {d.engine.get('commit_idx')}")
+        print(f"EngineMembers:          {d.engine.get('members')}")
     print(f"LeaderId:               {d.leader_id}")
     print(f"LeaderEpoch:            {d.leader_epoch}")
     print(f"HighWatermark:          {d.high_watermark}")

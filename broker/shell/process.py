@@ -53,6 +53,8 @@ from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.controller_service import ControllerService
 from quorum.node.driver import RaftNode
+from quorum.node.syncobj_node import PysyncobjNode
+from quorum.process import make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
@@ -121,9 +123,14 @@ async def run_broker(
                           "fences the broker between two heartbeats")
     shutdown_timeout_ms = int_property(config.raw, "raftka.controlled.shutdown.timeout.ms",
                                        config.broker_session_timeout_ms, 0)
-    node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
-                    cluster_id=cluster_id, config=quorum,
-                    segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES, 1024))
+    node: RaftNode | PysyncobjNode
+    if config.is_controller and quorum_engine(config) == "pysyncobj":  # a combined node on pysyncobj's Raft
+        node = make_quorum_node(config, cluster_id)
+    else:
+        node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
+                        cluster_id=cluster_id, config=quorum,
+                        segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES,
+                                                   1024))
 
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)

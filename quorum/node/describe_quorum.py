@@ -31,7 +31,10 @@ def _module(version: int) -> Any:
 
 
 def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[int, tuple[str, int]],
-                             now_ms: int) -> Any:
+                             now_ms: int, engine_note: str | None = None) -> Any:
+    """`engine_note` (v2, in the top-level error_message, which tools ignore
+    when the error code is NONE): a non-default engine's own view, e.g.
+    `engine=pysyncobj term=3 commit_idx=7 members=1:self,2:connected`."""
     m = _module(version)
     wall_ms = time.time_ns() // 1_000_000
 
@@ -60,7 +63,7 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
     top: dict[str, Any] = {"error_code": ErrorCode.none}
     if version >= 2:
         partition["error_message"] = None if is_leader else f"node {status.node_id} is not the leader"
-        top["error_message"] = None
+        top["error_message"] = engine_note
         top["nodes"] = tuple(
             m.Node(node_id=n, listeners=(m.Listener(name=CONTROLLER_LISTENER, host=h, port=p),))
             for n, (h, p) in sorted(voters.items()))
@@ -79,6 +82,14 @@ class QuorumDescription:
     voters: tuple[tuple[int, int, int, int], ...]  # (id, log end offset, last fetch ms, last caught up ms)
     observers: tuple[tuple[int, int, int, int], ...]
     nodes: dict[int, tuple[str, int]]
+    #: The engine's own view, parsed from `engine_note` ({"engine": "raftka"} without one).
+    engine: dict[str, str] = dataclasses.field(default_factory=lambda: {"engine": "raftka"})
+
+
+def parse_engine_note(note: str | None) -> dict[str, str]:
+    if not note or not note.startswith("engine="):
+        return {"engine": "raftka"}
+    return dict(item.split("=", 1) for item in note.split() if "=" in item)
 
 
 def parse_describe_quorum(response: Any) -> QuorumDescription:
@@ -95,7 +106,8 @@ def parse_describe_quorum(response: Any) -> QuorumDescription:
                       int(getattr(s, "last_caught_up_timestamp", -1))) for s in states)
 
     return QuorumDescription(int(p.error_code), int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
-                             rows(p.current_voters), rows(p.observers), nodes)
+                             rows(p.current_voters), rows(p.observers), nodes,
+                             parse_engine_note(getattr(response, "error_message", None)))
 
 
 def describe_quorum_request(version: int = 2) -> Any:

@@ -60,7 +60,9 @@ class QuorumRequestHandler:
                 source_id = -2 - ctx.connection_id
             return response_to_kio(await self.node.handle_request(source_id, message))
         if key == DESCRIBE_QUORUM:
+            note_of = getattr(self.node, "engine_note", None)  # a non-default engine's own view
             return describe_quorum_response(request.header.api_version, self.node.describe(),
-                                            self.node.voter_addresses, self.node.now_ms())
+                                            self.node.voter_addresses, self.node.now_ms(),
+                                            note_of() if note_of is not None else None)
         assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
         return await self.controller.handle(body)

@@ -80,3 +80,52 @@ def test_sigterm_stops_a_controller_cleanly_and_it_restarts_on_its_data(tmp_path
         while quorum.output_path(1).read_text().count("READY node=1") < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert quorum.output_path(1).read_text().count("READY node=1") == 2
+
+
+def test_a_pysyncobj_controller_names_the_setting_when_its_port_is_taken(tmp_path):
+    import socket
+
+    format_log_dir(tmp_path / "data", "abcdefghijklmnopqrstuv", 1)
+    config = controller_config(tmp_path, 1, tmp_path / "data")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with open(config, "a") as f:
+            f.write(f"quorum.engine=pysyncobj\nquorum.pysyncobj.port={port}\n")
+        out = run("controller", "--config", config)
+    assert out.returncode == 2, out.stderr
+    assert f"127.0.0.1:{port}" in out.stderr and "quorum.pysyncobj.port" in out.stderr
+
+
+def test_an_unknown_quorum_engine_is_refused(tmp_path):
+    format_log_dir(tmp_path / "data", "abcdefghijklmnopqrstuv", 1)
+    config = controller_config(tmp_path, 1, tmp_path / "data")
+    with open(config, "a") as f:
+        f.write("quorum.engine=etcd\n")
+    out = run("controller", "--config", config)
+    assert out.returncode == 2
+    assert "quorum.engine=etcd" in out.stderr and "raftka, pysyncobj" in out.stderr
+
+
+def test_a_quorum_mixing_engines_names_the_setting(tmp_path):
+    # Controllers 1 and 2 on pysyncobj, 3 on raftka's Raft: 1 and 2 form a
+    # majority and serve; 3 never becomes leader; the pysyncobj controllers say
+    # which setting to fix, both for 3's Raft requests and for 3's silence on
+    # pysyncobj's port.
+    with LocalQuorum(tmp_path, 3, {"quorum.engine": "pysyncobj"}) as quorum:
+        path = quorum.config_path(3)
+        path.write_text(path.read_text().replace("quorum.engine=pysyncobj", "quorum.engine=raftka"))
+        quorum.start_all()
+        for node_id in quorum.voters:
+            quorum.wait_listening(node_id)
+        deadline = time.monotonic() + 30
+        logs = ""
+        while time.monotonic() < deadline:
+            logs = quorum.output_path(1).read_text() + quorum.output_path(2).read_text()
+            if "every controller must have the same quorum.engine" in logs and "cannot reach controller 3" in logs:
+                break
+            time.sleep(0.5)
+        quorum.stop_all()
+    assert "every controller must have the same quorum.engine" in logs
+    assert "cannot reach controller 3" in logs and "quorum.engine=pysyncobj" in logs
