@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import time
 
+import pytest
 import trio
 from broker_testing import list_offsets_request, only_partition, start_broker
 from kio.schema.add_partitions_to_txn.v3 import request as apt3
@@ -24,6 +25,8 @@ from kio.schema.init_producer_id.v4 import request as ip4
 from kio.schema.produce.v9 import request as pr
 from txn_testing import GROUP_CONFIG, TXN_CONFIG
 
+from broker.core.txn import TransactionCoordinatorConfig
+from common.errors import ConfigError
 from storage.batch import build_batch
 from storage.producer_state import ProducerState
 
@@ -130,3 +133,11 @@ def test_a_producer_verified_once_needs_it_for_each_transaction():
     assert state.needs_verification(7, 0) and 7 in state.verification_required
     # Producers never verified are not held to it (require_verification is off).
     assert not state.require_verification and 8 not in state.verification_required
+
+
+def test_verification_is_on_by_default_and_read_by_kafkas_key():
+    assert TransactionCoordinatorConfig().transaction_partition_verification_enable
+    off = TransactionCoordinatorConfig.from_properties({"transaction.partition.verification.enable": "false"})
+    assert not off.transaction_partition_verification_enable
+    with pytest.raises(ConfigError, match="transaction.partition.verification.enable must be true or false"):
+        TransactionCoordinatorConfig.from_properties({"transaction.partition.verification.enable": "yes"})
