@@ -27,6 +27,7 @@ Reports are lines on stdout:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -58,10 +59,12 @@ def retrying(call, *args):
 
 
 def main(bootstrap: str, in_topic: str, out_topic: str, group: str, transactional_id: str, max_records: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
+    # RAFTKA_EOS_DEBUG=eos,cgrp,...: librdkafka's debug contexts, on stderr (the worker log).
+    debug = {"debug": os.environ["RAFTKA_EOS_DEBUG"]} if os.environ.get("RAFTKA_EOS_DEBUG") else {}
+    producer = Producer({**debug, "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
                          "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
     retrying(producer.init_transactions, 60)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": transactional_id,
+    consumer = Consumer({**debug, "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": transactional_id,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                          "heartbeat.interval.ms": 500, "enable.partition.eof": False})

@@ -153,7 +153,9 @@ def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[
             elif line.startswith("committed "):
                 progress = int(line.split()[1])
                 if kill_at and progress >= kill_at[0] and kill_time is None:
-                    kill_at = [k for k in kill_at if k > progress]
+                    # One kill point at a time: when a run went past several,
+                    # the next run is killed soon after its first commit.
+                    kill_at.pop(0)
                     # A random moment after a commit: usually inside the next transaction.
                     kill_time = time.monotonic() + rng.uniform(0, 0.4)
                 if not leader_killed and progress >= leader_kill_at:
@@ -205,7 +207,8 @@ def test_a_killed_pipeline_transforms_each_record_exactly_once(tmp_path) -> None
         log = tmp_path / "worker.log"
         starts, kills, leader_killed = run_pipeline(cluster, rng, log)
         print(f"{starts} starts, {kills} kills, leader killed: {leader_killed}")
-        assert leader_killed and kills >= min(KILLS, 1), (kills, leader_killed)
+        # (the last kill may come too late: the pipeline was done)
+        assert leader_killed and kills >= KILLS - 1, (kills, leader_killed)
 
         out = read_output(bootstrap)
         for p in range(PARTITIONS):
