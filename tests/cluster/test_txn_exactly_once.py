@@ -59,6 +59,8 @@ WORKER = Path(__file__).with_name("eos_worker.py")
 # Records per transaction: small in the default suite so that a kill lands
 # among many transactions, larger in the soak for its million records.
 MAX_RECORDS = 500 if SOAK else 50
+#: A pipeline run silent this long is taken for hung (see run_pipeline).
+STALL_S = 40
 CLUSTER_SETTINGS = {
     **SETTINGS,
     "offsets.topic.num.partitions": "3",
@@ -108,9 +110,15 @@ class Worker:
         self.log.close()
 
 
-def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[int, int, bool]:
+def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[int, int, bool, int]:
     """Run the pipeline to its end, killing it K times and a leader once on
-    the way; (starts, kills, whether the leader was killed)."""
+    the way; (starts, kills, whether the leader was killed, stalls).
+
+    A run that reports nothing for STALL_S is killed and started again, as
+    a supervisor would, and counted as a stall: librdkafka's
+    send_offsets_to_transaction() was seen to hang past its own timeout
+    after the broker leading both coordinators' partitions was killed (the
+    coordinator then aborts the transaction at transaction.timeout.ms)."""
     bootstrap = cluster.bootstrap
     # Kill points by progress (committed positions), spread over the run;
     # the leader kill somewhere in its middle half.
@@ -118,8 +126,8 @@ def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[
     leader_kill_at = rng.randrange(RECORDS // 4, 3 * RECORDS // 4)
     downed: tuple[int, float] | None = None  # (broker, when to start it again)
     leader_killed = False
-    starts = kills = 0
-    deadline = time.monotonic() + 120 + RECORDS / 200
+    starts = kills = stalls = 0
+    deadline = time.monotonic() + 150 + RECORDS / 200
     worker: Worker | None = None
     try:
         while True:
@@ -128,6 +136,7 @@ def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[
                 worker = Worker(bootstrap, log)
                 starts += 1
                 kill_time: float | None = None
+                last_line = time.monotonic()
             if downed is not None and time.monotonic() >= downed[1]:
                 cluster.start(downed[0])
                 downed = None
@@ -135,7 +144,13 @@ def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[
                 line = worker.lines.get(timeout=0.05)
             except queue.Empty:
                 line = ""
-            if kill_time is not None and time.monotonic() >= kill_time:
+            if line:
+                last_line = time.monotonic()
+            if time.monotonic() - last_line > STALL_S:
+                worker.kill()
+                worker = None
+                stalls += 1
+            elif kill_time is not None and time.monotonic() >= kill_time:
                 worker.kill()
                 worker = None
                 kills += 1
@@ -149,7 +164,7 @@ def run_pipeline(cluster: LocalCluster, rng: random.Random, log: Path) -> tuple[
                 worker.process.wait(60)
                 worker.log.close()
                 worker = None
-                return starts, kills, leader_killed
+                return starts, kills, leader_killed, stalls
             elif line.startswith("committed "):
                 progress = int(line.split()[1])
                 if kill_at and progress >= kill_at[0] and kill_time is None:
@@ -178,7 +193,7 @@ def read_output(bootstrap: str) -> dict[int, list[bytes]]:
     try:
         consumer.assign([TopicPartition(OUT, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         count, last = 0, time.monotonic()
-        deadline = time.monotonic() + 120 + RECORDS / 2000
+        deadline = time.monotonic() + 150 + RECORDS / 2000
         while time.monotonic() < deadline and (count < RECORDS or time.monotonic() - last < 3):
             for m in consumer.consume(num_messages=10000, timeout=0.2):
                 if m.error() is not None:
@@ -205,8 +220,8 @@ def test_a_killed_pipeline_transforms_each_record_exactly_once(tmp_path) -> None
         fill_input(bootstrap)
 
         log = tmp_path / "worker.log"
-        starts, kills, leader_killed = run_pipeline(cluster, rng, log)
-        print(f"{starts} starts, {kills} kills, leader killed: {leader_killed}")
+        starts, kills, leader_killed, stalls = run_pipeline(cluster, rng, log)
+        print(f"{starts} starts, {kills} kills, leader killed: {leader_killed}, stalled runs killed: {stalls}")
         # (the last kill may come too late: the pipeline was done)
         assert leader_killed and kills >= KILLS - 1, (kills, leader_killed)
 
