@@ -17,7 +17,15 @@ CPU seconds, and its latency samples.
   the ceiling runs, so both sides pay it); every `sample_every`-th record
   also records its latency, from `produce()` to its delivery report. The
   producer polls every 100 records, so a latency includes up to 100
-  `produce()` calls of delay.
+  `produce()` calls of delay. With `commit_interval_ms` (and a
+  `transactional.id` in its config) the producer is transactional: it
+  `init_transactions()` before the release, begins a transaction, and
+  commits it every `commit_interval_ms` (checked at each poll) and at the
+  end; each `commit_transaction()`'s duration is kept (`commit_ms`), and
+  for each sampled record the time from `produce()` to the end of the
+  commit that made it visible to read_committed consumers (`visible_ms`).
+  With `warm_up`, one record (committed, if transactional) is produced
+  before the release and not counted.
 - **consume_worker**: creates its consumer before the release, then
   `assign()`s its partitions from the beginning (after the release:
   librdkafka fetches ahead as soon as partitions are assigned) and
@@ -85,7 +93,35 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     except KafkaException as exc:
         results.put({"error": f"cannot reach the cluster: {exc}"})
         return
+    interval_s = spec["commit_interval_ms"] / 1000 if spec.get("commit_interval_ms") else None
+    if interval_s is not None:
+        producer.init_transactions(60)
+    perf_counter = time.perf_counter
+    commit_ms: list[float] = []
+    visible_ms: list[float] = []
+    in_txn: list[float] = []  # produce() times of the sampled records of the open transaction
+
+    def commit() -> None:
+        c0 = perf_counter()
+        producer.commit_transaction(60)
+        done = perf_counter()
+        commit_ms.append((done - c0) * 1000)
+        visible_ms.extend((done - t) * 1000 for t in in_txn)
+        in_txn.clear()
+
     value = os.urandom(spec["record_size"])
+    if spec.get("warm_up"):
+        # One record before the release, not counted: the producer id (and
+        # the transaction's partitions and coordinator) are then known, so
+        # the measured phase does not start with their round trips.
+        if interval_s is not None:
+            producer.begin_transaction()
+        producer.produce(topic, value)
+        producer.flush(60)
+        if interval_s is not None:
+            producer.commit_transaction(60)
+        sent[:] = [0, 0]
+        latencies_ms.clear()
     count = spec.get("count")
     duration_s = spec.get("duration_s")
     sample_every = spec["sample_every"]
@@ -93,12 +129,18 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     start.wait()
     cpu0, t0 = _cpu_seconds(), time.monotonic()
     deadline = t0 + duration_s if duration_s else float("inf")
-    produce, poll, perf_counter = producer.produce, producer.poll, time.perf_counter
+    produce, poll = producer.produce, producer.poll
+    if interval_s is not None:
+        producer.begin_transaction()
+        next_commit = time.monotonic() + interval_s
     i = 0
     while (count is None or i < count) and (i % POLL_EVERY or time.monotonic() < deadline):
         try:
             if i % sample_every == 0:
-                produce(topic, value, on_delivery=sampled(perf_counter()))
+                now = perf_counter()
+                produce(topic, value, on_delivery=sampled(now))
+                if interval_s is not None:
+                    in_txn.append(now)
             else:
                 produce(topic, value)
         except BufferError:
@@ -111,11 +153,23 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
         if i % POLL_EVERY == 0:
             poll(0)
             counter.value = sent[0]
+            if interval_s is not None and time.monotonic() >= next_commit:
+                commit()
+                producer.begin_transaction()
+                next_commit = time.monotonic() + interval_s
     unsent = producer.flush(60)
+    end = max(last_ack[0], t0)
+    if interval_s is not None:
+        try:
+            commit()
+        except KafkaException as exc:
+            errors.append(f"the last commit: {exc}")
+            sent[1] += 1
+        end = time.monotonic()  # the records are read_committed-visible only now
     counter.value = sent[0]
     results.put({"pid": os.getpid(), "records": sent[0], "failed": sent[1] + unsent, "errors": errors,
-                 "start": t0, "end": max(last_ack[0], t0), "cpu_s": _cpu_seconds() - cpu0,
-                 "latencies_ms": latencies_ms})
+                 "start": t0, "end": end, "cpu_s": _cpu_seconds() - cpu0,
+                 "latencies_ms": latencies_ms, "commit_ms": commit_ms, "visible_ms": visible_ms})
 
 
 def consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
@@ -231,4 +285,6 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         "elapsed_s": max(end - start, 1e-9),
         "cpu_s": sum(r["cpu_s"] for r in results),
         "latencies_ms": [x for r in results for x in r["latencies_ms"]],
+        "commit_ms": [x for r in results for x in r.get("commit_ms", ())],
+        "visible_ms": [x for r in results for x in r.get("visible_ms", ())],
     }

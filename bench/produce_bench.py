@@ -101,6 +101,11 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-rf1", action=argparse.BooleanOptionalAction, default=True,
                    help="with --rf above 1 or --acks other than 1, first run the same load against an RF=1 "
                         "topic with acks=1 on the same cluster and report both and their ratio (default on)")
+    p.add_argument("--transactional", action="store_true",
+                   help="transactional producers beside idempotent ones in the same run, and read_committed "
+                        "consumers over both (see bench/txn_bench.py); no client ceiling or RF=1 baseline")
+    p.add_argument("--commit-interval-ms", type=int, default=100, metavar="MS",
+                   help="with --transactional: commit each producer's transaction this often (default 100)")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -134,6 +139,13 @@ def run(args: argparse.Namespace) -> int:
     }
     spec = {"topic": TOPIC, "record_size": args.record_size, "duration_s": None if args.count else args.duration,
             "count": args.count, "sample_every": args.sample_every, "config": producer_config(args)}
+    if args.transactional:
+        from bench.txn_bench import run_transactional
+
+        if args.commit_interval_ms < 1:
+            console.print("raftka bench produce: --commit-interval-ms must be positive")
+            return 2
+        return run_transactional(args, console, params, spec)
     rows = []
     ceiling = None
     if not args.no_ceiling:
@@ -346,16 +358,19 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
             console.print(verdict_line)
 
 
-def _phase(console, title, specs, args, on_start=None) -> dict:
+def _progress(console, title, total, target, specs, on_start=None) -> list[dict]:
+    """`run_workers(target, specs)` under a progress bar; the workers' results."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    total = args.count * len(specs) if args.count else None
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} records"),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task(title, total=total)
-        results = run_workers(produce_worker, specs, on_start=on_start,
-                              on_progress=lambda n: progress.update(task, completed=n))
-    result = aggregate(results)
+        return run_workers(target, specs, on_start=on_start, on_progress=lambda n: progress.update(task, completed=n))
+
+
+def _phase(console, title, specs, args, on_start=None) -> dict:
+    total = args.count * len(specs) if args.count else None
+    result = aggregate(_progress(console, title, total, produce_worker, specs, on_start))
     result["records_per_s"] = result["records"] / result["elapsed_s"]
     result["mb_per_s"] = result["records"] * args.record_size / MB / result["elapsed_s"]
     return result

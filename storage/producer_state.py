@@ -94,12 +94,17 @@ and of `check_marker` (a marker the leader is asked to write):
 | coordinator epoch older than the last marker's | TRANSACTION_COORDINATOR_ |
 |                                                | FENCED (52)              |
 
-KIP-890's partition-side verification is a hook for the coordinator: it
-may tell a partition that a producer id and epoch are in an ongoing
-transaction (`mark_verified`); with `require_verification` on, only such a
-producer may open a transaction here, so a late write of an aborted
-transaction cannot open a new one. Off by default; the broker's
-`ReplicaManager.mark_txn_verified` is the door for the coordinator.
+KIP-890's partition-side verification: the coordinator may tell a
+partition that a producer id and epoch are in an ongoing transaction
+(`mark_verified`); with `require_verification` on, only such a producer may
+open a transaction here, so a late write of an aborted transaction cannot
+open a new one. A producer once verified here needs it for every later
+transaction too (until the broker restarts), whatever
+`require_verification` says: a marker ends the verification, so a write
+that arrives after the marker of the transaction it was verified for is
+refused. The broker's produce path asks the coordinator when
+`needs_verification` says so (`broker.shell.txn_verification`), and
+`ReplicaManager.mark_txn_verified` is its door in.
 
 Pure: headers in, answers out; no I/O, no clock.
 """
@@ -236,6 +241,8 @@ class ProducerState:
         #: says is in an ongoing transaction.
         self.verified: dict[int, int] = {}
         self.require_verification = False
+        #: Producers verified here once: each of their transactions must be.
+        self.verification_required: set[int] = set()
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
@@ -300,7 +307,7 @@ class ProducerState:
 
     def _check_opens_txn(self, pid: int, epoch: int) -> CheckResult:
         """A transactional batch that opens a transaction: the KIP-890 hook."""
-        if self.require_verification and self.verified.get(pid) != epoch:
+        if (self.require_verification or pid in self.verification_required) and self.verified.get(pid) != epoch:
             return CheckResult(
                 ProduceCheck.INVALID_TXN_STATE,
                 f"producer {pid} epoch {epoch} opened a transaction here that its coordinator has not "
@@ -312,6 +319,15 @@ class ProducerState:
         """The coordinator says `producer_id` at `producer_epoch` is in an
         ongoing transaction that includes this partition (KIP-890 hook)."""
         self.verified[producer_id] = producer_epoch
+        self.verification_required.add(producer_id)
+
+    def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a transactional batch of `producer_id` at `producer_epoch`
+        would open a transaction here that the coordinator has not verified."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch:
+            return False  # it continues the open transaction
+        return self.verified.get(producer_id) != producer_epoch
 
     def check_epoch(self, producer_id: int, producer_epoch: int, what: str = "write") -> CheckResult:
         """INVALID_PRODUCER_EPOCH if `producer_epoch` is older than the
@@ -453,6 +469,8 @@ class ProducerState:
                    if now_ms - e.last_timestamp >= limit and e.current_txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
+            self.verification_required.discard(pid)
+            self.verified.pop(pid, None)
         return expired
 
     def last_batch_offsets(self) -> dict[int, int]:

@@ -28,6 +28,13 @@ acks=all request whose partitions still wait for the HW returns a
 coroutine that waits. If an earlier request is still being handled, the
 whole request runs as a coroutine that waits its turn (`ctx.in_order`).
 
+A request of a transactional producer (it names a transactional id) whose
+batch would open a transaction on a partition first waits for the
+coordinator to confirm the partition is in that transaction
+(`broker.api.txn_verification`, KIP-890), then runs in its turn like any
+other; a partition the coordinator does not confirm answers its error
+without an append.
+
 The request's records are views of the connection's receive buffer
 (`common.wire.produce_request`); `Log.append` writes them before the
 handler returns and keeps no reference. The response is encoded by hand
@@ -42,6 +49,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.api.codec import ProducePartitionResult, encode_produce_response
+from broker.api.txn_verification import unverified, verify
 from broker.shell.replica_manager import HostedPartition, wait_for_acks
 
 _log = logging.getLogger("broker.produce")
@@ -59,6 +67,10 @@ def handle_produce(broker, ctx, request):
         results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
                              for p in t.partition_data]) for t in request.body.topic_data]
         return _respond(ctx, request, results, True)
+    if request.body.transactional_id:
+        needed = unverified(broker, request.body)
+        if needed:
+            return _verify_then_handle(broker, ctx, request, needed)
     if not ctx.in_turn(request):
         return _handle_in_turn(broker, ctx, request)
     try:
@@ -72,15 +84,25 @@ def handle_produce(broker, ctx, request):
     return _respond(ctx, request, results, any_error)
 
 
-async def _handle_in_turn(broker, ctx, request):
+async def _verify_then_handle(broker, ctx, request, needed):
+    # Verified before the turn is taken: the later requests of the
+    # connection wait for this one's turn anyway, not for its verification
+    # round trip unless they come after it.
+    refused = await verify(broker, request.body.transactional_id, needed)
+    return await _handle_in_turn(broker, ctx, request, refused)
+
+
+async def _handle_in_turn(broker, ctx, request, refused=None):
     async with ctx.in_order(request):
-        results, waiting, any_error = _append(broker, request.body)
+        results, waiting, any_error = _append(broker, request.body, refused)
     if waiting:
         return await _respond_when_replicated(ctx, request, results, waiting)
     return _respond(ctx, request, results, any_error)
 
 
-def _append(broker, body) -> tuple[Results, Waiting, bool]:
+def _append(broker, body, refused=None) -> tuple[Results, Waiting, bool]:
+    """`refused`: partitions answered with an error instead of appended
+    (their transaction's coordinator did not confirm them)."""
     acks = body.acks
     now_ms = broker.clock_ms()
     image = broker.image
@@ -91,6 +113,10 @@ def _append(broker, body) -> tuple[Results, Waiting, bool]:
     for topic_data in body.topic_data:
         partition_results = []
         for p in topic_data.partition_data:
+            if refused and (topic_data.name, p.index) in refused:
+                any_error = True
+                partition_results.append(ProducePartitionResult(p.index, refused[(topic_data.name, p.index)]))
+                continue
             result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
             if result.error_code:
                 any_error = True

@@ -118,7 +118,7 @@ def _unknown_partitions(broker, partitions) -> set[tuple[str, int]]:
     return unknown
 
 
-async def _add_partitions(broker, tid: str, pid: int, epoch: int, partitions: frozenset[tuple[str, int]],
+async def add_partitions(broker, tid: str, pid: int, epoch: int, partitions: frozenset[tuple[str, int]],
                           verify_only: bool, check_exists: bool = True) -> dict[tuple[str, int], ErrorCode]:
     if not verify_only and check_exists:
         unknown = _unknown_partitions(broker, partitions)
@@ -159,13 +159,13 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
     if hasattr(body, "transactions"):
         results = []
         for txn in body.transactions:
-            errors = await _add_partitions(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+            errors = await add_partitions(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch,
                                            _partitions(txn.topics), txn.verify_only)
             results.append(build(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
                                  topic_results=_topic_results(mod, request, errors)))
         return build(mod.AddPartitionsToTxnResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                      results_by_transaction=tuple(results))
-    errors = await _add_partitions(broker, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+    errors = await add_partitions(broker, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                    body.v3_and_below_producer_epoch, _partitions(body.v3_and_below_topics), False)
     return build(mod.AddPartitionsToTxnResponse, throttle_time=_NO_THROTTLE,
                  results_by_topic_v3_and_below=_topic_results(mod, request, errors))
@@ -190,7 +190,7 @@ async def handle_add_offsets_to_txn(broker, ctx, request):
     # not exist yet (the client's FindCoordinator for the group, before its
     # TxnOffsetCommit, creates it). The marker sender drops a partition
     # that still does not exist at the end: nothing can have been written there.
-    errors = await _add_partitions(broker, body.transactional_id, body.producer_id, body.producer_epoch,
+    errors = await add_partitions(broker, body.transactional_id, body.producer_id, body.producer_epoch,
                                    partition, False, check_exists=False)
     (error,) = errors.values()
     return build(mod.AddOffsetsToTxnResponse, throttle_time=_NO_THROTTLE, error_code=_client_error(request, error))

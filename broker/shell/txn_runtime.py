@@ -427,6 +427,16 @@ class MarkerSender:
             self._nursery.start_soon(self._send, broker_id, jobs)
         return MARKER_RETRY_BACKOFF_S if waiting or by_broker else math.inf
 
+    async def request(self, broker_id: int, request: Any, timeout_ms: int) -> Any:
+        """One request to another broker over this sender's pool (the
+        partition-side verification's AddPartitionsToTxn); raises
+        ConnectionFailedError when the broker has no address."""
+        address = self._address(broker_id)
+        if address is None or self._pool is None:
+            raise ConnectionFailedError(f"broker {broker_id} has no address in the metadata image")
+        self._pool.set_address(broker_id, *address)
+        return await self._pool.request(broker_id, request, timeout_ms=timeout_ms)
+
     def _address(self, broker_id: int) -> tuple[str, int] | None:
         registration = self.broker.image.brokers.get(broker_id)
         if registration is None or registration.fenced or not registration.endpoints:

@@ -41,6 +41,10 @@ class TransactionCoordinatorConfig:
     transaction_state_write_timeout_ms: int = 5000
     #: `transaction.state.log.load.buffer.size`: bytes read per step of a load.
     transaction_state_log_load_buffer_size: int = 5 * 1024 * 1024
+    #: `transaction.partition.verification.enable` (KIP-890): a partition
+    #: leader asks the coordinator before a transactional producer's batch
+    #: opens a transaction there.
+    transaction_partition_verification_enable: bool = True
 
     def __post_init__(self) -> None:
         if self.transaction_state_log_num_partitions <= 0:
@@ -61,13 +65,19 @@ class TransactionCoordinatorConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> TransactionCoordinatorConfig:
         """Build from Kafka-named properties; unknown keys are ignored."""
-        kwargs: dict[str, int] = {}
+        kwargs: dict[str, int | bool] = {}
         for key, field_name in _INT_KEYS.items():
             if key in props:
                 try:
                     kwargs[field_name] = int(str(props[key]).strip())
                 except ValueError:
                     raise ConfigError(f"{key} must be an integer, got {props[key]!r}") from None
+        key = "transaction.partition.verification.enable"
+        if key in props:
+            value = str(props[key]).strip().lower()
+            if value not in ("true", "false"):
+                raise ConfigError(f"{key} must be true or false, got {props[key]!r}")
+            kwargs["transaction_partition_verification_enable"] = value == "true"
         return cls(**kwargs)
 
     def topic_configs(self) -> dict[str, str]:
