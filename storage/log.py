@@ -326,9 +326,11 @@ class Log:
         ):
             return self._append_checked(batch, now_ms, leader_epoch)
         # One write call at the end of the active segment; a simulated file
-        # (fd -1) or a short write (a full disk) goes through the file's own
-        # append, which writes it all or raises ENOSPC.
-        fd = segment.fd
+        # (fd -1), a file whose descriptor the open-files cache closed (-1:
+        # `append` opens it again) or a short write (a full disk) goes
+        # through the file's own append, which writes it all or raises ENOSPC.
+        # `used` tells the cache the file is busy (`storage.fs.OpenFileCache`).
+        fd = f.fd
         try:
             if type(batch) is bytearray or not view.readonly:
                 if leader_epoch is None:
@@ -338,6 +340,7 @@ class Log:
                     _pack_prefix_into(view, 0, base, batch_length, epoch)
                 if fd >= 0 and _pwrite(fd, view, position) == size:
                     f.size = end
+                    f.used = True
                 else:
                     f.append(view)
             else:
@@ -346,6 +349,7 @@ class Log:
                 parts = (_pack_prefix(base, batch_length, epoch), view[16:])
                 if fd >= 0 and _pwritev(fd, parts, position) == size:
                     f.size = end
+                    f.used = True
                 else:
                     f.appendv(parts)
         except OSError:
@@ -458,10 +462,11 @@ class Log:
             or crc32c(memoryview(records)[CRC_START_OFFSET:]) != crc
         ):
             return self._append_batches_as_follower(records, now_ms)
-        fd = segment.fd
+        fd = f.fd
         try:
             if fd >= 0 and _pwrite(fd, records, position) == size:
                 f.size = end
+                f.used = True
             else:
                 f.append(records)
         except OSError:

@@ -61,7 +61,7 @@ from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError
-from storage.fs import OsFileSystem
+from storage.fs import OsFileSystem, deferred_fsync, set_max_open_files
 from storage.log import Log, parse_topic_partition, write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -108,6 +108,7 @@ class LogManager:
         *,
         cleaner_config: CleanerConfig | None = None,
         producer_id_expiration_ms: int | None = None,
+        max_open_files: int = 0,
     ) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._clock_ms = clock_ms
@@ -115,6 +116,9 @@ class LogManager:
         self.cleaner = LogCleaner(cleaner_config)
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._fs = OsFileSystem()
+        #: The process's bounded cache of open segment files (`log.max.open.files`).
+        self.open_files = set_max_open_files(max_open_files or None)
+        _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
         #: How many partitions each log dir holds (`_pick_dir`, without a walk per new log).
@@ -126,6 +130,8 @@ class LogManager:
         #: Partitions deleted since the last checkpoint pass, per log dir: their
         #: entries leave the recovery point and log start offset files then.
         self._removed: dict[str, set[TopicPartitionName]] = {}
+        #: Log dirs where a log failed to close: no clean-shutdown marker there.
+        self._unclean_dirs: set[str | None] = set()
         #: HWs found in the checkpoints at start (seed the HW of reopened partitions).
         self._checkpointed_hws: dict[TopicPartitionName, int] = {}
         #: What `checkpoint_high_watermarks` last wrote, per log dir.
@@ -311,7 +317,7 @@ class LogManager:
         self._close_logs()
         self.checkpoint_high_watermarks(high_watermarks)
         for log_dir in self.log_dirs:
-            if not os.path.isdir(log_dir):
+            if not os.path.isdir(log_dir) or log_dir in self._unclean_dirs:
                 continue
             write_atomically(self._fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
         _log.info("logs closed cleanly; wrote %s", CLEAN_SHUTDOWN_FILE)
@@ -321,14 +327,24 @@ class LogManager:
         self.cleaner.close()
         self._close_logs()
 
-    def _close_logs(self) -> None:
+    def _close_logs(self) -> int:
         """Close every log, then write each checkpoint file once (closing
         log by log, each close rewrote its dir's whole files: quadratic)."""
-        logs = list(self._logs.values())
-        for log in logs:
-            log.close(checkpoint=False)
+        failed = 0
+        # Every log's fsyncs as one syncfs per disk at the end: the
+        # checkpoints that declare the logs flushed are written after it.
+        with deferred_fsync():
+            for tp, log in self._logs.items():
+                try:
+                    log.close(checkpoint=False)
+                except OSError as e:
+                    # One log's disk error must not keep the others from closing.
+                    failed += 1
+                    _log.error("%s-%d: closing its log failed: %s; it is recovered at the next start", *tp, e)
+                    self._unclean_dirs.add(self._dir_of.get(tp))
         self.checkpoint_logs()
         self._logs.clear()
+        return failed
 
     # --- helpers -------------------------------------------------------
 
@@ -379,3 +395,12 @@ def _read_topic_id(path: str) -> uuid.UUID | None:
                 break
     _log.warning("%s/%s is malformed; treating the log as of unknown topic id", path, PARTITION_METADATA_FILE)
     return None
+
+
+def _nofile_limit() -> str:
+    try:
+        import resource
+
+        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError):
+        return "unknown"

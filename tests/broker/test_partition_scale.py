@@ -7,11 +7,10 @@ import collections
 import os
 import time
 
-import trio
+from broker_testing import batch, only_partition, produce_request, start_broker
 from kio.schema.errors import ErrorCode
 
 import storage.checkpoint
-from broker_testing import batch, only_partition, produce_request, start_broker
 from broker.shell.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
