@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 from typing import Iterable, Iterator, Protocol
 
@@ -89,6 +90,9 @@ class FileSystem(Protocol):
 
     def read_file(self, path: str) -> bytes:
         """The whole content of `path`."""
+
+
+logger = logging.getLogger("storage.fs")
 
 
 class ClosedFileError(OSError, ValueError):
@@ -261,9 +265,14 @@ class OpenFileCache:
     the hand last passed (`used`), clears the flag and puts it back at the
     end; else closes it. A file in use at every pass (the active segment
     of a busy partition) keeps its descriptor; a use costs the hot path
-    one attribute store. Pinned files are skipped. An open that fails with
-    EMFILE/ENFILE closes more idle files (an eighth of the cache) and tries
-    once more, then raises: the caller fails that one operation.
+    one attribute store. Pinned files are skipped.
+
+    An open that fails with EMFILE/ENFILE (`log.max.open.files` set above
+    what the process may open, or sockets took the rest) closes an eighth
+    of the cache, lowers `capacity` to what is left, so that sockets and
+    other files find descriptors from then on, logs that once with the fix,
+    and tries once more; if that fails too it raises: the caller fails
+    that one operation (`shrink` does the same for a failure elsewhere).
 
     Event-loop only: eviction closes descriptors that the loop's code reads
     without a lock; a worker thread opens its files without the cache.
@@ -288,8 +297,20 @@ class OpenFileCache:
         except OSError as exc:
             if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
                 raise
-            self._evict(max(1, len(self._open) // 8))
+            self.shrink(exc)
             return os.open(path, flags, 0o644)
+
+    def shrink(self, exc: OSError) -> None:
+        """The process ran out of descriptors (`exc`): close an eighth of
+        the open files and keep the cache at most that size from now on."""
+        was = self.capacity
+        self._evict(max(1, len(self._open) // 8))
+        self.capacity = max(16, min(self.capacity, len(self._open)))
+        if self.capacity < was:
+            logger.warning(
+                "%s: log.max.open.files lowered from %d to %d, the segment files open when the process "
+                "reached its open-files limit; fix: raise the open-files limit (ulimit -n) or lower "
+                "log.max.open.files", exc.strerror, was, self.capacity)
 
     def add(self, f: OsFile) -> None:
         self._open[f] = None

@@ -321,6 +321,10 @@ class ReplicaManager:
         if key not in self.offline:
             storage_error_logger.report(f"{local.topic_name}-{local.partition}", "cannot open its log", exc)
         self.offline[key] = local
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            # Out of descriptors: hold fewer segment files open from now on,
+            # so that the partitions after this one (and the retry) find one.
+            self.log_manager.open_files.shrink(exc)
 
     def retry_offline(self, image: MetadataImage) -> int:
         """Try again to open the logs of the offline partitions (the
@@ -486,6 +490,8 @@ class ReplicaManager:
                     None, -1)
         except OSError as exc:
             storage_error_logger.report(f"{topic}-{partition}", "append failed", exc)
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.log_manager.open_files.shrink(exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
         update = hp.state.on_leader_append(log.log_end_offset, now_ms)
         self.act(hp, update)
@@ -510,6 +516,12 @@ class StorageErrorLogger:
 
     def __init__(self) -> None:
         self._seen: set[tuple[str, int | None]] = set()
+        self._fixes_told: set[int | None] = set()
+        self._reports: dict[int | None, int] = {}
+
+    #: Partitions reported at ERROR per cause; past that, DEBUG (a limit hit
+    #: while creating 10,000 partitions is one problem, not 10,000 lines).
+    MAX_REPORTS = 10
 
     def report(self, where: str, what: str, exc: OSError) -> None:
         key = (where, exc.errno)
@@ -517,8 +529,18 @@ class StorageErrorLogger:
             _log.debug("%s: %s: %s", where, what, exc)
             return
         self._seen.add(key)
-        _log.error("%s: %s: %s; the broker answers KAFKA_STORAGE_ERROR for it and serves its other "
-                   "partitions. %s", where, what, exc, storage_error_fix(exc))
+        reported = self._reports.get(exc.errno, 0)
+        self._reports[exc.errno] = reported + 1
+        if reported >= self.MAX_REPORTS:
+            if reported == self.MAX_REPORTS:
+                _log.error("more partitions fail with %s; those are logged at DEBUG", exc.strerror)
+            _log.debug("%s: %s: %s", where, what, exc)
+            return
+        # The fix once per cause: a burst of partitions failing alike is one problem.
+        fix = "" if exc.errno in self._fixes_told else " " + storage_error_fix(exc)
+        self._fixes_told.add(exc.errno)
+        _log.error("%s: %s: %s; it answers KAFKA_STORAGE_ERROR, the other partitions serve on.%s",
+                   where, what, exc, fix)
 
 
 def storage_error_fix(exc: OSError) -> str:
