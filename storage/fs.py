@@ -19,11 +19,11 @@ The durability contract both implementations keep (POSIX's, read strictly):
 `File.size` is tracked in memory (one writer per file: the log), so the
 append path costs one system call.
 
-Segment files (`OsFileSystem.open_segment`) are opened lazily through one
-bounded `OpenFileCache` per process (`log.max.open.files`): a broker holds
-a descriptor only for the segments in use, not one per partition, so the
-open-files limit is no partition limit. Other files (indexes, checkpoints)
-are open only while read or written.
+The broker's partition logs open their segment files (`open_segment`)
+lazily through a bounded `OpenFileCache` (`log.max.open.files`) given to
+their `OsFileSystem`: a broker holds a descriptor only for the segments in
+use, not one per partition, so the open-files limit is no partition limit.
+Other files (indexes, checkpoints) are open only while read or written.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import contextlib
 import errno
 import logging
 import os
+import threading
 from typing import Iterable, Iterator, Protocol
 
 
@@ -216,7 +217,7 @@ class OsFile:
         self.size = size
 
     def fsync(self) -> None:
-        if _deferred_dirs is not None:
+        if _deferred_dirs is not None and threading.get_ident() == _deferring_thread:
             _deferred_dirs.add(os.path.dirname(self.path) or ".")
             return
         os.fsync(self.fileno())
@@ -335,9 +336,11 @@ class OpenFileCache:
             count -= 1
 
 
-_default_cache: OpenFileCache | None = None
-#: Inside `deferred_fsync`: the directories whose files' fsyncs were put off.
+#: Inside `deferred_fsync`: the directories whose files' fsyncs were put off,
+#: and the thread that defers them (another thread's fsyncs, the Raft
+#: log's in a worker thread, happen as they always do).
 _deferred_dirs: set[str] | None = None
+_deferring_thread: int | None = None
 
 
 @contextlib.contextmanager
@@ -350,13 +353,13 @@ def deferred_fsync() -> Iterator[None]:
     written inside is durable before it ends, and a crash inside may leave
     any of it torn, so what the block writes must be recoverable without
     it (the recovery point checkpoint is written after the block)."""
-    global _deferred_dirs
+    global _deferred_dirs, _deferring_thread
     assert _deferred_dirs is None, "deferred_fsync does not nest"
-    _deferred_dirs = set()
+    _deferred_dirs, _deferring_thread = set(), threading.get_ident()
     try:
         yield
     finally:
-        dirs, _deferred_dirs = _deferred_dirs, None
+        dirs, _deferred_dirs, _deferring_thread = _deferred_dirs, None, None
         _sync_file_systems(dirs)
 
 
@@ -389,33 +392,21 @@ def _libc_syncfs():
         return None
 
 
-def segment_file_cache() -> OpenFileCache:
-    """The process's cache of open segment files."""
-    global _default_cache
-    if _default_cache is None:
-        _default_cache = OpenFileCache()
-    return _default_cache
-
-
-def set_max_open_files(capacity: int | None) -> OpenFileCache:
-    """Bound the process's open segment files (`log.max.open.files`;
-    None: the default from the open-files limit). Files open now stay
-    until the cache next makes room."""
-    cache = segment_file_cache()
-    cache.capacity = capacity or default_max_open_files()
-    return cache
-
-
 class OsFileSystem:
-    """The real file system."""
+    """The real file system. With a `segment_cache`, segment files are
+    opened lazily through it (`open_segment`); the broker's partition logs
+    use one, the Raft metadata log (flushed from a worker thread) none."""
+
+    def __init__(self, segment_cache: OpenFileCache | None = None) -> None:
+        self.segment_cache = segment_cache
 
     def open(self, path: str) -> OsFile:
         return OsFile(path)
 
     def open_segment(self, path: str) -> OsFile:
-        """`open`, for a segment's `.log`: through the process's bounded
-        cache of open files (`OpenFileCache`)."""
-        return OsFile(path, segment_file_cache())
+        """`open`, for a segment's `.log`: through the bounded cache of
+        open files (`OpenFileCache`), if this file system has one."""
+        return OsFile(path, self.segment_cache)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -433,7 +424,7 @@ class OsFileSystem:
         os.replace(src, dst)
 
     def fsync_dir(self, dir_path: str) -> None:
-        if _deferred_dirs is not None:
+        if _deferred_dirs is not None and threading.get_ident() == _deferring_thread:
             _deferred_dirs.add(dir_path)
             return
         fd = os.open(dir_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -61,7 +61,7 @@ from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError
-from storage.fs import OsFileSystem, deferred_fsync, set_max_open_files
+from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync
 from storage.log import Log, parse_topic_partition, write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -115,9 +115,9 @@ class LogManager:
         #: Compacts the logs of compacted topics (driven by `broker.shell.cleaner_runtime`).
         self.cleaner = LogCleaner(cleaner_config)
         self._producer_id_expiration_ms = producer_id_expiration_ms
-        self._fs = OsFileSystem()
-        #: The process's bounded cache of open segment files (`log.max.open.files`).
-        self.open_files = set_max_open_files(max_open_files or None)
+        #: The bounded cache of open segment files (`log.max.open.files`).
+        self.open_files = OpenFileCache(max_open_files or None)
+        self._fs = OsFileSystem(segment_cache=self.open_files)
         _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
@@ -213,7 +213,7 @@ class LogManager:
         # A log created in this run starts at 0; one found at start, where
         # the checkpoints read then say (never the files again: module doc).
         recovery_point, log_start_offset = self._start_offsets.pop(tp, (0, 0))
-        log = Log.open(path, config, now_ms=self._clock_ms(), producer_state=True,
+        log = Log.open(path, config, now_ms=self._clock_ms(), fs=self._fs, producer_state=True,
                        recovery_point=recovery_point, log_start_offset=log_start_offset)
         if self._producer_id_expiration_ms is not None and log.producer_state is not None:
             log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
