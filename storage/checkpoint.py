@@ -167,5 +167,5 @@ class LeaderEpochCheckpointFile:
             for e, o in parse_checkpoint(self.fs.read_file(self.path), 2, self.path)
         ]
 
-    def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        write_atomically(self.fs, self.path, format_checkpoint(entries))
+    def write(self, entries: Iterable[tuple[int, int]], durable: bool = True) -> None:
+        write_atomically(self.fs, self.path, format_checkpoint(entries), durable=durable)
