@@ -127,9 +127,14 @@ def load_log(
 
     if not fresh:
         epoch_cache.flush()
-        for segment in recovered:
+        # An empty segment holds nothing to make durable: a broker restarted
+        # after a crash with thousands of empty partitions spent four fsyncs
+        # on each. If one was cut to empty and the cut is lost, the torn
+        # bytes lie past the recovery point and are cut again.
+        written = [segment for segment in recovered if segment.size]
+        for segment in written:
             segment.flush()
-        if recovered:
+        if written:
             fs.fsync_dir(dir_path)
     return LoadedLog(fresh, tp, segments, recovered, log_start_offset, epoch_cache, checkpointed_rp or 0)
 
