@@ -33,7 +33,8 @@ import errno
 import logging
 import os
 import threading
-from typing import Iterable, Iterator, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 
 class File(Protocol):
@@ -110,7 +111,7 @@ class OsFile:
     its identity (device, inode) checked, so a reader never gets another
     file's bytes through a path that now names a new file."""
 
-    __slots__ = ("path", "size", "fd", "used", "pins", "_cache", "_identity", "_closed")
+    __slots__ = ("_cache", "_closed", "_identity", "fd", "path", "pins", "size", "used")
 
     def __init__(self, path: str, cache: OpenFileCache | None = None) -> None:
         self.path = path

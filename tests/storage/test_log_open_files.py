@@ -42,7 +42,7 @@ def test_more_logs_than_open_files_append_and_read(tmp_path):
 
 
 def test_a_busy_file_keeps_its_descriptor(tmp_path):
-    cache, logs = open_logs(tmp_path, 20, capacity=4)
+    _cache, logs = open_logs(tmp_path, 20, capacity=4)
     busy = logs[0]
     for i in range(1, 20):
         busy.append(batch(i), now_ms=0)  # used between every other open
@@ -51,7 +51,7 @@ def test_a_busy_file_keeps_its_descriptor(tmp_path):
 
 
 def test_a_slice_of_an_evicted_file_reads_the_same_bytes(tmp_path):
-    cache, logs = open_logs(tmp_path, 10, capacity=2)
+    _cache, logs = open_logs(tmp_path, 10, capacity=2)
     logs[0].append(batch(7), now_ms=0)
     (piece,) = logs[0].read(0, 1 << 20)
     for log in logs[1:]:
@@ -61,7 +61,7 @@ def test_a_slice_of_an_evicted_file_reads_the_same_bytes(tmp_path):
 
 
 def test_a_path_that_names_another_file_is_refused(tmp_path):
-    cache, logs = open_logs(tmp_path, 3, capacity=2)
+    _cache, logs = open_logs(tmp_path, 3, capacity=2)
     logs[0].append(batch(1), now_ms=0)
     segment_file = logs[0].active_segment.log
     for log in logs[1:]:
@@ -75,7 +75,7 @@ def test_a_path_that_names_another_file_is_refused(tmp_path):
 
 
 def test_a_closed_log_never_reopens_its_file(tmp_path):
-    cache, logs = open_logs(tmp_path, 1, capacity=4)
+    _cache, logs = open_logs(tmp_path, 1, capacity=4)
     logs[0].append(batch(1), now_ms=0)
     (piece,) = logs[0].read(0, 1 << 20)
     logs[0].close()
