@@ -11,7 +11,14 @@ brokers):
    every partition with a leader (each broker polled every 20 ms);
    `metadata_propagation_ms` is the slowest broker: the time until every
    broker sees them.
-2. **restart**: the last broker gets `--restart-fault` (term: a controlled
+   Creation goes in CreateTopics requests of at most 10,000 partitions
+   (the controller's bound per request), one after the other.
+2. **list, produce, consume**: one Metadata request listing every
+   partition (`list_ms`); one record produced (acks=1) to each of
+   `--sample` partitions picked at random, in Produce requests of 500
+   partitions (`produce_ms`); those records read back by a
+   confluent-kafka consumer assigned those partitions (`consume_ms`).
+3. **restart**: the last broker gets `--restart-fault` (term: a controlled
    shutdown, timed as `broker_shutdown_ms`; kill: SIGKILL) and is started
    again at once. Clocks from the start: until it prints READY
    (`broker_restart_ready_ms`: log recovery and listeners), until another
@@ -24,6 +31,7 @@ brokers):
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from typing import Any
 
@@ -31,6 +39,8 @@ from bench.runner import BenchError, Runner, add_run_options, parse_sets
 
 SCENARIO = "metadata-scale"
 POLL_S = 0.02
+MAX_PER_REQUEST = 10_000
+PRODUCE_CHUNK = 500
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -43,6 +53,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--replication-factor", type=int, default=1, help="default 1")
     p.add_argument("--restart-fault", choices=("term", "kill", "none"), default="term",
                    help="how the restarted broker stops (default term; none skips the restart)")
+    p.add_argument("--sample", type=int, default=2000,
+                   help="partitions produced to and consumed from, at random (default 2000)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S s (default 300)")
     add_run_options(p, controllers=3, brokers=3)
     p.set_defaults(func=run)
@@ -72,6 +84,16 @@ def run(args: argparse.Namespace) -> int:
         runner.samples("metadata_visible", "ms", [v * 1000 for v in seen.values()])
         lines = [("CreateTopics answered", f"{created['answered'] * 1000:,.0f} ms", f"by broker {cluster.brokers[0].node_id}")]
         lines += [(f"broker {b} lists them all", f"{seen[b] * 1000:,.0f} ms", "") for b in sorted(seen)]
+        runner.phase("list, produce, consume", f"{min(args.sample, args.partitions):,} partitions at random")
+        sample = random.Random(args.partitions).sample(
+            [(name, p) for name, n in zip(names, per_topic) for p in range(n)], min(args.sample, args.partitions))
+        used = runner.trio_run(_list_and_produce, cluster, names, args.partitions, sample, args.timeout)
+        used["consume"] = _consume(cluster, sample, args.timeout)
+        for metric, key, what in (("list_ms", "list", "Metadata lists every partition"),
+                                  ("produce_ms", "produce", f"produce to {len(sample):,} partitions"),
+                                  ("consume_ms", "consume", f"consume from {len(sample):,} partitions")):
+            runner.row(metric, used[key] * 1000, "ms")
+            lines.append((what, f"{used[key] * 1000:,.0f} ms", ""))
         if args.restart_fault != "none":
             victim = cluster.brokers[-1]
             runner.phase("restart", f"{args.restart_fault} broker {victim.node_id}, start it again")
@@ -108,14 +130,21 @@ async def _create(cluster: Any, names: list[str], per_topic: list[int], replicat
     expected = sum(per_topic)
     first = cluster.brokers[0]
     t0 = time.monotonic()
+    # Requests of at most MAX_PER_REQUEST partitions (the controller's bound).
+    batches: list[dict[str, int]] = [{}]
+    for name, n in zip(names, per_topic):
+        if batches[-1] and sum(batches[-1].values()) + n > MAX_PER_REQUEST:
+            batches.append({})
+        batches[-1][name] = n
 
     async def create() -> None:
-        codes = await create_topics(first.host, first.port, dict(zip(names, per_topic)),
-                                    replication_factor=replication_factor, timeout_ms=int(timeout_s * 1000))
+        for batch in batches:
+            codes = await create_topics(first.host, first.port, batch,
+                                        replication_factor=replication_factor, timeout_ms=int(timeout_s * 1000))
+            bad = {name: code for name, code in codes.items() if code != 0}
+            if bad:
+                raise BenchError(f"CreateTopics failed: error codes {bad}")
         out["answered"] = time.monotonic() - t0
-        bad = {name: code for name, code in codes.items() if code != 0}
-        if bad:
-            raise BenchError(f"CreateTopics failed: error codes {bad}")
 
     async def watch(broker: Any) -> None:
         while True:
@@ -136,6 +165,55 @@ async def _create(cluster: Any, names: list[str], per_topic: list[int], replicat
             for b in cluster.brokers:
                 nursery.start_soon(watch, b)
     return out
+
+
+async def _list_and_produce(cluster: Any, names: list[str], expected: int, sample: list[tuple[str, int]],
+                            timeout_s: float) -> dict[str, float]:
+    """Seconds for one Metadata request listing every partition, and for
+    producing one record to each partition of `sample`."""
+    from bench.cluster_probes import produce_many, topic_partitions
+
+    first = cluster.brokers[0]
+    t0 = time.monotonic()
+    leaders = await topic_partitions(first.host, first.port, names, int(timeout_s * 1000))
+    listed = time.monotonic() - t0
+    if len(leaders) != expected:
+        raise BenchError(f"Metadata listed {len(leaders)} of {expected} partitions")
+    t0 = time.monotonic()
+    for i in range(0, len(sample), PRODUCE_CHUNK):
+        chunk = sample[i:i + PRODUCE_CHUNK]
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in chunk:
+            by_leader.setdefault(leaders[tp], []).append(tp)
+        for leader, tps in by_leader.items():
+            broker = next(b for b in cluster.brokers if b.node_id == leader)
+            codes = await produce_many(broker.host, broker.port, tps, timeout_ms=int(timeout_s * 1000))
+            bad = {tp: code for tp, code in codes.items() if code != 0}
+            if bad:
+                raise BenchError(f"Produce failed on {len(bad)} partitions, e.g. {next(iter(bad.items()))}")
+    return {"list": listed, "produce": time.monotonic() - t0}
+
+
+def _consume(cluster: Any, sample: list[tuple[str, int]], timeout_s: float) -> float:
+    """Seconds until a consumer assigned `sample` read the one record of each."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "metadata-scale", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 100})
+    t0 = time.monotonic()
+    try:
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sample])
+        seen: set[tuple[str, int]] = set()
+        while len(seen) < len(sample):
+            if time.monotonic() - t0 > timeout_s:
+                raise BenchError(f"consumed from {len(seen)} of {len(sample)} partitions in {timeout_s:.0f} s")
+            for msg in consumer.consume(1000, timeout=0.2):
+                if msg.error() is None:
+                    seen.add((msg.topic(), msg.partition()))
+        return time.monotonic() - t0
+    finally:
+        consumer.close()
 
 
 async def _restart(cluster: Any, victim: Any, names: list[str], expected: int, t0: float,

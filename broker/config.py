@@ -74,6 +74,9 @@ class BrokerConfig:
         default_factory=TransactionCoordinatorConfig)
     #: `log.cleaner.enable` and the `log.cleaner.*` keys: log compaction.
     log_cleaner_enable: bool = True
+    #: `log.max.open.files`: segment files open at once (`storage.fs.OpenFileCache`);
+    #: 0 derives it from the open-files limit, leaving room for sockets.
+    log_max_open_files: int = 0
     log_cleaner: CleanerConfig = dataclasses.field(default_factory=CleanerConfig)
     #: `raftka.log.cleaner.cpu.fraction`: the share of one core the cleaner
     #: may use (it sleeps between steps to stay under it), on top of
@@ -154,6 +157,7 @@ class BrokerConfig:
             group_coordinator=GroupCoordinatorConfig.from_properties(props),
             txn_coordinator=TransactionCoordinatorConfig.from_properties(props),
             log_cleaner_enable=bool_property(props, "log.cleaner.enable", True),
+            log_max_open_files=int_property(props, "log.max.open.files", 0, 0),
             log_cleaner=CleanerConfig.from_properties(props),
             log_cleaner_cpu_fraction=float_property(props, "raftka.log.cleaner.cpu.fraction", 0.25),
             producer_id_expiration_ms=int_property(props, "producer.id.expiration.ms", 86_400_000, 1),

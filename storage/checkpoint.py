@@ -135,14 +135,18 @@ class OffsetCheckpointFile:
         entries = sorted((t, p, o) for (t, p), o in offsets.items())
         write_atomically(self.fs, self.path, format_checkpoint(entries))
 
-    def update(self, changes: Mapping[TopicPartition, int]) -> None:
-        """Merge `changes` into the file (a corrupt file is replaced)."""
+    def update(self, changes: Mapping[TopicPartition, int], removed: Iterable[TopicPartition] = ()) -> None:
+        """Merge `changes` into the file and drop the entries of `removed`
+        (a corrupt file is replaced). Nothing is written if nothing changes."""
         try:
             current = self.read()
         except CorruptCheckpointError:
             current = {}
-        if all(current.get(tp) == off for tp, off in changes.items()):
+        gone = [tp for tp in removed if tp in current and tp not in changes]
+        if not gone and all(current.get(tp) == off for tp, off in changes.items()):
             return
+        for tp in gone:
+            del current[tp]
         current.update(changes)
         self.write(current)
 
@@ -163,5 +167,5 @@ class LeaderEpochCheckpointFile:
             for e, o in parse_checkpoint(self.fs.read_file(self.path), 2, self.path)
         ]
 
-    def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        write_atomically(self.fs, self.path, format_checkpoint(entries))
+    def write(self, entries: Iterable[tuple[int, int]], durable: bool = True) -> None:
+        write_atomically(self.fs, self.path, format_checkpoint(entries), durable=durable)

@@ -57,7 +57,7 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class _Checkpoint(Protocol):
-    def write(self, entries: list[tuple[int, int]]) -> None: ...
+    def write(self, entries: list[tuple[int, int]], durable: bool = True) -> None: ...
 
 
 class LeaderEpochCache:
@@ -124,13 +124,14 @@ class LeaderEpochCache:
         i = bisect_right(self._starts, offset) - 1
         return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop the entries that start at or after `end_offset`."""
+    def truncate_from_end(self, end_offset: int, durable: bool = True) -> None:
+        """Drop the entries that start at or after `end_offset`; with
+        `durable=False` the file is rewritten but not fsynced."""
         if self._starts and self._starts[-1] >= end_offset:
             while self._starts and self._starts[-1] >= end_offset:
                 self._epochs.pop()
                 self._starts.pop()
-            self._persist()
+            self._persist(durable=durable)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop the entries that start at or before `start_offset`, keeping
@@ -156,8 +157,8 @@ class LeaderEpochCache:
         if self._unwritten:
             self._persist()
 
-    def _persist(self) -> None:
+    def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
         if self._checkpoint is not None:
-            self._checkpoint.write(self.entries)
+            self._checkpoint.write(self.entries, durable=durable)
         self._unwritten = False

@@ -98,7 +98,7 @@ import logging
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -340,9 +340,11 @@ class Log:
         ):
             return self._append_checked(batch, now_ms, leader_epoch)
         # One write call at the end of the active segment; a simulated file
-        # (fd -1) or a short write (a full disk) goes through the file's own
-        # append, which writes it all or raises ENOSPC.
-        fd = segment.fd
+        # (fd -1), a file whose descriptor the open-files cache closed (-1:
+        # `append` opens it again) or a short write (a full disk) goes
+        # through the file's own append, which writes it all or raises ENOSPC.
+        # `used` tells the cache the file is busy (`storage.fs.OpenFileCache`).
+        fd = f.fd
         try:
             if type(batch) is bytearray or not view.readonly:
                 if leader_epoch is None:
@@ -352,6 +354,7 @@ class Log:
                     _pack_prefix_into(view, 0, base, batch_length, epoch)
                 if fd >= 0 and _pwrite(fd, view, position) == size:
                     f.size = end
+                    f.used = True
                 else:
                     f.append(view)
             else:
@@ -360,6 +363,7 @@ class Log:
                 parts = (_pack_prefix(base, batch_length, epoch), view[16:])
                 if fd >= 0 and _pwritev(fd, parts, position) == size:
                     f.size = end
+                    f.used = True
                 else:
                     f.appendv(parts)
         except OSError:
@@ -479,10 +483,11 @@ class Log:
             or crc32c(memoryview(records)[CRC_START_OFFSET:]) != crc
         ):
             return self._append_batches_as_follower(records, now_ms)
-        fd = segment.fd
+        fd = f.fd
         try:
             if fd >= 0 and _pwrite(fd, records, position) == size:
                 f.size = end
+                f.used = True
             else:
                 f.append(records)
         except OSError:
@@ -840,8 +845,12 @@ class Log:
         """Write the recovery point and log start offset checkpoints."""
         write_checkpoints_of([self])
 
-    def close(self) -> None:
-        """Flush everything, write the checkpoints, release the files."""
+    def close(self, checkpoint: bool = True) -> None:
+        """Flush everything, write the checkpoints, release the files.
+
+        A caller closing many logs passes `checkpoint=False` and then writes
+        them all with one `write_checkpoints_of` (each per-directory file is
+        rewritten whole: once per log closed made a shutdown quadratic)."""
         if self._closed:
             return
         active = self._segments[-1]
@@ -849,7 +858,8 @@ class Log:
         self.epoch_cache.flush()
         self.flush()
         active.flush()
-        self.write_checkpoints()
+        if checkpoint:
+            self.write_checkpoints()
         if self.producer_state is not None:
             self.producer_state.take_snapshot(self._log_end_offset)
         for segment in self._segments:
@@ -863,20 +873,28 @@ class Log:
         )
 
 
-def write_checkpoints_of(logs: Iterable[Log]) -> None:
+def write_checkpoints_of(
+    logs: Iterable[Log], removed: Mapping[str, Iterable[tuple[str, int]]] | None = None
+) -> None:
     """Write the recovery point and log start offset checkpoints of `logs`,
     each per-directory file once: one read, one write and one fsync per
-    file, not per log (a broker's periodic pass over thousands of logs)."""
+    file, not per log (a broker's periodic pass over thousands of logs, its
+    shutdown). `removed`: per parent directory, partitions whose entries go
+    (deleted logs)."""
     by_parent: dict[str, list[Log]] = {}
     for log in logs:
         if log._checkpoint_files:
             parent = os.path.dirname(os.path.normpath(log.dir_path)) or "."
             by_parent.setdefault(parent, []).append(log)
+    removed = removed or {}
+    for parent in removed:
+        by_parent.setdefault(parent, [])
     for parent, group in by_parent.items():
-        fs = group[0].fs
+        fs = group[0].fs if group else OsFileSystem()
+        gone = removed.get(parent, ())
         OffsetCheckpointFile(fs, os.path.join(parent, RECOVERY_POINT_OFFSET_CHECKPOINT)).update(
-            {log.topic_partition: log._recovery_point for log in group})
+            {log.topic_partition: log._recovery_point for log in group}, removed=gone)
         OffsetCheckpointFile(fs, os.path.join(parent, LOG_START_OFFSET_CHECKPOINT)).update(
-            {log.topic_partition: log._log_start_offset for log in group})
+            {log.topic_partition: log._log_start_offset for log in group}, removed=gone)
         for log in group:
             log._checkpointed_recovery_point = log._recovery_point

@@ -236,7 +236,11 @@ def load_segments(
             reason = f"its index or tail is damaged ({e})"
         if trusted:
             continue
-        if segment.base_offset < recovery_point:
+        if segment.size == 0:
+            # An empty segment whose indexes were never written (a partition
+            # created and never flushed): nothing to recover, not worth a line.
+            logger.debug("%s: recovering, %s", segment.path(LOG_SUFFIX), reason)
+        elif segment.base_offset < recovery_point:
             logger.warning("%s: rebuilding, %s", segment.path(LOG_SUFFIX), reason)
         else:
             logger.info("%s: recovering, %s", segment.path(LOG_SUFFIX), reason)

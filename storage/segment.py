@@ -34,7 +34,7 @@ from typing import Iterator
 from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader, parse_header
 from storage.config import LogConfig
 from storage.errors import CorruptRecordError
-from storage.fs import File, FileSystem, OsFile
+from storage.fs import File, FileSystem
 from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
@@ -71,11 +71,10 @@ class LogSegment:
         self.fs = fs
         self.dir_path = dir_path
         self.base_offset = base_offset
-        self.log: File = fs.open(self.path(LOG_SUFFIX))
-        # A real file's descriptor, for the leader's append fast path to
-        # write with one `os.pwrite` (then it sets `log.size` itself);
-        # -1 for other files (the simulated disk): it calls `log.append`.
-        self.fd = self.log.fileno() if type(self.log) is OsFile else -1
+        # Through the bounded cache of open files when the file system has
+        # one (`storage.fs.OpenFileCache`): the descriptor comes and goes.
+        open_segment = getattr(fs, "open_segment", fs.open)
+        self.log: File = open_segment(self.path(LOG_SUFFIX))
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index = OffsetIndex(base_offset, config.segment_index_bytes // OFFSET_ENTRY_SIZE)
         self.time_index = TimeIndex(base_offset, config.segment_index_bytes // TIME_ENTRY_SIZE)
@@ -345,7 +344,6 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        self.fd = -1  # the number may be reused once closed
         self.log.close()
 
     def delete(self) -> None:

@@ -128,6 +128,10 @@ def swap_in(log: Log, old: list[LogSegment], cleaned: CleanedSegment, now_ms: in
             if fs.exists(path):
                 fs.rename(path, path + DELETED_SUFFIX)
                 paths.append(path + DELETED_SUFFIX)
+                if suffix == LOG_SUFFIX and hasattr(segment.log, "moved_to"):
+                    # A lazily opened file reopens by path: from now on the
+                    # old name is the cleaned segment's.
+                    segment.log.moved_to(path + DELETED_SUFFIX)
         retired.append(RetiredSegment(segment, paths, now_ms + delete_delay_ms))
     fs.fsync_dir(dir_path)
     for suffix in _SUFFIXES_LOG_LAST:

@@ -48,6 +48,8 @@ class SimFile:
     """A handle on a simulated file (see `storage.fs.File`)."""
 
     __slots__ = ("path", "_fs", "_inode", "_generation")
+    #: No descriptor: the log's append fast path writes through `append`.
+    fd = -1
 
     def __init__(self, fs: SimFileSystem, path: str, inode: _Inode) -> None:
         self.path = path

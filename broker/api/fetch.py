@@ -147,7 +147,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
         if sp.hosted is not hp:
             session.bind(sp, hp)
         if hp is None:
-            answer[sp] = FetchPartitionResult(sp.partition, _not_hosted_error(broker.image, sp.topic, sp.partition))
+            answer[sp] = FetchPartitionResult(sp.partition, _not_hosted_error(broker, sp.topic, sp.partition))
             pending.append(sp)
             now = True
             continue
@@ -208,8 +208,10 @@ def _answers_at_once(result: FetchPartitionResult) -> bool:
     return result.error_code != 0 or result.diverging_epoch is not None
 
 
-def _not_hosted_error(image, topic: str, partition: int) -> ErrorCode:
-    topic_image = image.topic(topic)
+def _not_hosted_error(broker, topic: str, partition: int) -> ErrorCode:
+    if broker.replicas.storage_error(topic, partition):
+        return ErrorCode.kafka_storage_error  # its log could not be opened here
+    topic_image = broker.image.topic(topic)
     known = topic_image is not None and partition in topic_image.partitions
     return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
 
@@ -252,7 +254,6 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
     places), a place being (hosted partition, fetch partition, its topic's
     results, index there) for each partition hosted here."""
     partitions = broker.replicas.partitions
-    image = broker.image
     # Only a follower's fetch needs the clock (its fetch time moves the ISR).
     now_ms = broker.clock_ms() if replica_id >= 0 else -1
     budget = body.max_bytes
@@ -266,7 +267,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
         for fp in fetch_topic.partitions:
             hp = partitions.get((name, fp.partition))
             if hp is None:
-                results.append(FetchPartitionResult(fp.partition, _not_hosted_error(image, name, fp.partition)))
+                results.append(FetchPartitionResult(fp.partition, _not_hosted_error(broker, name, fp.partition)))
                 errored = True
                 continue
             places.append((hp, fp, results, len(results)))

@@ -92,6 +92,8 @@ def _list_offset(broker, topic: str, p, replica_id: int, read_committed: bool, v
 
 
 def _missing(broker, topic: str, partition: int) -> ErrorCode:
+    if broker.replicas.storage_error(topic, partition):
+        return ErrorCode.kafka_storage_error  # its log could not be opened here
     topic_image = broker.image.topic(topic)
     if topic_image is not None and partition in topic_image.partitions:
         return ErrorCode.not_leader_or_follower

@@ -65,6 +65,9 @@ _log = logging.getLogger("broker")
 
 #: How long `publish_metadata` works on a delta before it lets the event loop run.
 PUBLISH_SLICE_S = 0.02
+#: How often the logs that could not be opened (a resource limit, a disk
+#: error) are tried again.
+OFFLINE_RETRY_MS = 10_000
 
 # api_key: (min version, max version, handler). What the clients negotiate:
 # librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
@@ -120,7 +123,8 @@ class Broker:
         self.clock_ms = clock_ms
         self.image = MetadataImage()
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
-                                      producer_id_expiration_ms=config.producer_id_expiration_ms)
+                                      producer_id_expiration_ms=config.producer_id_expiration_ms,
+                                      max_open_files=config.log_max_open_files)
         log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
         self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults,
                                        config.replication)
@@ -278,6 +282,7 @@ class Broker:
                             config.log_flush_start_offset_checkpoint_interval_ms),
             "retention": config.log_retention_check_interval_ms,
             "producers": config.producer_id_expiration_check_interval_ms,
+            "offline": OFFLINE_RETRY_MS,
         }
         last = {name: self.clock_ms() for name in due}
         tick_s = min(1.0, min(due.values()) / 1000)
@@ -299,6 +304,9 @@ class Broker:
             if now - last["producers"] >= due["producers"]:
                 self.log_manager.remove_expired_producers(now)
                 last["producers"] = now
+            if now - last["offline"] >= due["offline"] and self.replicas.offline:
+                self.replicas.retry_offline(self.image)
+                last["offline"] = now
 
 
 def _is_stop(exc: BaseException) -> bool:

@@ -50,11 +50,18 @@ import trio
 
 from quorum.metadata import MetadataImage
 from quorum.node.metadata_log import METADATA_PARTITION_DIR
-from storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, write_atomically
+from storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    write_atomically,
+)
 from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
-from storage.fs import OsFileSystem
+from storage.errors import CorruptCheckpointError
+from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync
 from storage.log import Log, parse_topic_partition, write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -101,15 +108,30 @@ class LogManager:
         *,
         cleaner_config: CleanerConfig | None = None,
         producer_id_expiration_ms: int | None = None,
+        max_open_files: int = 0,
     ) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._clock_ms = clock_ms
         #: Compacts the logs of compacted topics (driven by `broker.shell.cleaner_runtime`).
         self.cleaner = LogCleaner(cleaner_config)
         self._producer_id_expiration_ms = producer_id_expiration_ms
-        self._fs = OsFileSystem()
+        #: The bounded cache of open segment files (`log.max.open.files`).
+        self.open_files = OpenFileCache(max_open_files or None)
+        self._fs = OsFileSystem(segment_cache=self.open_files)
+        _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
+        #: How many partitions each log dir holds (`_pick_dir`, without a walk per new log).
+        self._dir_counts: dict[str, int] = {d: 0 for d in self.log_dirs}
+        #: (recovery point, log start offset) of the logs found at start, read
+        #: from each dir's checkpoint files once and handed to the log's first
+        #: open: read per log, a start with n logs parsed n files of n lines.
+        self._start_offsets: dict[TopicPartitionName, tuple[int, int]] = {}
+        #: Partitions deleted since the last checkpoint pass, per log dir: their
+        #: entries leave the recovery point and log start offset files then.
+        self._removed: dict[str, set[TopicPartitionName]] = {}
+        #: Log dirs where a log failed to close: no clean-shutdown marker there.
+        self._unclean_dirs: set[str | None] = set()
         #: HWs found in the checkpoints at start (seed the HW of reopened partitions).
         self._checkpointed_hws: dict[TopicPartitionName, int] = {}
         #: What `checkpoint_high_watermarks` last wrote, per log dir.
@@ -149,6 +171,8 @@ class LogManager:
                     _log.info("%s: finishing the deletion of %s", log_dir, name)
                     shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
             self._checkpointed_hws.update(self._hw_file(log_dir).read())
+            recovery_points = _read_checkpoint(self._fs, log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT)
+            start_offsets = _read_checkpoint(self._fs, log_dir, LOG_START_OFFSET_CHECKPOINT)
             for name in partition_dirs:
                 tp = parse_topic_partition(name)
                 assert tp is not None
@@ -161,7 +185,9 @@ class LogManager:
                 elif stored_id is not None and stored_id != topic.topic_id:
                     self._move_aside(path, f"the topic now has id {topic.topic_id}")
                 else:
-                    self._dir_of[tp] = log_dir
+                    self._place(tp, log_dir)
+                    # Absent from a file: 0, what `Log.open` reads as "not checkpointed".
+                    self._start_offsets[tp] = (recovery_points.get(tp, 0), start_offsets.get(tp, 0))
 
     # --- logs ----------------------------------------------------------
 
@@ -184,7 +210,11 @@ class LogManager:
         stored_id = None if fresh else _read_topic_id(path)
         if stored_id is not None and stored_id != topic_id:
             self._move_aside(path, f"the topic now has id {topic_id}")
-        log = Log.open(path, config, now_ms=self._clock_ms(), producer_state=True)
+        # A log created in this run starts at 0; one found at start, where
+        # the checkpoints read then say (never the files again: module doc).
+        recovery_point, log_start_offset = self._start_offsets.pop(tp, (0, 0))
+        log = Log.open(path, config, now_ms=self._clock_ms(), fs=self._fs, producer_state=True,
+                       recovery_point=recovery_point, log_start_offset=log_start_offset)
         if self._producer_id_expiration_ms is not None and log.producer_state is not None:
             log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
         if stored_id != topic_id:
@@ -193,7 +223,7 @@ class LogManager:
             write_atomically(self._fs, os.path.join(path, PARTITION_METADATA_FILE),
                              f"version: 0\ntopic_id: {topic_id}\n".encode(), durable=not fresh)
         self._logs[tp] = log
-        self._dir_of[tp] = log_dir
+        self._place(tp, log_dir)
         return log
 
     def delete(self, topic: str, partition: int) -> None:
@@ -202,11 +232,16 @@ class LogManager:
         log = self._logs.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         self._checkpointed_hws.pop(tp, None)
+        self._start_offsets.pop(tp, None)
         if log is not None:
             self.cleaner.abort(log)
-            log.close()
+            # Its checkpoint entries go at the next checkpoint pass, with
+            # every other deleted log's: one file write per pass, not per log.
+            log.close(checkpoint=False)
         if log_dir is None:
             return
+        self._dir_counts[log_dir] -= 1
+        self._removed.setdefault(log_dir, set()).add(tp)
         path = os.path.join(log_dir, f"{topic}-{partition}")
         if not os.path.isdir(path):
             return
@@ -256,8 +291,10 @@ class LogManager:
             self._hw_file(log_dir).write(entries)
 
     def checkpoint_logs(self) -> None:
-        """Write every log's recovery point and log start offset checkpoints."""
-        write_checkpoints_of(self._logs.values())
+        """Write every log's recovery point and log start offset checkpoints:
+        each per-directory file once."""
+        removed, self._removed = self._removed, {}
+        write_checkpoints_of(self._logs.values(), removed=removed)
 
     def flush_due(self, now_ms: int) -> None:
         """Apply `flush.ms` to logs that have it."""
@@ -277,12 +314,10 @@ class LogManager:
         """Clean shutdown: flush and close every log, write every
         checkpoint, then the clean shutdown marker (fsynced)."""
         self.cleaner.close()
-        for log in self._logs.values():
-            log.close()
-        self._logs.clear()
+        self._close_logs()
         self.checkpoint_high_watermarks(high_watermarks)
         for log_dir in self.log_dirs:
-            if not os.path.isdir(log_dir):
+            if not os.path.isdir(log_dir) or log_dir in self._unclean_dirs:
                 continue
             write_atomically(self._fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
         _log.info("logs closed cleanly; wrote %s", CLEAN_SHUTDOWN_FILE)
@@ -290,9 +325,26 @@ class LogManager:
     def close_without_marker(self) -> None:
         """Release the files (tests that simulate a crash after this)."""
         self.cleaner.close()
-        for log in self._logs.values():
-            log.close()
+        self._close_logs()
+
+    def _close_logs(self) -> int:
+        """Close every log, then write each checkpoint file once (closing
+        log by log, each close rewrote its dir's whole files: quadratic)."""
+        failed = 0
+        # Every log's fsyncs as one syncfs per disk at the end: the
+        # checkpoints that declare the logs flushed are written after it.
+        with deferred_fsync():
+            for tp, log in self._logs.items():
+                try:
+                    log.close(checkpoint=False)
+                except OSError as e:
+                    # One log's disk error must not keep the others from closing.
+                    failed += 1
+                    _log.error("%s-%d: closing its log failed: %s; it is recovered at the next start", *tp, e)
+                    self._unclean_dirs.add(self._dir_of.get(tp))
+        self.checkpoint_logs()
         self._logs.clear()
+        return failed
 
     # --- helpers -------------------------------------------------------
 
@@ -301,10 +353,15 @@ class LogManager:
 
     def _pick_dir(self) -> str:
         # Kafka places a new log in the dir with the fewest partitions.
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(self.log_dirs, key=self._dir_counts.__getitem__)
+
+    def _place(self, tp: TopicPartitionName, log_dir: str) -> None:
+        previous = self._dir_of.get(tp)
+        if previous != log_dir:
+            if previous is not None:
+                self._dir_counts[previous] -= 1
+            self._dir_counts[log_dir] += 1
+            self._dir_of[tp] = log_dir
 
     def _move_aside(self, path: str, why: str) -> None:
         # Kafka names moved-aside logs <topic>-<partition>.<unique id>-stray.
@@ -313,6 +370,14 @@ class LogManager:
         self._fs.fsync_dir(os.path.dirname(path))
         _log.warning("moved the log %s aside to %s: %s; remove it once you do not need it",
                      path, os.path.basename(stray), why)
+
+
+def _read_checkpoint(fs: OsFileSystem, log_dir: str, name: str) -> dict[TopicPartitionName, int]:
+    try:
+        return OffsetCheckpointFile(fs, os.path.join(log_dir, name)).read()
+    except CorruptCheckpointError as e:
+        _log.warning("%s; ignoring it (the logs are recovered from their first segments)", e)
+        return {}
 
 
 def _read_topic_id(path: str) -> uuid.UUID | None:
@@ -330,3 +395,12 @@ def _read_topic_id(path: str) -> uuid.UUID | None:
                 break
     _log.warning("%s/%s is malformed; treating the log as of unknown topic id", path, PARTITION_METADATA_FILE)
     return None
+
+
+def _nofile_limit() -> str:
+    try:
+        import resource
+
+        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError):
+        return "unknown"

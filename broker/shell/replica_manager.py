@@ -38,6 +38,7 @@ partition dirty in it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -214,6 +215,11 @@ class ReplicaManager:
         self.timeline = LeadershipTimeline()
         #: `eligible_brokers` of the newest delta: what every leader here holds.
         self._eligible: dict[int, int] | None = None
+        #: Partitions hosted here whose log could not be opened or created (a
+        #: resource limit such as EMFILE, a full or failing disk): key -> the
+        #: newest delta entry for it. They answer KAFKA_STORAGE_ERROR;
+        #: `retry_offline` tries them again. Every other partition serves on.
+        self.offline: dict[TopicPartitionName, object] = {}
         if record_validation.IMPLEMENTATION != "compiled":
             _log.warning("the records of produced batches are checked in pure Python: the "
                          "storage._record_scan extension is not built (`pip install -e .` builds it); "
@@ -304,7 +310,12 @@ class ReplicaManager:
         # thousands of leader changes held every follower switch until the
         # last leader step, and the first acks=all commit with it.
         for local in (*delta.followers, *delta.leaders):
-            hp, role = self._apply_local(image, local, eligible, now_ms, settings)
+            try:
+                hp, role = self._apply_local(image, local, eligible, now_ms, settings)
+            except OSError as exc:
+                self._went_offline(local, exc)
+                yield
+                continue
             touched.add(hp)
             if role is not None:
                 if role is Role.LEADER:
@@ -334,7 +345,42 @@ class ReplicaManager:
                     hp.state.update_eligibility(eligible)
             self._eligible = eligible
 
+    def _went_offline(self, local, exc: OSError) -> None:
+        key = (local.topic_name, local.partition)
+        if key not in self.offline:
+            storage_error_logger.report(f"{local.topic_name}-{local.partition}", "cannot open its log", exc)
+        self.offline[key] = local
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            # Out of descriptors: hold fewer segment files open from now on,
+            # so that the partitions after this one (and the retry) find one.
+            self.log_manager.open_files.shrink(exc)
+
+    def retry_offline(self, image: MetadataImage) -> int:
+        """Try again to open the logs of the offline partitions (the
+        resource may be back: files closed, space freed); how many came back."""
+        if not self.offline:
+            return 0
+        now_ms = self.clock_ms()
+        eligible = eligible_brokers(image)
+        settings: dict[str, tuple[int, bool]] = {}
+        back = 0
+        for key, local in list(self.offline.items()):
+            try:
+                self._apply_local(image, local, eligible, now_ms, settings)
+            except OSError:
+                break  # still failing: the next pass tries again
+            del self.offline[key]
+            back += 1
+        if back:
+            _log.info("%d offline partition(s) opened their logs; %d still offline", back, len(self.offline))
+        return back
+
+    def storage_error(self, topic: str, partition: int) -> bool:
+        """Whether the partition is hosted here but its log is offline."""
+        return (topic, partition) in self.offline
+
     def _stop_replica(self, stopped) -> None:
+        self.offline.pop((stopped.topic_name, stopped.partition), None)
         hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
         if hp is not None:
             if hp.state.topic_id != stopped.topic_id:
@@ -434,6 +480,10 @@ class ReplicaManager:
         the HW must pass for acks=all (the new log end offset)."""
         hp = self.partitions.get((topic, partition))
         if hp is None:
+            if (topic, partition) in self.offline:
+                return (ProducePartitionResult(partition, ErrorCode.kafka_storage_error,
+                                               error_message="the partition's log is offline on this broker"),
+                        None, -1)
             topic_image = image.topic(topic)
             known = topic_image is not None and partition in topic_image.partitions
             error = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
@@ -483,7 +533,9 @@ class ReplicaManager:
             return (ProducePartitionResult(partition, ErrorCode(exc.error_code), error_message=str(exc)),
                     None, -1)
         except OSError as exc:
-            _log.error("%s-%d: append failed: %s", topic, partition, exc)
+            storage_error_logger.report(f"{topic}-{partition}", "append failed", exc)
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.log_manager.open_files.shrink(exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
         update = hp.state.on_leader_append(log.log_end_offset, now_ms)
         self.act(hp, update)
@@ -561,6 +613,55 @@ class ReplicaManager:
 
     def enforce_retention(self, now_ms: int) -> None:
         self.log_manager.enforce_retention(now_ms)
+
+
+class StorageErrorLogger:
+    """Logs a storage error once per partition and cause (errno), with the
+    fix; the same error again goes to DEBUG (a client retrying a produce
+    to a partition whose disk is full would otherwise flood the log)."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, int | None]] = set()
+        self._fixes_told: set[int | None] = set()
+        self._reports: dict[int | None, int] = {}
+
+    #: Partitions reported at ERROR per cause; past that, DEBUG (a limit hit
+    #: while creating 10,000 partitions is one problem, not 10,000 lines).
+    MAX_REPORTS = 10
+
+    def report(self, where: str, what: str, exc: OSError) -> None:
+        key = (where, exc.errno)
+        if key in self._seen:
+            _log.debug("%s: %s: %s", where, what, exc)
+            return
+        self._seen.add(key)
+        reported = self._reports.get(exc.errno, 0)
+        self._reports[exc.errno] = reported + 1
+        if reported >= self.MAX_REPORTS:
+            if reported == self.MAX_REPORTS:
+                _log.error("more partitions fail with %s; those are logged at DEBUG", exc.strerror)
+            _log.debug("%s: %s: %s", where, what, exc)
+            return
+        # The fix once per cause: a burst of partitions failing alike is one problem.
+        fix = "" if exc.errno in self._fixes_told else " " + storage_error_fix(exc)
+        self._fixes_told.add(exc.errno)
+        _log.error("%s: %s: %s; it answers KAFKA_STORAGE_ERROR, the other partitions serve on.%s",
+                   where, what, exc, fix)
+
+
+def storage_error_fix(exc: OSError) -> str:
+    """What an operator does about `exc`."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ("Fix: raise the open-files limit (ulimit -n, LimitNOFILE) or lower log.max.open.files "
+                "(segment files kept open; sockets need the rest).")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "Fix: free space on the log directory's disk, or lower retention.bytes / retention.ms."
+    if exc.errno == errno.EIO:
+        return "Fix: the disk failed an I/O; check the device (dmesg) and move the log directory off it."
+    return "Fix: check the log directory's permissions and disk."
+
+
+storage_error_logger = StorageErrorLogger()
 
 
 def log_timeline(lines: list[str]) -> None:

@@ -30,6 +30,10 @@ class ControllerConfig:
     - `fence_moves_per_batch`: partition moves per metadata batch when a
       broker is fenced (`elections.LeaderMoves`); no Kafka key, Kafka's
       brokers replay a batch of 10,000 records in milliseconds.
+    - `max_partitions_per_broker` (`max.partitions.per.broker`, KIP-578's
+      proposal; 0, the default, is no limit): CreateTopics and
+      CreatePartitions that would put more replicas on a broker are refused
+      with POLICY_VIOLATION.
     """
 
     broker_session_timeout_ms: int = 9000
@@ -42,6 +46,7 @@ class ControllerConfig:
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
     fence_moves_per_batch: int = 500
+    max_partitions_per_broker: int = 0
 
     def __post_init__(self) -> None:
         assert self.broker_session_timeout_ms > 0
@@ -50,6 +55,7 @@ class ControllerConfig:
         assert self.num_partitions >= 1 and self.default_replication_factor >= 1
         assert self.producer_id_block_size >= 1
         assert self.fence_moves_per_batch >= 1
+        assert self.max_partitions_per_broker >= 0
 
     @classmethod
     def from_node_config(cls, node_config: Any, cluster_id: str | None = None) -> ControllerConfig:
@@ -65,6 +71,7 @@ class ControllerConfig:
             leader_imbalance_check_interval_ms=1000 * _whole(
                 raw, "leader.imbalance.check.interval.seconds", 300, 1, None),
             leader_imbalance_per_broker_percentage=_whole(raw, "leader.imbalance.per.broker.percentage", 10, 0, 100),
+            max_partitions_per_broker=_whole(raw, "max.partitions.per.broker", 0, 0, None),
         )
 
 

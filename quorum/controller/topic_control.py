@@ -85,6 +85,35 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
+class _BrokerLimit:
+    """`max.partitions.per.broker` over one request: the replicas each
+    broker holds in the image plus those the request's accepted topics add."""
+
+    def __init__(self, limit: int, image: MetadataImage) -> None:
+        self.on = limit > 0
+        self._limit = limit
+        self._image = image
+        self._added: Counter[int] = Counter()
+
+    def check(self, layout: Sequence[tuple[tuple[int, ...], tuple[int, ...]]], validate_only: bool) -> None:
+        """Refuse `layout` if it puts a broker over the limit; else count it
+        (a validation counts for nothing)."""
+        if not self.on:
+            return
+        adding = Counter(b for replicas, _isr in layout for b in replicas)
+        for broker, n in sorted(adding.items()):
+            total = self._image.replica_count(broker) + self._added[broker] + n
+            if total > self._limit:
+                raise _Refusal(
+                    ErrorCode.policy_violation,
+                    f"Broker {broker} would hold {total} partition replicas, more than "
+                    f"max.partitions.per.broker={self._limit} allows (it holds "
+                    f"{self._image.replica_count(broker) + self._added[broker]}). Create fewer partitions, "
+                    "add brokers, or raise max.partitions.per.broker.")
+        if not validate_only:
+            self._added.update(adding)
+
+
 def _broker_loads(image: MetadataImage) -> list[BrokerLoad]:
     return [BrokerLoad(b.broker_id, b.rack, image.replica_count(b.broker_id), image.preferred_leader_count(b.broker_id))
             for b in image.usable_brokers()]
@@ -149,11 +178,13 @@ class TopicControlManager:
         results = []
         taken: set[uuid.UUID] = set()
         budget = MAX_PARTITIONS_PER_REQUEST
+        limit = _BrokerLimit(self._config.max_partitions_per_broker, image)
         for t in request.topics:
             try:
                 if counts[t.name] > 1:
                     raise _Refusal(ErrorCode.invalid_request, "Found multiple entries for this topic.")
-                topic_records, result = self._create_one(t, image, loads, taken, budget, request.validate_only)
+                topic_records, result = self._create_one(t, image, loads, taken, budget, request.validate_only,
+                                                         limit)
             except _Refusal as r:
                 results.append(ct_resp.CreatableTopicResult(
                     name=t.name, topic_id=ZERO_UUID, error_code=r.error, error_message=r.message,
@@ -166,8 +197,8 @@ class TopicControlManager:
                                                                              topics=tuple(results)))
 
     def _create_one(self, t: ct_req.CreatableTopic, image: MetadataImage, loads: list[BrokerLoad],
-                    taken: set[uuid.UUID], budget: int,
-                    validate_only: bool) -> tuple[list[Record], ct_resp.CreatableTopicResult]:
+                    taken: set[uuid.UUID], budget: int, validate_only: bool,
+                    limit: _BrokerLimit) -> tuple[list[Record], ct_resp.CreatableTopicResult]:
         problem = topic_name_error(t.name)
         if problem:
             raise _Refusal(ErrorCode.invalid_topic_exception, problem)
@@ -201,9 +232,15 @@ class TopicControlManager:
             _check_replication_factor(rf, len(loads))
             if partitions > budget:
                 raise _Refusal(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
-            # A validation must not count toward the placement of the topics after it.
-            scratch = [dataclasses.replace(b) for b in loads] if validate_only else loads
+            # A validation, or a topic refused for the per-broker limit, must
+            # not count toward the placement of the topics after it.
+            scratch = [dataclasses.replace(b) for b in loads] if validate_only or limit.on else loads
             layout = [(r, r) for r in place_partitions(scratch, partitions, rf)]
+            limit.check(layout, validate_only)
+            if scratch is not loads and not validate_only:
+                loads[:] = scratch
+        if t.assignments:
+            limit.check(layout, validate_only)
         topic_id = ZERO_UUID if validate_only else self._new_topic_id(image, taken)
         taken.add(topic_id)
         result = ct_resp.CreatableTopicResult(
@@ -261,11 +298,12 @@ class TopicControlManager:
         records: list[Record] = []
         results = []
         budget = MAX_PARTITIONS_PER_REQUEST
+        limit = _BrokerLimit(self._config.max_partitions_per_broker, image)
         for t in request.topics:
             try:
                 if counts[t.name] > 1:
                     raise _Refusal(ErrorCode.invalid_request, "Found multiple entries for this topic.")
-                new_records = self._grow_one(t, image, loads, budget)
+                new_records = self._grow_one(t, image, loads, budget, limit, request.validate_only)
             except _Refusal as r:
                 results.append(cp_resp.CreatePartitionsTopicResult(name=t.name, error_code=r.error,
                                                                    error_message=r.message))
@@ -279,7 +317,7 @@ class TopicControlManager:
                                                                                  results=tuple(results)))
 
     def _grow_one(self, t: cp_req.CreatePartitionsTopic, image: MetadataImage, loads: list[BrokerLoad],
-                  budget: int) -> list[Record]:
+                  budget: int, limit: _BrokerLimit, validate_only: bool) -> list[Record]:
         topic = image.topic(t.name)
         if topic is None:
             raise _Refusal(ErrorCode.unknown_topic_or_partition, f"Topic '{t.name}' does not exist.")
@@ -301,5 +339,11 @@ class TopicControlManager:
         else:
             rf = len(topic.partitions[0].replicas)
             _check_replication_factor(rf, len(loads))
-            layout = [(r, r) for r in place_partitions(loads, additional, rf)]
+            scratch = [dataclasses.replace(b) for b in loads] if limit.on else loads
+            layout = [(r, r) for r in place_partitions(scratch, additional, rf)]
+            limit.check(layout, validate_only)
+            if scratch is not loads:
+                loads[:] = scratch
+            return _partition_records(topic.topic_id, current, layout)
+        limit.check(layout, validate_only)
         return _partition_records(topic.topic_id, current, layout)

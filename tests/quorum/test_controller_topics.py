@@ -214,3 +214,32 @@ def test_new_brokers_receive_new_partitions_first():
     c.start_brokers(3, 4)
     c.create_topic("new", partitions=4, rf=1)
     assert sorted(c.partition("new", i).leader for i in range(4)) == [3, 3, 4, 4]
+
+
+def test_max_partitions_per_broker_refuses_what_a_broker_cannot_hold():
+    c = Cluster(ControllerConfig(max_partitions_per_broker=10))
+    c.start_brokers(1, 2)
+    assert c.create_topic("a", partitions=8, rf=2).error_code == ErrorCode.none  # 8 replicas on each broker
+    refused = c.create_topic("b", partitions=3, rf=2)
+    assert refused.error_code == ErrorCode.policy_violation
+    assert "max.partitions.per.broker=10" in refused.error_message
+    assert c.image.topic("b") is None
+    # A refused topic takes no room from the next one.
+    assert c.create_topic("c", partitions=2, rf=2).error_code == ErrorCode.none
+    grown = grow(c, "c", 3)
+    assert grown.error_code == ErrorCode.policy_violation and "max.partitions.per.broker=10" in grown.error_message
+    assert len(c.image.topic("c").partitions) == 2
+    assert c.create_topic("d", assignments={0: [1]}).error_code == ErrorCode.policy_violation
+    # Off by default.
+    unlimited = Cluster()
+    unlimited.start_brokers(1)
+    assert unlimited.create_topic("big", partitions=500).error_code == ErrorCode.none
+
+
+def test_max_partitions_per_broker_is_read_from_the_node_config():
+    from common.config import NodeConfig
+
+    props = {"node.id": "1", "process.roles": "controller", "controller.quorum.voters": "1@127.0.0.1:9093",
+             "log.dirs": "/tmp/unused", "max.partitions.per.broker": "2000"}
+    node = NodeConfig.from_properties(props)
+    assert ControllerConfig.from_node_config(node).max_partitions_per_broker == 2000
