@@ -286,28 +286,58 @@ class Broker:
         }
         last = {name: self.clock_ms() for name in due}
         tick_s = min(1.0, min(due.values()) / 1000)
+        failing: dict[str, str] = {}
         while True:
             await trio.sleep(tick_s)
             if not self._loaded or self._closed:
                 continue
             now = self.clock_ms()
-            self.log_manager.flush_due(now)
-            if now - last["hw"] >= due["hw"]:
-                await self.log_manager.checkpoint_high_watermarks_in_thread(self.replicas.high_watermarks())
-                last["hw"] = now
-            if now - last["recovery"] >= due["recovery"]:
-                self.log_manager.checkpoint_logs()
-                last["recovery"] = now
-            if now - last["retention"] >= due["retention"]:
-                self.replicas.enforce_retention(now)
-                last["retention"] = now
-            if now - last["producers"] >= due["producers"]:
-                self.log_manager.remove_expired_producers(now)
-                last["producers"] = now
-            if now - last["offline"] >= due["offline"] and self.replicas.offline:
-                self.replicas.retry_offline(self.image)
-                last["offline"] = now
+            for name, step in (("flush", self._flush_due), ("hw", self._checkpoint_high_watermarks),
+                               ("recovery", self._checkpoint_logs), ("retention", self._enforce_retention),
+                               ("producers", self._remove_expired_producers), ("offline", self._retry_offline)):
+                if name != "flush" and now - last[name] < due[name]:
+                    continue
+                try:
+                    await step(now)
+                except OSError as exc:
+                    # A full or failing disk fails this pass, not the broker:
+                    # the appends that cannot be persisted already answer
+                    # KAFKA_STORAGE_ERROR, and the pass is tried again on its
+                    # next timer, so it succeeds once space returns.
+                    cause = f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or 'a log directory'})"
+                    if failing.get(name) != cause:
+                        _log.error("broker %d: the %s pass failed: %s; it is retried every %d ms: free space "
+                                   "on the log directory, or replace the failing disk", self.node_id,
+                                   _PASS_NAMES[name], cause, due.get(name, tick_s * 1000))
+                    failing[name] = cause
+                    continue
+                if failing.pop(name, None) is not None:
+                    _log.info("broker %d: the %s pass succeeds again", self.node_id, _PASS_NAMES[name])
+                if name != "flush":
+                    last[name] = now
 
+    async def _flush_due(self, now: int) -> None:
+        self.log_manager.flush_due(now)
+
+    async def _checkpoint_high_watermarks(self, now: int) -> None:
+        await self.log_manager.checkpoint_high_watermarks_in_thread(self.replicas.high_watermarks())
+
+    async def _checkpoint_logs(self, now: int) -> None:
+        self.log_manager.checkpoint_logs()
+
+    async def _enforce_retention(self, now: int) -> None:
+        self.replicas.enforce_retention(now)
+
+    async def _remove_expired_producers(self, now: int) -> None:
+        self.log_manager.remove_expired_producers(now)
+
+    async def _retry_offline(self, now: int) -> None:
+        if self.replicas.offline:
+            self.replicas.retry_offline(self.image)
+
+
+_PASS_NAMES = {"flush": "flush.ms", "hw": "high-watermark checkpoint", "recovery": "recovery-point checkpoint",
+               "retention": "retention", "producers": "producer-id expiration", "offline": "offline-partition retry"}
 
 def _is_stop(exc: BaseException) -> bool:
     if isinstance(exc, (trio.Cancelled, KeyboardInterrupt)):

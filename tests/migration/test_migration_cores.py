@@ -1,7 +1,4 @@
-"""The migration's pure cores: no I/O, no clock; meta.properties from ZooKeeper mode to KRaft mode."""
-
-import ast
-from pathlib import Path
+"""The migration's pure cores (their purity is checked in tests/test_layering.py): meta.properties from ZooKeeper mode to KRaft mode, the /migration znode."""
 
 import pytest
 
@@ -9,23 +6,6 @@ from quorum.migration.meta_properties import render, to_kraft
 from quorum.migration.znode import MigrationZnode, decode_migration, encode_migration
 from quorum.zookeeper.errors import MalformedZNodeError
 from common.config import read_properties
-
-ROOT = Path(__file__).resolve().parents[2]
-PURE = ["copy.py", "dual_write.py", "znode.py", "meta_properties.py"]
-FORBIDDEN = {"trio", "socket", "time", "os", "asyncio", "threading", "subprocess", "kazoo", "random"}
-
-
-@pytest.mark.parametrize("name", PURE)
-def test_module_is_a_pure_core(name):
-    tree = ast.parse((ROOT / "quorum" / "migration" / name).read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            names = {(node.module or "").split(".")[0]}
-        else:
-            continue
-        assert not names & FORBIDDEN, f"{name} imports {names & FORBIDDEN}"
 
 
 def test_zookeeper_meta_properties_become_kraft_ones_for_the_same_broker(tmp_path):
