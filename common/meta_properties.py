@@ -21,8 +21,14 @@ META_PROPERTIES = "meta.properties"
 
 
 def random_cluster_id() -> str:
-    """A Kafka-style cluster id: a random UUID in URL-safe base64, 22 chars."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka-style cluster id: a random UUID in URL-safe base64, 22 chars.
+
+    Never one that starts with "-", as Kafka's `Uuid.randomUuid` does: it
+    would read as an option on a command line (`--cluster-id -x...`)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def format_log_dir(log_dir: str | Path, cluster_id: str, node_id: int) -> None:

@@ -34,6 +34,13 @@ def test_random_uuid_prints_a_kafka_style_cluster_id():
     assert len(out.stdout.strip()) == 22
 
 
+def test_cluster_ids_never_start_with_a_dash():
+    """One id in 64 would, drawn plainly; `--cluster-id -x...` then reads as an option."""
+    from common.meta_properties import random_cluster_id
+
+    assert not any(random_cluster_id().startswith("-") for _ in range(5000))
+
+
 def test_format_writes_meta_properties_once(tmp_path):
     config = controller_config(tmp_path, 4, tmp_path / "data")
     first = run("storage", "format", "--config", config, "--cluster-id", "abcdefghijklmnopqrstuv")
