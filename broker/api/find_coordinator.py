@@ -39,8 +39,11 @@ of one type per request, one answer each).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import trio
 from kio.schema.create_topics.v7 import request as ct_req
@@ -84,152 +87,118 @@ async def handle_find_coordinator(broker, ctx, request):
                  error_message=found.message, node_id=found.node_id, host=found.host, port=found.port)
 
 
+@dataclasses.dataclass(frozen=True)
+class InternalTopic:
+    """The internal topic a coordinator keeps its state in, and how it is
+    created on first use."""
+
+    name: str
+    #: The coordinator's runtime (`broker.shell.shard_host.ShardHost`).
+    runtime: Any
+    num_partitions: int
+    replication_factor: int
+    #: The broker config that sets `replication_factor`, named in errors.
+    replication_factor_key: str
+    configs: dict[str, str]
+    #: key, partition count -> the partition that coordinates the key.
+    partition_for: Callable[[str, int], int]
+    #: What a key is, and what is unavailable without the topic (for messages).
+    key_name: str
+    serves: str
+
+
+def _offsets_topic(broker) -> InternalTopic:
+    config = broker.config.group_coordinator
+    return InternalTopic(OFFSETS_TOPIC_NAME, broker.coordinator, config.offsets_topic_num_partitions,
+                         config.offsets_topic_replication_factor, "offsets.topic.replication.factor",
+                         offsets_topic_configs(config.offsets_topic_segment_bytes), partition_for_group,
+                         "group", "consumer groups")
+
+
+def _transaction_state_topic(broker) -> InternalTopic:
+    config = broker.config.txn_coordinator
+    return InternalTopic(TRANSACTION_STATE_TOPIC_NAME, broker.txn_coordinator,
+                         config.transaction_state_log_num_partitions,
+                         config.transaction_state_log_replication_factor, "transaction.state.log.replication.factor",
+                         config.topic_configs(), partition_for_transactional_id, "transactional id", "transactions")
+
+
 async def find_coordinator(broker, key_type: int, key: str) -> Found:
     if key_type == TRANSACTION_KEY_TYPE:
-        return await find_transaction_coordinator(broker, key)
-    if key_type != GROUP_KEY_TYPE:
+        if not key:
+            return Found(ErrorCode.invalid_request, "a transactional id must not be empty")
+        internal = _transaction_state_topic(broker)
+    elif key_type == GROUP_KEY_TYPE:
+        internal = _offsets_topic(broker)
+    else:
         return Found(ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    if broker.image.topic(OFFSETS_TOPIC_NAME) is None:
-        too_few = _too_few_brokers(broker)
+    name = internal.name
+    if broker.image.topic(name) is None:
+        too_few = _too_few_brokers(broker, internal)
         if too_few is not None:
             return Found(ErrorCode.coordinator_not_available, too_few)
-        await ensure_offsets_topic(broker)
+        await ensure_internal_topic(broker, internal)
     image = broker.image
-    topic = image.topic(OFFSETS_TOPIC_NAME)
+    topic = image.topic(name)
     if topic is None:
-        return Found(ErrorCode.coordinator_not_available, f"{OFFSETS_TOPIC_NAME} does not exist yet")
-    partition = topic.partitions.get(partition_for_group(key, len(topic.partitions)))
+        return Found(ErrorCode.coordinator_not_available, f"{name} does not exist yet")
+    partition = topic.partitions.get(internal.partition_for(key, len(topic.partitions)))
     leader = -1 if partition is None else partition.leader
     for node_id, host, port, _rack in live_brokers(broker, image):
         if node_id == leader:
             return Found(ErrorCode.none, None, node_id, host, port)
     return Found(ErrorCode.coordinator_not_available,
-                 f"the {OFFSETS_TOPIC_NAME} partition of this group has no live leader")
+                 f"the {name} partition of this {internal.key_name} has no live leader")
 
 
-def _too_few_brokers(broker) -> str | None:
-    """Why `__consumer_offsets` cannot be created now, if this broker's
-    image shows fewer unfenced brokers than its replication factor."""
-    wanted = broker.config.group_coordinator.offsets_topic_replication_factor
+def _too_few_brokers(broker, internal: InternalTopic) -> str | None:
+    """Why the topic cannot be created now, if this broker's image shows
+    fewer unfenced brokers than its replication factor."""
+    wanted = internal.replication_factor
     # Every unfenced broker, whatever its listeners: the controller's count.
     live = sum(1 for b in broker.image.brokers.values() if not b.fenced)
-    runtime = broker.coordinator
-    if live >= wanted:
-        runtime.offsets_topic_refused_at_brokers = None
-        return None
-    message = (f"{OFFSETS_TOPIC_NAME} needs offsets.topic.replication.factor={wanted} brokers and {live} "
-               f"are live: lower offsets.topic.replication.factor or start more brokers")
-    if runtime.offsets_topic_refused_at_brokers != live:
-        runtime.offsets_topic_refused_at_brokers = live
-        _log.warning("cannot create %s: %s; consumer groups are unavailable until then", OFFSETS_TOPIC_NAME,
-                     message)
-    return message
-
-
-async def ensure_offsets_topic(broker) -> None:
-    """Create `__consumer_offsets` through the controller, once at a time."""
-    async with broker.coordinator.offsets_topic_lock:
-        if broker.image.topic(OFFSETS_TOPIC_NAME) is not None:
-            return
-        group_config = broker.config.group_coordinator
-        configs = offsets_topic_configs(group_config.offsets_topic_segment_bytes)
-        request = ct_req.CreateTopicsRequest(
-            topics=(ct_req.CreatableTopic(
-                name=OFFSETS_TOPIC_NAME, num_partitions=group_config.offsets_topic_num_partitions,
-                replication_factor=group_config.offsets_topic_replication_factor, assignments=(),
-                configs=tuple(ct_req.CreatableTopicConfig(name=k, value=v) for k, v in configs.items())),),
-            timeout=datetime.timedelta(milliseconds=broker.config.metadata_wait_ms),
-            validate_only=False,
-        )
-        try:
-            response = await broker.controller.send(request)
-        except (ControllerUnavailableError, ConnectionFailedError) as exc:
-            _log.warning("creating %s: no answer from the controller: %s", OFFSETS_TOPIC_NAME, exc)
-            return
-        (result,) = response.topics
-        if result.error_code == ErrorCode.invalid_replication_factor:
-            _log.warning("cannot create %s: %s Lower offsets.topic.replication.factor (now %d) or start more "
-                         "brokers; consumer groups are unavailable until then", OFFSETS_TOPIC_NAME,
-                         result.error_message, group_config.offsets_topic_replication_factor)
-            return
-        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            _log.warning("cannot create %s: %s %s", OFFSETS_TOPIC_NAME, ErrorCode(result.error_code).name,
-                         result.error_message or "")
-            return
-        _log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC_NAME,
-                  group_config.offsets_topic_num_partitions, group_config.offsets_topic_replication_factor)
-        deadline = trio.current_time() + broker.config.metadata_wait_ms / 1000
-        await broker.wait_for_image(lambda image: image.topic(OFFSETS_TOPIC_NAME) is not None, deadline)
-
-
-# --- transactions ----------------------------------------------------------
-
-
-async def find_transaction_coordinator(broker, transactional_id: str) -> Found:
-    if not transactional_id:
-        return Found(ErrorCode.invalid_request, "a transactional id must not be empty")
-    if broker.image.topic(TRANSACTION_STATE_TOPIC_NAME) is None:
-        too_few = _too_few_brokers_for_transactions(broker)
-        if too_few is not None:
-            return Found(ErrorCode.coordinator_not_available, too_few)
-        await ensure_transaction_state_topic(broker)
-    image = broker.image
-    topic = image.topic(TRANSACTION_STATE_TOPIC_NAME)
-    if topic is None:
-        return Found(ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC_NAME} does not exist yet")
-    partition = topic.partitions.get(partition_for_transactional_id(transactional_id, len(topic.partitions)))
-    leader = -1 if partition is None else partition.leader
-    for node_id, host, port, _rack in live_brokers(broker, image):
-        if node_id == leader:
-            return Found(ErrorCode.none, None, node_id, host, port)
-    return Found(ErrorCode.coordinator_not_available,
-                 f"the {TRANSACTION_STATE_TOPIC_NAME} partition of this transactional id has no live leader")
-
-
-def _too_few_brokers_for_transactions(broker) -> str | None:
-    wanted = broker.config.txn_coordinator.transaction_state_log_replication_factor
-    live = sum(1 for b in broker.image.brokers.values() if not b.fenced)
-    runtime = broker.txn_coordinator
+    runtime = internal.runtime
     if live >= wanted:
         runtime.topic_refused_at_brokers = None
         return None
-    message = (f"{TRANSACTION_STATE_TOPIC_NAME} needs transaction.state.log.replication.factor={wanted} brokers "
-               f"and {live} are live: lower transaction.state.log.replication.factor or start more brokers")
+    key = internal.replication_factor_key
+    message = f"{internal.name} needs {key}={wanted} brokers and {live} are live: lower {key} or start more brokers"
     if runtime.topic_refused_at_brokers != live:
         runtime.topic_refused_at_brokers = live
-        _log.warning("cannot create %s: %s; transactions are unavailable until then", TRANSACTION_STATE_TOPIC_NAME,
-                     message)
+        _log.warning("cannot create %s: %s; %s are unavailable until then", internal.name, message, internal.serves)
     return message
 
 
-async def ensure_transaction_state_topic(broker) -> None:
-    """Create `__transaction_state` through the controller, once at a time."""
-    runtime = broker.txn_coordinator
-    async with runtime.topic_lock:
-        if broker.image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None:
+async def ensure_internal_topic(broker, internal: InternalTopic) -> None:
+    """Create the topic through the controller, once at a time."""
+    name = internal.name
+    async with internal.runtime.topic_lock:
+        if broker.image.topic(name) is not None:
             return
-        config = broker.config.txn_coordinator
         request = ct_req.CreateTopicsRequest(
             topics=(ct_req.CreatableTopic(
-                name=TRANSACTION_STATE_TOPIC_NAME, num_partitions=config.transaction_state_log_num_partitions,
-                replication_factor=config.transaction_state_log_replication_factor, assignments=(),
-                configs=tuple(ct_req.CreatableTopicConfig(name=k, value=v)
-                              for k, v in config.topic_configs().items())),),
+                name=name, num_partitions=internal.num_partitions,
+                replication_factor=internal.replication_factor, assignments=(),
+                configs=tuple(ct_req.CreatableTopicConfig(name=k, value=v) for k, v in internal.configs.items())),),
             timeout=datetime.timedelta(milliseconds=broker.config.metadata_wait_ms),
             validate_only=False,
         )
         try:
             response = await broker.controller.send(request)
         except (ControllerUnavailableError, ConnectionFailedError) as exc:
-            _log.warning("creating %s: no answer from the controller: %s", TRANSACTION_STATE_TOPIC_NAME, exc)
+            _log.warning("creating %s: no answer from the controller: %s", name, exc)
             return
         (result,) = response.topics
-        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            _log.warning("cannot create %s: %s %s (transaction.state.log.replication.factor=%d)",
-                         TRANSACTION_STATE_TOPIC_NAME, ErrorCode(result.error_code).name,
-                         result.error_message or "", config.transaction_state_log_replication_factor)
+        if result.error_code == ErrorCode.invalid_replication_factor:
+            _log.warning("cannot create %s: %s Lower %s (now %d) or start more brokers; %s are unavailable until "
+                         "then", name, result.error_message, internal.replication_factor_key,
+                         internal.replication_factor, internal.serves)
             return
-        _log.info("created %s with %d partitions, replication factor %d", TRANSACTION_STATE_TOPIC_NAME,
-                  config.transaction_state_log_num_partitions, config.transaction_state_log_replication_factor)
+        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            _log.warning("cannot create %s: %s %s (%s=%d)", name, ErrorCode(result.error_code).name,
+                         result.error_message or "", internal.replication_factor_key, internal.replication_factor)
+            return
+        _log.info("created %s with %d partitions, replication factor %d", name, internal.num_partitions,
+                  internal.replication_factor)
         deadline = trio.current_time() + broker.config.metadata_wait_ms / 1000
-        await broker.wait_for_image(lambda image: image.topic(TRANSACTION_STATE_TOPIC_NAME) is not None, deadline)
+        await broker.wait_for_image(lambda image: image.topic(name) is not None, deadline)

@@ -48,18 +48,15 @@ partition this broker leads:
   log order.
 - **Timers**: `tick` runs on shards whose `next_deadline_ms` has passed
   (session expiry, join and sync phases, the `offsets.retention.minutes`
-  sweep). The timer task sleeps until the earliest deadline (at most
-  `MAX_TIMER_SLEEP_S`, as deadlines are wall-clock times that can jump)
-  and is woken by every step that may have moved one (a request, a tick,
-  a load, an unload); with no deadline it sleeps until woken. An idle
-  broker's wakeups count against its CPU per GB served.
+  sweep), from the timer task of `broker.shell.shard_host`, which every
+  step that may have moved a deadline wakes (a request, a tick, a load,
+  an unload).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import math
 import random
 from collections.abc import Hashable
 from typing import Any
@@ -80,14 +77,11 @@ from broker.core.group import (
     split_by_partition,
 )
 from broker.shell.replica_manager import HostedPartition, wait_for_change
+from broker.shell.shard_host import ShardHost, ShardRunner
 from broker.core.group.routing import TXN_OFFSET_COMMIT
 from storage.batch import ControlRecordType, build_batch, iter_batch_headers, iter_records, read_txn_marker
 from storage.errors import StorageError
 
-#: Longest sleep of the timer task while some deadline is set.
-MAX_TIMER_SLEEP_S = 1.0
-#: Shortest: how late a due deadline may fire (Kafka's timer wheel ticks every ms).
-MIN_TIMER_SLEEP_S = 0.01
 #: Bytes read per step of a replay; the loop yields between steps (each
 #: record is decoded in Python: about 128 KiB of small records per 10 ms).
 REPLAY_READ_BYTES = 128 * 1024
@@ -96,29 +90,21 @@ LIST_GROUPS = 16
 _log = logging.getLogger("broker.coordinator")
 
 
-class ShardRunner:
-    """A shard with the partition it is loaded from."""
+class GroupShardRunner(ShardRunner):
+    """A group shard with the partition it is loaded from."""
 
     def __init__(self, shard: GroupCoordinatorShard, hp: HostedPartition) -> None:
-        self.shard = shard
-        self.hp = hp
-        self.leader_epoch = hp.state.leader_epoch
-        self.load_scope = trio.CancelScope()
-        self.active = True
+        super().__init__(shard, hp)
         #: Transaction markers that landed while the shard was loading:
         #: (producer id, commit), applied after the replay, in order.
         self.markers_while_loading: list[tuple[int, bool]] = []
-
-    @property
-    def partition(self) -> int:
-        return self.shard.partition
 
 
 class HeldResponse:
     """One request part waiting for the shard's answer and for that
     answer's records to commit."""
 
-    def __init__(self, token: Hashable, request: Any, runner: ShardRunner) -> None:
+    def __init__(self, token: Hashable, request: Any, runner: GroupShardRunner) -> None:
         self.token = token
         self.request = request
         self.runner = runner
@@ -151,91 +137,30 @@ class HeldResponse:
             await wait_for_change((hp,), self.deadline)
 
 
-class GroupCoordinatorRuntime:
+class GroupCoordinatorRuntime(ShardHost):
+    topic_name = OFFSETS_TOPIC_NAME
+
     def __init__(self, broker, config: GroupCoordinatorConfig) -> None:
-        self.broker = broker
-        self.config = config
-        #: `__consumer_offsets` partition -> its shard here.
-        self.shards: dict[int, ShardRunner] = {}
+        super().__init__(broker, config)
+        self.shards: dict[int, GroupShardRunner] = {}
         self._held: dict[Hashable, HeldResponse] = {}
         self._tokens = itertools.count(1)
-        self._nursery: trio.Nursery | None = None
-        #: One creation of `__consumer_offsets` at a time (`broker.api.find_coordinator`).
-        self.offsets_topic_lock = trio.Lock()
-        #: The live broker count when `__consumer_offsets` was last found
-        #: wider than the cluster (its warning is logged once per count).
-        self.offsets_topic_refused_at_brokers: int | None = None
         # Member ids must differ across coordinators and restarts: each
         # shard's generator is seeded from the system's entropy.
         self._seeds = random.SystemRandom()
-        #: Set by every step that may move a shard's next deadline.
-        self._timers_moved = trio.Event()
 
-    # --- lifecycle -------------------------------------------------------
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load shards, tick them; until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self.on_metadata_update()
-            task_status.started()
-            try:
-                while True:
-                    with trio.move_on_after(self._timer_sleep_s()):
-                        await self._timers_moved.wait()
-                    self._tick_due()
-                    # `_tick_due` is synchronous: the next sleep is computed
-                    # after every change it made, so its own wakeup is moot.
-                    self._timers_moved = trio.Event()
-            finally:
-                self._nursery = None
-
-    def _timer_sleep_s(self) -> float:
-        deadlines = [runner.shard.next_deadline_ms() for runner in self.shards.values() if runner.active]
-        due = min((d for d in deadlines if d is not None), default=None)
-        if due is None:
-            return math.inf
-        # At least MIN_TIMER_SLEEP_S: a deadline a tick did not move cannot spin the loop.
-        return min(max((due - self.broker.clock_ms()) / 1000, MIN_TIMER_SLEEP_S), MAX_TIMER_SLEEP_S)
-
-    def on_metadata_update(self) -> None:
-        """Load shards of the partitions this broker now leads, unload the others."""
-        if self._nursery is None:
-            return
-        leading = self._led_partitions()
-        for p, runner in list(self.shards.items()):
-            hp = leading.get(p)
-            if hp is not runner.hp or hp.state.leader_epoch != runner.leader_epoch:
-                self._unload(runner, "leadership moved" if hp is None else "a new leader epoch")
-        for p, hp in leading.items():
-            if p not in self.shards:
-                self._load(p, hp)
-
-    def _led_partitions(self) -> dict[int, HostedPartition]:
-        topic = self.broker.image.topic(OFFSETS_TOPIC_NAME)
-        if topic is None:
-            return {}
-        partitions = self.broker.replicas.partitions
-        out = {}
-        for p in topic.partitions:
-            hp = partitions.get((OFFSETS_TOPIC_NAME, p))
-            if hp is not None and hp.state.is_leader:
-                out[p] = hp
-        return out
-
-    def num_partitions(self) -> int | None:
-        topic = self.broker.image.topic(OFFSETS_TOPIC_NAME)
-        return None if topic is None else len(topic.partitions)
+    def _on_due(self, runner: GroupShardRunner, now_ms: int) -> None:
+        self._absorb(runner, runner.shard.tick(now_ms))
 
     # --- loading ---------------------------------------------------------
 
     def _load(self, partition: int, hp: HostedPartition) -> None:
         assert self._nursery is not None
         shard = GroupCoordinatorShard(partition, self.config, random.Random(self._seeds.getrandbits(64)))
-        runner = self.shards[partition] = ShardRunner(shard, hp)
+        runner = self.shards[partition] = GroupShardRunner(shard, hp)
         self._nursery.start_soon(self._replay, runner)
 
-    async def _replay(self, runner: ShardRunner) -> None:
+    async def _replay(self, runner: GroupShardRunner) -> None:
         log = runner.hp.log
         shard = runner.shard
         start = trio.current_time()
@@ -279,7 +204,7 @@ class GroupCoordinatorRuntime:
                       OFFSETS_TOPIC_NAME, runner.partition, len(shard.groups), records, end,
                       (trio.current_time() - start) * 1000, runner.leader_epoch)
 
-    def _unload(self, runner: ShardRunner, why: str) -> None:
+    def _unload(self, runner: GroupShardRunner, why: str) -> None:
         self._timers_moved.set()
         runner.load_scope.cancel()
         runner.active = False
@@ -328,7 +253,7 @@ class GroupCoordinatorRuntime:
                     self._held.pop(w.token, None)
         return merge_responses(body, answers) if is_multi_group(body) else answers[0]
 
-    def _submit(self, runner: ShardRunner, part: Any, client_id: str, client_host: str) -> HeldResponse | Any:
+    def _submit(self, runner: GroupShardRunner, part: Any, client_id: str, client_host: str) -> HeldResponse | Any:
         if int(type(part).__api_key__) == TXN_OFFSET_COMMIT and runner.shard.loaded:
             # The partition's producer state fences a stale producer epoch
             # before the shard takes the offsets as pending (the append
@@ -358,7 +283,7 @@ class GroupCoordinatorRuntime:
 
     # --- results ---------------------------------------------------------
 
-    def _absorb(self, runner: ShardRunner, result: CoordinatorResult) -> None:
+    def _absorb(self, runner: GroupShardRunner, result: CoordinatorResult) -> None:
         """Append a step's records, then hold its responses behind them."""
         self._timers_moved.set()
         hp = runner.hp
@@ -381,7 +306,7 @@ class GroupCoordinatorRuntime:
             if held is not None:
                 held.answer(response, barrier, deadline)
 
-    def _append(self, runner: ShardRunner, result: CoordinatorResult) -> int | None:
+    def _append(self, runner: GroupShardRunner, result: CoordinatorResult) -> int | None:
         """Append the records as leader; the log end offset after, or None."""
         broker = self.broker
         now_ms = broker.clock_ms()
@@ -406,16 +331,6 @@ class GroupCoordinatorRuntime:
                              OFFSETS_TOPIC_NAME, runner.partition, producer_id, ErrorCode(error).name)
                 return None
         return required
-
-    def _tick_due(self) -> None:
-        now_ms = self.broker.clock_ms()
-        for runner in list(self.shards.values()):
-            if not runner.active or not runner.shard.loaded:
-                continue
-            due = runner.shard.next_deadline_ms()
-            if due is not None and due <= now_ms:
-                self._absorb(runner, runner.shard.tick(now_ms))
-
 
 async def handle_group_request(broker, ctx, request):
     return await broker.coordinator.handle(ctx, request)

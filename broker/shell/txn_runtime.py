@@ -60,13 +60,12 @@ from broker.core.txn import (
     partition_for_transactional_id,
 )
 from broker.shell.replica_manager import HostedPartition, wait_for_change
+from broker.shell.shard_host import ShardHost, ShardRunner
 from common.errors import RaftkaError
 from common.wire import ConnectionFailedError, ConnectionPool
 from storage.batch import build_batch, iter_batch_headers, iter_records
 from storage.errors import StorageError
 
-MAX_TIMER_SLEEP_S = 1.0
-MIN_TIMER_SLEEP_S = 0.01
 #: Wait between marker attempts to one broker after a failure, doubling
 #: per failure in a row up to the max (Kafka's `retry.backoff.ms` 100 ms and
 #: `retry.backoff.max.ms` 1000 ms).
@@ -75,21 +74,6 @@ MARKER_RETRY_BACKOFF_MAX_S = 1.0
 MARKER_REQUEST_TIMEOUT_MS = 30_000
 
 _log = logging.getLogger("broker.txn")
-
-
-class TxnShardRunner:
-    """A shard with the partition it is loaded from."""
-
-    def __init__(self, shard: TransactionCoordinatorShard, hp: HostedPartition) -> None:
-        self.shard = shard
-        self.hp = hp
-        self.leader_epoch = hp.state.leader_epoch
-        self.load_scope = trio.CancelScope()
-        self.active = True
-
-    @property
-    def partition(self) -> int:
-        return self.shard.partition
 
 
 class NotCoordinator(RaftkaError):
@@ -101,100 +85,44 @@ class NotCoordinator(RaftkaError):
         self.error = error
 
 
-class TransactionCoordinatorRuntime:
+class TransactionCoordinatorRuntime(ShardHost):
+    topic_name = TRANSACTION_STATE_TOPIC_NAME
+
     def __init__(self, broker, config: TransactionCoordinatorConfig) -> None:
-        self.broker = broker
-        self.config = config
-        self.shards: dict[int, TxnShardRunner] = {}
-        self._nursery: trio.Nursery | None = None
-        #: One creation of `__transaction_state` at a time.
-        self.topic_lock = trio.Lock()
-        self.topic_refused_at_brokers: int | None = None
-        self._timers_moved = trio.Event()
+        super().__init__(broker, config)
         self.markers = MarkerSender(self)
         #: What a call answers when its step's append failed (set by `_append`).
         self._append_error = ErrorCode.not_coordinator
 
-    # --- lifecycle -------------------------------------------------------
+    async def _start_tasks(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.markers.run)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.markers.run)
-            self.on_metadata_update()
-            task_status.started()
-            try:
-                while True:
-                    with trio.move_on_after(self._timer_sleep_s()):
-                        await self._timers_moved.wait()
-                    self._tick_due()
-                    self._timers_moved = trio.Event()
-            finally:
-                self._nursery = None
-
-    def _timer_sleep_s(self) -> float:
-        deadlines = [r.shard.next_deadline_ms() for r in self.shards.values() if r.active]
-        due = min((d for d in deadlines if d is not None), default=None)
-        if due is None:
-            return math.inf
-        return min(max((due - self.broker.clock_ms()) / 1000, MIN_TIMER_SLEEP_S), MAX_TIMER_SLEEP_S)
-
-    def _tick_due(self) -> None:
-        now_ms = self.broker.clock_ms()
-        for runner in list(self.shards.values()):
-            if not runner.active or not runner.shard.loaded:
-                continue
-            due = runner.shard.next_deadline_ms()
-            if due is not None and due <= now_ms:
-                step = runner.shard.tick(now_ms)
-                if step.markers:
-                    _log.info("%s-%d: aborting the timed-out transactions of %s (their producers fenced)",
-                              TRANSACTION_STATE_TOPIC_NAME, runner.partition,
-                              ", ".join(job.transactional_id for job in step.markers))
-                expired = len(step.records) - len(step.markers)
-                if expired:
-                    _log.info("%s-%d: %d transactional ids expired (transactional.id.expiration.ms)",
-                              TRANSACTION_STATE_TOPIC_NAME, runner.partition, expired)
-                self._absorb(runner, step)
+    def _on_due(self, runner: ShardRunner, now_ms: int) -> None:
+        step = runner.shard.tick(now_ms)
+        if step.markers:
+            _log.info("%s-%d: aborting the timed-out transactions of %s (their producers fenced)",
+                      TRANSACTION_STATE_TOPIC_NAME, runner.partition,
+                      ", ".join(job.transactional_id for job in step.markers))
+        expired = len(step.records) - len(step.markers)
+        if expired:
+            _log.info("%s-%d: %d transactional ids expired (transactional.id.expiration.ms)",
+                      TRANSACTION_STATE_TOPIC_NAME, runner.partition, expired)
+        self._absorb(runner, step)
 
     def on_metadata_update(self) -> None:
-        if self._nursery is None:
-            return
-        leading = self._led_partitions()
-        for p, runner in list(self.shards.items()):
-            hp = leading.get(p)
-            if hp is not runner.hp or hp.state.leader_epoch != runner.leader_epoch:
-                self._unload(runner, "leadership moved" if hp is None else "a new leader epoch")
-        for p, hp in leading.items():
-            if p not in self.shards:
-                self._load(p, hp)
-        self.markers.wake()
-
-    def _led_partitions(self) -> dict[int, HostedPartition]:
-        topic = self.broker.image.topic(TRANSACTION_STATE_TOPIC_NAME)
-        if topic is None:
-            return {}
-        partitions = self.broker.replicas.partitions
-        out = {}
-        for p in topic.partitions:
-            hp = partitions.get((TRANSACTION_STATE_TOPIC_NAME, p))
-            if hp is not None and hp.state.is_leader:
-                out[p] = hp
-        return out
-
-    def num_partitions(self) -> int | None:
-        topic = self.broker.image.topic(TRANSACTION_STATE_TOPIC_NAME)
-        return None if topic is None else len(topic.partitions)
+        super().on_metadata_update()
+        if self._nursery is not None:
+            self.markers.wake()
 
     # --- loading ---------------------------------------------------------
 
     def _load(self, partition: int, hp: HostedPartition) -> None:
         assert self._nursery is not None
         shard = TransactionCoordinatorShard(partition, hp.state.leader_epoch, self.config)
-        runner = self.shards[partition] = TxnShardRunner(shard, hp)
+        runner = self.shards[partition] = ShardRunner(shard, hp)
         self._nursery.start_soon(self._replay, runner)
 
-    async def _replay(self, runner: TxnShardRunner) -> None:
+    async def _replay(self, runner: ShardRunner) -> None:
         log = runner.hp.log
         shard = runner.shard
         records = 0
@@ -229,7 +157,7 @@ class TransactionCoordinatorRuntime:
                      len(shard.txns), records, end, runner.leader_epoch, len(step.markers))
             self._absorb(runner, step)
 
-    def _unload(self, runner: TxnShardRunner, why: str) -> None:
+    def _unload(self, runner: ShardRunner, why: str) -> None:
         self._timers_moved.set()
         runner.load_scope.cancel()
         runner.active = False
@@ -243,7 +171,7 @@ class TransactionCoordinatorRuntime:
 
     # --- calls -----------------------------------------------------------
 
-    def runner_for(self, transactional_id: str) -> TxnShardRunner:
+    def runner_for(self, transactional_id: str) -> ShardRunner:
         """The loaded shard of `transactional_id` here, or NotCoordinator."""
         n = self.num_partitions()
         if n is None:
@@ -255,7 +183,7 @@ class TransactionCoordinatorRuntime:
             raise NotCoordinator(ErrorCode.coordinator_load_in_progress)
         return runner
 
-    async def call(self, runner: TxnShardRunner, fn: Callable[[TransactionCoordinatorShard, int], Step]) -> Any:
+    async def call(self, runner: ShardRunner, fn: Callable[[TransactionCoordinatorShard, int], Step]) -> Any:
         """Take one step on the runner's shard; its response once committed."""
         if not runner.active or not runner.shard.loaded:
             raise NotCoordinator(ErrorCode.not_coordinator)
@@ -267,7 +195,7 @@ class TransactionCoordinatorRuntime:
         await self._wait_committed(runner, barrier, deadline)
         return step.response
 
-    async def _wait_committed(self, runner: TxnShardRunner, barrier: int, deadline: float) -> None:
+    async def _wait_committed(self, runner: ShardRunner, barrier: int, deadline: float) -> None:
         hp = runner.hp
         while True:
             state = hp.state
@@ -279,7 +207,7 @@ class TransactionCoordinatorRuntime:
                 raise NotCoordinator(ErrorCode.coordinator_not_available)
             await wait_for_change((hp,), deadline)
 
-    def _absorb(self, runner: TxnShardRunner, step: Step) -> int | None:
+    def _absorb(self, runner: ShardRunner, step: Step) -> int | None:
         """Append a step's records; hold its markers behind them. The
         barrier its response waits for, or None if the append failed."""
         self._timers_moved.set()
@@ -298,7 +226,7 @@ class TransactionCoordinatorRuntime:
             self._nursery.start_soon(self._release_markers, runner, barrier, step.markers)
         return barrier
 
-    async def _release_markers(self, runner: TxnShardRunner, barrier: int, jobs: tuple[MarkerJob, ...]) -> None:
+    async def _release_markers(self, runner: ShardRunner, barrier: int, jobs: tuple[MarkerJob, ...]) -> None:
         try:
             await self._wait_committed(runner, barrier, math.inf)
         except NotCoordinator:
@@ -306,7 +234,7 @@ class TransactionCoordinatorRuntime:
         for job in jobs:
             self.markers.add(runner, job)
 
-    def _append(self, runner: TxnShardRunner, step: Step) -> int | None:
+    def _append(self, runner: ShardRunner, step: Step) -> int | None:
         broker = self.broker
         now_ms = broker.clock_ms()
         batch = build_batch([(r.key, r.value, (), now_ms) for r in step.records])
@@ -325,7 +253,7 @@ class TransactionCoordinatorRuntime:
             return None
         return required
 
-    def on_markers_written(self, runner: TxnShardRunner, job: MarkerJob) -> None:
+    def on_markers_written(self, runner: ShardRunner, job: MarkerJob) -> None:
         if runner.active and runner.shard.loaded:
             self._absorb(runner, runner.shard.markers_written(job, self.broker.clock_ms()))
 
@@ -333,7 +261,7 @@ class TransactionCoordinatorRuntime:
 class _Pending:
     """A marker job and the partitions still without their marker."""
 
-    def __init__(self, runner: TxnShardRunner, job: MarkerJob) -> None:
+    def __init__(self, runner: ShardRunner, job: MarkerJob) -> None:
         self.runner = runner
         self.job = job
         self.remaining = set(job.partitions)
@@ -357,7 +285,7 @@ class MarkerSender:
         self.sent: list[tuple[int, Any]] = []
         self.keep_sent = False
 
-    def add(self, runner: TxnShardRunner, job: MarkerJob) -> None:
+    def add(self, runner: ShardRunner, job: MarkerJob) -> None:
         if not runner.active:
             return
         pending = _Pending(runner, job)
@@ -367,7 +295,7 @@ class MarkerSender:
         self._pending[(job.transactional_id, job.producer_id, job.producer_epoch)] = pending
         self.wake()
 
-    def drop(self, runner: TxnShardRunner) -> None:
+    def drop(self, runner: ShardRunner) -> None:
         for key, pending in list(self._pending.items()):
             if pending.runner is runner:
                 del self._pending[key]
