@@ -26,6 +26,7 @@ Pure: bytes in, bytes out.
 """
 
 import struct
+from collections.abc import Iterator
 
 import cramjam
 
@@ -103,12 +104,12 @@ def _xerial_snappy_compress(data) -> bytes:
     return bytes(out)
 
 
-def _xerial_snappy_decompress(data) -> bytes:
-    view = memoryview(data)
+def _xerial_blocks(view: memoryview) -> Iterator[memoryview]:
+    """The snappy blocks of a xerial-framed stream (Kafka's Java clients'
+    format: a 16-byte header, then length-prefixed blocks)."""
     pos = len(_XERIAL_HEADER)
     if len(view) < pos:
         raise CorruptRecordError("xerial snappy stream shorter than its 16-byte header")
-    out = bytearray()
     while pos < len(view):
         if len(view) - pos < 4:
             raise CorruptRecordError(f"xerial snappy block length truncated at byte {pos}")
@@ -119,8 +120,14 @@ def _xerial_snappy_decompress(data) -> bytes:
                 f"xerial snappy block at byte {pos - 4} claims {length} bytes, "
                 f"{len(view) - pos} remain"
             )
-        out += cramjam.snappy.decompress_raw(view[pos : pos + length])
+        yield view[pos : pos + length]
         pos += length
+
+
+def _xerial_snappy_decompress(data) -> bytes:
+    out = bytearray()
+    for block in _xerial_blocks(memoryview(data)):
+        out += cramjam.snappy.decompress_raw(block)
     return bytes(out)
 
 
@@ -295,24 +302,10 @@ def _snappy_bounded(data, max_bytes: int):
         return cramjam.snappy.decompress_raw(view)
     blocks = []
     total = 0
-    pos = len(_XERIAL_HEADER)
-    if len(view) < pos:
-        raise CorruptRecordError("xerial snappy stream shorter than its 16-byte header")
-    while pos < len(view):
-        if len(view) - pos < 4:
-            raise CorruptRecordError(f"xerial snappy block length truncated at byte {pos}")
-        (length,) = _INT32.unpack_from(view, pos)
-        pos += 4
-        if length < 0 or len(view) - pos < length:
-            raise CorruptRecordError(
-                f"xerial snappy block at byte {pos - 4} claims {length} bytes, "
-                f"{len(view) - pos} remain"
-            )
-        block = view[pos : pos + length]
+    for block in _xerial_blocks(view):
         total += cramjam.snappy.decompress_raw_len(block)
         _check_snappy_length(total, max_bytes)
         blocks.append(block)
-        pos += length
     out = bytearray(total)
     at = 0
     for block in blocks:
