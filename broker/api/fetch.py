@@ -48,7 +48,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.codec import FetchPartitionResult, encode_fetch_response, records_size
 from broker.core.replication import NO_EPOCH
-from broker.shell.replica_manager import HostedPartition, wait_for_change
+from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from common.wire import FileSlice, duration_ms
 from storage.errors import OffsetOutOfRangeError, StorageError
 

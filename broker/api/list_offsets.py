@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, response_module
 from broker.core.replication import NO_EPOCH
-from broker.shell.replica_manager import HostedPartition
+from broker.shell.hosted_partition import HostedPartition
 from storage.batch import iter_records
 from storage.errors import StorageError
 

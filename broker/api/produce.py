@@ -50,7 +50,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.codec import ProducePartitionResult, encode_produce_response
 from broker.api.txn_verification import unverified, verify
-from broker.shell.replica_manager import HostedPartition, wait_for_acks
+from broker.shell.hosted_partition import HostedPartition, wait_for_acks
 
 _log = logging.getLogger("broker.produce")
 

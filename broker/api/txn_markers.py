@@ -38,7 +38,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, response_module
-from broker.shell.replica_manager import wait_for_acks
+from broker.shell.hosted_partition import wait_for_acks
 
 _log = logging.getLogger("broker.txn_markers")
 _NO_THROTTLE = datetime.timedelta(0)

@@ -33,7 +33,7 @@ import time
 
 import trio
 
-from broker.shell.replica_manager import HostedPartition
+from broker.shell.hosted_partition import HostedPartition
 from storage.cleaner import CompactedLog
 from storage.cleaner_config import CompactionConfig
 from storage.throttler import Throttler, duty_cycle_sleep_ms

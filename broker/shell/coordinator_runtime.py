@@ -76,7 +76,7 @@ from broker.core.group import (
     merge_responses,
     split_by_partition,
 )
-from broker.shell.replica_manager import HostedPartition, wait_for_change
+from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from broker.shell.shard_host import ShardHost, ShardRunner
 from broker.core.group.routing import TXN_OFFSET_COMMIT
 from storage.batch import ControlRecordType, build_batch, iter_batch_headers, iter_records, read_txn_marker

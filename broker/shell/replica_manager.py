@@ -14,26 +14,9 @@ move a follower's fetching to its new leader (`on_follow`, the
 per delta that changed leaderships: how long it took to apply, and when
 its new leaders' followers fetched and committed the new epoch.
 
-Parked requests ("purgatory", Kafka's DelayedProduce and DelayedFetch):
-a long-polling Fetch and an acks=all Produce wait for *something to change*
-on the partitions they touch, then re-check their own condition (enough
-bytes below the HW; the HW past their last offset). Every change a parked
-request could be waiting for -- an append (LEO), a HW move (an append, a
-follower's fetch), an ISR change, a leadership change or
-the replica stopping -- calls `HostedPartition.notify`, which sets every
-parked request's `trio.Event`. A waiter registers one event with each
-partition it touches (`wait_for_change`), so a Fetch over many partitions
-wakes on the first of them. A parked acks=all Produce (`wait_for_acks`)
-is woken only once `notify` finds its answer decided on one of its
-partitions (`acks_all_status`: the HW past its batch, an ISR under
-`min.insync.replicas`, a leadership change), as Kafka's DelayedProduce is
-completed only by a check that succeeds: every append and follower fetch
-calls `notify`, and waking each of a connection's in-flight produces to
-find its HW still short cost a task switch and a cancel scope each.
-Deadlines are trio cancel scopes; a produce that times out answers
-REQUEST_TIMED_OUT. A follower's fetch session
-(`broker.shell.fetch_session`) subscribes for good instead: `notify` marks the
-partition dirty in it.
+The partitions themselves and the requests parked on them are
+`broker.shell.hosted_partition`; a storage error's log line and fix are
+`broker.shell.storage_errors`.
 """
 
 from __future__ import annotations
@@ -48,7 +31,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.codec import ProducePartitionResult
 from broker.core.failover_timeline import LeadershipTimeline
+from broker.shell.hosted_partition import HostedPartition
 from broker.shell.log_manager import LogManager, TopicPartitionName, log_config_for
+from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
     AlterPartitionProposal,
     Partition,
@@ -71,117 +56,11 @@ from storage.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from storage.log import Log
 from storage.producer_state import ProducerStateError
 from storage.record_validation import RecordPolicy, validate_client_batch
 
 _BATCH_LENGTH = struct.Struct(">i")
-# Distinct read errors logged per partition; past this a damaged log is
-# known to be damaged, and the answers still say so.
-_READ_ERRORS_LOGGED = 100
 _log = logging.getLogger("broker.replica_manager")
-
-
-class HostedPartition:
-    __slots__ = ("state", "log", "waiters", "acks_waiters", "sessions", "record_policy", "replicas",
-                 "read_errors_logged")
-
-    def __init__(self, state: Partition, log: Log, replicas: ReplicaManager | None = None) -> None:
-        self.state = state
-        self.log = log
-        #: The manager that acts on this partition's replication decisions.
-        self.replicas = replicas
-        self.waiters: set[ChangeWaiter] = set()
-        #: Parked acks=all produces: waiter -> (required offset, the leader
-        #: epoch of the append), woken once `acks_all_status` decides.
-        self.acks_waiters: dict[ChangeWaiter, tuple[int, int]] = {}
-        #: The follower fetch sessions holding this partition (`broker.shell.fetch_session`):
-        #: session -> its SessionPartition. Unlike a waiter, a session stays subscribed.
-        self.sessions: dict = {}
-        #: The topic's rules for the records of a client batch (`log_append_time`:
-        #: the broker stamps batches, KIP-32).
-        self.record_policy = RecordPolicy()
-        #: The read errors already logged (each is logged once, not per request).
-        self.read_errors_logged: set[str] = set()
-
-    def read_error(self, exc: Exception) -> ErrorCode:
-        """The error code a read (Fetch, ListOffsets) answers for this
-        partition when a stored batch cannot be read: CORRUPT_MESSAGE for
-        bytes that do not parse or name an unknown codec (a log written by
-        an older version, a disk fault the CRC did not catch),
-        KAFKA_STORAGE_ERROR for an I/O error or any other storage fault, as
-        Kafka answers. The request's other partitions are served; the
-        partition, the position and the reason are logged once."""
-        reason = str(exc)
-        if reason not in self.read_errors_logged and len(self.read_errors_logged) < _READ_ERRORS_LOGGED:
-            self.read_errors_logged.add(reason)
-            _log.error("%s-%d: a read failed: %s", self.state.topic, self.state.partition, reason)
-        corrupt = isinstance(exc, (CorruptRecordError, UnsupportedCompressionError))
-        return ErrorCode.corrupt_message if corrupt else ErrorCode.kafka_storage_error
-
-    def notify(self) -> None:
-        """Wake every request parked on this partition; mark it dirty in
-        every fetch session holding it."""
-        if self.waiters:
-            for waiter in self.waiters:
-                waiter.wake(self)
-            self.waiters.clear()
-        if self.acks_waiters:
-            status = self.state.acks_all_status
-            decided = [w for w, (required, epoch) in self.acks_waiters.items() if status(required, epoch) is not None]
-            for waiter in decided:
-                del self.acks_waiters[waiter]
-                waiter.wake(self)
-        if self.sessions:
-            for session, sp in self.sessions.items():
-                session.mark_dirty(sp)
-
-
-class ChangeWaiter:
-    """A parked request: woken by the first change, it also learns which of
-    its partitions changed before it ran, so it reads only those again."""
-
-    __slots__ = ("event", "changed")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.changed: list[HostedPartition] = []
-
-    def wake(self, hp: HostedPartition) -> None:
-        self.changed.append(hp)
-        self.event.set()
-
-
-async def wait_for_change(partitions: Iterable[HostedPartition], deadline: float) -> list[HostedPartition]:
-    """Return when any of `partitions` changes, or at `deadline` (trio time):
-    the partitions that changed meanwhile (none at the deadline)."""
-    waiter = ChangeWaiter()
-    hosted = list(partitions)
-    for hp in hosted:
-        hp.waiters.add(waiter)
-    try:
-        with trio.move_on_at(deadline):
-            await waiter.event.wait()
-    finally:
-        for hp in hosted:
-            hp.waiters.discard(waiter)
-    return waiter.changed
-
-
-async def wait_for_acks(waiting: Iterable[tuple[HostedPartition, int, int]], deadline: float) -> None:
-    """Return once the acks=all answer of any of `waiting` -- (partition,
-    required offset, leader epoch of the append) -- is decided
-    (`Partition.acks_all_status` is not None), or at `deadline` (trio time)."""
-    waiter = ChangeWaiter()
-    parked = list(waiting)
-    for hp, required, epoch in parked:
-        hp.acks_waiters[waiter] = (required, epoch)
-    try:
-        with trio.move_on_at(deadline):
-            await waiter.event.wait()
-    finally:
-        for hp, _required, _epoch in parked:
-            hp.acks_waiters.pop(waiter, None)
 
 
 def _topic_config(image: MetadataImage, topic: str, key: str) -> str:
@@ -537,12 +416,18 @@ class ReplicaManager:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 self.log_manager.open_files.shrink(exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
-        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
-        self.act(hp, update)
-        if not update.wake:  # `act` notified already
-            hp.notify()
+        self._appended_as_leader(hp, now_ms)
         result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
+
+    def _appended_as_leader(self, hp: HostedPartition, now_ms: int) -> None:
+        """After a leader append: the core's decision acted on, and every
+        request parked on the partition woken (`act` wakes them itself when
+        the decision says so)."""
+        update = hp.state.on_leader_append(hp.log.log_end_offset, now_ms)
+        self.act(hp, update)
+        if not update.wake:
+            hp.notify()
 
     # --- transaction markers --------------------------------------------
 
@@ -577,10 +462,7 @@ class ReplicaManager:
         except OSError as exc:
             _log.error("%s-%d: append failed: %s", hp.state.topic, hp.state.partition, exc)
             return ErrorCode.kafka_storage_error, -1
-        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
-        self.act(hp, update)
-        if not update.wake:
-            hp.notify()
+        self._appended_as_leader(hp, now_ms)
         return ErrorCode.none, log.log_end_offset
 
     def append_marker(self, hp: HostedPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -600,10 +482,7 @@ class ReplicaManager:
         except OSError as exc:
             _log.error("%s-%d: marker append failed: %s", hp.state.topic, hp.state.partition, exc)
             return ErrorCode.kafka_storage_error, -1
-        update = hp.state.on_leader_append(log.log_end_offset, now_ms)
-        self.act(hp, update)
-        if not update.wake:
-            hp.notify()
+        self._appended_as_leader(hp, now_ms)
         return ErrorCode.none, log.log_end_offset
 
     # --- background ----------------------------------------------------
@@ -613,55 +492,6 @@ class ReplicaManager:
 
     def enforce_retention(self, now_ms: int) -> None:
         self.log_manager.enforce_retention(now_ms)
-
-
-class StorageErrorLogger:
-    """Logs a storage error once per partition and cause (errno), with the
-    fix; the same error again goes to DEBUG (a client retrying a produce
-    to a partition whose disk is full would otherwise flood the log)."""
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[str, int | None]] = set()
-        self._fixes_told: set[int | None] = set()
-        self._reports: dict[int | None, int] = {}
-
-    #: Partitions reported at ERROR per cause; past that, DEBUG (a limit hit
-    #: while creating 10,000 partitions is one problem, not 10,000 lines).
-    MAX_REPORTS = 10
-
-    def report(self, where: str, what: str, exc: OSError) -> None:
-        key = (where, exc.errno)
-        if key in self._seen:
-            _log.debug("%s: %s: %s", where, what, exc)
-            return
-        self._seen.add(key)
-        reported = self._reports.get(exc.errno, 0)
-        self._reports[exc.errno] = reported + 1
-        if reported >= self.MAX_REPORTS:
-            if reported == self.MAX_REPORTS:
-                _log.error("more partitions fail with %s; those are logged at DEBUG", exc.strerror)
-            _log.debug("%s: %s: %s", where, what, exc)
-            return
-        # The fix once per cause: a burst of partitions failing alike is one problem.
-        fix = "" if exc.errno in self._fixes_told else " " + storage_error_fix(exc)
-        self._fixes_told.add(exc.errno)
-        _log.error("%s: %s: %s; it answers KAFKA_STORAGE_ERROR, the other partitions serve on.%s",
-                   where, what, exc, fix)
-
-
-def storage_error_fix(exc: OSError) -> str:
-    """What an operator does about `exc`."""
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        return ("Fix: raise the open-files limit (ulimit -n, LimitNOFILE) or lower log.max.open.files "
-                "(segment files kept open; sockets need the rest).")
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "Fix: free space on the log directory's disk, or lower retention.bytes / retention.ms."
-    if exc.errno == errno.EIO:
-        return "Fix: the disk failed an I/O; check the device (dmesg) and move the log directory off it."
-    return "Fix: check the log directory's permissions and disk."
-
-
-storage_error_logger = StorageErrorLogger()
 
 
 def log_timeline(lines: list[str]) -> None:

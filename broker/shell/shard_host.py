@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 
-from broker.shell.replica_manager import HostedPartition
+from broker.shell.hosted_partition import HostedPartition
 
 #: Longest sleep of the timer task while some deadline is set.
 MAX_TIMER_SLEEP_S = 1.0

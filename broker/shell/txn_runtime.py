@@ -59,7 +59,7 @@ from broker.core.txn import (
     TransactionRecordError,
     partition_for_transactional_id,
 )
-from broker.shell.replica_manager import HostedPartition, wait_for_change
+from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from broker.shell.shard_host import ShardHost, ShardRunner
 from common.errors import RaftkaError
 from common.wire import ConnectionFailedError, ConnectionPool
