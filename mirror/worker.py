@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import struct
 import threading
 import time
@@ -47,19 +46,18 @@ from typing import Any
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
 from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions,
-                                   NewTopic)
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import RaftkaError
 from mirror.config import FlowConfig
-from mirror.offsets import CheckpointTracker, OffsetSync, OffsetSyncEmitter, OffsetSyncStore, offsets_to_sync
-from mirror.policy import HEARTBEATS_TOPIC, configs_to_copy, mirrored_topics
+from mirror.offsets import CheckpointTracker, OffsetSync, OffsetSyncEmitter, OffsetSyncStore
+from mirror.policy import HEARTBEATS_TOPIC
+from mirror.topics import ADMIN_TIMEOUT_S, TopicFollower
 
 log = logging.getLogger("raftka.mirror")
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
-ADMIN_TIMEOUT_S = 15.0
 UNASSIGNED_WARNING_S = 30.0
 #: How long one reachability probe waits (short: a stop request is answered between probes).
 REACH_TIMEOUT_S = 3.0
@@ -67,7 +65,6 @@ REACH_TIMEOUT_S = 3.0
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
 
-_UNKNOWN_CONFIG = re.compile(r"[Uu]nknown topic config(?: name)?:? '?([\w.]+)")
 
 
 class MirrorError(RaftkaError):
@@ -153,6 +150,7 @@ class Flow:
         c = self.cfg
         self.src_admin = AdminClient({"bootstrap.servers": c.source_bootstrap, "logger": _quiet("src-admin")})
         self.tgt_admin = AdminClient({"bootstrap.servers": c.target_bootstrap, "logger": _quiet("tgt-admin")})
+        self.topics = TopicFollower(c, self.src_admin, self.tgt_admin, self.say, self._error)
         consumer_config = {
             "bootstrap.servers": c.source_bootstrap, "group.id": c.mirror_group,
             "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
@@ -215,71 +213,12 @@ class Flow:
     def _ensure_internal(self) -> None:
         c = self.cfg
         compact = {"cleanup.policy": "compact"}
-        self._create(self.src_admin, c.source, [NewTopic(self.syncs_topic, 1, c.internal_replication_factor,
+        self.topics.create(self.src_admin, c.source, [NewTopic(self.syncs_topic, 1, c.internal_replication_factor,
                                                          config=compact)])
         wanted = [NewTopic(self.checkpoints_topic, 1, c.internal_replication_factor, config=compact)]
         if c.emit_heartbeats:
             wanted.append(NewTopic(HEARTBEATS_TOPIC, 1, c.internal_replication_factor, config=compact))
-        self._create(self.tgt_admin, c.target, wanted)
-
-    def _create(self, admin: AdminClient, alias: str, topics: list[NewTopic]) -> list[str]:
-        """Create `topics` on `alias`; the names that exist afterwards."""
-        done = []
-        while topics:
-            futures = admin.create_topics(topics, operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)
-            again = []
-            for topic in topics:
-                name = topic.topic
-                try:
-                    futures[name].result(ADMIN_TIMEOUT_S + 5)
-                    done.append(name)
-                except KafkaException as exc:
-                    err = exc.args[0]
-                    unknown = _UNKNOWN_CONFIG.search(err.str() or "")
-                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                        done.append(name)
-                    elif (err.code() == KafkaError.INVALID_CONFIG and unknown
-                          and unknown.group(1) in (topic.config or {})):
-                        # The target does not know a config the source set (another broker's key):
-                        # create the topic without it, and say so.
-                        config = {k: v for k, v in topic.config.items() if k != unknown.group(1)}
-                        self._error(f"{alias} does not know the topic config {unknown.group(1)} of {name}: "
-                                    "creating the topic without it")
-                        again.append(NewTopic(name, topic.num_partitions, topic.replication_factor, config=config))
-                    else:
-                        self._error(f"cannot create topic {name} on {alias}: {err.name()}: {err.str()}; "
-                                    "retrying at the next topic refresh")
-            topics = again
-        return done
-
-    def _source_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
-        if not topics:
-            return {}
-        out = {}
-        futures = self.src_admin.describe_configs([ConfigResource("TOPIC", t) for t in topics],
-                                                  request_timeout=ADMIN_TIMEOUT_S)
-        for resource, future in futures.items():
-            try:
-                entries = future.result(ADMIN_TIMEOUT_S + 5)
-            except KafkaException as exc:
-                self._error(f"cannot read the configs of {resource.name} on {self.cfg.source}: {exc.args[0].str()}")
-                continue
-            out[resource.name] = configs_to_copy({k: (e.value, bool(e.is_default)) for k, e in entries.items()
-                                                  if e.value is not None})
-        return out
-
-    def _target_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
-        if not topics:
-            return {}
-        out = {}
-        futures = self.tgt_admin.describe_configs([ConfigResource("TOPIC", t) for t in topics],
-                                                  request_timeout=ADMIN_TIMEOUT_S)
-        for resource, future in futures.items():
-            try:
-                out[resource.name] = {k: e.value for k, e in future.result(ADMIN_TIMEOUT_S + 5).items()}
-            except KafkaException:
-                pass
-        return out
+        self.topics.create(self.tgt_admin, c.target, wanted)
 
     def refresh_topics(self) -> bool:
         """Bring the target's topics in line with the source's; True if both answered."""
@@ -287,36 +226,7 @@ class Flow:
         tgt = self._reachable(self.tgt_admin, self.cfg.target, self.cfg.target_bootstrap)
         if src is None or tgt is None:
             return False
-        mapping = mirrored_topics([t for t, m in src.topics.items() if m.error is None], self.cfg.source,
-                                  self.cfg.target, self.policy, self.cfg.topics)
-        source_configs = self._source_configs(list(mapping))
-        missing = [s for s, t in mapping.items() if t not in tgt.topics]
-        created = self._create(self.tgt_admin, self.cfg.target, [
-            NewTopic(mapping[s], len(src.topics[s].partitions), self.cfg.replication_factor,
-                     config=source_configs.get(s, {})) for s in missing])
-        for s in missing:
-            if mapping[s] in created:
-                self.say(f"[{self.cfg.name}] created {mapping[s]} on {self.cfg.target} "
-                         f"({len(src.topics[s].partitions)} partitions) for {s}")
-        ready = {s: t for s, t in mapping.items() if t in tgt.topics or t in created}
-        grow = [NewPartitions(t, len(src.topics[s].partitions)) for s, t in ready.items()
-                if t in tgt.topics and len(tgt.topics[t].partitions) < len(src.topics[s].partitions)]
-        if grow:
-            for name, future in self.tgt_admin.create_partitions(grow, request_timeout=ADMIN_TIMEOUT_S).items():
-                try:
-                    future.result(ADMIN_TIMEOUT_S + 5)
-                    self.say(f"[{self.cfg.name}] {name} on {self.cfg.target}: partitions added to follow the source")
-                except KafkaException as exc:
-                    self._error(f"cannot add partitions to {name} on {self.cfg.target}: {exc.args[0].str()}")
-                    ready = {s: t for s, t in ready.items() if t != name}
-        existing = [t for s, t in ready.items() if t in tgt.topics]
-        target_configs = self._target_configs(existing)
-        for s, t in ready.items():
-            if t not in target_configs:
-                continue
-            changed = {k: v for k, v in source_configs.get(s, {}).items() if target_configs[t].get(k) != v}
-            if changed:
-                self._alter_configs(t, changed)
+        ready = self.topics.follow(src, tgt, self.policy)
         self.topic_map = ready
         self.stats.topics = dict(ready)
         topics = sorted(ready)
@@ -328,19 +238,6 @@ class Flow:
                 self.consumer.unsubscribe()
             self._subscribed = topics
         return True
-
-    def _alter_configs(self, topic: str, changed: dict[str, str]) -> None:
-        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
-
-        resource = ConfigResource("TOPIC", topic, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(changed.items())])
-        for future in self.tgt_admin.incremental_alter_configs([resource]).values():
-            try:
-                future.result(ADMIN_TIMEOUT_S + 5)
-                self.say(f"[{self.cfg.name}] {topic} on {self.cfg.target}: configs follow the source "
-                         + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
-            except KafkaException as exc:
-                self._error(f"cannot set {changed} on {topic} at {self.cfg.target}: {exc.args[0].str()}")
 
     # --- rebalance --------------------------------------------------------
 
@@ -565,42 +462,7 @@ class Flow:
         return written
 
     def sync_group_offsets(self, checkpoints: list) -> None:
-        by_group: dict[str, list] = {}
-        for cp in checkpoints:
-            by_group.setdefault(cp.group, []).append(cp)
-        if not by_group:
-            return
-        try:
-            described = self.tgt_admin.describe_consumer_groups(sorted(by_group), request_timeout=ADMIN_TIMEOUT_S)
-        except KafkaException as exc:
-            self._error(f"cannot describe groups on {self.cfg.target}: {exc.args[0].str()}")
-            return
-        for group, cps in sorted(by_group.items()):
-            try:
-                desc = described[group].result(ADMIN_TIMEOUT_S + 5)
-                active = bool(desc.members)
-            except KafkaException:
-                active = False  # unknown on the target: nobody consumes there yet
-            if active:
-                continue  # a group with members on the target owns its offsets there (MM2's rule)
-            try:
-                current = self.tgt_admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S)[group].result(
-                        ADMIN_TIMEOUT_S + 5)
-                committed = {(p.topic, p.partition): p.offset for p in current.topic_partitions}
-            except KafkaException:
-                committed = {}
-            wanted = offsets_to_sync(cps, committed)
-            if not wanted:
-                continue
-            request = ConsumerGroupTopicPartitions(
-                group, [TopicPartition(t, p, o) for (t, p), o in sorted(wanted.items())])
-            try:
-                self.tgt_admin.alter_consumer_group_offsets([request], request_timeout=ADMIN_TIMEOUT_S)[group].result(
-                    ADMIN_TIMEOUT_S + 5)
-                self.stats.synced_groups += 1
-            except KafkaException as exc:
-                self._error(f"cannot write the offsets of group {group} on {self.cfg.target}: {exc.args[0].str()}")
+        self.stats.synced_groups += self.topics.sync_group_offsets(checkpoints)
 
     def _heartbeat(self) -> None:
         key = struct.pack(">h", len(self.cfg.source)) + self.cfg.source.encode() + struct.pack(
