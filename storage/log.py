@@ -89,7 +89,8 @@ truncations so a compaction pass can tell.
 
 The full checks and guarded writes of the append paths are pure helpers
 in `storage.log_append`, and those of open, retention and the time lookup
-in `storage.log_ops`; neither touches a `Log`.
+in `storage.log_ops`; the checkpoint files of many logs at once are
+written by `storage.log_checkpoints`. None touches a `Log`'s private state.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ import logging
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -118,12 +118,12 @@ from storage.batch import (
     unpack_follower_fields,
     unpack_plain_client_fields,
 )
-from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import OffsetOutOfRangeError, StorageError
 from storage.fs import File, FileSystem, OsFileSystem
+from storage.log_checkpoints import write_checkpoints_of
 from storage.log_append import (
     BASE_OFFSET,
     PREFIX,
@@ -188,7 +188,7 @@ class Log:
         self._max_message_bytes = config.max_message_bytes
         self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
         self.topic_partition: tuple[str, int] | None = None
-        self._checkpoint_files = False
+        self.checkpoint_files = False
         self.epoch_cache = LeaderEpochCache()
         self._closed = False
         self.producer_state: ProducerStateManager | None = None
@@ -232,7 +232,7 @@ class Log:
         # A fresh log's files and names become durable at its first flush.
         self._parent_dir_dirty = self._dir_dirty = loaded.fresh
         self.topic_partition = loaded.topic_partition
-        self._checkpoint_files = checkpoint_files
+        self.checkpoint_files = checkpoint_files
         self.epoch_cache = loaded.epoch_cache
         segments = self._segments = loaded.segments
         self._base_offsets = [s.base_offset for s in segments]
@@ -845,6 +845,11 @@ class Log:
         """Write the recovery point and log start offset checkpoints."""
         write_checkpoints_of([self])
 
+    def checkpoints_written(self) -> None:
+        """The checkpoint files now hold this log's recovery point
+        (`storage.log_checkpoints`): a later truncation below it rewrites them."""
+        self._checkpointed_recovery_point = self._recovery_point
+
     def close(self, checkpoint: bool = True) -> None:
         """Flush everything, write the checkpoints, release the files.
 
@@ -871,30 +876,3 @@ class Log:
             f"Log({self.dir_path!r}, log_start_offset={self._log_start_offset}, "
             f"log_end_offset={self._log_end_offset}, segments={len(self._segments)})"
         )
-
-
-def write_checkpoints_of(
-    logs: Iterable[Log], removed: Mapping[str, Iterable[tuple[str, int]]] | None = None
-) -> None:
-    """Write the recovery point and log start offset checkpoints of `logs`,
-    each per-directory file once: one read, one write and one fsync per
-    file, not per log (a broker's periodic pass over thousands of logs, its
-    shutdown). `removed`: per parent directory, partitions whose entries go
-    (deleted logs)."""
-    by_parent: dict[str, list[Log]] = {}
-    for log in logs:
-        if log._checkpoint_files:
-            parent = os.path.dirname(os.path.normpath(log.dir_path)) or "."
-            by_parent.setdefault(parent, []).append(log)
-    removed = removed or {}
-    for parent in removed:
-        by_parent.setdefault(parent, [])
-    for parent, group in by_parent.items():
-        fs = group[0].fs if group else OsFileSystem()
-        gone = removed.get(parent, ())
-        OffsetCheckpointFile(fs, os.path.join(parent, RECOVERY_POINT_OFFSET_CHECKPOINT)).update(
-            {log.topic_partition: log._recovery_point for log in group}, removed=gone)
-        OffsetCheckpointFile(fs, os.path.join(parent, LOG_START_OFFSET_CHECKPOINT)).update(
-            {log.topic_partition: log._log_start_offset for log in group}, removed=gone)
-        for log in group:
-            log._checkpointed_recovery_point = log._recovery_point

@@ -79,7 +79,8 @@ PURE_RULES = [
     PureRule("the mirror's decisions", tuple(f"mirror/{m}.py" for m in ("policy", "offsets", "config")),
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "confluent_kafka", "mirror.worker", "mirror.status"}),
     PureRule("the storage cores", tuple(f"storage/{m}.py" for m in (
-        "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "checkpoint", "config",
+        "index", "epoch_cache", "segment", "recovery", "log", "log_append", "log_ops", "log_checkpoints", "checkpoint",
+        "config",
         "batch", "batch_records", "batch_filter", "producer_state", "offset_map", "compression", "txn_index")),
              forbidden=IO_AND_CLOCK | {"datetime", "random"}),
 ]

@@ -62,7 +62,8 @@ from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError
 from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync
-from storage.log import Log, parse_topic_partition, write_checkpoints_of
+from storage.log import Log, parse_topic_partition
+from storage.log_checkpoints import write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_METADATA_FILE = "partition.metadata"
