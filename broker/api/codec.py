@@ -9,7 +9,7 @@ they are (storage file slices, sent with `os.sendfile`, or buffers), so no
 record byte is ever copied into Python. The frame's size prefix is computed
 from the parts' lengths.
 
-Layouts follow Kafka's ProduceResponse.json (v3..v9) and FetchResponse.json
+Layouts follow Kafka's ProduceResponse.json (v3..v12; v10+ only add tagged fields, left out) and FetchResponse.json
 (v4..v12). Versions from 9 (Produce) and 12 (Fetch) are flexible (KIP-482):
 compact arrays and strings (unsigned varint length + 1) and a tagged-field
 section after every struct. Every encoder is checked against kio's decoder
@@ -56,7 +56,7 @@ _NO_TAGS = b"\x00"
 _THROTTLE = b"\x00\x00\x00\x00"  # throttle_time_ms 0
 _THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
-PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 9
+PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 12
 FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12
 
 

@@ -57,6 +57,9 @@ _log = logging.getLogger("broker.produce")
 Results = list[tuple[str, list[ProducePartitionResult]]]
 #: acks=all partitions still waiting: (index into results, position, partition,
 #: required offset, the leader epoch the batch was appended in).
+#: The first Produce version of transactions v2 (KIP-890 part 2).
+TRANSACTIONS_V2_PRODUCE_VERSION = 12
+
 Waiting = list[tuple[int, int, HostedPartition, int, int]]
 
 
@@ -68,9 +71,11 @@ def handle_produce(broker, ctx, request):
                              for p in t.partition_data]) for t in request.body.topic_data]
         return _respond(ctx, request, results, True)
     if request.body.transactional_id:
-        needed = unverified(broker, request.body)
+        # Produce v12+: a transactions v2 client; the leader adds the partition.
+        add = request.header.api_version >= TRANSACTIONS_V2_PRODUCE_VERSION
+        needed = unverified(broker, request.body, add)
         if needed:
-            return _verify_then_handle(broker, ctx, request, needed)
+            return _verify_then_handle(broker, ctx, request, needed, add)
     if not ctx.in_turn(request):
         return _handle_in_turn(broker, ctx, request)
     try:
@@ -84,11 +89,11 @@ def handle_produce(broker, ctx, request):
     return _respond(ctx, request, results, any_error)
 
 
-async def _verify_then_handle(broker, ctx, request, needed):
+async def _verify_then_handle(broker, ctx, request, needed, add=False):
     # Verified before the turn is taken: the later requests of the
     # connection wait for this one's turn anyway, not for its verification
     # round trip unless they come after it.
-    refused = await verify(broker, request.body.transactional_id, needed)
+    refused = await verify(broker, request.body.transactional_id, needed, add)
     return await _handle_in_turn(broker, ctx, request, refused)
 
 

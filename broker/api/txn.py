@@ -24,6 +24,13 @@ v2+; older versions get INVALID_PRODUCER_EPOCH, as Kafka's broker does.
 AddPartitionsToTxn v4+ (KIP-890) is the broker-to-broker form: several
 transactions per request, each either added or, with `verify_only`,
 checked (a partition not in the transaction answers TRANSACTION_ABORTABLE).
+A v5 add comes from a partition leader (Produce v12) or a group
+coordinator (TxnOffsetCommit v5) on behalf of a transactions v2 client,
+which sends no AddPartitionsToTxn/AddOffsetsToTxn of its own.
+
+EndTxn v5 is transactions v2 (KIP-890 part 2): the coordinator bumps the
+producer epoch with every commit or abort and answers the producer id and
+epoch to go on with (`TransactionCoordinatorShard.end_txn_v2`).
 """
 
 from __future__ import annotations
@@ -45,14 +52,13 @@ _NO_THROTTLE = datetime.timedelta(0)
 #: the epoch itself, which no real transaction started at.
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
-#: API key -> (min, max) version served. EndTxn v5 and InitProducerId v6
-#: (transactions v2, two-phase commit) are left out: they need the
-#: server-side epoch bump of KIP-890 part 2.
+#: API key -> (min, max) version served. InitProducerId v6 (KIP-939's
+#: two-phase commit) is left out.
 TXN_API_VERSIONS = {
     22: (0, 5),   # InitProducerId
     24: (0, 5),   # AddPartitionsToTxn
     25: (0, 4),   # AddOffsetsToTxn
-    26: (0, 4),   # EndTxn
+    26: (0, 5),   # EndTxn
     65: (0, 0),   # DescribeTransactions
     66: (0, 1),   # ListTransactions
 }
@@ -119,7 +125,8 @@ def _unknown_partitions(broker, partitions) -> set[tuple[str, int]]:
 
 
 async def add_partitions(broker, tid: str, pid: int, epoch: int, partitions: frozenset[tuple[str, int]],
-                          verify_only: bool, check_exists: bool = True) -> dict[tuple[str, int], ErrorCode]:
+                          verify_only: bool, check_exists: bool = True, transaction_version: int = 0
+                          ) -> dict[tuple[str, int], ErrorCode]:
     if not verify_only and check_exists:
         unknown = _unknown_partitions(broker, partitions)
         if unknown:
@@ -133,7 +140,7 @@ async def add_partitions(broker, tid: str, pid: int, epoch: int, partitions: fro
                 tid, pid, epoch, partitions))
         else:
             answer = await runtime.call(runner, lambda shard, now: shard.add_partitions(
-                tid, pid, epoch, partitions, now))
+                tid, pid, epoch, partitions, now, transaction_version))
     except NotCoordinator as exc:
         return {tp: exc.error for tp in partitions}
     return dict(answer.partitions)
@@ -158,9 +165,11 @@ async def handle_add_partitions_to_txn(broker, ctx, request):
     mod = response_module(request.header)
     if hasattr(body, "transactions"):
         results = []
+        # v5: a broker adding partitions for a transactions v2 client.
+        version = 2 if request.header.api_version >= 5 else 0
         for txn in body.transactions:
             errors = await add_partitions(broker, txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                                           _partitions(txn.topics), txn.verify_only)
+                                           _partitions(txn.topics), txn.verify_only, transaction_version=version)
             results.append(build(mod.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
                                  topic_results=_topic_results(mod, request, errors)))
         return build(mod.AddPartitionsToTxnResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
@@ -204,10 +213,22 @@ async def handle_end_txn(broker, ctx, request):
     mod = response_module(request.header)
     runtime = _runtime(broker)
     tid = body.transactional_id
+    v2 = request.header.api_version >= 5
+    pid, epoch = body.producer_id, body.producer_epoch
     try:
         runner = runtime.runner_for(tid)
+        if v2:
+            new_producer_id = None
+            if runner.shard.end_txn_needs_producer_id(tid, pid, epoch):
+                error, new_producer_id = await admin.next_producer_id(broker)
+                if error != ErrorCode.none:
+                    return build(mod.EndTxnResponse, throttle_time=_NO_THROTTLE, error_code=error)
+            answer = await runtime.call(runner, lambda shard, now: shard.end_txn_v2(
+                tid, pid, epoch, body.committed, now, new_producer_id))
+            return build(mod.EndTxnResponse, throttle_time=_NO_THROTTLE, error_code=answer.error,
+                         producer_id=answer.producer_id, producer_epoch=answer.producer_epoch)
         error = await runtime.call(runner, lambda shard, now: shard.end_txn(
-            tid, body.producer_id, body.producer_epoch, body.committed, now))
+            tid, pid, epoch, body.committed, now))
     except NotCoordinator as exc:
         error = exc.error
     return build(mod.EndTxnResponse, throttle_time=_NO_THROTTLE, error_code=_client_error(request, error))

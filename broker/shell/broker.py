@@ -57,9 +57,10 @@ from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import txn
+from broker.api import txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
+from common.wire.apis import Feature
 
 _log = logging.getLogger("broker")
 
@@ -99,10 +100,18 @@ _APIS = {
     # JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
     # DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
     **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},
+    # TxnOffsetCommit v4+: verified with (v5: added to) the transaction first.
+    28: (*GROUP_API_VERSIONS[28], txn_verification.handle_txn_offset_commit),
     # InitProducerId (22, with or without a transactional id), AddPartitionsToTxn,
     # AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
     **{api_key: (lo, hi, txn.HANDLERS[api_key]) for api_key, (lo, hi) in txn.TXN_API_VERSIONS.items()},
 }
+
+
+#: The `transaction.version` feature and the level served (2: KIP-890's
+#: transactions v2, the epoch bumped by every EndTxn).
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION = 2
 
 
 def wall_clock_ms() -> int:
@@ -138,6 +147,15 @@ class Broker:
         self.apis = SupportedApis()
         for api_key, (lo, hi, _handler) in _APIS.items():
             self.apis.declare(api_key, lo, hi)
+        # KIP-584 features in ApiVersions v3+: transactions v2 (KIP-890
+        # part 2) is served and on, so clients that know it (Kafka's own
+        # from 4.0) use EndTxn v5, Produce v12 and TxnOffsetCommit v5. The
+        # level never changes here, so its epoch stays 0 (a client takes
+        # finalized features of an epoch above -1).
+        self.apis.supported_features = (Feature(TRANSACTION_VERSION_FEATURE, 0, TRANSACTION_VERSION),)
+        self.apis.finalized_features = (Feature(TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION,
+                                                TRANSACTION_VERSION),)
+        self.apis.finalized_features_epoch = 0
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
         self._image_changed = trio.Event()
         self._loaded = False

@@ -62,8 +62,10 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
     # v3 carries KIP-447's generation and member id; librdkafka, kafka-python
-    # and aiokafka send at most v3.
-    TXN_OFFSET_COMMIT: (0, 3),
+    # and aiokafka send at most v3. v4 is verified with the transaction
+    # coordinator, v5 (transactions v2) adds the offsets partition to the
+    # transaction (broker.api.txn_verification).
+    TXN_OFFSET_COMMIT: (0, 5),
 }
 
 

@@ -26,6 +26,7 @@ from broker.core.txn.records import TransactionRecordError
 from broker.core.txn.shard import (
     AddPartitionsAnswer,
     DescribedTransaction,
+    EndTxnAnswer,
     InitProducerIdAnswer,
     ListedTransaction,
     MarkerJob,
@@ -39,6 +40,7 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC_NAME",
     "AddPartitionsAnswer",
     "DescribedTransaction",
+    "EndTxnAnswer",
     "InitProducerIdAnswer",
     "ListedTransaction",
     "MarkerJob",

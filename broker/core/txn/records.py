@@ -21,8 +21,11 @@ so `kafka-dump-log --transaction-log-decoder` reads a raftka data dir:
               arrays, tagged fields), plus tagged previous_producer_id (0),
               next_producer_id (1), client_transaction_version (2)
 
-raftka writes value v0, as Kafka does until `transaction.version` 1 is
-enabled, and reads both. Partitions are null in the Empty state.
+raftka writes value v0 for a transaction of a client that speaks
+transactions v1, and v1 for one that speaks v2 (EndTxn v5, Produce v12,
+TxnOffsetCommit v5): its client transaction version and next producer id
+must survive a coordinator failover. It reads both. Partitions are null in
+the Empty state.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class TransactionLogValue:
     last_update_timestamp_ms: int
     start_timestamp_ms: int
     previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -81,6 +86,8 @@ def decode_key(key: bytes) -> str:
 
 
 def encode_value(value: TransactionLogValue) -> bytes:
+    if value.client_transaction_version >= 2:
+        return _encode_v1(value)
     out = bytearray(_I16.pack(VALUE_VERSION))
     out += _VALUE_HEAD.pack(value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
                             value.state.id)
@@ -135,6 +142,48 @@ def _decode_v0(buf: bytes) -> TransactionLogValue:
                                last_update, start)
 
 
+def _put_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _encode_v1(value: TransactionLogValue) -> bytes:
+    out = bytearray(_I16.pack(1))
+    out += _VALUE_HEAD.pack(value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
+                            value.state.id)
+    if value.state is TxnState.EMPTY:
+        assert not value.partitions, "an Empty transaction has no partitions"
+        out.append(0)  # a null compact array
+    else:
+        _put_uvarint(out, len(value.partitions) + 1)
+        for topic, partitions in value.partitions:
+            raw = topic.encode()
+            _put_uvarint(out, len(raw) + 1)
+            out += raw
+            _put_uvarint(out, len(partitions) + 1)
+            for p in partitions:
+                out += _I32.pack(p)
+            out.append(0)  # no tagged fields
+    out += _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms)
+    # Tagged fields, in tag order: previous (0) and next (1) producer id,
+    # client transaction version (2); each written only when set, as Kafka.
+    tagged = []
+    if value.previous_producer_id >= 0:
+        tagged.append((0, _I64.pack(value.previous_producer_id)))
+    if value.next_producer_id >= 0:
+        tagged.append((1, _I64.pack(value.next_producer_id)))
+    if value.client_transaction_version:
+        tagged.append((2, _I16.pack(value.client_transaction_version)))
+    _put_uvarint(out, len(tagged))
+    for tag, raw in tagged:
+        _put_uvarint(out, tag)
+        _put_uvarint(out, len(raw))
+        out += raw
+    return bytes(out)
+
+
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -174,5 +223,7 @@ def _decode_v1(buf: bytes) -> TransactionLogValue:
     last_update, start = _VALUE_TAIL.unpack_from(buf, pos)
     tagged, _pos = _skip_tagged(buf, pos + _VALUE_TAIL.size)
     previous = _I64.unpack(tagged[0])[0] if len(tagged.get(0, b"")) == 8 else -1
+    following = _I64.unpack(tagged[1])[0] if len(tagged.get(1, b"")) == 8 else -1
+    version = _I16.unpack(tagged[2])[0] if len(tagged.get(2, b"")) == 2 else 0
     return TransactionLogValue(pid, epoch, timeout, TxnState.from_id(status), tuple(sorted(partitions)),
-                               last_update, start, previous)
+                               last_update, start, previous, following, version)

@@ -109,6 +109,16 @@ class AddPartitionsAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class EndTxnAnswer:
+    """EndTxn v5+ (transactions v2): the error, and the producer id and
+    epoch the client goes on with (the bumped ones)."""
+
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
 class DescribedTransaction:
     transactional_id: str
     error: ErrorCode
@@ -152,7 +162,9 @@ class TransactionCoordinatorShard:
         txn = TransactionMetadata(
             transactional_id, decoded.producer_id, decoded.producer_epoch, decoded.transaction_timeout_ms,
             decoded.state, {(t, p) for t, ps in decoded.partitions for p in ps},
-            decoded.start_timestamp_ms, decoded.last_update_timestamp_ms, decoded.previous_producer_id)
+            decoded.start_timestamp_ms, decoded.last_update_timestamp_ms, decoded.previous_producer_id,
+            next_producer_id=decoded.next_producer_id,
+            client_transaction_version=decoded.client_transaction_version)
         previous = self.txns.get(transactional_id)
         if previous is not None and previous.producer_id != txn.producer_id and txn.previous_producer_id < 0:
             # Value v0 has no previous producer id: the record before says it.
@@ -264,6 +276,10 @@ class TransactionCoordinatorShard:
         if not transactional_id:
             return ErrorCode.invalid_request, None
         txn = self.txns.get(transactional_id)
+        if txn is not None and txn.state.is_preparing and txn.next_producer_id == producer_id != NO_PRODUCER_ID:
+            # Transactions v2 moved the producer to a new id at the end of
+            # its last transaction, whose markers are still being written.
+            return ErrorCode.concurrent_transactions, None
         if txn is None or txn.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
         if txn.producer_epoch != producer_epoch:
@@ -273,8 +289,10 @@ class TransactionCoordinatorShard:
         return ErrorCode.none, txn
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: frozenset[tuple[str, int]], now_ms: int) -> Step:
-        """Add partitions to the producer's transaction (opening it)."""
+                       partitions: frozenset[tuple[str, int]], now_ms: int, transaction_version: int = 0) -> Step:
+        """Add partitions to the producer's transaction (opening it).
+        `transaction_version` 2: a partition leader adds them for a client
+        of transactions v2 (Produce v12, TxnOffsetCommit v5)."""
         error, txn = self._check_owner(transactional_id, producer_id, producer_epoch)
         if txn is None:
             return Step(response=AddPartitionsAnswer(error, {tp: error for tp in partitions}))
@@ -284,6 +302,7 @@ class TransactionCoordinatorShard:
         if txn.state is not TxnState.ONGOING:
             txn.partitions = set()
             txn.start_timestamp_ms = now_ms
+            txn.client_transaction_version = transaction_version
         txn.transition(TxnState.ONGOING)
         txn.partitions |= partitions
         txn.last_update_timestamp_ms = now_ms
@@ -327,6 +346,104 @@ class TransactionCoordinatorShard:
             return Step(response=ErrorCode.concurrent_transactions)
         return Step(response=ErrorCode.invalid_txn_state)
 
+    def end_txn_needs_producer_id(self, transactional_id: str, producer_id: int, producer_epoch: int) -> bool:
+        """Whether `end_txn_v2` for these arguments will bump an exhausted
+        epoch, so the producer moves to a new producer id (the shell
+        allocates one from the controller first)."""
+        txn = self.txns.get(transactional_id)
+        return (txn is not None and txn.producer_id == producer_id and txn.producer_epoch == producer_epoch
+                and not txn.state.is_preparing and txn.epoch_exhausted)
+
+    def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                   now_ms: int, new_producer_id: int | None = None) -> Step:
+        """EndTxn v5+ (transactions v2, KIP-890 part 2): as `end_txn`, but
+        the Prepare record bumps the producer epoch, the markers carry the
+        bumped epoch, and the answer (an `EndTxnAnswer`) gives the client
+        the producer id and epoch of its next transaction.
+
+        A retry is told apart from the next EndTxn by its epoch: the
+        retried request names the epoch before the bump (or, after an
+        overflow, the previous producer id at the last epoch); a request at
+        the current epoch is the next transaction's."""
+        def fail(error: ErrorCode) -> Step:
+            return Step(response=EndTxnAnswer(error))
+
+        if not self.loaded:
+            return fail(ErrorCode.coordinator_load_in_progress)
+        if not transactional_id:
+            return fail(ErrorCode.invalid_request)
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            return fail(ErrorCode.invalid_producer_id_mapping)
+        state = txn.state
+        v2 = txn.supports_epoch_bump
+        retry_on_overflow = v2 and txn.previous_producer_id == producer_id and \
+            producer_epoch == MAX_PRODUCER_EPOCH and txn.producer_epoch == 0
+        retry_on_bump = v2 and txn.producer_id == producer_id and txn.producer_epoch == producer_epoch + 1
+        retry = retry_on_bump or retry_on_overflow
+        if state.is_preparing:
+            valid_epoch = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid_epoch = retry or producer_epoch == txn.producer_epoch
+        else:
+            valid_epoch = producer_epoch == txn.producer_epoch
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            return fail(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            return fail(ErrorCode.producer_fenced)
+        if state.is_preparing:
+            if state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+                return fail(ErrorCode.concurrent_transactions)
+            return fail(ErrorCode.invalid_txn_state)
+        if state is TxnState.ONGOING:
+            pass
+        elif state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT) and retry:
+            return Step(response=EndTxnAnswer(ErrorCode.none, txn.producer_id, txn.producer_epoch))
+        elif commit or retry:
+            # Nothing open to commit, or a retried commit finding an abort
+            # (or the reverse): the client's state is wrong.
+            return fail(ErrorCode.invalid_txn_state)
+        if txn.epoch_exhausted:
+            if new_producer_id is None:
+                return fail(ErrorCode.concurrent_transactions)
+            txn.next_producer_id = new_producer_id
+        txn.client_transaction_version = 2
+        txn.last_producer_epoch = txn.producer_epoch
+        if txn.producer_epoch < 32767:
+            txn.producer_epoch += 1
+        txn.last_update_timestamp_ms = now_ms
+        if state is not TxnState.ONGOING:
+            # An abort with nothing open (v2 allows it): nothing to mark,
+            # so it completes at once; the epoch bump still fences.
+            txn.partitions = set()
+            txn.start_timestamp_ms = now_ms
+            txn.transition(TxnState.PREPARE_ABORT)
+            prepare = self._record(txn)
+            self._complete(txn, now_ms)
+            return Step(records=(prepare, self._record(txn)), response=self._end_answer(txn))
+        txn.transition(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+        answer = self._end_answer(txn)
+        return Step(records=(self._record(txn),), response=answer, markers=(self._marker_job(txn),))
+
+    @staticmethod
+    def _end_answer(txn: TransactionMetadata) -> EndTxnAnswer:
+        if txn.state.is_preparing and txn.next_producer_id != NO_PRODUCER_ID:
+            # The epoch overflowed: the next transaction is the new id's.
+            return EndTxnAnswer(ErrorCode.none, txn.next_producer_id, 0)
+        return EndTxnAnswer(ErrorCode.none, txn.producer_id, txn.producer_epoch)
+
+    def _complete(self, txn: TransactionMetadata, now_ms: int) -> None:
+        txn.transition(TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT)
+        txn.partitions = set()
+        txn.last_update_timestamp_ms = now_ms
+        if txn.next_producer_id != NO_PRODUCER_ID:
+            # Transactions v2 overflow: the producer goes on with a new id.
+            txn.previous_producer_id = txn.producer_id
+            txn.producer_id = txn.next_producer_id
+            txn.producer_epoch = 0
+            txn.last_producer_epoch = MAX_PRODUCER_EPOCH
+            txn.next_producer_id = NO_PRODUCER_ID
+
     def markers_written(self, job: MarkerJob, now_ms: int) -> Step:
         """Every partition of `job` has its marker: complete the transaction
         (if it is still the one the job was for)."""
@@ -337,9 +454,7 @@ class TransactionCoordinatorShard:
         if txn is None or txn.state is not want or txn.producer_id != job.producer_id \
                 or txn.producer_epoch != job.producer_epoch:
             return Step()
-        txn.transition(TxnState.COMPLETE_COMMIT if job.commit else TxnState.COMPLETE_ABORT)
-        txn.partitions = set()
-        txn.last_update_timestamp_ms = now_ms
+        self._complete(txn, now_ms)
         return Step(records=(self._record(txn),))
 
     # --- timers --------------------------------------------------------------
@@ -431,7 +546,8 @@ class TransactionCoordinatorShard:
         value = TransactionLogValue(
             txn.producer_id, txn.producer_epoch, txn.transaction_timeout_ms, txn.state,
             () if txn.state is TxnState.EMPTY else txn.sorted_partitions(),
-            txn.last_update_timestamp_ms, txn.start_timestamp_ms, txn.previous_producer_id)
+            txn.last_update_timestamp_ms, txn.start_timestamp_ms, txn.previous_producer_id,
+            txn.next_producer_id, txn.client_transaction_version)
         return TxnRecord(encode_key(txn.transactional_id), encode_value(value))
 
     def _marker_job(self, txn: TransactionMetadata) -> MarkerJob:

@@ -31,6 +31,16 @@ acts on it):
     PrepareCommit => CompleteCommit:      every partition has its COMMIT marker
     PrepareAbort => CompleteAbort:        every partition has its ABORT marker
     Empty/CompleteCommit/CompleteAbort => Dead: transactional.id.expiration.ms passed
+
+Transactions v2 (KIP-890 part 2, EndTxn v5+): EndTxn bumps the producer
+epoch in the PrepareCommit/PrepareAbort record itself, so the markers carry
+the new epoch and every partition of the transaction fences the old one: a
+late write of the ended transaction can neither land nor be added to the
+next one. The answer hands the client the new epoch; at an exhausted epoch
+the markers take the last value and the producer moves to a new producer id
+(`next_producer_id`, taken on at the Complete transition). A v2 abort with
+no transaction open is allowed (Empty/CompleteCommit/CompleteAbort =>
+PrepareAbort => CompleteAbort, no marker to write), and bumps the epoch too.
 """
 
 from __future__ import annotations
@@ -90,7 +100,8 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
                                  TxnState.COMPLETE_ABORT}),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE, TxnState.EMPTY,
+                                       TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
@@ -115,11 +126,21 @@ class TransactionMetadata:
     #: The epoch before the last bump (not logged, as in Kafka: a retry of
     #: the InitProducerId that bumped it gets the same answer).
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    #: Transactions v2 at an exhausted epoch: the producer id the producer
+    #: moves to once the transaction completes (logged, as in Kafka).
+    next_producer_id: int = NO_PRODUCER_ID
+    #: The transaction version the client's requests speak (2: KIP-890
+    #: part 2, EndTxn v5+; 0 otherwise), logged in value v1.
+    client_transaction_version: int = 0
 
     def transition(self, to: TxnState) -> None:
         assert self.state in VALID_PREVIOUS[to], \
             f"{self.transactional_id}: illegal transition {self.state.display} => {to.display}"
         self.state = to
+
+    @property
+    def supports_epoch_bump(self) -> bool:
+        return self.client_transaction_version >= 2
 
     @property
     def epoch_exhausted(self) -> bool:
