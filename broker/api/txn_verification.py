@@ -86,7 +86,10 @@ def unverified(broker, body, add: bool = False) -> dict[Partition, tuple[int, in
             hp = partitions.get((topic_data.name, p.index))
             if hp is None or not hp.state.is_leader or hp.log.producer_state is None:
                 continue  # the append answers for it
-            if hp.log.producer_state.needs_verification(header.producer_id, header.producer_epoch):
+            state = hp.log.producer_state
+            if state.check_epoch(header.producer_id, header.producer_epoch).error:
+                continue  # a stale epoch: the append refuses it, no need to ask
+            if state.needs_verification(header.producer_id, header.producer_epoch):
                 out[(topic_data.name, p.index)] = (header.producer_id, header.producer_epoch)
     return out
 
