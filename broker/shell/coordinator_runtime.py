@@ -185,7 +185,7 @@ class GroupCoordinatorRuntime(ShardHost):
                             producer_id = header.producer_id if header.is_transactional else -1
                             for record in iter_records(data, position):
                                 if record.key is not None:
-                                    shard.replay(record.key, record.value, producer_id)
+                                    shard.replay(record.key, record.value, producer_id, record.offset)
                                     records += 1
                         offset = header.next_offset
                     await trio.sleep(0)

@@ -9,7 +9,7 @@ import random
 from kio.schema.errors import ErrorCode
 
 from broker.core.group import GroupCoordinatorShard
-from group_testing import FAST, Harness, fetch_request, fetched_offsets, txn_commit_request
+from group_testing import FAST, Harness, commit_request, fetch_request, fetched_offsets, txn_commit_request
 
 
 def errors(response) -> set:
@@ -70,3 +70,40 @@ def test_replay_keeps_open_transactions_pending_and_applies_markers_in_log_order
     assert shard.offsets.get("g", "t", 0).offset == 5
     assert shard.offsets.get("g", "t", 1) is None
     assert shard.has_pending_txn_offset("g", "t", 1)
+
+
+def test_a_plain_commit_after_the_transactions_offsets_is_not_overridden_by_its_commit():
+    """Kafka's rule when plain and transactional commits mix: the COMMIT
+    marker makes a pending offset the group's only if its record is newer
+    than the committed one's."""
+    h = Harness()
+    h.call(txn_commit_request("g", {("t", 0): 5, ("t", 1): 6}, producer_id=1))
+    # While the transaction is open, a plain OffsetCommit of partition 0.
+    assert errors(h.call(commit_request("g", {("t", 0): 9}))) == {ErrorCode.none}
+    h.shard.complete_transaction(1, commit=True)
+    assert fetched_offsets(h.call(fetch_request("g", {"t": [0, 1]}))) == {("t", 0): 9, ("t", 1): 6}
+    # A plain commit before the transaction's offsets is replaced by them.
+    h.call(commit_request("g", {("t", 1): 1}))
+    h.call(txn_commit_request("g", {("t", 1): 8}, producer_id=2))
+    h.shard.complete_transaction(2, commit=True)
+    assert fetched_offsets(h.call(fetch_request("g", {"t": [1]}))) == {("t", 1): 8}
+
+    # The same from the log, replayed by a new coordinator, in log order.
+    shard = GroupCoordinatorShard(0, FAST, random.Random(0))
+    order = [("txn", 1, r) for r in h.txn_log[0][2]] + [("plain", -1, r) for r in h.log[:1]]
+    for offset, (_, pid, r) in enumerate(order):
+        shard.replay(r.key, r.value, producer_id=pid, record_offset=offset)
+    shard.complete_transaction(1, commit=True)
+    shard.on_loaded(0)
+    assert shard.offsets.get("g", "t", 0).offset == 9
+    assert shard.offsets.get("g", "t", 1).offset == 6
+
+
+def test_an_offset_tombstone_drops_the_open_transactions_offsets_of_that_partition():
+    h = Harness()
+    h.call(commit_request("g", {("t", 0): 3}))
+    h.call(txn_commit_request("g", {("t", 0): 5, ("t", 1): 6}, producer_id=1))
+    h.shard.remove_offset("g", "t", 0)  # what OffsetDelete and expiry do
+    assert not h.shard.has_pending_txn_offset("g", "t", 0)
+    h.shard.complete_transaction(1, commit=True)
+    assert fetched_offsets(h.call(fetch_request("g", {"t": [0, 1]}))) == {("t", 0): -1, ("t", 1): 6}

@@ -75,6 +75,12 @@ class OffsetAndMetadata:
     commit_timestamp_ms: int
     #: -1 unless the commit asked for its own retention (OffsetCommit v2-v4).
     expire_timestamp_ms: int = -1
+    #: Where the commit's record is in `__consumer_offsets`: its offset when
+    #: replayed, a position in the shard's write order when written (only
+    #: the order matters). A transactional commit materialised by its COMMIT
+    #: marker replaces only an older one (Kafka's `recordOffset` rule), so
+    #: a plain OffsetCommit that landed after it is kept. Not in the record.
+    record_offset: int = field(default=-1, compare=False)
 
     @classmethod
     def from_value(cls, value: OffsetCommitValue) -> OffsetAndMetadata:
@@ -172,7 +178,7 @@ def handle_offset_commit(shard: GroupCoordinatorShard, ctx: RequestContext, requ
                 parts.append((p.partition_index, ErrorCode.offset_metadata_too_large))
                 continue
             offset = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1), metadata,
-                                       fx.now_ms, expire_ms)
+                                       fx.now_ms, expire_ms, shard.next_record_position())
             shard.offsets.put(group_id, topic.name, p.partition_index, offset)
             fx.records.append(offset_commit_record(group_id, topic.name, p.partition_index, offset.to_value()))
             parts.append((p.partition_index, ErrorCode.none))
@@ -285,7 +291,7 @@ def handle_txn_offset_commit(shard: GroupCoordinatorShard, ctx: RequestContext, 
                 parts.append((p.partition_index, ErrorCode.offset_metadata_too_large))
                 continue
             offset = OffsetAndMetadata(p.committed_offset, getattr(p, "committed_leader_epoch", -1), metadata,
-                                       fx.now_ms)
+                                       fx.now_ms, record_offset=shard.next_record_position())
             pending[(topic.name, p.partition_index)] = offset
             records.append(offset_commit_record(group_id, topic.name, p.partition_index, offset.to_value()))
             parts.append((p.partition_index, ErrorCode.none))
@@ -322,7 +328,7 @@ def handle_offset_delete(shard: GroupCoordinatorShard, ctx: RequestContext, requ
             continue
         for p in topic.partitions:
             if shard.offsets.get(group_id, topic.name, p.partition_index) is not None:
-                shard.offsets.remove(group_id, topic.name, p.partition_index)
+                shard.remove_offset(group_id, topic.name, p.partition_index)
                 fx.records.append(offset_commit_record(group_id, topic.name, p.partition_index, None))
         answers.append((topic.name, [(p.partition_index, ErrorCode.none) for p in topic.partitions]))
     return fx.respond(ctx.token, offset_delete_response(mod, ErrorCode.none, answers))
@@ -373,7 +379,7 @@ def _expire_offsets(shard: GroupCoordinatorShard, group: ClassicGroup, fx: Effec
         else:
             expired = fx.now_ms - base_ms(o) >= retention_ms
         if expired:
-            shard.offsets.remove(group.group_id, topic, partition)
+            shard.remove_offset(group.group_id, topic, partition)
             fx.records.append(offset_commit_record(group.group_id, topic, partition, None))
         else:
             all_expired = False

@@ -35,6 +35,8 @@ sessions restarted) and every committed offset.
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 from collections.abc import Callable
 from typing import Any
@@ -106,33 +108,40 @@ class GroupCoordinatorShard:
         #: Transactional offset commits not yet ended by a marker:
         #: producer id -> group -> (topic, partition) -> offset.
         self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], offsets.OffsetAndMetadata]]] = {}
+        #: The `record_offset` of the next offset record (`next_record_position`).
+        self._next_position = 0
 
     # --- loading -------------------------------------------------------------
 
-    def replay(self, key: bytes, value: bytes | None, producer_id: int = -1) -> None:
+    def replay(self, key: bytes, value: bytes | None, producer_id: int = -1, record_offset: int | None = None) -> None:
         """Apply one stored record (in log order) while loading.
         `producer_id` >= 0: the record is in a transactional batch of that
-        producer (a TxnOffsetCommit), pending until its marker."""
+        producer (a TxnOffsetCommit), pending until its marker.
+        `record_offset`: the record's offset in the partition."""
         assert not self.loaded, "replay is for loading; a loaded shard changes only through its own steps"
+        if record_offset is not None:
+            self._next_position = max(self._next_position, record_offset + 1)
         decoded = decode_record(key, value)
         if decoded is None:
             return
         record_key, record_value = decoded
         if isinstance(record_key, OffsetCommitKey):
             group_id = record_key.group
+            position = self.next_record_position() if record_offset is None else record_offset
             if producer_id >= 0:
                 if record_value is not None:
                     self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})[
-                        (record_key.topic, record_key.partition)] = offsets.OffsetAndMetadata.from_value(record_value)
+                        (record_key.topic, record_key.partition)] = dataclasses.replace(
+                            offsets.OffsetAndMetadata.from_value(record_value), record_offset=position)
                 return
             if record_value is None:
-                self.offsets.remove(group_id, record_key.topic, record_key.partition)
+                self.remove_offset(group_id, record_key.topic, record_key.partition)
                 return
             if group_id not in self.groups:
                 # Offsets without group metadata: a simple consumer's group.
                 self.groups[group_id] = ClassicGroup(group_id)
-            self.offsets.put(group_id, record_key.topic, record_key.partition,
-                             offsets.OffsetAndMetadata.from_value(record_value))
+            self.offsets.put(group_id, record_key.topic, record_key.partition, dataclasses.replace(
+                offsets.OffsetAndMetadata.from_value(record_value), record_offset=position))
             return
         assert isinstance(record_key, GroupMetadataKey)
         if record_value is None:
@@ -153,7 +162,35 @@ class GroupCoordinatorShard:
             if group_id not in self.groups:
                 self.groups[group_id] = ClassicGroup(group_id)
             for (topic, partition), offset in by_partition.items():
-                self.offsets.put(group_id, topic, partition, offset)
+                current = self.offsets.get(group_id, topic, partition)
+                # Kafka keeps the newer commit when plain and transactional
+                # ones mix: a plain OffsetCommit written after this
+                # transaction's offsets (while it was open) stays.
+                if current is None or offset.record_offset > current.record_offset:
+                    self.offsets.put(group_id, topic, partition, offset)
+
+    def next_record_position(self) -> int:
+        """The order of an offset record written now, after every record
+        replayed or written before (`OffsetAndMetadata.record_offset`)."""
+        position = self._next_position
+        self._next_position += 1
+        return position
+
+    def remove_offset(self, group_id: str, topic: str, partition: int) -> None:
+        """An offset tombstone (OffsetDelete, expiry): the committed offset
+        goes, and so do the open transactions' pending offsets of that
+        partition (as Kafka's coordinator does): a commit of those
+        transactions does not bring a deleted offset back."""
+        self.offsets.remove(group_id, topic, partition)
+        for producer_id in list(self.pending_txn_offsets):
+            by_group = self.pending_txn_offsets[producer_id]
+            by_partition = by_group.get(group_id)
+            if by_partition is not None:
+                by_partition.pop((topic, partition), None)
+                if not by_partition:
+                    del by_group[group_id]
+            if not by_group:
+                del self.pending_txn_offsets[producer_id]
 
     def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
         return any((topic, partition) in by_group.get(group_id, ())
@@ -222,6 +259,7 @@ class GroupCoordinatorShard:
         self.groups = {}
         self.offsets = offsets.OffsetStore()
         self.pending_txn_offsets = {}
+        self._next_position = 0
         self.loaded = False
         self._next_sweep_ms = None
         return fx.result()
@@ -360,6 +398,12 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
         fx.records.append(offset_commit_record(group_id, topic, partition, None))
     fx.records.append(group_metadata_record(group_id, None))
     shard.offsets.by_group.pop(group_id, None)
+    # The open transactions' offsets of the group go too (as Kafka's
+    # coordinator deletes them with the group's).
+    for producer_id in list(shard.pending_txn_offsets):
+        shard.pending_txn_offsets[producer_id].pop(group_id, None)
+        if not shard.pending_txn_offsets[producer_id]:
+            del shard.pending_txn_offsets[producer_id]
     del shard.groups[group_id]
     return ErrorCode.none
 
