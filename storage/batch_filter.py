@@ -12,7 +12,8 @@ Kafka's LogCleaner does:
 - a tombstone (null value) that is its key's newest record stays until
   its batch's delete horizon has passed (KIP-534, below), then goes;
 - control batches (transaction markers, Raft records) stay untouched:
-  transactions are not supported here.
+  the cleaner decides on transaction markers itself (`storage.cleaner_job`)
+  and gives one a delete horizon with `with_delete_horizon`.
 
 Offsets never change. A batch that keeps some records keeps its base
 offset, `last_offset_delta`, producer id, epoch and base sequence, and
@@ -124,6 +125,14 @@ def filter_batch(
         return FilterResult(None, 0, removed, None)
     return FilterResult(_rebuild(header, kept, horizon if tombstones else None), len(kept), removed,
                         horizon if tombstones else None)
+
+
+def with_delete_horizon(batch, header: BatchHeader, horizon_ms: int) -> bytes:
+    """`batch` with its delete horizon set to `horizon_ms` (KIP-534's
+    bit 6 and base timestamp; every record keeps its timestamp): how a
+    transaction marker that can go is kept until `delete.retention.ms`
+    has passed, as Kafka's cleaner does."""
+    return _rebuild(header, list(iter_records(batch)), horizon_ms)
 
 
 def _rebuild(header: BatchHeader, records: list, horizon: int | None) -> bytes:

@@ -38,11 +38,24 @@ that completes moves the cleaner checkpoint to `map_end`.
 Transactions: the pass ends at or below the partition's last stable
 offset (the caller bounds it), so every transaction with data in it is
 decided. Batches of an aborted transaction (found in the `.txnindex`es)
-put no key in the map and are dropped; markers (control batches) are
-always kept, and the cleaned segment's `.txnindex` holds the entries of
-the segments it replaces. Kafka also removes markers once their data is
-gone and `delete.retention.ms` passed; here they stay for good (a few
-dozen bytes per transaction).
+put no key in the map and are dropped. A transaction marker (COMMIT or
+ABORT control batch) goes as Kafka's cleaner removes it, in three steps
+over passes:
+
+1. while a batch of its transaction is still met before it in a pass
+   (committed data with live keys, or aborted data this pass removes),
+   it stays as it is;
+2. in a pass that meets none (every record of the transaction is gone),
+   it gets a delete horizon, `now + delete.retention.ms` (KIP-534, as
+   tombstones do), and its aborted transaction leaves the `.txnindex`
+   (a read_committed consumer has no record of it left to drop);
+3. in a pass after that horizon, it goes (an empty batch stays in its
+   place if it is its producer's last batch, as for data).
+
+So a consumer that read a transaction's records has `delete.retention.ms`
+to reach its marker, and a producer state rebuilt from the log never
+finds a transaction's records without their marker. The cleaned
+segment's `.txnindex` holds the other entries of the segments it replaces.
 
 Which batches must stay even when emptied: each idempotent producer's
 newest batch (`retain_last_batches`, producer id -> last offset), from
@@ -58,7 +71,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from storage.batch import HEADER_SIZE, iter_batch_headers, iter_records, parse_header
-from storage.batch_filter import delete_horizon_ms, empty_batch, filter_batch
+from storage.batch_filter import delete_horizon_ms, empty_batch, filter_batch, with_delete_horizon
 from storage.cleaner_config import CompactionConfig
 from storage.errors import StorageError
 from storage.index import MAX_RELATIVE_OFFSET
@@ -139,6 +152,13 @@ class CleaningJob:
         self.aborted: dict[int, list[tuple[int, int]]] = {}
         for txn in log.collect_aborted_txns(log.log_start_offset, end_offset):
             self.aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        # Producers with a transactional batch met since their last marker
+        # in this pass (module doc: a marker goes only once none is).
+        self._txn_data_met: set[int] = set()
+        # Offsets of the markers met with no data of their transaction
+        # left: their aborted transactions leave the `.txnindex`.
+        self.dataless_markers: set[int] = set()
+        self.markers_removed = 0
 
     def is_aborted(self, header) -> bool:
         """Whether `header`'s batch is data of an aborted transaction."""
@@ -262,6 +282,8 @@ class CleaningJob:
         map_end = self.map_end
         for position, header, data in batches:
             self.bytes_read += header.size_in_bytes
+            if header.is_transactional and not header.is_control:
+                self._txn_data_met.add(header.producer_id)
             if header.last_offset >= map_end:
                 # Past what this pass mapped (a segment's tail beyond a full
                 # map or the HW): kept as it is, as Kafka retains a record
@@ -269,6 +291,8 @@ class CleaningJob:
                 # met the older records of its key in a map yet; dropping
                 # it when its horizon passed would bring them back.
                 out, horizon = data, None
+            elif header.is_control and header.is_transactional and header.producer_id >= 0:
+                out, horizon = self._clean_marker(data, header, now_ms)
             elif self.is_aborted(header):
                 # An aborted transaction's data goes (Kafka's cleaner does
                 # the same); its marker and `.txnindex` entry stay.
@@ -288,12 +312,32 @@ class CleaningJob:
                 self.delete_horizon_ms = horizon
             self._position = position + header.size_in_bytes
 
+    def _clean_marker(self, data, header, now_ms: int) -> tuple[object, int | None]:
+        """A transaction marker's fate in this pass (module doc):
+        `(batch or None, its delete horizon)`."""
+        producer_id = header.producer_id
+        if producer_id in self._txn_data_met:
+            self._txn_data_met.discard(producer_id)
+            return data, None
+        self.dataless_markers.add(header.base_offset)
+        horizon = delete_horizon_ms(header)
+        if horizon is None:
+            horizon = now_ms + self.config.delete_retention_ms
+            return with_delete_horizon(data, header, horizon), horizon
+        if now_ms < horizon:
+            return data, horizon
+        self.markers_removed += 1
+        if self.retain_last_batches.get(producer_id) == header.last_offset:
+            return empty_batch(header), None
+        return None, None
+
     def _swap(self, group: list[LogSegment], now_ms: int) -> None:
         cleaned, self._cleaned = self._cleaned, None
         self._check_log()
-        # Every marker stays, so the aborted transactions indexed in the
-        # group's segments all belong to the cleaned one.
-        cleaned.txn_index.replace([e for s in group for e in s.txn_index.entries])
+        # The aborted transactions indexed in the group's segments belong
+        # to the cleaned one, but those whose records are all gone.
+        dataless = self.dataless_markers
+        cleaned.txn_index.replace([e for s in group for e in s.txn_index.entries if e.last_offset not in dataless])
         before = sum(s.size for s in group)
         segment, retired = swap_in(self.log, group, cleaned, now_ms, self.file_delete_delay_ms)
         self.retired.extend(retired)

@@ -384,3 +384,74 @@ def test_retention_deletes_a_segments_txnindex_with_it():
     assert log.delete_old_segments(0) == 1
     assert not fs.exists(first)
     assert all_aborted(log) == []
+
+
+def test_compaction_removes_a_marker_once_its_transaction_is_gone_and_delete_retention_passed():
+    """Kafka's cleaner on markers: kept while records of their transaction
+    are met before them; then given a delete horizon (and an aborted
+    transaction leaves the `.txnindex`); removed in a pass after it."""
+    from storage.batch_filter import delete_horizon_ms
+    from storage.cleaner import CompactedLog, LogCleaner
+    from storage.cleaner_config import CleanerConfig, CompactionConfig
+
+    fs = new_fs()
+    log = Log.open(DIR, LogConfig(segment_bytes=400), now_ms=TS, fs=fs, producer_state=True)
+
+    def keyed(pid, seq, key, value, transactional=True):
+        return build_batch([(key, value, (), TS)], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                           is_transactional=transactional)
+
+    log.append(keyed(1, 0, b"k", b"aborted"), now_ms=TS)  # 0
+    log.append(keyed(2, 0, b"j", b"committed-txn"), now_ms=TS)  # 1
+    log.append_marker(1, 0, 0, commit=False, now_ms=TS, leader_epoch=0)  # 2
+    log.append_marker(2, 0, 0, commit=True, now_ms=TS, leader_epoch=0)  # 3
+    # Each producer's next transaction, committed: their last batches (kept
+    # by compaction) and markers move on.
+    log.append(keyed(1, 1, b"a", b"a1"), now_ms=TS)  # 4
+    log.append_marker(1, 0, 0, commit=True, now_ms=TS, leader_epoch=0)  # 5
+    log.append(keyed(2, 1, b"b", b"b1"), now_ms=TS)  # 6
+    log.append_marker(2, 0, 0, commit=True, now_ms=TS, leader_epoch=0)  # 7
+    log.append(build_batch([(b"j", b"newer", (), TS)]), now_ms=TS)  # 8: shadows 1
+    log.roll(TS)
+    retention_ms = 1000
+    cleaner = LogCleaner(CleanerConfig())
+    compaction = CompactionConfig(min_cleanable_dirty_ratio=0.0, delete_retention_ms=retention_ms)
+
+    def clean(now_ms):
+        for _ in range(100):
+            step = cleaner.maybe_clean([CompactedLog(log, compaction, log.log_end_offset)], now_ms, 1 << 20)
+            if not step.busy and not step.bytes:
+                break
+
+    def contents():
+        data = log.read_bytes(0, 1 << 20)
+        headers = list(iter_batch_headers(data))
+        return ([r.offset for p, h in headers if not h.is_control for r in iter_records(data, p)],
+                {h.base_offset: delete_horizon_ms(h) for p, h in headers if h.is_control})
+
+    clean(TS)
+    # Records 0 (aborted) and 1 (shadowed) went in this pass: their markers stay as they were.
+    assert contents() == ([4, 6, 8], {2: None, 3: None, 5: None, 7: None})
+    assert all_aborted(log) == [AbortedTxn(1, 0, 2, 1)]
+
+    log.append(build_batch([(b"x", b"dirty", (), TS)]), now_ms=TS)  # something for the next pass to do
+    log.roll(TS)
+    clean(TS + 10)
+    # No record of transactions 2 and 3 is left: their markers get a delete horizon.
+    horizon = TS + 10 + retention_ms
+    assert contents() == ([4, 6, 8, 9], {2: horizon, 3: horizon, 5: None, 7: None})
+    assert all_aborted(log) == []
+    clean(horizon - 1)
+    assert contents()[1] == {2: horizon, 3: horizon, 5: None, 7: None}
+    clean(horizon)
+    assert contents() == ([4, 6, 8, 9], {5: None, 7: None})
+    # A restart rebuilds the same state: no transaction open, nothing aborted.
+    log.close()
+    for name in fs.listdir(DIR):
+        if name.endswith((TXN_INDEX_SUFFIX, ".snapshot")):
+            fs.remove(f"{DIR}/{name}")
+    log = Log.open(DIR, LogConfig(segment_bytes=400), now_ms=TS, fs=fs, producer_state=True)
+    assert log.producer_state.ongoing == {}
+    assert log.producer_state.last_stable_offset(log.log_end_offset) == log.log_end_offset
+    assert all_aborted(log) == []
+    cleaner.close()
