@@ -103,6 +103,30 @@ class HostedPartition:
                 session.mark_dirty(sp)
 
 
+class LogTransactions:
+    """The LSO's view of a log's open transactions (`Partition.transactions`):
+    its producer state's, but never below the log start offset. Retention
+    or DeleteRecords may move the log start past the first offset of a
+    transaction still open (as in Kafka, which also bounds its first
+    unstable offset by the log start): read_committed consumers and
+    ListOffsets then start at the log start, not at an offset the log no
+    longer has."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: Log) -> None:
+        assert log.producer_state is not None
+        self.log = log
+
+    @property
+    def unstable(self) -> bool:
+        return self.log.producer_state.unstable
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        lso = self.log.producer_state.last_stable_offset(high_watermark)
+        return max(lso, min(self.log.log_start_offset, high_watermark))
+
+
 class ChangeWaiter:
     """A parked request: woken by the first change, it also learns which of
     its partitions changed before it ran, so it reads only those again."""

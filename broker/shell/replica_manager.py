@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.codec import ProducePartitionResult
 from broker.core.failover_timeline import LeadershipTimeline
-from broker.shell.hosted_partition import HostedPartition
+from broker.shell.hosted_partition import HostedPartition, LogTransactions
 from broker.shell.log_manager import LogManager, TopicPartitionName, log_config_for
 from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
@@ -299,7 +299,7 @@ class ReplicaManager:
                               self.replication)
             hp = self.partitions[key] = HostedPartition(state, log, self)
             # The LSO reads the open transactions from the producer state.
-            state.transactions = log.producer_state
+            state.transactions = LogTransactions(log) if log.producer_state is not None else None
             self.by_id[TopicIdPartition(local.topic_id, local.partition)] = hp
             checkpointed_hw = self.log_manager.checkpointed_high_watermark(*key)
         else:
