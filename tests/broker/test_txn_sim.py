@@ -23,6 +23,11 @@ Checked after every event, and at the end once faults stop:
   and completed, and a client told "committed" sees COMMIT markers.
 A failure names its seed: replay it with `SEEDS = [seed]`. A second test
 lets hypothesis draw the schedule, so that a failure shrinks.
+
+With `v2` the clients speak transactions v2 (KIP-890 part 2): partitions
+added as a partition leader adds them for Produce v12, EndTxn v5 bumping
+the epoch; a zombie of each finished transaction keeps trying to add a
+partition at its old epoch, which must never succeed.
 """
 
 from __future__ import annotations
@@ -74,10 +79,13 @@ class Client:
     #: (producer id, epoch, instance) of each transaction EndTxn answered NONE for.
     told_committed: list[tuple[int, int, int]] = field(default_factory=list)
     told_aborted: list[tuple[int, int, int]] = field(default_factory=list)
+    #: Epochs of transactions this client ended (transactions v2: stale now).
+    ended_epochs: list[int] = field(default_factory=list)
 
 
 class Sim:
-    def __init__(self, seed: int | None, rng: random.Random | None = None) -> None:
+    def __init__(self, seed: int | None, rng: random.Random | None = None, v2: bool = False) -> None:
+        self.v2 = v2
         self.rng = rng if rng is not None else random.Random(seed)
         self.seed = seed
         self.now = 0
@@ -150,6 +158,20 @@ class Sim:
                 client.phase = "end"
             elif response.error == ErrorCode.producer_fenced:
                 client.phase = "fenced"
+        elif call == "late":
+            assert response.error != ErrorCode.none, \
+                f"seed {self.seed}: a late write at a finished transaction's epoch joined the next one"
+        elif call == "end" and self.v2:
+            if response.error == ErrorCode.none:
+                told = client.told_committed if client.commit else client.told_aborted
+                # The markers carry the bumped epoch the answer gives.
+                told.append((response.producer_id, response.producer_epoch, self.prepared_count(client.tid)))
+                client.ended_epochs.append(client.epoch)
+                client.pid, client.epoch, client.phase = response.producer_id, response.producer_epoch, "add"
+            elif response.error in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_id_mapping):
+                client.phase = "fenced"
+            elif response.error == ErrorCode.invalid_txn_state:
+                client.phase = "add"
         elif call == "end":
             if response == ErrorCode.none:
                 told = client.told_committed if client.commit else client.told_aborted
@@ -201,12 +223,25 @@ class Sim:
                 pid, self.next_pid = self.next_pid, self.next_pid + 1
             client.waiting = True
             self.absorb(self.shard.init_producer_id(client.tid, 3000, -1, -1, self.now, pid), client, "init")
+        elif self.v2 and client.ended_epochs and self.rng.random() < 0.2:
+            # A zombie of an ended transaction: a late write, at its epoch.
+            client.waiting = True
+            late = frozenset(self.rng.sample(PARTITIONS, 1))
+            self.absorb(self.shard.add_partitions(client.tid, client.pid, self.rng.choice(client.ended_epochs),
+                                                  late, self.now, 2), client, "late")
         elif client.phase == "add":
             client.partitions = frozenset(self.rng.sample(PARTITIONS, self.rng.randint(1, 3)))
             client.commit = self.rng.random() < 0.6
             client.waiting = True
             self.absorb(self.shard.add_partitions(client.tid, client.pid, client.epoch, client.partitions,
-                                                  self.now), client, "add")
+                                                  self.now, 2 if self.v2 else 0), client, "add")
+        elif client.phase == "end" and self.v2:
+            client.waiting = True
+            pid = None
+            if self.shard.end_txn_needs_producer_id(client.tid, client.pid, client.epoch):
+                pid, self.next_pid = self.next_pid, self.next_pid + 1
+            self.absorb(self.shard.end_txn_v2(client.tid, client.pid, client.epoch, client.commit, self.now, pid),
+                        client, "end")
         elif client.phase == "end":
             client.waiting = True
             self.absorb(self.shard.end_txn(client.tid, client.pid, client.epoch, client.commit, self.now),
@@ -267,9 +302,14 @@ def test_simulated_coordinator_with_failover_and_lost_markers():
         Sim(seed).run(400)
 
 
+def test_simulated_transactions_v2_with_failover_lost_markers_and_late_writes():
+    for seed in SEEDS:
+        Sim(seed, v2=True).run(400)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.randoms(use_true_random=False))
 def test_simulated_coordinator_with_a_schedule_hypothesis_draws(rng):
     # Hypothesis draws every choice of the run, so a failure shrinks to a
     # short schedule of events.
-    Sim(None, rng).run(200)
+    Sim(None, rng, v2=rng.random() < 0.5).run(200)
