@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.core.txn import EndTxnAnswer, TransactionCoordinatorConfig, TransactionCoordinatorShard, TxnState
+from broker.core.txn import (
+    EndTxnAnswer,
+    TransactionCoordinatorConfig,
+    TransactionCoordinatorShard,
+    TxnState,
+)
 from broker.core.txn.records import TransactionLogValue, decode_value, encode_value
 from broker.core.txn.state import MAX_PRODUCER_EPOCH
 

@@ -21,10 +21,16 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from cluster_group_testing import DevNode
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_group_testing import DevNode
 from storage.batch import iter_batch_headers, iter_records, read_txn_marker
 
 TOPIC = "ledger"
