@@ -17,10 +17,11 @@ writes that keeps the cleaner busy. The cleaner must:
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
-from pathlib import Path
 
+import trio
 from cluster_group_testing import DevNode
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -30,7 +31,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from common.wire import open_connection
 from storage.batch import iter_batch_headers, iter_records, read_txn_marker
 
 TOPIC = "ledger"
@@ -64,27 +67,45 @@ def read_all(bootstrap: str, isolation: str) -> list[tuple[int, bytes, bytes]]:
         consumer.close()
 
 
-def scan(data_dir: Path) -> tuple[dict[int, bool], list[bytes]]:
-    """What the partition's files hold: the transaction markers (offset ->
-    commit) and the values of the records."""
-    found, values = {}, []
-    for path in sorted((data_dir / "data" / f"{TOPIC}-0").glob("*.log")):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # swapped out by the cleaner meanwhile
-            continue
-        for position, header in iter_batch_headers(data):
-            if header.is_control:
-                marker = read_txn_marker(data, position) if header.records_count else None
-                if marker is not None:
-                    found[header.base_offset] = marker[0] == 1
-            else:
-                values += [r.value for r in iter_records(data, position)]
-    return found, values
+def scan(bootstrap: str) -> tuple[dict[int, bool], list[bytes]]:
+    """What the partition holds, read with raw Fetch requests (which, unlike
+    a consumer, show the control batches): the transaction markers (offset
+    -> commit) and the values of the records."""
+    from kio.schema.fetch.v12 import request as fr
+
+    async def fetch_all():
+        host, port = bootstrap.rsplit(":", 1)
+        found, values, offset = {}, [], 0
+        async with open_connection(host, int(port)) as conn:
+            while True:
+                answer = await conn.request(fr.FetchRequest(
+                    replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
+                    isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                    topics=(fr.FetchTopic(topic=TOPIC, partitions=(fr.FetchPartition(
+                        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                        log_start_offset=-1, partition_max_bytes=1 << 20),)),)))
+                p = answer.responses[0].partitions[0]
+                assert p.error_code == ErrorCode.none, p
+                data = bytes(p.records or b"")
+                batches = list(iter_batch_headers(data))
+                for position, header in batches:
+                    if header.is_control:
+                        marker = read_txn_marker(data, position) if header.records_count else None
+                        if marker is not None:
+                            found[header.base_offset] = marker[0] == 1
+                    else:
+                        values.extend(r.value for r in iter_records(data, position))
+                if not batches:
+                    return found, values
+                offset = batches[-1][1].next_offset
+                if offset >= p.high_watermark:
+                    return found, values
+
+    return trio.run(fetch_all)
 
 
-def markers(data_dir: Path) -> dict[int, bool]:
-    return scan(data_dir)[0]
+def markers(bootstrap: str) -> dict[int, bool]:
+    return scan(bootstrap)[0]
 
 
 def newest(records) -> dict[bytes, bytes]:
@@ -127,7 +148,7 @@ def test_compaction_removes_aborted_records_and_then_the_markers(tmp_path) -> No
         t5 = {b"c%d" % i: b"committed-5-%d" % i for i in range(3)}
         transaction(txn, t5, True)  # the producer's last batch: kept, and so its marker
         # The coordinator answers EndTxn before the markers are written.
-        written = wait_for(lambda: len(m := markers(data_dir)) == 5 and m, 10, "five markers were not written")
+        written = wait_for(lambda: len(m := markers(bootstrap)) == 5 and m, 10, "five markers were not written")
         assert list(written.values()) == [True, False, True, False, True]
         t1_marker, t2_marker, t3_marker, t4_marker, t5_marker = written
         written_at = time.monotonic()
@@ -145,13 +166,13 @@ def test_compaction_removes_aborted_records_and_then_the_markers(tmp_path) -> No
         writer = threading.Thread(target=filler, daemon=True)
         writer.start()
 
-        wait_for(lambda: not any(v.startswith(b"aborted") for v in scan(data_dir)[1]), 30,
+        wait_for(lambda: not any(v.startswith(b"aborted") for v in scan(bootstrap)[1]), 30,
                  "the aborted records were not compacted away")
         # Removed only after delete.retention.ms: the markers of the
         # transactions with no record left (1, 2, 4).
         assert time.monotonic() - written_at < DELETE_RETENTION_MS / 1000 or \
-            set(markers(data_dir)) >= {t3_marker, t5_marker}
-        left = wait_for(lambda: (m := markers(data_dir)) and t1_marker not in m and t2_marker not in m
+            set(markers(bootstrap)) >= {t3_marker, t5_marker}
+        left = wait_for(lambda: (m := markers(bootstrap)) and t1_marker not in m and t2_marker not in m
                         and t4_marker not in m and m, DELETE_RETENTION_MS / 1000 + 30,
                         "the markers of transactions with no record left stayed")
         assert time.monotonic() - written_at >= DELETE_RETENTION_MS / 1000, "markers went before delete.retention.ms"
@@ -168,7 +189,9 @@ def test_compaction_removes_aborted_records_and_then_the_markers(tmp_path) -> No
             assert {k: table[k] for k in t3} == t3
             assert {k: table[k] for k in t5} == t5
             assert not any(v.startswith(b"aborted") for _o, _k, v in read)
-        assert committed == uncommitted
+        # The same newest value of every key (the cleaner may have been over
+        # the filler records between the two reads).
+        assert newest(committed) == newest(uncommitted)
     finally:
         stop.set()
         node.stop()
