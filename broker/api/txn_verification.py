@@ -57,6 +57,10 @@ from storage.batch import parse_header
 _log = logging.getLogger("broker.txn_verification")
 
 VERIFY_TIMEOUT_MS = 5000
+#: Kafka's add.partitions.to.txn.retry.backoff.ms and .max.ms defaults:
+#: how long a CONCURRENT_TRANSACTIONS answer is retried here first.
+CONCURRENT_RETRY_BACKOFF_MS = 20
+CONCURRENT_RETRY_MAX_MS = 100
 BATCH_HEADER_BYTES = 61
 #: The coordinator cannot answer now: the client retries the batch.
 _RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
@@ -105,6 +109,17 @@ async def verify(broker, transactional_id: str, partitions: dict[Partition, tupl
     refused: dict[Partition, ErrorCode] = {}
     for (producer_id, producer_epoch), tps in by_producer.items():
         answers = await _ask(broker, transactional_id, producer_id, producer_epoch, tps, add)
+        backoff_ms = CONCURRENT_RETRY_BACKOFF_MS
+        waited_ms = 0
+        while ErrorCode.concurrent_transactions in answers.values() and waited_ms < CONCURRENT_RETRY_MAX_MS:
+            # The producer's previous transaction is still completing (with
+            # transactions v2 the client starts the next one as soon as
+            # EndTxn answers): ask again shortly, as Kafka's
+            # add.partitions.to.txn.retry.backoff.ms, before the client has to.
+            await trio.sleep(backoff_ms / 1000)
+            waited_ms += backoff_ms
+            backoff_ms = min(2 * backoff_ms, CONCURRENT_RETRY_MAX_MS - waited_ms) or 1
+            answers = await _ask(broker, transactional_id, producer_id, producer_epoch, tps, add)
         for tp in tps:
             error = answers.get(tp, ErrorCode.not_enough_replicas)
             if error == ErrorCode.none:

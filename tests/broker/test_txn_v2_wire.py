@@ -106,6 +106,10 @@ async def test_transactions_v2_fence_a_late_write_of_an_aborted_transaction(tmp_
         # Late writes of transaction 1 (its old epoch): on the partition it
         # wrote, the ABORT marker's epoch fences it; on the partition only
         # transaction 2 has, the coordinator does (it cannot be added).
+        # Partition 0 had transaction 1 (its ABORT marker carried the new
+        # epoch): it takes transaction 2's batch, sequence 0 at the new epoch.
+        assert only_partition(await conn.request(produce(0, pid, epoch2, 0, b"committed-0"))).error_code == \
+            ErrorCode.none
         late0 = only_partition(await conn.request(produce(0, pid, epoch, 1, b"late")))
         late1 = only_partition(await conn.request(produce(1, pid, epoch, 1, b"late")))
         assert late0.error_code == ErrorCode.invalid_producer_epoch, late0
@@ -123,7 +127,7 @@ async def test_transactions_v2_fence_a_late_write_of_an_aborted_transaction(tmp_
         assert committed.topics[0].partitions[0].error_code == ErrorCode.none
         described = (await conn.request(dt0.DescribeTransactionsRequest(transactional_ids=(TID,)))
                      ).transaction_states[0]
-        assert {(t.topic, tuple(t.partitions)) for t in described.topics} >= {("a", (1,))}
+        assert {(t.topic, tuple(t.partitions)) for t in described.topics} >= {("a", (0, 1))}
         assert OFFSETS_TOPIC_NAME in {t.topic for t in described.topics}
         ended = await conn.request(end(pid, epoch2, True))
         assert (ended.error_code, ended.producer_epoch) == (ErrorCode.none, epoch2 + 1)
@@ -132,15 +136,29 @@ async def test_transactions_v2_fence_a_late_write_of_an_aborted_transaction(tmp_
         assert retried.error_code in (ErrorCode.none, ErrorCode.concurrent_transactions)
         await wait_state(conn, "CompleteCommit")
         assert (await conn.request(end(pid, epoch2, True))).producer_epoch == epoch2 + 1
+        # Transaction 3 starts at once after its EndTxn answers, while the
+        # markers may still be written; it is aborted.
+        epoch3 = epoch2 + 1
+        first = only_partition(await conn.request(produce(1, pid, epoch3, 0, b"aborted-3")))
+        assert first.error_code in (ErrorCode.none, ErrorCode.not_enough_replicas), first
+        if first.error_code != ErrorCode.none:  # still completing past the broker's retries: the client retries
+            await wait_state(conn, "CompleteCommit")
+            assert only_partition(await conn.request(produce(1, pid, epoch3, 0, b"aborted-3"))).error_code == \
+                ErrorCode.none
+        assert (await conn.request(end(pid, epoch3, False))).producer_epoch == epoch3 + 1
+        await wait_state(conn, "CompleteAbort")
 
         fetched = await conn.request(of7.OffsetFetchRequest(group_id="g", topics=(
             of7.OffsetFetchRequestTopic(name="a", partition_indexes=(0,)),), require_stable=True))
         assert fetched.topics[0].partitions[0].committed_offset == 42
+        # Partition 0: aborted-1, ABORT, committed-0, COMMIT; partition 1:
+        # committed-1, COMMIT, aborted-3, ABORT. Nothing open.
         for partition in (0, 1):
             ends = [only_partition(await conn.request(list_offsets_request("a", partition, -1, isolation_level=i)
                                                       )).offset for i in (0, 1)]
-            assert ends[0] == ends[1] == 2, (partition, ends)  # one record and its marker, nothing open
-        assert await in_thread(read_values, running.bootstrap, 0, "read_committed", 0) == []
+            assert ends[0] == ends[1] == 4, (partition, ends)
+        assert await in_thread(read_values, running.bootstrap, 0, "read_committed", 1) == [b"committed-0"]
         assert await in_thread(read_values, running.bootstrap, 1, "read_committed", 1) == [b"committed-1"]
-        assert await in_thread(read_values, running.bootstrap, 0, "read_uncommitted", 1) == [b"aborted-1"]
+        assert await in_thread(read_values, running.bootstrap, 0, "read_uncommitted", 2) == [b"aborted-1",
+                                                                                            b"committed-0"]
         nursery.cancel_scope.cancel()
