@@ -33,7 +33,9 @@ batch would open a transaction on a partition first waits for the
 coordinator to confirm the partition is in that transaction
 (`broker.api.txn_verification`, KIP-890), then runs in its turn like any
 other; a partition the coordinator does not confirm answers its error
-without an append.
+without an append. From Produce v12 (transactions v2) the leader adds the
+partition to the transaction instead of verifying it: such a client sends
+no AddPartitionsToTxn of its own.
 
 The request's records are views of the connection's receive buffer
 (`common.wire.produce_request`); `Log.append` writes them before the
