@@ -297,6 +297,18 @@ class Log:
         """OffsetsForLeaderEpoch's answer (see `storage.epoch_cache`)."""
         return self.epoch_cache.end_offset_for_epoch(epoch, self._log_end_offset)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Adopt changed topic configs (AlterConfigs on a live topic), as
+        Kafka does: `max.message.bytes`, flushing and retention from the next
+        append or pass; `segment.bytes`, `segment.ms` and
+        `index.interval.bytes` for the active segment's next roll and index
+        entry too; `segment.index.bytes` sizes the indexes of new segments."""
+        self.config = config
+        self._max_message_bytes = config.max_message_bytes
+        self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
+        for segment in self._segments:
+            segment.reconfigure(config)
+
     # --- appending ---
 
     def append(self, batch, now_ms: int, leader_epoch: int | None = None) -> int:

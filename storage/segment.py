@@ -145,6 +145,16 @@ class LogSegment:
         # when the index is full.
         self.roll_bytes = -1 if full else self.segment_bytes
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Roll and index by changed configs (`Log.reconfigure`)."""
+        self.index_interval_bytes = config.index_interval_bytes
+        self.segment_ms = config.segment_ms
+        self.segment_bytes = config.segment_bytes
+        # The setters recompute the bounds the append path checks.
+        self.last_index_position = self.last_index_position
+        self.index_full = self.index_full
+        self.set_first_batch_timestamp(self.first_batch_timestamp)
+
     def set_first_batch_timestamp(self, timestamp: int | None) -> None:
         self.first_batch_timestamp = timestamp
         self.roll_at_timestamp = _NEVER
