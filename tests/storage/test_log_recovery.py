@@ -269,7 +269,10 @@ def plant_unparsable(logdir, segment_index=1, batch_index=2, damage=(HEADER_SIZE
     return victim, position, header.base_offset
 
 
-@pytest.mark.parametrize("damage,reason", [((HEADER_SIZE, 0x7E), "record 0 of 2"), ((ATTRIBUTES_OFFSET + 1, 0x05), "codec")])
+@pytest.mark.parametrize("damage,reason", [
+    ((HEADER_SIZE, 0x7E), "record 0 of 2"),  # the first record's length runs past it
+    ((ATTRIBUTES_OFFSET + 1, 0x05), "codec"),  # a codec id Kafka does not define
+])
 def test_a_trusted_segment_is_checked_when_first_read_and_a_bad_batch_fails_the_read_that_reaches_it(
         logdir, damage, reason):
     """Below the recovery point nothing is re-read on open; the first read
