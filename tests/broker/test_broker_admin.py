@@ -197,8 +197,9 @@ def confluent_alter(bootstrap: str, topic: str, key: str, value: str) -> None:
 
 async def test_a_changed_max_message_bytes_applies_to_the_next_produce(nursery, tmp_path):
     """Raised on a live topic (IncrementalAlterConfigs, confluent-kafka),
-    then lowered (kafka-python's admin): each produce is held to the value in
-    force; the other log configs (retention) reach the open log too."""
+    then lowered and raised again (the older AlterConfigs): each produce is
+    held to the value in force; the other log configs (retention) reach the
+    open log too, and AlterConfigs makes the given set the whole set."""
     rb = await start_broker(nursery, tmp_path)
     await rb.create_topic("t", configs={"max.message.bytes": "2000"})
     conn = await rb.connect(nursery)
@@ -213,18 +214,47 @@ async def test_a_changed_max_message_bytes_applies_to_the_next_produce(nursery, 
     await in_thread(confluent_alter, rb.bootstrap, "t", "retention.ms", "5000")
     assert rb.partition("t").log.config.retention_ms == 5000
 
-    def kafka_python_alter():
+    def legacy_alter(configs):
         admin = KafkaAdminClient(bootstrap_servers=rb.bootstrap)
         try:
-            return admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t",
-                                                       configs={"max.message.bytes": "2000"})])
+            return admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t", configs=configs)],
+                                       incremental=False, raise_on_unknown=False)
         finally:
             admin.close()
 
-    await in_thread(kafka_python_alter)
-    assert rb.broker.image.topic_config("t")["max.message.bytes"] == "2000"
+    # kafka-python reads the topic's set keys and sends them with the change.
+    await in_thread(legacy_alter, {"max.message.bytes": "2000"})
+    assert rb.broker.image.topic_config("t") == {"max.message.bytes": "2000", "retention.ms": "5000"}
     assert (await produce_5000_bytes()).error_code == ErrorCode.message_too_large
     assert rb.partition("t").log.log_end_offset == 1
+    # A key left out of AlterConfigs goes back to its default.
+    (answer,) = (await conn.request(legacy_alter_raw(2, "t", max_message_bytes="10000"))).responses
+    assert answer.error_code == ErrorCode.none
+    assert rb.broker.image.topic_config("t") == {"max.message.bytes": "10000"}
+    assert rb.partition("t").log.config.retention_ms == 7 * 24 * 3600 * 1000
+    assert (await produce_5000_bytes()).error_code == ErrorCode.none
+
+
+def legacy_alter_raw(resource_type: int, name: str, **configs):
+    from kio.schema.alter_configs.v0 import request as ac0
+    return ac0.AlterConfigsRequest(resources=(ac0.AlterConfigsResource(
+        resource_type=resource_type, resource_name=name,
+        configs=tuple(ac0.AlterableConfig(name=k.replace("_", "."), value=v) for k, v in configs.items())),),
+        validate_only=False)
+
+
+async def test_alter_configs_answers_per_resource_with_the_controllers_errors(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    (bad,) = (await conn.request(legacy_alter_raw(2, "t", retention_ms="soon"))).responses
+    assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
+    (missing,) = (await conn.request(legacy_alter_raw(2, "nope", retention_ms="1000"))).responses
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    (broker,) = (await conn.request(legacy_alter_raw(4, "1", log_retention_ms="1000"))).responses
+    assert broker.error_code == ErrorCode.invalid_request and "properties file" in broker.error_message
+    (ok,) = (await conn.request(legacy_alter_raw(2, "t", retention_ms="1000"))).responses
+    assert ok.error_code == ErrorCode.none and rb.broker.image.topic_config("t") == {"retention.ms": "1000"}
 
 
 async def test_min_cleanable_dirty_ratio_is_a_topic_config_the_cleaner_reads(nursery, tmp_path):
