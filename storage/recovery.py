@@ -126,6 +126,9 @@ def load_trusted(segment: LogSegment, config: LogConfig) -> None:
         raise CorruptIndexError(f"time index points at offset {time_index.offsets[-1]}, past the segment")
     if size:
         segment.set_first_batch_timestamp(parse_header(segment.log.pread(HEADER_SIZE, 0)).max_timestamp)
+        # Only the headers after the last index entry were read: the
+        # records are checked when a reader first reaches them.
+        segment.unchecked = [[0, size]]
 
 
 def recover_segment(
@@ -139,6 +142,7 @@ def recover_segment(
     an append and its checkpoint write); those below it are history the
     cache has let go of."""
     segment.reset_state()
+    segment.unchecked = []  # every batch kept is validated below
     f = segment.log
     size = f.size
     position = 0

@@ -22,6 +22,20 @@ for the start of one of the last few batches appended (a caught-up
 follower's fetch offset, a consumer's HW bound), so the segment also keeps
 the positions of its last `RECENT_BATCHES` batches by base offset
 (`recent_batches`), and those lookups skip the scan.
+
+Every batch appended by this process was validated, records included
+(`storage.record_validation`), and so was every batch recovery read. A
+segment loaded as trusted (wholly below the recovery point,
+`storage.recovery.load_trusted`) was not: its bytes may come from an
+older version or a disk fault that kept the CRC. Its byte ranges not yet
+checked are in `unchecked` (one range, the whole file, after loading;
+empty for every other segment, so the append path does no work for it).
+A reader calls `check_range` for the bytes it is about to serve: the
+first read of a range validates it once, from the page cache, with the
+same walk as recovery, and the range leaves `unchecked`; later reads pay
+one truthiness test. A batch that fails raises `CorruptRecordError`
+naming the file, position, base offset and reason; the good batches
+before it are checked and stay served.
 """
 
 from __future__ import annotations
@@ -31,10 +45,19 @@ import struct
 from bisect import bisect_right
 from typing import Iterator
 
-from storage.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader, parse_header
+from storage.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    parse_header,
+    validate_batch,
+)
 from storage.config import LogConfig
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, StorageError, UnsupportedCompressionError
 from storage.fs import File, FileSystem
+from storage.record_validation import check_stored_batch
 from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
@@ -52,6 +75,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 # headers per read, one big batch's header per read.
 _SCAN_CHUNK = 4096
 _NEVER = 1 << 63
+# Bytes read at once while checking an unchecked range (`check_range`).
+_CHECK_CHUNK = 1 << 20
 _BATCH_LENGTH = struct.Struct(">i")
 #: Batch starts kept by base offset (`LogSegment.recent_batches`): a
 #: follower that keeps up asks for one of the last few.
@@ -86,6 +111,10 @@ class LogSegment:
         #: Aborted transactions whose ABORT marker is in this segment
         #: (`storage.txn_index`); its file is read on first use.
         self.txn_index = TxnIndex(fs, self.path(TXN_INDEX_SUFFIX))
+        #: Byte ranges `[start, end)` whose batches' records were never
+        #: validated, in order, each starting and ending on a batch boundary
+        #: (see the module docstring); `load_trusted` sets it.
+        self.unchecked: list[list[int]] = []
         self.reset_state()
 
     def reset_state(self) -> None:
@@ -115,6 +144,16 @@ class LogSegment:
         # The append path rolls past this size: segment.bytes, or at once
         # when the index is full.
         self.roll_bytes = -1 if full else self.segment_bytes
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Roll and index by changed configs (`Log.reconfigure`)."""
+        self.index_interval_bytes = config.index_interval_bytes
+        self.segment_ms = config.segment_ms
+        self.segment_bytes = config.segment_bytes
+        # The setters recompute the bounds the append path checks.
+        self.last_index_position = self.last_index_position
+        self.index_full = self.index_full
+        self.set_first_batch_timestamp(self.first_batch_timestamp)
 
     def set_first_batch_timestamp(self, timestamp: int | None) -> None:
         self.first_batch_timestamp = timestamp
@@ -282,6 +321,51 @@ class LogSegment:
             want = _SCAN_CHUNK
         return end
 
+    def check_range(self, start: int, end: int) -> int:
+        """Validate the records of the unchecked batches in `[start, end)`
+        (both batch boundaries) once; see the module docstring. Returns
+        `end`, or the position of the first bad batch when the bytes from
+        `start` to it are good; raises `CorruptRecordError` (or
+        `UnsupportedCompressionError`) when the batch at `start` is bad."""
+        for r in self.unchecked:
+            low, high = max(start, r[0]), min(end, r[1])
+            if low >= high:
+                continue
+            good, error = self._check_batches(low, high)
+            # [low, good) is checked now: cut it out of the range.
+            ranges = self.unchecked
+            i = ranges.index(r)
+            ranges[i : i + 1] = [x for x in ([r[0], low], [good, r[1]]) if x[0] < x[1]]
+            if error is not None:
+                if good > start:
+                    return good
+                raise error
+            return self.check_range(high, end) if high < end else end
+        return end
+
+    def _check_batches(self, position: int, end: int) -> tuple[int, StorageError | None]:
+        """Validate the batches from `position` to `end`: `(end, None)`, or
+        `(position of the first bad batch, its error)`."""
+        f = self.log
+        buf, buf_start = b"", position
+        while position < end:
+            rel = position - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf, buf_start, rel = f.pread(min(_CHECK_CHUNK, end - position), position), position, 0
+            size = _BATCH_LENGTH.unpack_from(buf, rel + 8)[0] + LOG_OVERHEAD if rel + 12 <= len(buf) else 0
+            if rel + size > len(buf):
+                buf, buf_start, rel = f.pread(min(size, end - position), position), position, 0
+            try:
+                header = validate_batch(buf, rel)
+                check_stored_batch(buf, rel, header)
+            except (CorruptRecordError, UnsupportedCompressionError) as exc:
+                reason = str(exc).replace(f"position {rel}", f"position {position}", 1)
+                if isinstance(exc, CorruptRecordError):
+                    return position, CorruptRecordError(f"{f.path}: {reason}", position)
+                return position, UnsupportedCompressionError(f"{f.path}: {reason}")
+            position += header.size_in_bytes
+        return end, None
+
     # --- changing ---
 
     def truncate_to(self, offset: int) -> int:
@@ -293,6 +377,8 @@ class LogSegment:
         cut = found[0]
         removed = self.log.size - cut
         self.log.truncate(cut)
+        if self.unchecked:
+            self.unchecked = [[start, min(end, cut)] for start, end in self.unchecked if start < cut]
         self.txn_index.truncate_to(found[1].base_offset)
         self.recent_batches = {o: p for o, p in self.recent_batches.items() if p < cut}
         self.offset_index.truncate_to_position(cut)

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
-IncrementalAlterConfigs are decided by the active controller. The broker
+IncrementalAlterConfigs are decided by the active controller (AlterConfigs,
+the older whole-set form, goes as the IncrementalAlterConfigs that makes
+the given set the whole set). The broker
 converts the client's request to the version the controller speaks
 (`controller_channel.CONTROLLER_VERSIONS`, `kio_util.convert`), sends it
 through the `ControllerChannel`, and converts the answer back.
@@ -46,6 +48,7 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.elect_leaders.v2 import request as el_req
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 
@@ -209,20 +212,59 @@ async def handle_incremental_alter_configs(broker, ctx, request):
                   error_message="the controller did not answer", resource_type=r.resource_type,
                   resource_name=r.resource_name) for r in body.resources))
     if not body.validate_only:
-        ok = {(int(r.resource_type), r.resource_name) for r in response.responses if r.error_code == ErrorCode.none}
-        changes = [(r.resource_name, c.name, int(c.config_operation), c.value) for r in body.resources
-                   if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) == _TOPIC_RESOURCE
-                   for c in r.configs if int(c.config_operation) in (_SET, _DELETE)]
-
-        def shown(image: MetadataImage) -> bool:
-            for name, key, op, value in changes:
-                current = image.topic_config(name).get(key)
-                if (op == _SET and current != value) or (op == _DELETE and current is not None):
-                    return False
-            return True
-
-        await _settle(broker, shown, _deadline(body), "IncrementalAlterConfigs")
+        await _settle_configs(broker, body.resources, response.responses, "IncrementalAlterConfigs")
     return response
+
+
+async def handle_alter_configs(broker, ctx, request):
+    """AlterConfigs, the older whole-set form: a resource's configs become
+    exactly the ones given. Sent to the controller as the
+    IncrementalAlterConfigs that makes them so against this broker's image
+    (SET of each key given, DELETE of each key set now and not given)."""
+    body = request.body
+    mod = response_module(request.header)
+    resources = []
+    for r in body.resources:
+        given = [c.name for c in r.configs]
+        current = broker.image.topic_config(r.resource_name) if int(r.resource_type) == _TOPIC_RESOURCE else {}
+        resources.append(iac_req.AlterConfigsResource(
+            resource_type=r.resource_type, resource_name=r.resource_name, configs=tuple(
+                [iac_req.AlterableConfig(name=c.name, config_operation=_SET, value=c.value) for c in r.configs]
+                + [iac_req.AlterableConfig(name=k, config_operation=_DELETE, value=None)
+                   for k in sorted(current) if k not in given])))
+    incremental = iac_req.IncrementalAlterConfigsRequest(resources=tuple(resources),
+                                                         validate_only=body.validate_only)
+    try:
+        answer = await broker.controller.send(incremental)
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("no answer from the controller: %s", exc)
+        return build(mod.AlterConfigsResponse, throttle_time=_NO_THROTTLE, responses=tuple(
+            build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.request_timed_out,
+                  error_message="the controller did not answer", resource_type=r.resource_type,
+                  resource_name=r.resource_name) for r in body.resources))
+    if not body.validate_only:
+        await _settle_configs(broker, resources, answer.responses, "AlterConfigs")
+    return build(mod.AlterConfigsResponse, throttle_time=answer.throttle_time, responses=tuple(
+        build(mod.AlterConfigsResourceResponse, error_code=r.error_code, error_message=r.error_message,
+              resource_type=r.resource_type, resource_name=r.resource_name) for r in answer.responses))
+
+
+async def _settle_configs(broker, resources, responses, what: str) -> None:
+    """Wait until this broker's image shows the SETs and DELETEs of the
+    resources the controller accepted."""
+    ok = {(int(r.resource_type), r.resource_name) for r in responses if r.error_code == ErrorCode.none}
+    changes = [(r.resource_name, c.name, int(c.config_operation), c.value) for r in resources
+               if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) == _TOPIC_RESOURCE
+               for c in r.configs if int(c.config_operation) in (_SET, _DELETE)]
+
+    def shown(image: MetadataImage) -> bool:
+        for name, key, op, value in changes:
+            current = image.topic_config(name).get(key)
+            if (op == _SET and current != value) or (op == _DELETE and current is not None):
+                return False
+        return True
+
+    await _settle(broker, shown, trio.current_time() + 30.0, what)
 
 
 # --- ElectLeaders ---------------------------------------------------------

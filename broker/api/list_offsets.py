@@ -121,6 +121,8 @@ def _max_timestamp(hp: HostedPartition, bound: int) -> tuple[int, int] | None:
     if found is None:
         return None
     position, header = found
+    if best.unchecked:
+        best.check_range(position, position + header.size_in_bytes)  # raises for a bad batch
     batch = best.log.pread(header.size_in_bytes, position)
     for record in iter_records(batch):
         if record.timestamp == best.max_timestamp and log.log_start_offset <= record.offset < bound:

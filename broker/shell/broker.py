@@ -90,6 +90,7 @@ _APIS = {
     32: (1, 4, admin.handle_describe_configs),
     37: (0, 3, admin.handle_create_partitions),
     43: (0, 2, admin.handle_elect_leaders),
+    33: (0, 2, admin.handle_alter_configs),
     44: (0, 1, admin.handle_incremental_alter_configs),
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),

@@ -49,6 +49,7 @@ from quorum.metadata import MetadataDelta, MetadataImage
 from quorum.metadata.topic_configs import TOPIC_CONFIGS
 from storage import record_validation
 from storage.batch import CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD, set_max_timestamp, validate_batch
+from storage.config import LogConfig
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -176,7 +177,7 @@ class ReplicaManager:
             self._stop_replica(stopped)
             yield
         eligible = eligible_brokers(image)
-        settings: dict[str, tuple[int, bool]] = {}
+        settings: dict[str, tuple[int, RecordPolicy, LogConfig]] = {}
         touched = set()
         # Counted by `is`: an enum member's `value` and `__hash__` are Python code.
         new_followers = new_leaders = 0
@@ -241,7 +242,7 @@ class ReplicaManager:
             return 0
         now_ms = self.clock_ms()
         eligible = eligible_brokers(image)
-        settings: dict[str, tuple[int, bool]] = {}
+        settings: dict[str, tuple[int, RecordPolicy, LogConfig]] = {}
         back = 0
         for key, local in list(self.offline.items()):
             try:
@@ -275,7 +276,7 @@ class ReplicaManager:
         _log.info("stopped replica %s-%d (delete=%s)", stopped.topic_name, stopped.partition, stopped.delete)
 
     def _apply_local(self, image: MetadataImage, local, eligible, now_ms: int,
-                     settings: dict[str, tuple[int, bool]]) -> tuple[HostedPartition, Role | None]:
+                     settings: dict[str, tuple[int, RecordPolicy, LogConfig]]) -> tuple[HostedPartition, Role | None]:
         """Create or update one hosted replica; the replica, and its new role
         if its role or leader epoch changed (logged one line per partition
         at DEBUG: a delta of 10,000 partitions is summed up in one INFO line)."""
@@ -328,22 +329,27 @@ class ReplicaManager:
 
     def refresh_topic_configs(self, image: MetadataImage) -> None:
         """Adopt changed topic configs (`min.insync.replicas`, the record
-        rules: `message.timestamp.*`, `cleanup.policy`, `max.message.bytes`)
-        on every hosted partition."""
-        settings: dict[str, tuple[int, RecordPolicy]] = {}
+        rules: `message.timestamp.*`, `cleanup.policy`, `max.message.bytes`;
+        the log's: retention, rolls, flushing) on every hosted partition."""
+        settings: dict[str, tuple[int, RecordPolicy, LogConfig]] = {}
         for hp in self.partitions.values():
             self._apply_topic_configs(image, hp, settings)
 
     def _apply_topic_configs(self, image: MetadataImage, hp: HostedPartition,
-                             settings: dict[str, tuple[int, RecordPolicy]]) -> None:
-        """`settings`: (min.insync.replicas, record policy) by topic, filled
+                             settings: dict[str, tuple[int, RecordPolicy, LogConfig]]) -> None:
+        """`settings`: (min.insync.replicas, record policy, log config) by topic, filled
         as topics are met (a delta of 10,000 partitions has a few topics)."""
         topic = hp.state.topic
         setting = settings.get(topic)
         if setting is None:
+            topic_configs = image.topic_config(topic)
             setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas")),
-                                         record_policy_for({**self.log_defaults, **image.topic_config(topic)}))
-        min_isr, hp.record_policy = setting
+                                         record_policy_for({**self.log_defaults, **topic_configs}),
+                                         log_config_for(topic_configs, self.log_defaults))
+        min_isr, hp.record_policy, log_config = setting
+        if log_config != hp.log.config:
+            # max.message.bytes, retention, rolls: from the next append or pass.
+            hp.log.reconfigure(log_config)
         if min_isr != hp.state.min_insync_replicas:
             hp.state.set_min_insync_replicas(min_isr)
             hp.notify()

@@ -10,7 +10,7 @@ effective value (explicit or default) with `effective_topic_config` and turn
 it into a Python value with `ConfigDef.parse`.
 
 Values are validated as Kafka's `ConfigDef` does: integers by range,
-booleans case-insensitively, enumerations by membership, lists as
+doubles by range, booleans case-insensitively, enumerations by membership, lists as
 comma-separated items.
 """
 
@@ -32,6 +32,7 @@ class ConfigType(enum.IntEnum):
     STRING = 2
     INT = 3
     LONG = 5
+    DOUBLE = 6
     LIST = 7
 
 
@@ -48,6 +49,8 @@ class ConfigDef:
     doc: str
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
+    #: DOUBLE keys: the closed range a value must lie in.
+    fraction_range: tuple[float, float] | None = None
 
     def validate(self, value: str | None) -> str | None:
         """None if `value` is acceptable, else a message saying what is wrong."""
@@ -64,6 +67,19 @@ class ConfigDef:
                 return f"Invalid value {value} for configuration {self.name}: out of range for {self.type.name}"
             if self.minimum is not None and n < self.minimum:
                 return f"Invalid value {value} for configuration {self.name}: Value must be at least {self.minimum}"
+            return None
+        if self.type == ConfigType.DOUBLE:
+            try:
+                x = float(value.strip())
+            except ValueError:
+                return f"Invalid value {value} for configuration {self.name}: Not a number of type DOUBLE"
+            if x != x:  # NaN: float() reads it, no range holds it
+                return f"Invalid value {value} for configuration {self.name}: Not a number of type DOUBLE"
+            lo, hi = self.fraction_range or (float("-inf"), float("inf"))
+            if x < lo:
+                return f"Invalid value {value} for configuration {self.name}: Value must be at least {lo}"
+            if x > hi:
+                return f"Invalid value {value} for configuration {self.name}: Value must be no more than {hi}"
             return None
         if self.type == ConfigType.BOOLEAN:
             if value.strip().lower() not in ("true", "false"):
@@ -84,9 +100,11 @@ class ConfigDef:
         return None
 
     def parse(self, value: str) -> Any:
-        """The Python value of a validated string: int, bool, list[str] or str."""
+        """The Python value of a validated string: int, float, bool, list[str] or str."""
         if self.type in (ConfigType.INT, ConfigType.LONG):
             return int(value.strip())
+        if self.type == ConfigType.DOUBLE:
+            return float(value.strip())
         if self.type == ConfigType.BOOLEAN:
             return value.strip().lower() == "true"
         if self.type == ConfigType.LIST:
@@ -137,6 +155,11 @@ _DEFS = (
               "How long compaction keeps tombstones.", minimum=0),
     ConfigDef("min.compaction.lag.ms", ConfigType.LONG, "0",
               "A record stays uncompacted at least this long.", minimum=0),
+    ConfigDef("max.compaction.lag.ms", ConfigType.LONG, str(_LONG_MAX),
+              "A record stays uncompacted at most this long, whatever the dirty ratio (KIP-354).", minimum=1),
+    ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5",
+              "Compact a log once this fraction of it is dirty (written since its last compaction).",
+              fraction_range=(0.0, 1.0)),
     ConfigDef("index.interval.bytes", ConfigType.INT, "4096",
               "Bytes between two offset index entries.", minimum=0),
     ConfigDef("segment.index.bytes", ConfigType.INT, "10485760",

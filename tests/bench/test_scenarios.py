@@ -144,6 +144,7 @@ def test_the_quick_suite_runs_each_entry_round_robin():
     (("failover", "--partitions", "0"), "--partitions, --timeout and --session-timeout-ms must be positive"),
     (("failover", "--client-partitions", "-1"), "--client-partitions at least 0"),
     (("produce", "--results", "{file}/results"), "--results {file}/results: cannot make the directory"),
+    (("produce", "--tansu", "{file}"), "--tansu {file} is not an executable file"),
     (("failover", "--dir", "{file}/clusters"), "--dir {file}/clusters: cannot make the directory (Not a directory)"),
     (("storage", "--dir", "{file}/files"), "--dir {file}/files: cannot make the directory"),
     (("quorum", "--dir", "{file}/controllers"), "--dir {file}/controllers: cannot make the directory"),

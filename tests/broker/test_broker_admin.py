@@ -9,12 +9,14 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTo
 from kio.schema.create_topics.v4 import request as ct4
 from kio.schema.delete_topics.v4 import request as dt4
 from kio.schema.describe_configs.v1 import request as dc1
+from kio.schema.describe_configs.v4 import request as dc4
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v0 import request as iac0
 from kio.schema.init_producer_id.v4 import request as ip4
 from kio.schema.metadata.v8 import request as md8
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
 
+from broker.shell.cleaner_runtime import compaction_config
 from broker_testing import batch, in_thread, list_offsets_request, only_partition, produce_request, start_broker
 
 
@@ -180,3 +182,108 @@ async def test_admin_requests_without_a_controller_answer_retriably(nursery, tmp
     pid = await conn.request(ip4.InitProducerIdRequest(transactional_id=None,
                                                        transaction_timeout=datetime.timedelta(seconds=1)))
     assert pid.error_code == ErrorCode.coordinator_not_available
+
+
+def confluent_alter(bootstrap: str, topic: str, key: str, value: str) -> None:
+    """IncrementalAlterConfigs SET of one topic config, by confluent-kafka."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry
+    from confluent_kafka.admin import ConfigResource as CkResource
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = CkResource("TOPIC", topic, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=10)
+
+
+async def test_a_changed_max_message_bytes_applies_to_the_next_produce(nursery, tmp_path):
+    """Raised on a live topic (IncrementalAlterConfigs, confluent-kafka),
+    then lowered and raised again (the older AlterConfigs): each produce is
+    held to the value in force; the other log configs (retention) reach the
+    open log too, and AlterConfigs makes the given set the whole set."""
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t", configs={"max.message.bytes": "2000"})
+    conn = await rb.connect(nursery)
+
+    async def produce_5000_bytes():
+        return only_partition(await conn.request(produce_request("t", 0, batch(1, value_bytes=5000))))
+
+    assert (await produce_5000_bytes()).error_code == ErrorCode.message_too_large
+    await in_thread(confluent_alter, rb.bootstrap, "t", "max.message.bytes", "10000")
+    produced = await produce_5000_bytes()
+    assert (produced.error_code, produced.base_offset) == (ErrorCode.none, 0)
+    await in_thread(confluent_alter, rb.bootstrap, "t", "retention.ms", "5000")
+    assert rb.partition("t").log.config.retention_ms == 5000
+
+    def legacy_alter(configs):
+        admin = KafkaAdminClient(bootstrap_servers=rb.bootstrap)
+        try:
+            return admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t", configs=configs)],
+                                       incremental=False, raise_on_unknown=False)
+        finally:
+            admin.close()
+
+    # kafka-python reads the topic's set keys and sends them with the change.
+    await in_thread(legacy_alter, {"max.message.bytes": "2000"})
+    assert rb.broker.image.topic_config("t") == {"max.message.bytes": "2000", "retention.ms": "5000"}
+    assert (await produce_5000_bytes()).error_code == ErrorCode.message_too_large
+    assert rb.partition("t").log.log_end_offset == 1
+    # A key left out of AlterConfigs goes back to its default.
+    (answer,) = (await conn.request(legacy_alter_raw(2, "t", max_message_bytes="10000"))).responses
+    assert answer.error_code == ErrorCode.none
+    assert rb.broker.image.topic_config("t") == {"max.message.bytes": "10000"}
+    assert rb.partition("t").log.config.retention_ms == 7 * 24 * 3600 * 1000
+    assert (await produce_5000_bytes()).error_code == ErrorCode.none
+
+
+def legacy_alter_raw(resource_type: int, name: str, **configs):
+    from kio.schema.alter_configs.v0 import request as ac0
+    return ac0.AlterConfigsRequest(resources=(ac0.AlterConfigsResource(
+        resource_type=resource_type, resource_name=name,
+        configs=tuple(ac0.AlterableConfig(name=k.replace("_", "."), value=v) for k, v in configs.items())),),
+        validate_only=False)
+
+
+async def test_alter_configs_answers_per_resource_with_the_controllers_errors(nursery, tmp_path):
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("t")
+    conn = await rb.connect(nursery)
+    (bad,) = (await conn.request(legacy_alter_raw(2, "t", retention_ms="soon"))).responses
+    assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
+    (missing,) = (await conn.request(legacy_alter_raw(2, "nope", retention_ms="1000"))).responses
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    (broker,) = (await conn.request(legacy_alter_raw(4, "1", log_retention_ms="1000"))).responses
+    assert broker.error_code == ErrorCode.invalid_request and "properties file" in broker.error_message
+    (ok,) = (await conn.request(legacy_alter_raw(2, "t", retention_ms="1000"))).responses
+    assert ok.error_code == ErrorCode.none and rb.broker.image.topic_config("t") == {"retention.ms": "1000"}
+
+
+async def test_min_cleanable_dirty_ratio_is_a_topic_config_the_cleaner_reads(nursery, tmp_path):
+    """Kafka's compaction keys are accepted at creation and by
+    IncrementalAlterConfigs, refused out of range, described with Kafka's
+    DOUBLE type, and the cleaner reads the topic's value."""
+    rb = await start_broker(nursery, tmp_path)
+    conn = await rb.connect(nursery)
+    created = await conn.request(ct4.CreateTopicsRequest(topics=(ct4.CreatableTopic(
+        name="c", num_partitions=1, replication_factor=1, assignments=(),
+        configs=(ct4.CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                 ct4.CreatableTopicConfig(name="min.cleanable.dirty.ratio", value="0.1"),
+                 ct4.CreatableTopicConfig(name="max.compaction.lag.ms", value="60000"))),),
+        timeout=datetime.timedelta(seconds=5), validate_only=False))
+    assert [(t.name, t.error_code, t.error_message) for t in created.topics] == [("c", ErrorCode.none, None)]
+    config = compaction_config(rb.broker, "c")
+    assert (config.min_cleanable_dirty_ratio, config.max_compaction_lag_ms) == (0.1, 60000)
+
+    await in_thread(confluent_alter, rb.bootstrap, "c", "min.cleanable.dirty.ratio", "0.25")
+    assert compaction_config(rb.broker, "c").min_cleanable_dirty_ratio == 0.25
+    refused = await conn.request(iac0.IncrementalAlterConfigsRequest(resources=(iac0.AlterConfigsResource(
+        resource_type=2, resource_name="c", configs=(
+            iac0.AlterableConfig(name="min.cleanable.dirty.ratio", config_operation=0, value="1.5"),)),),
+        validate_only=False))
+    (response,) = refused.responses
+    assert response.error_code == ErrorCode.invalid_config
+    assert "min.cleanable.dirty.ratio" in response.error_message and "no more than 1.0" in response.error_message
+    described = await conn.request(dc4.DescribeConfigsRequest(resources=(dc4.DescribeConfigsResource(
+        resource_type=2, resource_name="c", configuration_keys=("min.cleanable.dirty.ratio",)),),
+        include_synonyms=False, include_documentation=False))
+    (entry,) = described.results[0].configs
+    assert (entry.value, entry.config_type) == ("0.25", 6)  # Kafka's ConfigType DOUBLE

@@ -5,7 +5,7 @@ parse.
 Such a batch can no longer be produced (tests/broker/test_broker_record_integrity.py);
 it stands here for a log written by an older version or damaged on disk:
 it is appended to the leader's log directly, or its bytes are edited in the
-segment file while the broker runs.
+segment file while the broker runs or while it is stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ from broker_testing import (
     produce_request,
     start_broker,
 )
+from common.wire import connect
 from storage.batch import CRC_OFFSET, CRC_START_OFFSET, HEADER_SIZE, build_batch, iter_batch_headers
+from storage.checkpoint import OffsetCheckpointFile
+from storage.fs import OsFileSystem
+from test_broker_restart import BrokerProcess
 
 TOPIC = "t"
 
@@ -185,3 +189,84 @@ async def test_the_produce_answer_names_the_record_at_fault(nursery, tmp_path):
     assert "no key" in partition.record_errors[0].batch_index_error_message
     assert "compacted" in partition.error_message
     assert rb.partition(TOPIC, 0).log.log_end_offset == 0
+
+
+def damage_records(path, batch_index: int) -> tuple[int, int]:
+    """Make the records of a segment's batch unparsable, the CRC recomputed so
+    it holds (a log an older version wrote, or a disk fault the CRC kept);
+    return the batch's position and base offset."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        position, header = list(iter_batch_headers(bytes(data)))[batch_index]
+        data[position + HEADER_SIZE] = 0x01  # the first record's length varint: -1
+        end = position + header.size_in_bytes
+        struct.pack_into(">I", data, position + CRC_OFFSET, crc32c(memoryview(data)[position + CRC_START_OFFSET : end]))
+        f.seek(0)
+        f.write(data)
+    return position, header.base_offset
+
+
+async def test_a_damaged_batch_below_the_recovery_point_fails_its_partition_after_a_restart(nursery, tmp_path):
+    """A broker process stopped cleanly (the recovery point at the end of the
+    log, so the next start re-reads nothing); a batch in the middle of a
+    segment is edited on disk to hold records that do not parse, CRC intact.
+    After the restart, Fetch serves the batches before it, answers
+    CORRUPT_MESSAGE at it while the other partition in the same request is
+    served, and serves the batches after it; ListOffsets by a timestamp in
+    it answers CORRUPT_MESSAGE on a connection that stays up. The broker
+    logs the partition, position, base offset and reason once."""
+    first = BrokerProcess(tmp_path, f"{TOPIC}:2")
+    host, port = first.bootstrap.split(":")
+    async with trio.open_nursery() as inner:
+        conn = await connect(inner, host, int(port))
+        for partition in (0, 1):
+            for i in range(3):
+                response = await conn.request(produce_request(
+                    TOPIC, partition, batch(2, base_timestamp=BASE_TIMESTAMP_MS + 10 * i), acks=-1))
+                assert only_partition(response).base_offset == 2 * i
+        inner.cancel_scope.cancel()
+    first.stop()
+    assert OffsetCheckpointFile(OsFileSystem(), str(tmp_path / "recovery-point-offset-checkpoint")).read()[
+        (TOPIC, 0)] == 6
+    position, bad_offset = damage_records(tmp_path / f"{TOPIC}-0" / f"{0:020d}.log", 1)
+    assert bad_offset == 2
+
+    second = BrokerProcess(tmp_path, f"{TOPIC}:2")
+    host, port = second.bootstrap.split(":")
+    try:
+        async with trio.open_nursery() as inner:
+            conn = await connect(inner, host, int(port))
+
+            async def fetch(offset: int):
+                response = await conn.request(fetch_request([(TOPIC, 0, offset, 1 << 20, -1),
+                                                              (TOPIC, 1, 0, 1 << 20, -1)]))
+                (topic,) = response.responses
+                damaged, healthy = topic.partitions
+                assert healthy.error_code == ErrorCode.none
+                assert [h.base_offset for _, h in iter_batch_headers(bytes(healthy.records))] == [0, 2, 4]
+                return damaged
+
+            damaged = await fetch(0)  # the batch before the damage is served
+            assert damaged.error_code == ErrorCode.none
+            assert [h.base_offset for _, h in iter_batch_headers(bytes(damaged.records))] == [0]
+            for _ in range(3):
+                damaged = await fetch(bad_offset)
+                assert damaged.error_code == ErrorCode.corrupt_message and not damaged.records
+            damaged = await fetch(4)  # and the batch after it
+            assert damaged.error_code == ErrorCode.none
+            assert [h.base_offset for _, h in iter_batch_headers(bytes(damaged.records))] == [4]
+
+            response = await conn.request(list_offsets((0, BASE_TIMESTAMP_MS + 10), (1, BASE_TIMESTAMP_MS + 10)))
+            bad, good = response.topics[0].partitions
+            assert bad.error_code == ErrorCode.corrupt_message and bad.offset == -1
+            assert (good.error_code, good.offset) == (ErrorCode.none, 2)
+            response = await conn.request(list_offsets((0, -1)))  # the same connection
+            assert (only_partition(response).error_code, only_partition(response).offset) == (ErrorCode.none, 6)
+            inner.cancel_scope.cancel()
+    finally:
+        stderr = second.stop()
+    failures = [line for line in stderr.splitlines() if "a read failed" in line]
+    assert len(failures) == 1, stderr
+    assert f"{TOPIC}-0: a read failed" in failures[0]
+    assert f"position {position}" in failures[0] and "base_offset 2" in failures[0]
+    assert "record 0 of 2" in failures[0]

@@ -46,3 +46,22 @@ def test_bad_values_name_the_key_and_what_is_allowed(props, message):
 def test_direct_construction_is_checked_too():
     with pytest.raises(ConfigError, match="segment.index.bytes"):
         LogConfig(segment_index_bytes=4)
+
+
+def test_a_reconfigured_log_applies_the_new_limits_to_the_next_append():
+    """`Log.reconfigure` (AlterConfigs on a live topic): the next append is
+    held to the new max.message.bytes and rolls at the new segment.bytes."""
+    from storage.batch import build_batch
+    from storage.errors import RecordTooLargeError
+    from storage.log import Log
+    from storage.sim_fs import SimFileSystem
+
+    log = Log.open("/d/t-0", LogConfig(max_message_bytes=500), fs=SimFileSystem(), now_ms=0)
+    big = build_batch([(b"k", b"v" * 1000, (), 0)])
+    with pytest.raises(RecordTooLargeError):
+        log.append(big, now_ms=0)
+    log.reconfigure(LogConfig(max_message_bytes=5000, segment_bytes=len(big) + 10))
+    assert log.append(big, now_ms=0) == 0
+    assert log.append(big, now_ms=0) == 1
+    assert [s.base_offset for s in log.segments] == [0, 1]  # the second append rolled
+    log.close()

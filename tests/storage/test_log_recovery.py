@@ -10,6 +10,7 @@ from log_testing import BASE_TS, as_stored, batch
 
 from storage.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, CRC_START_OFFSET, HEADER_SIZE, iter_batch_headers, parse_header
 from storage.config import LogConfig
+from storage.errors import CorruptRecordError, UnsupportedCompressionError
 from storage.log import Log
 from storage.sim_fs import SimFileSystem
 
@@ -250,3 +251,81 @@ def test_a_new_log_costs_no_fsync_and_its_first_flush_makes_it_durable():
     fs.crash()
     log = Log.open("/data/t-0", CONFIG, now_ms=0, fs=fs)
     assert log.read_bytes(0, 10**7) == stored_prefix(5)
+
+
+def plant_unparsable(logdir, segment_index=1, batch_index=2, damage=(HEADER_SIZE, 0x7E)):
+    """Edit a batch of a closed log so its records do not parse while its CRC
+    holds (what an older version could have appended); return its segment
+    file, position and base offset."""
+    victim = logdir / seg_files(logdir)[segment_index]
+    data = bytearray(victim.read_bytes())
+    position = [p for p, _ in iter_batch_headers(bytes(data))][batch_index]
+    at, value = damage
+    data[position + at] = value
+    header = parse_header(data, position)
+    end = position + header.size_in_bytes
+    struct.pack_into(">I", data, position + CRC_OFFSET, crc32c(memoryview(data)[position + CRC_START_OFFSET : end]))
+    victim.write_bytes(bytes(data))
+    return victim, position, header.base_offset
+
+
+@pytest.mark.parametrize("damage,reason", [
+    ((HEADER_SIZE, 0x7E), "record 0 of 2"),  # the first record's length runs past it
+    ((ATTRIBUTES_OFFSET + 1, 0x05), "codec"),  # a codec id Kafka does not define
+])
+def test_a_trusted_segment_is_checked_when_first_read_and_a_bad_batch_fails_the_read_that_reaches_it(
+        logdir, damage, reason):
+    """Below the recovery point nothing is re-read on open; the first read
+    that reaches a batch whose records do not parse serves the good batches
+    before it, and a read that starts at it raises, naming the file, the
+    position and the reason. The rest of the log still reads."""
+    write_log(logdir)  # clean: the recovery point is the end of the log
+    victim, position, bad_offset = plant_unparsable(logdir, damage=damage)
+    log = Log.open(str(logdir), CONFIG, now_ms=0)
+    try:
+        assert log.log_end_offset == 2 * len(RAW)  # open trusted it: nothing cut
+        served = log.read_bytes(0, 10**7)
+        assert served == stored_prefix(bad_offset // 2)
+        for _ in range(2):  # every time, not only the first
+            with pytest.raises((CorruptRecordError, UnsupportedCompressionError)) as raised:
+                log.read(bad_offset, 10**7)
+            message = str(raised.value)
+            assert str(victim) in message and f"position {position}" in message and reason in message
+        # Past the bad batch, the log reads (and checks) as before.
+        after = bad_offset + 2
+        assert log.read_bytes(after, 10**7) == b"".join(STORED[after // 2 :])
+        # Batch i holds timestamps i and i+1: the bad batch's are below this.
+        later = BASE_TS + bad_offset // 2 + 2
+        assert log.offset_for_timestamp(later) == (bad_offset + 3, later)
+        with pytest.raises((CorruptRecordError, UnsupportedCompressionError)):
+            log.offset_for_timestamp(BASE_TS + bad_offset // 2 + 1)  # only in the bad batch
+    finally:
+        log.close()
+
+
+def test_a_trusted_segment_is_checked_once():
+    """Once checked, a range is not read again for checking: the hot path
+    of a steady reader is one truthiness test per slice."""
+    fs = SimFileSystem()
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    for raw in RAW:
+        log.append(raw, now_ms=0)
+    assert all(not s.unchecked for s in log.segments)  # appended here: validated before
+    log.close()
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    assert all(s.unchecked == [[0, s.size]] for s in log.segments)
+    middle = log.segments[1]
+    offsets = [h.base_offset for _, h in middle.scan_headers(0)]
+    # A reader in the middle of the segment checks only what it reads.
+    log.read(offsets[2], 1)
+    start = middle.find_batch(offsets[2])[0]
+    end = middle.find_batch(offsets[3])[0]
+    assert middle.unchecked == [[0, start], [end, middle.size]]
+    assert log.read_bytes(0, 10**7) == stored_prefix(len(RAW))
+    assert all(not s.unchecked for s in log.segments)
+    # Truncation keeps a loaded segment's unchecked ranges within the file.
+    log.close()
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    log.truncate_to(offsets[3])
+    assert log.segments[-1].unchecked == [[0, end]]
+    log.close()
