@@ -110,6 +110,8 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
              f"| sends acknowledged | {s['sends_acknowledged']} |",
              f"| sends indeterminate / failed | {s['sends_indeterminate']} / {s['sends_failed']} |",
              f"| records polled | {s['polled']} |",
+             *([f"| transactions committed / aborted / unknown | {s['transactions']['committed']} / "
+                f"{s['transactions']['aborted']} / {s['transactions']['unknown']} |"] if "transactions" in s else []),
              f"| records in the final read | {s['final_read']} |",
              f"| faults injected | {len(report['faults'])} "
              f"({', '.join(f'{k} {v}' for k, v in sorted(report['faults_by_kind'].items())) or 'none'}) |",
