@@ -35,13 +35,16 @@ tagged, so "isolate the leader from the other brokers while its clients
 still reach it" is the natural case. The ZooKeeper servers are not tagged
 either (zk mode partitions brokers from each other, not from ZooKeeper).
 
+- `clock`: a broker's wall clock jumps by the fault's offset (forward or
+  back) through the test-only `raftka.test.clock.offset.file` every broker
+  of the run is started with (common.clock); the heal writes 0.
+
 Needs root, a cgroup2 mount and the `nft` command (the Debian `nftables`
 package; `make sysdeps` installs it). The table and the cgroups carry the
 run's pid in their name and are removed at the end.
 
-Not built: `clock` (no injected clock offset exists in the nodes' configs),
-a disk returning EIO (a full one is built) and `membership` (the quorum has
-no voter changes yet).
+Not built: a disk returning EIO (the kernel here has no device-mapper for an
+`error` or `flakey` target) and `membership` (the quorum has no voter changes yet).
 """
 
 from __future__ import annotations
@@ -188,6 +191,30 @@ class LinkCutter:
 
 
 FILL_FILE = "chaos-disk-fill"
+#: In each broker's log dir: its wall clock's offset in ms (`raftka.test.clock.offset.file`).
+CLOCK_FILE = "chaos-clock-offset-ms"
+
+
+class Clocks:
+    """Each broker's clock offset, written where the broker reads it (common.clock)."""
+
+    def __init__(self, dirs: dict[int, Path]) -> None:
+        self.dirs = dict(dirs)
+        self.skewed: dict[int, int] = {}
+
+    def set(self, node_id: int, offset_ms: int) -> None:
+        path = self.dirs[node_id] / CLOCK_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{offset_ms}\n")
+        tmp.replace(path)  # the broker never reads half a number
+        if offset_ms:
+            self.skewed[node_id] = offset_ms
+        else:
+            self.skewed.pop(node_id, None)
+
+    def heal(self) -> None:
+        for node_id in sorted(self.skewed):
+            self.set(node_id, 0)
 
 
 class Disks:
@@ -264,7 +291,8 @@ class Nemesis:
 
     def __init__(self, cluster: LocalCluster, history: HistoryWriter, rng: random.Random,
                  leader_of: Callable[[int], int | None], active_controller: Callable[[], int | None],
-                 cutter: LinkCutter | None = None, disks: Disks | None = None) -> None:
+                 cutter: LinkCutter | None = None, disks: Disks | None = None,
+                 clocks: Clocks | None = None) -> None:
         self.cluster = cluster
         self.history = history
         self.rng = rng
@@ -272,6 +300,7 @@ class Nemesis:
         self.active_controller = active_controller
         self.cutter = cutter
         self.disks = disks
+        self.clocks = clocks
         self.killed: set[int] = set()
         self.paused: set[int] = set()
         #: Pids seen dead without the nemesis killing them (each reported once).
@@ -324,6 +353,15 @@ class Nemesis:
             node = self.resolve(fault.target)
             record["nodes"] = [node]
             record["filled_bytes"] = self.disks.fill(node)
+        elif fault.kind == "clock":
+            if self.clocks is None:
+                raise NemesisError("clock needs the brokers started with raftka.test.clock.offset.file (Clocks)")
+            node = self.resolve(fault.target)
+            if node not in self.clocks.dirs:  # a controller: only the brokers read the offset
+                node = self.rng.choice(sorted(self.clocks.dirs))
+            record["nodes"] = [node]
+            record["offset_ms"] = fault.offset_ms
+            self.clocks.set(node, fault.offset_ms)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         if len(self.guessed) > guessed_before:
@@ -386,6 +424,9 @@ class Nemesis:
             extra["restarted"] = [n for n in filled if not self.cluster.nodes[n].is_running()]
             for n in extra["restarted"]:
                 self.cluster.start(n)
+        elif fault.kind == "clock" and self.clocks is not None:
+            extra["nodes"] = sorted(self.clocks.skewed)
+            self.clocks.heal()
         self.history.record("nemesis", "info", fault.kind, value=f"heal {fault.describe()}", extra=extra)
 
     def heal_all(self) -> None:
@@ -396,6 +437,8 @@ class Nemesis:
             self.cutter.heal()
         if self.disks is not None:
             self.disks.heal()
+        if self.clocks is not None:
+            self.clocks.heal()
         self._resume_paused()
         self._restart_killed()
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from chaos import checker
 from chaos.history import HistoryWriter
-from chaos.nemesis import FILL_FILE, Disks, LinkCutter, Nemesis, sleep_until
+from chaos.nemesis import CLOCK_FILE, FILL_FILE, Clocks, Disks, LinkCutter, Nemesis, sleep_until
 from chaos.schedule import Fault, Shape, make_schedule
 from chaos.txn_workload import TRANSACTION_TIMEOUT_MS, TxnOptions, TxnWorkload
 from chaos.workload import (
@@ -125,13 +125,20 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         # The brokers' log dirs become small tmpfs mounts before the cluster formats them.
         disks = Disks({b: o.out / "cluster" / f"broker-{b}" for b in broker_ids})
         disks.set_up()
+    settings = dict(CLUSTER_SETTINGS)
+    clocks = None
+    if "clock" in o.nemeses:
+        # Each broker's wall clock offset, read from this file in its log dir (tests only).
+        settings["raftka.test.clock.offset.file"] = CLOCK_FILE
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
-                               broker_overrides=CLUSTER_SETTINGS)
+                               broker_overrides=settings)
     except BaseException:
         if disks is not None:
             disks.tear_down()
         raise
+    if "clock" in o.nemeses:
+        clocks = Clocks({b.node_id: b.log_dir for b in cluster.brokers})
     cutter = None
     if "partition" in o.nemeses:
         cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
@@ -161,7 +168,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         create_topic(queue, str(o.out / "clients.log"))
         leaders = PartitionLeaders(queue, str(o.out / "clients.log"))
         nemesis = Nemesis(cluster, history, random.Random(rng.getrandbits(64)), leaders.leader_of,
-                          lambda: active_controller(cluster), cutter, disks)
+                          lambda: active_controller(cluster), cutter, disks, clocks)
         say(f"workload {o.workload} on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
         t0 = time.monotonic()
         timeline["start"] = t0

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--brokers", type=int, default=3, metavar="M")
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
-                     help="comma-separated: kill, pause, partition, disk (default kill,pause,partition); "
+                     help="comma-separated: kill, pause, partition, disk, clock (default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
@@ -108,7 +108,7 @@ def run_main(args: argparse.Namespace) -> int:
         acked = counts.get(("send", "ok"), 0)
         polled = counts.get(("poll", "ok"), 0)
         commits = counts.get(("commit", "ok"), 0)
-        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in ("kill", "pause", "partition"))
+        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in NEMESES)
         faults = (marks + 1) // 2  # a start and a heal each
         progress.update(task, completed=min(elapsed, duration),
                         ops=f"sends {sends}, acked {acked}, " + (f"commits {commits}, " if commits else "")
