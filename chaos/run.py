@@ -33,7 +33,15 @@ from typing import Any
 
 from chaos import checker
 from chaos.history import HistoryWriter
-from chaos.nemesis import CLOCK_FILE, FILL_FILE, Clocks, Disks, LinkCutter, Nemesis, sleep_until
+from chaos.nemesis import (
+    CLOCK_FILE,
+    FILL_FILE,
+    Clocks,
+    Disks,
+    LinkCutter,
+    Nemesis,
+    sleep_until,
+)
 from chaos.schedule import Fault, Shape, make_schedule
 from chaos.txn_workload import TRANSACTION_TIMEOUT_MS, TxnOptions, TxnWorkload
 from chaos.workload import (

@@ -111,7 +111,7 @@ class TxnWorkload(QueueWorkload):
             commit = rng.random() >= o.abort_fraction
             ok = self._one_transaction(producer, name, txn, sends, commit)
             if not ok:
-                producer = self._restart(producer, name)
+                producer = self._restart(name)
             next_at = max(next_at + interval, time.monotonic() - interval)
             while (left := next_at - time.monotonic()) > 0 and not self.stop_producers.is_set():
                 if producer is not None:
@@ -121,12 +121,9 @@ class TxnWorkload(QueueWorkload):
         if producer is not None:
             producer.flush(10)
 
-    def _restart(self, producer: Any, name: str) -> Any:
-        """A producer in a fatal state: a new one with the same transactional id (fencing the old)."""
-        try:
-            producer.flush(0)
-        except Exception:  # the old producer is beyond use; only its resources matter
-            pass
+    def _restart(self, name: str) -> Any:
+        """A producer in a fatal state is dropped for a new one with the same transactional id:
+        its init_transactions fences the old one and aborts what it left open."""
         return self._producer(name) if not self.stop_producers.is_set() else None
 
     def _one_transaction(self, producer: Any, name: str, txn: str, sends: list[tuple[int, str]],

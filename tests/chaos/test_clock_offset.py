@@ -13,7 +13,12 @@ from pathlib import Path
 
 from chaos.nemesis import CLOCK_FILE, Clocks
 from cluster.launcher import LocalCluster
-from common.clock import OFFSET_FILE_KEY, OffsetWallClock, node_wall_clock, wall_clock_ms
+from common.clock import (
+    OFFSET_FILE_KEY,
+    OffsetWallClock,
+    node_wall_clock,
+    wall_clock_ms,
+)
 
 
 def settle() -> None:
