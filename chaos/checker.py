@@ -26,7 +26,8 @@ Anomalies (any one fails the run):
   leader of an older epoch than the batch before it (from the run's reading
   of the replicas).
 - `node-crash`: a node exited though no nemesis killed it (a full disk must
-  stop the writes, not the broker).
+  stop the writes, not the broker, unless it says its metadata log cannot be
+  written: `stopped-disk-full` below).
 - `replica-divergence`: two brokers' copies of a partition disagree below
   the final high watermark (from `replica-divergence` events the run
   records after reading the replicas from disk).
@@ -44,6 +45,10 @@ producer epochs, as the `stored` events show: librdkafka, when messages time
 out, bumps its epoch and sends again under the new one records an earlier
 request may already have written; the broker cannot tell them apart. Under
 one epoch, a duplicate is the broker's fault and stays an anomaly).
+
+Also allowed: `stopped-disk-full`, a broker that stopped because the
+disk the nemesis filled holds its metadata log, saying so (a Kafka broker
+whose metadata log dir fails stops too; the heal starts it again).
 
 Measured, not judged: `unseen`, over time, the acknowledged sends that no
 consumer has polled yet (the final read does not count).
@@ -63,7 +68,7 @@ from chaos.history import Event
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
              "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "leader-epoch-regression",
              "node-crash") + txn_check.ANOMALIES
-ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch")
+ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch", "stopped-disk-full")
 READS = ("poll", "final-read")
 
 
@@ -175,6 +180,9 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     for e in events:
         if e.f in ("replica-divergence", "leader-epoch-regression"):
             anomalies.append(Finding(e.f, str(e.value), (e,)))
+        elif e.f == "crash" and e.extra.get("disk_full"):
+            allowed.append(Finding("stopped-disk-full", f"{e.value}: the disk the nemesis filled stopped it, and "
+                                   "it said so", (e,)))
         elif e.f == "crash":
             anomalies.append(Finding("node-crash", f"{e.value} while no nemesis killed it", (e,)))
 

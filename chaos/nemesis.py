@@ -191,6 +191,8 @@ class LinkCutter:
 
 
 FILL_FILE = "chaos-disk-fill"
+#: What a node that stops because its metadata log's disk is full says (quorum.node.driver).
+STOPPED_ON_FULL_DISK = "cannot be written (ENOSPC"
 #: In each broker's log dir: its wall clock's offset in ms (`raftka.test.clock.offset.file`).
 CLOCK_FILE = "chaos-clock-offset-ms"
 
@@ -402,9 +404,16 @@ class Nemesis:
             lines = [line.strip(" |") for line in node.tail(8000).splitlines() if line.strip(" |^")]
             # The exception and where it was raised, not the traceback's decoration.
             last = [line for line in lines if "Error" in line or "Exception" in line or 'File "' in line][-4:]
+            # A broker whose full disk (this nemesis filled it) stopped it, saying so: what a
+            # Kafka broker whose metadata log dir fails does; the heal starts it again.
+            disk_full = (self.disks is not None and node.node_id in self.disks.victims
+                         and any(STOPPED_ON_FULL_DISK in line for line in lines))
+            if disk_full:
+                last = [line for line in lines if STOPPED_ON_FULL_DISK in line][-1:]
             self.history.record("nemesis", "info", "crash", value=f"{node.role} {node.node_id} exited with code "
                                 f"{process.returncode}", extra={"node": node.node_id, "log": last,
-                                                                "output": str(node.output_path)})
+                                                                "output": str(node.output_path),
+                                                                "disk_full": disk_full})
         return found
 
     def stop(self, fault: Fault) -> None:

@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from chaos.checker import ANOMALIES, Result
+from chaos.checker import ALLOWED, ANOMALIES, Result
 from chaos.history import Event
 from chaos.schedule import Fault
 
@@ -119,7 +119,7 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
     lines += ["## Checker", "", "| check | findings |", "|---|---|"]
     counts = result.counts()
     lines += [f"| {k} | {counts[k]} |" for k in ANOMALIES]
-    lines += [f"| duplicate-non-idempotent (allowed) | {counts['duplicate-non-idempotent']} |", ""]
+    lines += [f"| {k} (allowed) | {counts[k]} |" for k in ALLOWED] + [""]
     for f in (result.anomalies + result.allowed)[:30]:
         lines.append(f"- **{f.kind}**: {f.message}")
         for e in f.evidence:
