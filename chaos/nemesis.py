@@ -307,6 +307,8 @@ class Nemesis:
         self.paused: set[int] = set()
         #: Pids seen dead without the nemesis killing them (each reported once).
         self.crashed: set[int] = set()
+        #: Brokers seen stopped by their full disk, to start again once it has room.
+        self.stopped_on_full_disk: set[int] = set()
         self.applied: list[dict[str, Any]] = []
         #: Targets nobody could name at the moment of the fault, so drawn at random instead.
         self.guessed: list[str] = []
@@ -410,6 +412,7 @@ class Nemesis:
                          and any(STOPPED_ON_FULL_DISK in line for line in lines))
             if disk_full:
                 last = [line for line in lines if STOPPED_ON_FULL_DISK in line][-1:]
+                self.stopped_on_full_disk.add(node.node_id)
             self.history.record("nemesis", "info", "crash", value=f"{node.role} {node.node_id} exited with code "
                                 f"{process.returncode}", extra={"node": node.node_id, "log": last,
                                                                 "output": str(node.output_path),
@@ -436,6 +439,15 @@ class Nemesis:
         elif fault.kind == "clock" and self.clocks is not None:
             extra["nodes"] = sorted(self.clocks.skewed)
             self.clocks.heal()
+        # A broker that stopped on its full disk after that disk's heal (its shutdown
+        # takes a while) is started again at the next heal, its disk roomy again.
+        late = [n for n in sorted(self.stopped_on_full_disk) if self.disks is not None
+                and n not in self.disks.filled and not self.cluster.nodes[n].is_running()]
+        for n in late:
+            self.cluster.start(n)
+        self.stopped_on_full_disk.clear()
+        if late:
+            extra["restarted"] = sorted(set(extra.get("restarted", [])) | set(late))
         self.history.record("nemesis", "info", fault.kind, value=f"heal {fault.describe()}", extra=extra)
 
     def heal_all(self) -> None:
@@ -450,6 +462,9 @@ class Nemesis:
             self.clocks.heal()
         self._resume_paused()
         self._restart_killed()
+        for node in self.cluster.nodes.values():  # any node down, whatever stopped it, runs again
+            if not node.is_running():
+                self.cluster.start(node.node_id)
 
     def _restart_killed(self) -> None:
         for node in sorted(self.killed):
