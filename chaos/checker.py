@@ -26,10 +26,17 @@ Anomalies (any one fails the run):
   leader of an older epoch than the batch before it (from the run's reading
   of the replicas).
 - `node-crash`: a node exited though no nemesis killed it (a full disk must
-  stop the writes, not the broker).
+  stop the writes, not the broker, unless it says its metadata log cannot be
+  written: `stopped-disk-full` below).
 - `replica-divergence`: two brokers' copies of a partition disagree below
   the final high watermark (from `replica-divergence` events the run
   records after reading the replicas from disk).
+
+Transactional histories (the `txn` workload) are also checked by
+chaos.txn_check: aborted reads, intermediate reads, lost committed
+transactions, transactions seen in part. Its read_committed readers are
+left out of `lost-write` (they must not have aborted records) and may skip
+offsets holding records of transactions not known to have committed.
 
 Allowed, reported apart: `duplicate-non-idempotent` (a value at two offsets
 from a producer without idempotence: its retries may write twice), and
@@ -38,6 +45,10 @@ producer epochs, as the `stored` events show: librdkafka, when messages time
 out, bumps its epoch and sends again under the new one records an earlier
 request may already have written; the broker cannot tell them apart. Under
 one epoch, a duplicate is the broker's fault and stays an anomaly).
+
+Also allowed: `stopped-disk-full`, a broker that stopped because the
+disk the nemesis filled holds its metadata log, saying so (a Kafka broker
+whose metadata log dir fails stops too; the heal starts it again).
 
 Measured, not judged: `unseen`, over time, the acknowledged sends that no
 consumer has polled yet (the final read does not count).
@@ -51,12 +62,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from chaos import txn_check
 from chaos.history import Event
 
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
              "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "leader-epoch-regression",
-             "node-crash")
-ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch")
+             "node-crash") + txn_check.ANOMALIES
+ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch", "stopped-disk-full")
 READS = ("poll", "final-read")
 
 
@@ -102,6 +114,12 @@ class Result:
 def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     anomalies: list[Finding] = []
     allowed: list[Finding] = []
+    txns = txn_check.transactions(events)
+    # A read_committed reader does not receive aborted records, nor (until they are
+    # decided) those of open transactions: its final read is judged by the
+    # transactional checks, and it may skip the offsets of such records.
+    read_committed = txn_check.read_committed_processes(events)
+    visible = txn_check.visible_to_read_committed(txns)
 
     opens = {e.process: e for e in events if e.f == "open"}
     invokes: dict[str, Event] = {}          # value -> its send invoke
@@ -162,6 +180,9 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
     for e in events:
         if e.f in ("replica-divergence", "leader-epoch-regression"):
             anomalies.append(Finding(e.f, str(e.value), (e,)))
+        elif e.f == "crash" and e.extra.get("disk_full"):
+            allowed.append(Finding("stopped-disk-full", f"{e.value}: the disk the nemesis filled stopped it, and "
+                                   "it said so", (e,)))
         elif e.f == "crash":
             anomalies.append(Finding("node-crash", f"{e.value} while no nemesis killed it", (e,)))
 
@@ -182,7 +203,7 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
             final_at[(e.process, e.partition, e.offset)] = e  # type: ignore[index]
     readers: dict[int, list[Event]] = defaultdict(list)  # partition -> the final-range of each reader
     for e in events:
-        if e.f == "final-range" and e.type == "ok" and e.partition is not None:
+        if e.f == "final-range" and e.type == "ok" and e.partition is not None and e.process not in read_committed:
             readers[e.partition].append(e)
     unverified: set[int] = set()
     for value in send_order:
@@ -232,6 +253,8 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
         occupied[partition].append(offset)
     for offsets in occupied.values():
         offsets.sort()
+    occupied_committed: dict[int, list[int]] = {   # the offsets a read_committed reader must not skip
+        p: [o for o in offsets if all(visible.get(v, True) for v in at[(p, o)])] for p, offsets in occupied.items()}
     last_poll: dict[tuple[str, int, int], Event] = {}
     for e in events:
         if e.f != "poll" or e.type != "ok":
@@ -247,7 +270,8 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
                 f"{e.process} (session {e.session}) polled partition {e.partition} offset {before.offset}, "
                 f"then offset {e.offset}", (before, e)))
         elif e.offset > before.offset + 1:  # type: ignore[operator]
-            missed = _first_between(occupied[e.partition], before.offset, e.offset)  # type: ignore[index,arg-type]
+            offsets = occupied_committed if e.process in read_committed else occupied
+            missed = _first_between(offsets[e.partition], before.offset, e.offset)  # type: ignore[index,arg-type]
             if missed is not None:
                 holder = next(iter(at[(e.partition, missed)].values()))  # type: ignore[index]
                 anomalies.append(Finding(
@@ -255,8 +279,16 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
                     f"{e.process} (session {e.session}) polled partition {e.partition} offset {before.offset}, "
                     f"then {e.offset}, skipping offset {missed} ({holder.value})", (before, e, holder)))
 
+    anomalies += txn_check.check_transactions(events, txns, Finding)
+
     stats = _stats(events, acked, where)
-    return Result(anomalies, allowed, stats, _unseen(events, acked, unseen_points))
+    if txns:
+        outcomes = [t.outcome for t in txns.values()]
+        stats["transactions"] = {k: outcomes.count(k) for k in (txn_check.COMMITTED, txn_check.ABORTED,
+                                                                 txn_check.UNKNOWN)}
+    # Aborted records are never to be seen by a read_committed consumer: not unseen.
+    expected = {v: e for v, e in acked.items() if visible.get(v) is not False}
+    return Result(anomalies, allowed, stats, _unseen(events, expected, unseen_points))
 
 
 _NO_OPEN = Event("", "info", "open")

@@ -35,13 +35,16 @@ tagged, so "isolate the leader from the other brokers while its clients
 still reach it" is the natural case. The ZooKeeper servers are not tagged
 either (zk mode partitions brokers from each other, not from ZooKeeper).
 
+- `clock`: a broker's wall clock jumps by the fault's offset (forward or
+  back) through the test-only `raftka.test.clock.offset.file` every broker
+  of the run is started with (common.clock); the heal writes 0.
+
 Needs root, a cgroup2 mount and the `nft` command (the Debian `nftables`
 package; `make sysdeps` installs it). The table and the cgroups carry the
 run's pid in their name and are removed at the end.
 
-Not built: `clock` (no injected clock offset exists in the nodes' configs),
-a disk returning EIO (a full one is built) and `membership` (the quorum has
-no voter changes yet).
+Not built: a disk returning EIO (the kernel here has no device-mapper for an
+`error` or `flakey` target) and `membership` (the quorum has no voter changes yet).
 """
 
 from __future__ import annotations
@@ -188,6 +191,32 @@ class LinkCutter:
 
 
 FILL_FILE = "chaos-disk-fill"
+#: What a node that stops because its metadata log's disk is full says (quorum.node.driver).
+STOPPED_ON_FULL_DISK = "cannot be written (ENOSPC"
+#: In each broker's log dir: its wall clock's offset in ms (`raftka.test.clock.offset.file`).
+CLOCK_FILE = "chaos-clock-offset-ms"
+
+
+class Clocks:
+    """Each broker's clock offset, written where the broker reads it (common.clock)."""
+
+    def __init__(self, dirs: dict[int, Path]) -> None:
+        self.dirs = dict(dirs)
+        self.skewed: dict[int, int] = {}
+
+    def set(self, node_id: int, offset_ms: int) -> None:
+        path = self.dirs[node_id] / CLOCK_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{offset_ms}\n")
+        tmp.replace(path)  # the broker never reads half a number
+        if offset_ms:
+            self.skewed[node_id] = offset_ms
+        else:
+            self.skewed.pop(node_id, None)
+
+    def heal(self) -> None:
+        for node_id in sorted(self.skewed):
+            self.set(node_id, 0)
 
 
 class Disks:
@@ -264,7 +293,8 @@ class Nemesis:
 
     def __init__(self, cluster: LocalCluster, history: HistoryWriter, rng: random.Random,
                  leader_of: Callable[[int], int | None], active_controller: Callable[[], int | None],
-                 cutter: LinkCutter | None = None, disks: Disks | None = None) -> None:
+                 cutter: LinkCutter | None = None, disks: Disks | None = None,
+                 clocks: Clocks | None = None) -> None:
         self.cluster = cluster
         self.history = history
         self.rng = rng
@@ -272,10 +302,13 @@ class Nemesis:
         self.active_controller = active_controller
         self.cutter = cutter
         self.disks = disks
+        self.clocks = clocks
         self.killed: set[int] = set()
         self.paused: set[int] = set()
         #: Pids seen dead without the nemesis killing them (each reported once).
         self.crashed: set[int] = set()
+        #: Brokers seen stopped by their full disk, to start again once it has room.
+        self.stopped_on_full_disk: set[int] = set()
         self.applied: list[dict[str, Any]] = []
         #: Targets nobody could name at the moment of the fault, so drawn at random instead.
         self.guessed: list[str] = []
@@ -324,6 +357,15 @@ class Nemesis:
             node = self.resolve(fault.target)
             record["nodes"] = [node]
             record["filled_bytes"] = self.disks.fill(node)
+        elif fault.kind == "clock":
+            if self.clocks is None:
+                raise NemesisError("clock needs the brokers started with raftka.test.clock.offset.file (Clocks)")
+            node = self.resolve(fault.target)
+            if node not in self.clocks.dirs:  # a controller: only the brokers read the offset
+                node = self.rng.choice(sorted(self.clocks.dirs))
+            record["nodes"] = [node]
+            record["offset_ms"] = fault.offset_ms
+            self.clocks.set(node, fault.offset_ms)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         if len(self.guessed) > guessed_before:
@@ -364,9 +406,17 @@ class Nemesis:
             lines = [line.strip(" |") for line in node.tail(8000).splitlines() if line.strip(" |^")]
             # The exception and where it was raised, not the traceback's decoration.
             last = [line for line in lines if "Error" in line or "Exception" in line or 'File "' in line][-4:]
+            # A broker whose full disk (this nemesis filled it) stopped it, saying so: what a
+            # Kafka broker whose metadata log dir fails does; the heal starts it again.
+            disk_full = (self.disks is not None and node.node_id in self.disks.victims
+                         and any(STOPPED_ON_FULL_DISK in line for line in lines))
+            if disk_full:
+                last = [line for line in lines if STOPPED_ON_FULL_DISK in line][-1:]
+                self.stopped_on_full_disk.add(node.node_id)
             self.history.record("nemesis", "info", "crash", value=f"{node.role} {node.node_id} exited with code "
                                 f"{process.returncode}", extra={"node": node.node_id, "log": last,
-                                                                "output": str(node.output_path)})
+                                                                "output": str(node.output_path),
+                                                                "disk_full": disk_full})
         return found
 
     def stop(self, fault: Fault) -> None:
@@ -386,6 +436,18 @@ class Nemesis:
             extra["restarted"] = [n for n in filled if not self.cluster.nodes[n].is_running()]
             for n in extra["restarted"]:
                 self.cluster.start(n)
+        elif fault.kind == "clock" and self.clocks is not None:
+            extra["nodes"] = sorted(self.clocks.skewed)
+            self.clocks.heal()
+        # A broker that stopped on its full disk after that disk's heal (its shutdown
+        # takes a while) is started again at the next heal, its disk roomy again.
+        late = [n for n in sorted(self.stopped_on_full_disk) if self.disks is not None
+                and n not in self.disks.filled and not self.cluster.nodes[n].is_running()]
+        for n in late:
+            self.cluster.start(n)
+        self.stopped_on_full_disk.clear()
+        if late:
+            extra["restarted"] = sorted(set(extra.get("restarted", [])) | set(late))
         self.history.record("nemesis", "info", fault.kind, value=f"heal {fault.describe()}", extra=extra)
 
     def heal_all(self) -> None:
@@ -396,8 +458,13 @@ class Nemesis:
             self.cutter.heal()
         if self.disks is not None:
             self.disks.heal()
+        if self.clocks is not None:
+            self.clocks.heal()
         self._resume_paused()
         self._restart_killed()
+        for node in self.cluster.nodes.values():  # any node down, whatever stopped it, runs again
+            if not node.is_running():
+                self.cluster.start(node.node_id)
 
     def _restart_killed(self) -> None:
         for node in sorted(self.killed):

@@ -14,11 +14,11 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from chaos.checker import ANOMALIES, Result
+from chaos.checker import ALLOWED, ANOMALIES, Result
 from chaos.history import Event
 from chaos.schedule import Fault
 
-COLOURS = {"kill": "#e15759", "pause": "#f1ce63", "partition": "#76b7b2"}
+COLOURS = {"kill": "#e15759", "pause": "#f1ce63", "partition": "#76b7b2", "disk": "#b07aa1", "clock": "#9c755f"}
 
 
 def fault_windows(events: list[Event]) -> list[dict[str, Any]]:
@@ -110,6 +110,8 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
              f"| sends acknowledged | {s['sends_acknowledged']} |",
              f"| sends indeterminate / failed | {s['sends_indeterminate']} / {s['sends_failed']} |",
              f"| records polled | {s['polled']} |",
+             *([f"| transactions committed / aborted / unknown | {s['transactions']['committed']} / "
+                f"{s['transactions']['aborted']} / {s['transactions']['unknown']} |"] if "transactions" in s else []),
              f"| records in the final read | {s['final_read']} |",
              f"| faults injected | {len(report['faults'])} "
              f"({', '.join(f'{k} {v}' for k, v in sorted(report['faults_by_kind'].items())) or 'none'}) |",
@@ -117,7 +119,7 @@ def _markdown(report: dict[str, Any], result: Result) -> str:
     lines += ["## Checker", "", "| check | findings |", "|---|---|"]
     counts = result.counts()
     lines += [f"| {k} | {counts[k]} |" for k in ANOMALIES]
-    lines += [f"| duplicate-non-idempotent (allowed) | {counts['duplicate-non-idempotent']} |", ""]
+    lines += [f"| {k} (allowed) | {counts[k]} |" for k in ALLOWED] + [""]
     for f in (result.anomalies + result.allowed)[:30]:
         lines.append(f"- **{f.kind}**: {f.message}")
         for e in f.evidence:

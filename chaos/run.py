@@ -33,8 +33,17 @@ from typing import Any
 
 from chaos import checker
 from chaos.history import HistoryWriter
-from chaos.nemesis import FILL_FILE, Disks, LinkCutter, Nemesis, sleep_until
+from chaos.nemesis import (
+    CLOCK_FILE,
+    FILL_FILE,
+    Clocks,
+    Disks,
+    LinkCutter,
+    Nemesis,
+    sleep_until,
+)
 from chaos.schedule import Fault, Shape, make_schedule
+from chaos.txn_workload import TRANSACTION_TIMEOUT_MS, TxnOptions, TxnWorkload
 from chaos.workload import (
     MESSAGE_TIMEOUT_MS,
     PartitionLeaders,
@@ -54,7 +63,12 @@ CLUSTER_SETTINGS = {
     "replica.fetch.backoff.ms": "200",
     "offsets.topic.replication.factor": "3",
     "zookeeper.session.timeout.ms": "6000",
+    # The txn workload: a few coordinator partitions (not 50) to recover after each
+    # fault, and a transaction whose producer vanished aborted soon after its timeout.
+    "transaction.state.log.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
+WORKLOADS = ("queue", "txn")
 
 
 @dataclasses.dataclass
@@ -96,8 +110,8 @@ def command_line(o: RunOptions) -> str:
 def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     """`say(text)` is told each step and fault; `tick(elapsed_s, duration_s, counts)`, every
     half second of the workload, the history's counts by (f, type)."""
-    if o.workload != "queue":
-        raise ClusterError(f"workload {o.workload!r}: only queue is built (txn needs transactions)")
+    if o.workload not in WORKLOADS:
+        raise ClusterError(f"workload {o.workload!r}: choose from {', '.join(WORKLOADS)}")
     o.out.mkdir(parents=True, exist_ok=True)
     if (o.out / "cluster" / "cluster.json").exists():
         _unmount_under(o.out / "cluster")  # a disk nemesis' tmpfs an interrupted run left
@@ -119,13 +133,20 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         # The brokers' log dirs become small tmpfs mounts before the cluster formats them.
         disks = Disks({b: o.out / "cluster" / f"broker-{b}" for b in broker_ids})
         disks.set_up()
+    settings = dict(CLUSTER_SETTINGS)
+    clocks = None
+    if "clock" in o.nemeses:
+        # Each broker's wall clock offset, read from this file in its log dir (tests only).
+        settings["raftka.test.clock.offset.file"] = CLOCK_FILE
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
-                               broker_overrides=CLUSTER_SETTINGS)
+                               broker_overrides=settings)
     except BaseException:
         if disks is not None:
             disks.tear_down()
         raise
+    if "clock" in o.nemeses:
+        clocks = Clocks({b.node_id: b.log_dir for b in cluster.brokers})
     cutter = None
     if "partition" in o.nemeses:
         cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
@@ -134,10 +155,17 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     safety: dict[str, Any] = {}
     harness_errors: list[str] = []
     rf = min(3, o.brokers)
-    queue = QueueOptions(bootstrap=cluster.bootstrap, partitions=o.partitions, replication_factor=rf,
-                         min_insync_replicas=min(2, rf), rate_per_producer=o.rate,
-                         message_timeout_ms=o.message_timeout_ms, group_id=f"chaos-{o.seed}")
-    workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
+    common = {"bootstrap": cluster.bootstrap, "partitions": o.partitions, "replication_factor": rf,
+              "min_insync_replicas": min(2, rf), "message_timeout_ms": o.message_timeout_ms,
+              "group_id": f"chaos-{o.seed}"}
+    workload: QueueWorkload
+    if o.workload == "txn":
+        # --rate is the sends per second of each producer; a transaction holds about three.
+        queue = TxnOptions(**common, seed=o.seed, transactions_per_second=max(0.5, o.rate / 8))
+        workload = TxnWorkload(queue, history, str(o.out / "clients.log"))  # type: ignore[arg-type]
+    else:
+        queue = QueueOptions(**common, rate_per_producer=o.rate)
+        workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
     nemesis: Nemesis | None = None
     try:
         if cutter is not None:
@@ -148,8 +176,8 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         create_topic(queue, str(o.out / "clients.log"))
         leaders = PartitionLeaders(queue, str(o.out / "clients.log"))
         nemesis = Nemesis(cluster, history, random.Random(rng.getrandbits(64)), leaders.leader_of,
-                          lambda: active_controller(cluster), cutter, disks)
-        say(f"workload queue on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
+                          lambda: active_controller(cluster), cutter, disks, clocks)
+        say(f"workload {o.workload} on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
         t0 = time.monotonic()
         timeline["start"] = t0
         workload.start()
@@ -185,6 +213,13 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         missing = final_read_kafka_python(queue, history)
         if missing:
             harness_errors.append(f"the final read (kafka-python) did not cover partitions {missing}")
+        if o.workload == "txn":
+            timeout_s = TRANSACTION_TIMEOUT_MS / 1000 + 60  # an open transaction is aborted after its timeout
+            missing = final_read(queue, history, str(o.out / "clients.log"), timeout_s=timeout_s,
+                                 isolation="read_committed")
+            if missing:
+                harness_errors.append(f"the final read_committed read did not cover partitions {missing} "
+                                      "(a transaction stayed open?)")
         timeline["end"] = time.monotonic()
     finally:
         if nemesis is not None:

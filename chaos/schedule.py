@@ -25,6 +25,10 @@ Partition faults (`kind == "partition"`) carry a `shape`:
                           other nodes are dropped, theirs to it arrive
 
 A `disk` fault fills one broker's disk (a broker, or a partition's leader).
+
+A `clock` fault moves one broker's wall clock (a broker, or a partition's
+leader) by `offset_ms`, forward or back, until the heal sets it right
+(itself a jump the other way).
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ import dataclasses
 import random
 from typing import Any
 
-NEMESES = ("kill", "pause", "partition", "disk")
+NEMESES = ("kill", "pause", "partition", "disk", "clock")
+#: The clock nemesis' jumps: seconds to minutes either way (shorter than the
+#: timestamp window a broker accepts, message.timestamp.after.max.ms, an hour).
+CLOCK_OFFSETS_S = (5, 15, 30, 60, 300)
 KILL_TARGETS = ("broker", "controller", "active-controller", "leader")
 PARTITION_SHAPES = ("isolate-leader", "isolate-controller", "majority-minority", "one-way-leader")
 
@@ -47,6 +54,7 @@ class Fault:
     target: str = ""  # kill and pause (see the module docstring)
     shape: str = ""   # partition
     groups: tuple[tuple[int, ...], ...] = ()  # majority-minority: the two sides
+    offset_ms: int = 0  # clock: the jump
 
     @property
     def end(self) -> float:
@@ -56,6 +64,8 @@ class Fault:
         if self.kind == "partition":
             sides = " | ".join(",".join(map(str, g)) for g in self.groups)
             return f"partition {self.shape}" + (f" [{sides}]" if sides else "")
+        if self.kind == "clock":
+            return f"clock {self.target} {self.offset_ms / 1000:+g}s"
         return f"{self.kind} {self.target}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +108,11 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
 
 
 def _fault(rng: random.Random, index: int, start: float, length: float, kind: str, shape: Shape) -> Fault:
+    if kind == "clock":
+        target = f"broker:{rng.choice(shape.brokers)}" if rng.random() < 0.5 else \
+            f"leader:{rng.randrange(shape.partitions)}"
+        offset_ms = rng.choice(CLOCK_OFFSETS_S) * 1000 * rng.choice((1, -1))
+        return Fault(index, start, length, kind, target=target, offset_ms=offset_ms)
     if kind == "disk":
         if rng.random() < 0.5:
             return Fault(index, start, length, kind, target=f"broker:{rng.choice(shape.brokers)}")

@@ -221,17 +221,18 @@ class QueueWorkload:
 
     # --- consumers --------------------------------------------------------------------------------
 
-    def _consume(self, name: str, group: bool) -> None:
+    def _consume(self, name: str, group: bool, isolation: str = "read_uncommitted") -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         o = self.options
         config = {"bootstrap.servers": o.bootstrap, "group.id": o.group_id if group else f"{o.group_id}-{name}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": group, "auto.commit.interval.ms": 1000,
                   "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "client.id": name,
-                  "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000}
+                  "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
+                  "isolation.level": isolation}
         consumer = Consumer(config, logger=client_logger(self.log_path))
         session = [0]
-        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group})
+        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation})
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1
@@ -260,43 +261,74 @@ class QueueWorkload:
 
 
 FINAL_CONFLUENT = "final-confluent"
+FINAL_CONFLUENT_COMMITTED = "final-confluent-rc"
 FINAL_KAFKA_PYTHON = "final-kafka-python"
 
 
-def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, timeout_s: float = 60.0) -> list[int]:
+def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, timeout_s: float = 60.0,
+               isolation: str = "read_uncommitted") -> list[int]:
     """Read every partition from its start to its high watermark with confluent-kafka;
-    the partitions not fully read."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    the partitions not fully read. read_committed waits until no transaction is open
+    (the last stable offset reached the high watermark), then reads up to it."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-final",
+    name = FINAL_CONFLUENT if isolation == "read_uncommitted" else FINAL_CONFLUENT_COMMITTED
+    history.record(name, "info", "open", extra={"role": "final", "isolation": isolation})
+    committed = isolation == "read_committed"
+    # The end is an end-of-partition event, not the last record: the log may end with
+    # transaction markers, which no consumer receives.
+    consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-{name}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True, "isolation.level": isolation,
                          "topic.metadata.refresh.interval.ms": 2000}, logger=client_logger(log_path))
     deadline = time.monotonic() + timeout_s
     ranges: dict[int, tuple[int, int]] = {}
     try:
         for p in range(options.partitions):
+            tp = TopicPartition(options.topic, p)
             while p not in ranges and time.monotonic() < deadline:
                 try:
-                    ranges[p] = consumer.get_watermark_offsets(TopicPartition(options.topic, p), timeout=5)
+                    low, high = consumer.get_watermark_offsets(tp, timeout=5)
+                    if committed:
+                        # ListOffsets answers a read_committed client with the last stable
+                        # offset: equal to the high watermark once every transaction ended.
+                        high_watermark = _high_watermark(options, p, log_path)
+                        if high_watermark is None or high < high_watermark:
+                            time.sleep(0.5)
+                            continue
+                    ranges[p] = (low, high)
                 except KafkaException:
                     time.sleep(0.5)
         todo = {p for p, (low, high) in ranges.items() if high > low}
         consumer.assign([TopicPartition(options.topic, p, ranges[p][0]) for p in todo])
-        reached: dict[int, int] = {}
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                if msg.error() is not None:
-                    continue
                 p = msg.partition()
-                history.record(FINAL_CONFLUENT, "ok", "final-read", partition=p, offset=msg.offset(),
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= ranges[p][1]:
+                        todo.discard(p)
+                    continue
+                history.record(name, "ok", "final-read", partition=p, offset=msg.offset(),
                                value=msg.value().decode())
-                reached[p] = msg.offset()
                 if msg.offset() >= ranges[p][1] - 1:
                     todo.discard(p)
         for p, (low, high) in ranges.items():
             if p not in todo:
-                history.record(FINAL_CONFLUENT, "ok", "final-range", partition=p, extra={"low": low, "high": high})
+                history.record(name, "ok", "final-range", partition=p, extra={"low": low, "high": high})
         return sorted(set(range(options.partitions)) - (set(ranges) - todo))
+    finally:
+        consumer.close()
+
+
+def _high_watermark(options: QueueOptions, partition: int, log_path: str) -> int | None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-hw",
+                         "isolation.level": "read_uncommitted"}, logger=client_logger(log_path))
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(options.topic, partition), timeout=5)[1]
+    except KafkaException:
+        return None
     finally:
         consumer.close()
 
@@ -315,6 +347,7 @@ def final_read_kafka_python(options: QueueOptions, history: HistoryWriter, timeo
         high = consumer.end_offsets(tps)
         consumer.seek_to_beginning()
         todo = {tp.partition for tp in tps if high[tp] > low[tp]}
+        history.record(FINAL_KAFKA_PYTHON, "info", "open", extra={"role": "final", "isolation": "read_uncommitted"})
         while todo and time.monotonic() < deadline:
             for tp, records in consumer.poll(timeout_ms=500, max_records=2000).items():
                 for r in records:
@@ -322,6 +355,8 @@ def final_read_kafka_python(options: QueueOptions, history: HistoryWriter, timeo
                                    value=r.value.decode())
                     if r.offset >= high[tp] - 1:
                         todo.discard(tp.partition)
+            # The log may end with transaction markers: the position passes them, no record does.
+            todo = {p for p in todo if consumer.position(tps[p]) < high[tps[p]]}
         for tp in tps:
             if tp.partition not in todo:
                 history.record(FINAL_KAFKA_PYTHON, "ok", "final-range", partition=tp.partition,

@@ -1,11 +1,13 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--controllers 3] [--brokers 3] [--duration 120]
-                     [--nemesis kill,pause,partition] [--workload queue] [--seed N] [--out DIR]
+                     [--nemesis kill,pause,partition] [--workload queue|txn] [--seed N] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
-queue workload (confluent-kafka producers, idempotent and not, acks=all;
-consumers in a group and with assign()) while the nemeses inject faults on
+workload (queue: confluent-kafka producers, idempotent and not, acks=all;
+consumers in a group and with assign(); txn: transactional producers writing
+to several partitions per transaction, committing or aborting, and
+read_committed consumers) while the nemeses inject faults on
 a schedule drawn from the seed, heals everything, waits for the cluster to
 recover, reads every partition back and checks the history. Writes
 DIR/history.jsonl, report.json, report.md and report.png. Exit status 0
@@ -40,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--brokers", type=int, default=3, metavar="M")
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
-                     help="comma-separated: kill, pause, partition, disk (default kill,pause,partition); "
+                     help="comma-separated: kill, pause, partition, disk, clock (default kill,pause,partition); "
                      "'none' for a calm run")
-    run.add_argument("--workload", choices=("queue",), default="queue")
+    run.add_argument("--workload", choices=("queue", "txn"), default="queue")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
@@ -105,10 +107,12 @@ def run_main(args: argparse.Namespace) -> int:
         sends = counts.get(("send", "invoke"), 0)
         acked = counts.get(("send", "ok"), 0)
         polled = counts.get(("poll", "ok"), 0)
-        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in ("kill", "pause", "partition"))
+        commits = counts.get(("commit", "ok"), 0)
+        marks = sum(v for (f, t), v in counts.items() if t == "info" and f in NEMESES)
         faults = (marks + 1) // 2  # a start and a heal each
         progress.update(task, completed=min(elapsed, duration),
-                        ops=f"sends {sends}, acked {acked}, polled {polled}, faults {faults}")
+                        ops=f"sends {sends}, acked {acked}, " + (f"commits {commits}, " if commits else "")
+                        + f"polled {polled}, faults {faults}")
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # unwinds through run()'s cleanup: nodes stopped, links restored

@@ -316,12 +316,27 @@ class LogManager:
         checkpoint, then the clean shutdown marker (fsynced)."""
         self.cleaner.close()
         self._close_logs()
-        self.checkpoint_high_watermarks(high_watermarks)
+        try:
+            self.checkpoint_high_watermarks(high_watermarks)
+        except OSError as e:
+            # A full or failing disk: the shutdown goes on (the process must stop, not
+            # die with a traceback), and no marker says these dirs closed cleanly, so
+            # the next start recovers their logs as after a crash.
+            _log.error("writing the high watermark checkpoints failed: %s; the logs are recovered at the next start",
+                       e)
+            self._unclean_dirs.update(self.log_dirs)
+        clean = []
         for log_dir in self.log_dirs:
             if not os.path.isdir(log_dir) or log_dir in self._unclean_dirs:
                 continue
-            write_atomically(self._fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
-        _log.info("logs closed cleanly; wrote %s", CLEAN_SHUTDOWN_FILE)
+            try:
+                write_atomically(self._fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+                clean.append(log_dir)
+            except OSError as e:
+                _log.error("%s: writing %s failed: %s; its logs are recovered at the next start", log_dir,
+                           CLEAN_SHUTDOWN_FILE, e)
+        if clean == list(self.log_dirs):
+            _log.info("logs closed cleanly; wrote %s", CLEAN_SHUTDOWN_FILE)
 
     def close_without_marker(self) -> None:
         """Release the files (tests that simulate a crash after this)."""
@@ -343,7 +358,12 @@ class LogManager:
                     failed += 1
                     _log.error("%s-%d: closing its log failed: %s; it is recovered at the next start", *tp, e)
                     self._unclean_dirs.add(self._dir_of.get(tp))
-        self.checkpoint_logs()
+        try:
+            self.checkpoint_logs()
+        except OSError as e:
+            failed += 1
+            _log.error("writing the logs' checkpoints failed: %s; the logs are recovered at the next start", e)
+            self._unclean_dirs.update(self.log_dirs)
         self._logs.clear()
         return failed
 

@@ -58,6 +58,7 @@ from quorum.process import make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
+from common.clock import node_wall_clock
 from common.config import NodeConfig, int_property, parse_listener
 from common.errors import ConfigError
 from common.wire import ConnectionPool, serve
@@ -154,7 +155,8 @@ async def run_broker(
                                   leader_hint=lambda: node.leader.leader_id,
                                   request_timeout_ms=quorum.controller_quorum_request_timeout_ms,
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
-        broker = Broker(broker_config, QuorumControllerChannel(client))
+        broker = Broker(broker_config, QuorumControllerChannel(client),
+                        clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
         link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
                                 heartbeat_interval_ms=heartbeat_interval_ms,
                                 heartbeat_timeout_ms=max(heartbeat_interval_ms,

@@ -55,6 +55,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.shell.broker import Broker
+from common.clock import node_wall_clock
 from broker.config import BrokerConfig
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.lifecycle import ListenerSpec
@@ -392,7 +393,8 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
         return broker.image
 
     broker = Broker(broker_config, _ZkControllerChannel(ZkBrokerChannel(zk, config.node_id, image,
-                                                                        controller_config)))
+                                                                        controller_config)),
+                    clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
     link = BrokerZkLink(zk, broker, config)
     async with trio.open_nursery() as nursery:
         broker_scope = trio.CancelScope()

@@ -43,6 +43,11 @@ Durability
   Fetch answers need not wait for its flush).
 - Snapshots are written atomically (temp file, fsync, rename, fsync dir)
   before the log prefix they replace is deleted.
+- A write the metadata log's disk refuses (full, failed, read-only) stops
+  the node with `MetadataLogDiskError`, naming the directory, the cause and
+  the fix, as Kafka stops a node whose metadata log directory fails
+  (KIP-858): its metadata cannot go on, and what it wrote is recovered from
+  its files at the next start.
 
 Proposals and the active controller
 -----------------------------------
@@ -61,6 +66,7 @@ controller replays the log first"), and `on_leader_lost(epoch)`.
 from __future__ import annotations
 
 import collections
+import errno
 import itertools
 import logging
 import random
@@ -91,6 +97,7 @@ from quorum.raft import (
 )
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
+from common.errors import RaftkaError
 from common.wire import ConnectionPool
 
 _log = logging.getLogger("quorum.node.driver")
@@ -104,6 +111,23 @@ EVENT_QUEUE_SIZE = 1024
 # records (quorum.node.applying).
 TURN_PROPOSAL_BYTES = 256 * 1024
 SLOW_TURN_MS = 500
+
+
+class MetadataLogDiskError(RaftkaError):
+    """The disk of the metadata log refused a write: the node stops (see Durability)."""
+
+    def __init__(self, log_dir: str, exc: OSError) -> None:
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "free space on that disk (or lower retention.bytes / retention.ms), then start the node again"
+        elif exc.errno == errno.EIO:
+            fix = "check the device (dmesg) and move the log directory off it, then start the node again"
+        else:
+            fix = "check the directory's permissions and disk, then start the node again"
+        super().__init__(f"the metadata log in {log_dir} cannot be written ({name}: {exc.strerror}); this node "
+                         f"stops, as a Kafka node whose metadata log directory fails does. Fix: {fix}; it "
+                         "recovers the log from its files")
+        self.errno = exc.errno
 
 
 def wall_clock_ms() -> int:
@@ -282,13 +306,20 @@ class RaftNode(Applying):
                     replay_backlog=self._replay_backlog)
                 await self._obey([self.core.tick(self.now_ms())], quorum_state)
                 task_status.started(self)
-                await self._loop(quorum_state)
+                try:
+                    await self._loop(quorum_state)
+                except OSError as exc:  # the loop's only I/O is the log's and the quorum-state file's
+                    raise MetadataLogDiskError(self._log_dir, exc) from exc
         finally:
             stopped = NotLeaderError(None, self.core.epoch if self.core else 0)
             self._fail_proposals(stopped)
             for event in self._deferred:
                 event.finish(error=stopped)
-            log.storage_log.close()
+            try:
+                log.storage_log.close()
+            except OSError as exc:  # the same disk: what the close could not write is recovered at the start
+                _log.error("node %d: closing the metadata log in %s failed (%s); it is recovered at the next "
+                           "start", self.node_id, self._log_dir, exc)
 
     def _followed_leader(self) -> tuple[int | None, int]:
         core = self.core

@@ -2,9 +2,11 @@
 
 The default suite runs one short KRaft run with `kill` and `partition` (the
 seed's schedule kills the active controller, then isolates a partition
-leader from the other nodes while its clients still reach it). With
-RAFTKA_SOAK=1, every combination of nemeses runs for RAFTKA_SOAK_SECONDS
-(default 300) in KRaft mode and in ZooKeeper mode.
+leader from the other nodes while its clients still reach it), and one
+short `txn` run with the same nemeses. With RAFTKA_SOAK=1, every
+combination of nemeses runs the queue workload for RAFTKA_SOAK_SECONDS
+(default 300) in KRaft mode and in ZooKeeper mode, and three combinations
+the txn workload.
 """
 
 from __future__ import annotations
@@ -72,6 +74,24 @@ def test_a_short_run_with_kills_and_partitions_finds_nothing_and_says_what_it_di
     assert "raftka chaos run --mode kraft" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_a_short_transactional_run_commits_and_aborts_and_read_committed_sees_only_the_commits(
+        tmp_path: Path) -> None:
+    seed, duration = 3, 22
+    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", str(duration), "--nemesis", "kill,partition",
+                     "--workload", "txn", "--seed", str(seed), timeout=150)
+    report = check_outcome(done, tmp_path, {"kill", "partition"})
+    txns = report["checker"]["stats"]["transactions"]
+    assert txns["committed"] > 20 and txns["aborted"] > 5, txns
+    history = read_history(tmp_path / "history.jsonl")
+    committed = {e.value for e in history if e.f == "commit" and e.type == "ok"}
+    aborted = {e.value for e in history if e.f == "abort" and e.type == "ok"}
+    read_committed = [e for e in history if e.process == "final-confluent-rc" and e.f == "final-read"]
+    sent_in = {e.value: e.key for e in history if e.f == "send" and e.type == "invoke"}
+    assert {sent_in[e.value] for e in read_committed} == committed
+    assert not {sent_in[e.value] for e in read_committed} & aborted
+
+
 COMBINATIONS = [c for n in range(1, len(NEMESES) + 1) for c in itertools.combinations(NEMESES, n)]
 
 
@@ -82,4 +102,15 @@ def test_soak(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) -> None:
     seed = random.Random(f"{mode}{nemeses}").randrange(1_000_000)
     done = chaos_run(tmp_path, "--mode", mode, "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
                      "--seed", str(seed), timeout=SOAK_SECONDS + 600)
+    check_outcome(done, tmp_path, set(nemeses))
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.parametrize("mode", ["kraft", "zk"])
+@pytest.mark.parametrize("nemeses", [("kill", "pause", "partition"), ("clock", "kill"), ("disk",)],
+                         ids=lambda c: "+".join(c))
+def test_soak_transactions(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) -> None:
+    seed = random.Random(f"txn{mode}{nemeses}").randrange(1_000_000)
+    done = chaos_run(tmp_path, "--mode", mode, "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
+                     "--workload", "txn", "--seed", str(seed), timeout=SOAK_SECONDS + 600)
     check_outcome(done, tmp_path, set(nemeses))

@@ -184,6 +184,14 @@ def test_a_node_that_exited_unkilled_is_a_crash() -> None:
     assert kinds(h) == ["node-crash"]
 
 
+def test_a_broker_its_full_disk_stopped_saying_so_is_allowed_and_reported_apart() -> None:
+    h = clean()
+    h.add("nemesis", "info", "crash", value="broker 5 exited with code 2",
+          extra={"node": 5, "disk_full": True, "log": ["the metadata log in /x cannot be written (ENOSPC: ..."]})
+    result = check(h.events)
+    assert result.anomalies == [] and [f.kind for f in result.allowed] == ["stopped-disk-full"]
+
+
 def test_two_reads_disagreeing_on_an_offset_are_inconsistent() -> None:
     h = clean()
     h.send("p1", 0, "x", None, outcome="info")
