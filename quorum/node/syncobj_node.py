@@ -144,7 +144,10 @@ def _make_syncobj(self_address: str, others: list[str], journal: str, sink: Call
                 logCompactionMinEntries=2**62, logCompactionMinTime=2**62,
                 raftMinTimeout=timeout_s / 2, raftMaxTimeout=timeout_s, connectionTimeout=max(3.5, timeout_s * 2),
                 appendEntriesPeriod=min(0.1, timeout_s / 10),
-                appendEntriesUseBatch=True, commandsWaitLeader=False)
+                # Send each new entry at once rather than on the next append period: pysyncobj's
+                # batching default puts one period (~100 ms) on every commit (measured: p50 102 ms
+                # against 1.5 ms for one writer, 148 against 453 records/s for 16).
+                appendEntriesUseBatch=False, commandsWaitLeader=False)
             super().__init__(self_address, others, conf)
 
         @replicated
