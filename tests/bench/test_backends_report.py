@@ -63,3 +63,17 @@ def test_an_engine_with_zookeeper_mode_or_two_engines_name_the_setting(tmp_path)
     assert "--quorum-engine pysyncobj and --set quorum.engine=raftka disagree" in out.stderr
     out = run_bench("quorum", "--mode", "zk", "--only", "failover", "--results", str(tmp_path))
     assert out.returncode != 0 and "controller-failover --mode zk" in out.stderr
+
+
+@needs_zookeeper
+def test_bench_quorum_in_zookeeper_mode_times_the_same_writes_on_three_zookeeper_servers(tmp_path):
+    out = run_bench("quorum", "--mode", "zk", "--duration", "1", "--writers", "4", "--batch-writers", "1",
+                    "--results", str(tmp_path), "--json", timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json_rows(out.stdout)
+    assert {(r["mode"], r["engine"], r["voters"]) for r in rows} == {("zk", "zookeeper", 3)}
+    rates = {(r["write"], r["writers"]): r["value"] for r in rows if r["metric"] == "committed_records_per_s"}
+    assert set(rates) == {("single", 1), ("single", 4), ("batch", 1)} and all(v > 0 for v in rates.values())
+    p50, p99 = ([r["value"] for r in rows if r["metric"] == m and r["writers"] == 1 and r["write"] == "single"]
+                for m in ("commit_latency_p50", "commit_latency_p99"))
+    assert 0 < p50[0] <= p99[0]
