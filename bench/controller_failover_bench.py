@@ -41,7 +41,14 @@ import argparse
 import time
 from typing import Any
 
-from bench.runner import BenchError, Runner, add_run_options, parse_sets
+from bench.runner import (
+    BenchError,
+    Runner,
+    add_engine_option,
+    add_run_options,
+    engine_overrides,
+    parse_sets,
+)
 
 SCENARIO = "controller-failover"
 POLL_S = 0.01
@@ -58,8 +65,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-topics", type=int, default=5, help="topics created before the fault (default 5)")
     p.add_argument("--rounds", type=int, default=1, help="faults per run (default 1)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up after S s (default 60)")
-    p.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
-                   help="the controllers' Raft in kraft mode (quorum.engine; default raftka)")
+    add_engine_option(p)
     add_run_options(p, controllers=3, brokers=1)
     p.set_defaults(func=run)
 
@@ -72,10 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("raftka bench controller-failover --mode zk: the controller is a broker, so a surviving "
                          "broker needs --brokers 2 or more")
     overrides = parse_sets(args.set)
-    if args.quorum_engine != "raftka" and args.mode == "kraft":
-        overrides.setdefault("quorum.engine", args.quorum_engine)
     params = {"controllers": args.controllers, "brokers": args.brokers, "fault": args.fault,
-              "engine": "zookeeper" if args.mode == "zk" else overrides.get("quorum.engine", "raftka")}
+              "engine": engine_overrides(args, overrides)}
     failed = 0
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
@@ -145,7 +149,13 @@ async def _watch(cluster: Any, broker: Any, old: tuple[int, int], t0: float, tim
                  prefix: str) -> dict[str, Any]:
     import trio
 
-    from bench.cluster_probes import PROBE_ERRORS, active_controller, create_topics, quorum_leader, topic_partitions
+    from bench.cluster_probes import (
+        PROBE_ERRORS,
+        active_controller,
+        create_topics,
+        quorum_leader,
+        topic_partitions,
+    )
 
     clocks: dict[str, Any] = {"attempts": 0}
     survivors = _voters(cluster, exclude=old[0])

@@ -35,7 +35,14 @@ from typing import Any
 
 import trio
 
-from bench.runner import BenchError, Runner, add_run_options, parse_sets
+from bench.runner import (
+    BenchError,
+    Runner,
+    add_engine_option,
+    add_run_options,
+    engine_overrides,
+    parse_sets,
+)
 
 POLL_S = 0.02
 #: Partitions in one CreateTopics at most (the controller's limit).
@@ -54,6 +61,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                    help="default 3")
     p.add_argument("--concurrency", type=int, default=4, help="CreateTopics requests in flight (default 4)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S s (default 300)")
+    add_engine_option(p)
     add_run_options(p, controllers=1, brokers=3)
     p.set_defaults(func=run_topic_create)
 
@@ -76,13 +84,14 @@ def run_topic_create(args: argparse.Namespace) -> int:
     if min(args.topics, args.partitions_per_topic, args.concurrency) < 1 or args.replication_factor > args.brokers:
         raise SystemExit("raftka bench topic-create: --topics, --partitions-per-topic and --concurrency must be "
                          "positive, and --replication-factor at most --brokers")
+    overrides = parse_sets(args.set)
     params = {"topics": args.topics, "partitions_per_topic": args.partitions_per_topic,
               "replication_factor": args.replication_factor, "concurrency": args.concurrency,
               "brokers": args.brokers, "controllers": args.controllers,
-              # the metadata backend, for a three-way report (--set quorum.engine=pysyncobj)
-              "engine": "zookeeper" if args.mode == "zk" else parse_sets(args.set).get("quorum.engine", "raftka")}
+              # the metadata backend, for the three-way report
+              "engine": engine_overrides(args, overrides)}
     with Runner("topic-create", args, params) as runner:
-        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))
+        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
         prefix = f"tc-{runner.run_id[-8:]}"
         runner.phase("warm-up", "one topic through every broker")
         warm = [f"{prefix}-warm-{b.node_id}" for b in cluster.brokers]

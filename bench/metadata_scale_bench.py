@@ -35,7 +35,14 @@ import random
 import time
 from typing import Any
 
-from bench.runner import BenchError, Runner, add_run_options, parse_sets
+from bench.runner import (
+    BenchError,
+    Runner,
+    add_engine_option,
+    add_run_options,
+    engine_overrides,
+    parse_sets,
+)
 
 SCENARIO = "metadata-scale"
 POLL_S = 0.02
@@ -56,6 +63,7 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", type=int, default=2000,
                    help="partitions produced to and consumed from, at random (default 2000)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S s (default 300)")
+    add_engine_option(p)
     add_run_options(p, controllers=3, brokers=3)
     p.set_defaults(func=run)
 
@@ -63,11 +71,13 @@ def register(scenarios: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.topics < 1 or args.partitions < args.topics:
         raise SystemExit("raftka bench metadata-scale: need --topics >= 1 and --partitions >= --topics")
+    overrides = parse_sets(args.set)
     params = {"partitions": args.partitions, "topics": args.topics, "replication_factor": args.replication_factor,
-              "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault}
+              "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault,
+              "engine": engine_overrides(args, overrides)}
     per_topic = [args.partitions // args.topics + (i < args.partitions % args.topics) for i in range(args.topics)]
     with Runner(SCENARIO, args, params) as runner:
-        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=parse_sets(args.set))
+        cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
         names = [f"scale-{runner.run_id[-8:]}-{i}" for i in range(args.topics)]
         runner.phase("warm-up", "one small topic through every broker's path")
         runner.trio_run(_create, cluster, [f"warm-up-{runner.run_id[-8:]}"], [1], 1, args.timeout, None)

@@ -28,6 +28,19 @@ protocol to the active controller):
   snapshot and the tail: seconds until it has applied the leader's high
   watermark as of its start.
 
+With `--quorum-engine pysyncobj` the three controllers run pysyncobj's
+Raft (quorum.engine) instead of raftka's own; rows carry the engine.
+
+With `--mode zk` (writes only) the same writes go to a 3-server ZooKeeper
+ensemble, as a ZooKeeper-mode broker makes them for IncrementalAlterConfigs
+(`quorum.zookeeper.admin.set_topic_config`, Kafka's AdminZkClient: the
+topic's config znode, then a change notification znode): single-record
+writes by 1 and by `--writers` threads, and 1,000-topic requests (1,000
+such changes one after the other) by `--batch-writers` threads, on one
+kazoo session; rows carry engine=zookeeper and the CPU of the ZooKeeper
+servers. The controller failover of ZooKeeper mode is `raftka bench
+controller-failover --mode zk`.
+
 Targets (ARCHITECTURE/issue #3): failover median <= 1.5 s; >= 20,000
 records/s batched; catch-up <= 10 s.
 """
@@ -45,7 +58,7 @@ from typing import Any
 from bench.cli import add_common_options
 
 SCENARIO = "quorum"
-MODE = "kraft"
+ZK_RECORD = "topic config znode + change notification (AdminZkClient)"
 TOPICS = 1000
 CONFIG_KEY = "retention.ms"
 #: A controller process's start (imports included) can take over 20 s on a machine shared with other work.
@@ -62,7 +75,10 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                    help="records in the log before the observer starts (default 1,000,000)")
     p.add_argument("--snapshot-bytes", type=int, default=None,
                    help="metadata.log.max.record.bytes.between.snapshots for the controllers (default Kafka's 20 MiB)")
-    p.add_argument("--only", default="writes,failover,catchup", help="comma-separated subset of the three")
+    p.add_argument("--only", default=None,
+                   help="comma-separated subset of writes,failover,catchup (default all three; writes with --mode zk)")
+    p.add_argument("--mode", choices=("kraft", "zk"), default="kraft",
+                   help="kraft: 3 controllers (default); zk: the writes on a 3-server ZooKeeper ensemble")
     p.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
                    help="the controllers' Raft (quorum.engine): raftka's own (default) or pysyncobj's")
     p.add_argument("--dir", default=None,
@@ -76,24 +92,114 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    phases = {s.strip() for s in args.only.split(",") if s.strip()}
+    only = args.only or ("writes" if args.mode == "zk" else "writes,failover,catchup")
+    phases = {s.strip() for s in only.split(",") if s.strip()}
     unknown = phases - {"writes", "failover", "catchup"}
     if unknown:
         raise SystemExit(f"raftka bench quorum: unknown --only parts {sorted(unknown)}")
+    if args.mode == "zk" and (phases != {"writes"} or args.quorum_engine != "raftka"):
+        raise SystemExit("raftka bench quorum --mode zk measures the writes only (--only writes; ZooKeeper mode's "
+                         "controller failover is `raftka bench controller-failover --mode zk`) and takes no "
+                         "--quorum-engine (a KRaft controllers' setting)")
     if (args.duration <= 0 or args.writers < 1 or args.batch_writers < 1 or args.failover_runs < 1
             or args.catchup_records < 0 or (args.snapshot_bytes is not None and args.snapshot_bytes < 1)):
         raise SystemExit("raftka bench quorum: --duration, --writers, --batch-writers, --failover-runs and "
                          "--snapshot-bytes must be positive, --catchup-records at least 0")
     with tempfile.TemporaryDirectory(prefix="raftka-bench-quorum-", dir=args.dir) as tmp:
-        rows, samples = trio.run(_bench, args, phases, tmp, console)
+        if args.mode == "zk":
+            rows, samples = _zk_writes(args, tmp, console)
+        else:
+            rows, samples = trio.run(_bench, args, phases, tmp, console)
+    engine = "zookeeper" if args.mode == "zk" else args.quorum_engine
     for params in [r["params"] for r in rows] + [s[0] for s in samples]:
-        params.setdefault("engine", args.quorum_engine)  # rows carry the engine, for the three-way report
+        params.setdefault("engine", engine)  # rows carry the engine, for the three-way report
+    for row in rows:
+        row["mode"] = args.mode
     _report(args, rows, samples, console)
     return 0
 
 
 def _row(params: dict, metric: str, value: float, unit: str) -> dict:
-    return {"scenario": SCENARIO, "mode": MODE, "params": params, "metric": metric, "value": value, "unit": unit}
+    return {"scenario": SCENARIO, "mode": "kraft", "params": params, "metric": metric, "value": value, "unit": unit}
+
+
+def _zk_writes(args: argparse.Namespace, tmp: str, console: Any) -> tuple[list, list]:
+    """The writes of `_writes` on a 3-server ZooKeeper ensemble (see the module docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from kazoo.client import KazooClient
+
+    from bench.histogram import percentiles
+    from bench.proc_stats import cpu_seconds
+    from quorum.zookeeper import admin
+    from quorum.zookeeper.ensemble import ZooKeeperEnsemble
+
+    rows: list[dict] = []
+    samples: list[tuple[dict, str, list[float]]] = []
+    ensemble = ZooKeeperEnsemble(Path(tmp) / "zookeeper", 3)
+    zk = None
+    try:
+        ensemble.start(START_TIMEOUT_S)
+        zk = KazooClient(hosts=ensemble.connect_string, timeout=10.0)
+        zk.start(timeout=30)
+        topics = [f"bench-{i:04d}" for i in range(TOPICS)]
+        for name in topics:
+            admin.create_topic(zk, name, {0: (1,)})
+        console.print(f"3 ZooKeeper servers up, {TOPICS} topics created")
+
+        def servers_cpu_s() -> float:
+            return sum(cpu_seconds(s.process.pid) for s in ensemble.servers if s.running and s.process)
+
+        def load(write: Any, per_request: int, writers: int) -> tuple[int, float, list[float]]:
+            latencies: list[float] = []
+            counter = iter(range(1 << 62))
+            deadline = time.monotonic() + args.duration
+
+            def writer() -> None:
+                while time.monotonic() < deadline:
+                    n = next(counter)
+                    t0 = time.perf_counter()
+                    write(n)
+                    latencies.append((time.perf_counter() - t0) * 1000)
+
+            start = time.monotonic()
+            with ThreadPoolExecutor(writers) as pool:
+                for future in [pool.submit(writer) for _ in range(writers)]:
+                    future.result()
+            return len(latencies) * per_request, time.monotonic() - start, latencies
+
+        def single(n: int) -> None:
+            admin.set_topic_config(zk, topics[n % TOPICS], {CONFIG_KEY: str(n)})
+
+        def batch(n: int) -> None:
+            for name in topics:  # a ZooKeeper-mode broker writes each changed topic's config in turn
+                admin.set_topic_config(zk, name, {CONFIG_KEY: str(60_000 + n % 8)})
+
+        for kind, per_request, writers, write in (("single", 1, 1, single), ("single", 1, args.writers, single),
+                                                   ("batch", TOPICS, args.batch_writers, batch)):
+            cpu_before = servers_cpu_s()
+            committed, seconds, latencies = load(write, per_request, writers)
+            cpu_s = servers_cpu_s() - cpu_before
+            params = {"write": kind, "records_per_request": per_request, "writers": writers,
+                      "duration_s": args.duration, "voters": 3, "record": ZK_RECORD}
+            pct = percentiles(latencies, (50.0, 99.0)) if latencies else {"p50": float("nan"), "p99": float("nan")}
+            rows.append(_row(params, "committed_records_per_s", committed / seconds, "records/s"))
+            rows.append(_row(params, "commit_latency_p50", pct["p50"], "ms"))
+            rows.append(_row(params, "commit_latency_p99", pct["p99"], "ms"))
+            if committed:
+                rows.append(_row(params, "zookeeper_cpu_per_1000_records", cpu_s * 1e6 / committed, "ms"))
+            if latencies:
+                samples.append((params, "commit_latency", latencies))
+            console.print(f"writes {kind} x{writers}: {committed / seconds:,.0f} records/s, "
+                          f"p50 {pct['p50']:.1f} ms, p99 {pct['p99']:.1f} ms ({len(latencies)} requests), "
+                          f"{cpu_s * 1e6 / max(committed, 1):,.1f} ms CPU of the 3 ZooKeeper servers per 1,000 records")
+    finally:
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        ensemble.stop()
+    return rows, samples
 
 
 async def _bench(args: argparse.Namespace, phases: set[str], tmp: str, console: Any) -> tuple[list, list]:
@@ -364,7 +470,8 @@ def _report(args: argparse.Namespace, rows: list, samples: list, console: Any) -
     from bench.results import new_run_id, write_rows, write_samples
 
     targets = {"failover_median": "≤ 1.5 s", "observer_catch_up": "≤ 10 s"}
-    table = Table(title="quorum bench: 3 voters on loopback")
+    table = Table(title=f"quorum bench: 3 {'ZooKeeper servers' if args.mode == 'zk' else 'voters'} on loopback, "
+                        f"engine {rows[0]['params']['engine'] if rows else '-'}")
     for col in ("measurement", "value", "unit", "target"):
         table.add_column(col, justify="right")
     for row in rows:
@@ -381,7 +488,7 @@ def _report(args: argparse.Namespace, rows: list, samples: list, console: Any) -
     run_id = new_run_id()
     path = write_rows(args.results, rows, run_id=run_id)
     for params, metric, values in samples:
-        write_samples(args.results, run_id, scenario=SCENARIO, mode=MODE, params=params, metric=metric,
+        write_samples(args.results, run_id, scenario=SCENARIO, mode=args.mode, params=params, metric=metric,
                       unit="s" if metric == "failover" else "ms", values=values)
     console.print(f"rows appended to {path}")
     if args.json:

@@ -66,6 +66,8 @@ from bench.cli import add_common_options
 from common.errors import RaftkaError
 
 MODES = ("kraft", "zk")
+#: quorum.engine values; the first is the default.
+ENGINES = ("raftka", "pysyncobj")
 FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
 RUNS_DIR = "_runs"
 READY_TIMEOUT_S = 180.0
@@ -97,6 +99,31 @@ def add_run_options(p: argparse.ArgumentParser, *, controllers: int, brokers: in
     p.add_argument("--dir", default=None,
                    help="where the cluster's temp dir goes (made if missing; default: system temp)")
     add_common_options(p)
+
+
+def add_engine_option(p: argparse.ArgumentParser) -> None:
+    """`--quorum-engine`: which Raft the KRaft controllers run (the three-way metadata comparison)."""
+    p.add_argument("--quorum-engine", choices=ENGINES, default=None,
+                   help="the KRaft controllers' Raft (quorum.engine): raftka's own (default) or pysyncobj's; "
+                        "rows carry it as params.engine (zookeeper with --mode zk)")
+
+
+def engine_overrides(args: argparse.Namespace, overrides: dict[str, str]) -> str:
+    """Put `--quorum-engine` into the cluster's `overrides` (quorum.engine) and
+    return the metadata backend the rows carry: raftka, pysyncobj or zookeeper."""
+    chosen = getattr(args, "quorum_engine", None)
+    set_engine = overrides.get("quorum.engine")
+    if chosen and set_engine and chosen != set_engine:
+        raise BenchError(f"--quorum-engine {chosen} and --set quorum.engine={set_engine} disagree: give one of them")
+    engine = chosen or set_engine or ENGINES[0]
+    if getattr(args, "mode", "kraft") == "zk":
+        if engine != ENGINES[0]:
+            raise BenchError(f"quorum.engine={engine} is a KRaft controllers' setting; with --mode zk the "
+                             "metadata lives in ZooKeeper: drop --quorum-engine or use --mode kraft")
+        return "zookeeper"
+    if engine != ENGINES[0]:
+        overrides["quorum.engine"] = engine
+    return engine
 
 
 def require_mode(mode: str) -> bool:

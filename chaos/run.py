@@ -75,6 +75,7 @@ WORKLOADS = ("queue", "txn")
 class RunOptions:
     out: Path
     mode: str = "kraft"
+    quorum_engine: str = "raftka"
     controllers: int = 3
     brokers: int = 3
     duration: float = 120.0
@@ -102,6 +103,7 @@ class RunOutcome:
 
 def command_line(o: RunOptions) -> str:
     return (f"raftka chaos run --mode {o.mode} --controllers {o.controllers} --brokers {o.brokers} "
+            + ("" if o.quorum_engine == "raftka" else f"--quorum-engine {o.quorum_engine} ") +
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
             f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
                                   else f" --message-timeout-ms {o.message_timeout_ms}"))
@@ -140,7 +142,8 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         settings["raftka.test.clock.offset.file"] = CLOCK_FILE
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
-                               broker_overrides=settings)
+                               broker_overrides=settings,
+                               overrides={} if o.quorum_engine == "raftka" else {"quorum.engine": o.quorum_engine})
     except BaseException:
         if disks is not None:
             disks.tear_down()

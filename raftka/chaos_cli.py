@@ -1,7 +1,7 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
-    raftka chaos run [--mode kraft|zk] [--controllers 3] [--brokers 3] [--duration 120]
-                     [--nemesis kill,pause,partition] [--workload queue|txn] [--seed N] [--out DIR]
+    raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
+                     [--duration 120] [--nemesis kill,pause,partition] [--workload queue|txn] [--seed N] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
@@ -15,7 +15,9 @@ only when no anomaly was found (and the harness itself ran cleanly); 1
 otherwise. The same seed gives the same schedule.
 
 `partition` cuts links with nftables between per-node cgroups: it needs
-root and the `nft` command (`make sysdeps`).
+root and the `nft` command (`make sysdeps`). It cuts the nodes' listener
+ports, not pysyncobj's own (`--quorum-engine pysyncobj`), so it is refused
+with that engine.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                               description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--mode", choices=("kraft", "zk"), default="kraft")
+    run.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
+                     help="the KRaft controllers' Raft (quorum.engine; default raftka)")
     run.add_argument("--controllers", type=int, default=3, metavar="N",
                      help="KRaft voters, or ZooKeeper servers with --mode zk (default 3)")
     run.add_argument("--brokers", type=int, default=3, metavar="M")
@@ -88,7 +92,13 @@ def run_main(args: argparse.Namespace) -> int:
     if unknown:
         console.print(f"[red]unknown nemesis {unknown}: choose from {', '.join(NEMESES)}[/red]")
         return 2
+    if args.quorum_engine != "raftka" and (args.mode == "zk" or "partition" in nemeses):
+        console.print(f"[red]--quorum-engine {args.quorum_engine} runs with --mode kraft only, and without the "
+                      "partition nemesis (it cuts the listener ports, not pysyncobj's own): use e.g. "
+                      "--nemesis kill,pause[/red]")
+        return 2
     options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
+                         quorum_engine=args.quorum_engine,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms)

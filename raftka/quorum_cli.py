@@ -5,7 +5,14 @@ is not the leader names the leader and every voter's endpoint, and the
 question goes to the leader. Prints what `kafka-metadata-quorum describe
 --status` prints (leader id, epoch, high watermark, voters, observers, the
 largest follower lag) and one row per replica with its log end offset and
-its lag behind the leader's log end offset. `--json` prints one JSON object.
+its lag behind the leader's log end offset, and the engine the quorum runs
+on (`quorum.engine`, read with DescribeConfigs of the leader's own node).
+`--json` prints one JSON object.
+
+With quorum.engine=pysyncobj the same fields come from pysyncobj's status:
+the epoch is its term, the high watermark its commit point, a follower's
+log end offset its match index (in metadata offsets), its last fetch the
+last time the leader had it connected.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import trio
 
 from common.errors import RaftkaError
 from common.wire.errors import ConnectionFailedError
-from quorum.node.describe_quorum import describe_quorum
+from quorum.node.describe_quorum import describe_quorum, node_configs
 
 
 
@@ -56,10 +63,20 @@ def status_rows(d: Any) -> list[dict[str, Any]]:
     return rows
 
 
+async def _status(host: str, port: int, timeout_ms: int) -> tuple[Any, dict[str, str]]:
+    """The leader's DescribeQuorum answer and the leader's engine settings."""
+    d = await describe_quorum(host, port, timeout_ms)
+    configs: dict[str, str] = {}
+    if d.error_code == 0:
+        leader_host, leader_port = d.nodes.get(d.leader_id, (host, port))
+        configs = await node_configs(leader_host, leader_port, d.leader_id, timeout_ms)
+    return d, configs
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         host, port = parse_host_port(args.bootstrap_controller)
-        d = trio.run(describe_quorum, host, port, args.timeout_ms)
+        d, configs = trio.run(_status, host, port, args.timeout_ms)
     except (RaftkaError, ConnectionFailedError, OSError) as exc:
         print(f"raftka quorum status: {exc}", file=sys.stderr)
         return 2
@@ -76,16 +93,12 @@ def main(args: argparse.Namespace) -> int:
         "max_follower_lag_time_ms": max((now_ms - r["last_caught_up_timestamp"] for r in followers
                                          if r["last_caught_up_timestamp"] >= 0), default=0),
         "current_voters": [r[0] for r in d.voters], "current_observers": [r[0] for r in d.observers],
-        "replicas": rows, "engine": d.engine,
+        "replicas": rows, "engine": configs.get("quorum.engine", "raftka"),
     }
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"Engine:                 {d.engine['engine']}")
-    if "term" in d.engine:  # pysyncobj's own view, from the node that answered
-        print(f"EngineTerm:             {d.engine['term']}")
-        print(f"EngineCommitIndex:      {d.engine.get('commit_idx')}")
-        print(f"EngineMembers:          {d.engine.get('members')}")
+    print(f"Engine:                 {summary['engine']}")
     print(f"LeaderId:               {d.leader_id}")
     print(f"LeaderEpoch:            {d.leader_epoch}")
     print(f"HighWatermark:          {d.high_watermark}")

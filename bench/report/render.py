@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench.report.backends import BACKENDS
 from bench.report.plots import Plot, params_label
 from bench.report.summary import CDF_GRID, Summary
 
@@ -105,9 +106,33 @@ def build_sections(summary: Summary, plots: list[Plot], results_dir: str) -> lis
         )
     )
     sections = [head]
+    backends = _backends_section(summary)
+    if backends is not None:
+        sections.append(backends)
     for scenario in sorted({st["scenario"] for st in summary.stats}):
         sections.append(_scenario_section(summary, [p for p in plots if p.scenario == scenario], scenario))
     return sections
+
+
+def _backends_section(summary: Summary) -> Section | None:
+    """raftka's Raft, pysyncobj's Raft and ZooKeeper side by side, if more than one was measured."""
+    lines = summary.backends
+    if len({b for line in lines for b in BACKENDS if line[b] is not None}) < 2:
+        return None
+    section = Section(
+        "Metadata backends side by side",
+        text=("Medians across runs of the metadata benches, by the backend they ran on (`--quorum-engine "
+              "raftka|pysyncobj` in KRaft mode, `--mode zk`), matched on every other parameter; the ratios "
+              "divide by raftka's Raft. `better` says which way is better for the unit."))
+    section.tables.append(Table(
+        "Backends (medians)",
+        ["measurement", "scenario", "params", "unit", "raftka Raft", "pysyncobj", "ZooKeeper",
+         "pysyncobj/raftka", "ZooKeeper/raftka", "better"],
+        [[line["what"], line["scenario"], params_label(line["params"]), line["unit"]]
+         + [fmt(line[b]) for b in BACKENDS]
+         + [fmt(line["pysyncobj_to_raftka"]), fmt(line["zookeeper_to_raftka"]), line["direction"] or "?"]
+         for line in lines]))
+    return section
 
 
 def _scenario_section(summary: Summary, plots: list[Plot], scenario: str) -> Section:
@@ -230,6 +255,7 @@ def to_json(summary: Summary, plots: list[Plot], results_dir: str, generated_ms:
         "stats": summary.stats,
         "mode_ratios": summary.mode_ratios,
         "comparisons": summary.comparisons,
+        "backends": summary.backends,
         "latency_samples": summary.latency_samples,
         "cdf_grid": CDF_GRID,
         "cdfs": summary.cdfs,

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from bench.histogram import PERCENTILES, percentile_key
 from bench.report import ReportError
+from bench.report.backends import backend_table
 from bench.report.units import HIGHER, LOWER, LOWER_IS_BETTER_UNITS, RATE_SUFFIX
 from bench.results import SAMPLES_DIR
 
@@ -53,6 +54,8 @@ class Summary:
     comparisons: list[dict[str, Any]]
     latency_samples: list[dict[str, Any]] = field(default_factory=list)
     cdfs: list[dict[str, Any]] = field(default_factory=list)
+    #: The metadata backends side by side (`bench.report.backends`).
+    backends: list[dict[str, Any]] = field(default_factory=list)
 
 
 def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summary:
@@ -73,6 +76,7 @@ def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summ
         mode_ratios=_collect(mode_ratios(stats)),
         comparisons=_collect(comparisons(per_run, settings)),
     )
+    summary.backends = backend_table(summary.stats)
     samples = load_samples(spark, results_dir)
     if samples is not None:
         summary.latency_samples = _collect(sample_stats(samples))

@@ -31,10 +31,7 @@ def _module(version: int) -> Any:
 
 
 def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[int, tuple[str, int]],
-                             now_ms: int, engine_note: str | None = None) -> Any:
-    """`engine_note` (v2, in the top-level error_message, which tools ignore
-    when the error code is NONE): a non-default engine's own view, e.g.
-    `engine=pysyncobj term=3 commit_idx=7 members=1:self,2:connected`."""
+                             now_ms: int) -> Any:
     m = _module(version)
     wall_ms = time.time_ns() // 1_000_000
 
@@ -63,7 +60,7 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
     top: dict[str, Any] = {"error_code": ErrorCode.none}
     if version >= 2:
         partition["error_message"] = None if is_leader else f"node {status.node_id} is not the leader"
-        top["error_message"] = engine_note
+        top["error_message"] = None
         top["nodes"] = tuple(
             m.Node(node_id=n, listeners=(m.Listener(name=CONTROLLER_LISTENER, host=h, port=p),))
             for n, (h, p) in sorted(voters.items()))
@@ -82,14 +79,6 @@ class QuorumDescription:
     voters: tuple[tuple[int, int, int, int], ...]  # (id, log end offset, last fetch ms, last caught up ms)
     observers: tuple[tuple[int, int, int, int], ...]
     nodes: dict[int, tuple[str, int]]
-    #: The engine's own view, parsed from `engine_note` ({"engine": "raftka"} without one).
-    engine: dict[str, str] = dataclasses.field(default_factory=lambda: {"engine": "raftka"})
-
-
-def parse_engine_note(note: str | None) -> dict[str, str]:
-    if not note or not note.startswith("engine="):
-        return {"engine": "raftka"}
-    return dict(item.split("=", 1) for item in note.split() if "=" in item)
 
 
 def parse_describe_quorum(response: Any) -> QuorumDescription:
@@ -106,14 +95,71 @@ def parse_describe_quorum(response: Any) -> QuorumDescription:
                       int(getattr(s, "last_caught_up_timestamp", -1))) for s in states)
 
     return QuorumDescription(int(p.error_code), int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
-                             rows(p.current_voters), rows(p.observers), nodes,
-                             parse_engine_note(getattr(response, "error_message", None)))
+                             rows(p.current_voters), rows(p.observers), nodes)
 
 
 def describe_quorum_request(version: int = 2) -> Any:
     m = importlib.import_module(f"kio.schema.describe_quorum.v{version}.request")
     return m.DescribeQuorumRequest(topics=(m.TopicData(topic_name=METADATA_TOPIC, partitions=(
         m.PartitionData(partition_index=0),)),))
+
+
+# --- the node's engine settings: DescribeConfigs of the controller's own node -------------------
+
+#: Kafka's ConfigResource.Type BROKER, DescribeConfigsResponse.ConfigSource STATIC_BROKER_CONFIG and ConfigType STRING.
+BROKER_RESOURCE = 4
+STATIC_BROKER_CONFIG = 4
+STRING_TYPE = 2
+
+
+def is_node_config_request(body: Any) -> bool:
+    """A DescribeConfigs of broker resources only (what a controller answers for its own node)."""
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+
+    return isinstance(body, DescribeConfigsRequest) and bool(body.resources) \
+        and all(int(r.resource_type) == BROKER_RESOURCE for r in body.resources)
+
+
+def node_configs_response(request: Any, node_id: int, configs: dict[str, str]) -> Any:
+    """The node's read-only `configs` for a resource naming it (or the empty
+    name); INVALID_REQUEST naming this node for any other node id."""
+    from kio.schema.describe_configs.v4 import response as m
+
+    from quorum.controller.result import NO_THROTTLE
+
+    results = []
+    for r in request.resources:
+        if r.resource_name not in ("", str(node_id)):
+            results.append(m.DescribeConfigsResult(
+                error_code=ErrorCode.invalid_request, error_message=f"this is controller {node_id}; ask each "
+                f"controller for its own node id ({r.resource_name!r} asked)", resource_type=r.resource_type,
+                resource_name=r.resource_name, configs=()))
+            continue
+        keys = set(r.configuration_keys) if r.configuration_keys else None
+        results.append(m.DescribeConfigsResult(
+            error_code=ErrorCode.none, error_message=None, resource_type=r.resource_type,
+            resource_name=r.resource_name, configs=tuple(
+                m.DescribeConfigsResourceResult(name=k, value=v, read_only=True, config_source=STATIC_BROKER_CONFIG,
+                                                is_sensitive=False, synonyms=(), config_type=STRING_TYPE,
+                                                documentation=None)
+                for k, v in sorted(configs.items()) if keys is None or k in keys)))
+    return m.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def node_configs(host: str, port: int, node_id: int, timeout_ms: int = 10000) -> dict[str, str]:
+    """The engine settings controller `node_id` at host:port answers for itself (quorum.engine, ...)."""
+    from kio.schema.describe_configs.v4 import request as m
+
+    request = m.DescribeConfigsRequest(resources=(m.DescribeConfigsResource(
+        resource_type=BROKER_RESOURCE, resource_name=str(node_id), configuration_keys=None),),
+        include_synonyms=False, include_documentation=False)
+    async with open_connection(host, port, connect_timeout_ms=timeout_ms) as conn:
+        response = await conn.request(request, timeout_ms=timeout_ms)
+    result = response.results[0]
+    if result.error_code != ErrorCode.none:
+        raise ConnectionError(f"controller {node_id} at {host}:{port} answered DescribeConfigs with error "
+                              f"{int(result.error_code)}: {result.error_message}")
+    return {c.name: c.value for c in result.configs}
 
 
 async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:

@@ -211,6 +211,12 @@ class RaftNode(Applying):
     def high_watermark(self) -> int | None:
         return None if self.core is None else self.core.high_watermark
 
+    engine = "raftka"
+
+    def engine_configs(self) -> dict[str, str]:
+        """This member's engine settings, as DescribeConfigs of its node answers them (quorum.node.handler)."""
+        return {"quorum.engine": self.engine}
+
     def describe(self) -> QuorumStatus:
         assert self.core is not None, "the node is not running"
         return self.core.describe(self.now_ms())

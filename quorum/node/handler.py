@@ -3,6 +3,11 @@
 - Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot)
   go to the `RaftNode` (voters and observers send them to voters);
 - DescribeQuorum is answered from the core's view (`describe_quorum`);
+- DescribeConfigs of this node (resource type BROKER, named by its node
+  id, as `kafka-configs --bootstrap-controller` asks a controller) is
+  answered here, by any controller, with its read-only engine settings
+  (`quorum.engine`, and pysyncobj's port): `raftka quorum status` reads the
+  engine from it;
 - the controller APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
   CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
   IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
@@ -21,7 +26,13 @@ from typing import Any
 
 from quorum.controller import SUPPORTED_REQUESTS
 from quorum.node.controller_service import ControllerService
-from quorum.node.describe_quorum import DESCRIBE_QUORUM, VERSIONS, describe_quorum_response
+from quorum.node.describe_quorum import (
+    DESCRIBE_QUORUM,
+    VERSIONS,
+    describe_quorum_response,
+    is_node_config_request,
+    node_configs_response,
+)
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
 from common.wire import ConnectionContext, DecodedRequest, SupportedApis
@@ -60,9 +71,9 @@ class QuorumRequestHandler:
                 source_id = -2 - ctx.connection_id
             return response_to_kio(await self.node.handle_request(source_id, message))
         if key == DESCRIBE_QUORUM:
-            note_of = getattr(self.node, "engine_note", None)  # a non-default engine's own view
             return describe_quorum_response(request.header.api_version, self.node.describe(),
-                                            self.node.voter_addresses, self.node.now_ms(),
-                                            note_of() if note_of is not None else None)
+                                            self.node.voter_addresses, self.node.now_ms())
+        if is_node_config_request(body):
+            return node_configs_response(body, self.node.node_id, self.node.engine_configs())
         assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
         return await self.controller.handle(body)

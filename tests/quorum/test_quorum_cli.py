@@ -1,5 +1,7 @@
 """`raftka quorum status --bootstrap-controller HOST:PORT` against three
-real controllers: what `kafka-metadata-quorum describe --status` shows."""
+real controllers: what `kafka-metadata-quorum describe --status` shows,
+on either quorum engine (with pysyncobj the same fields come from its
+status: term, commit point, match indexes, connections)."""
 
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ def status(address: str, *extra: str) -> subprocess.CompletedProcess[str]:
                            address, *extra], capture_output=True, text=True, timeout=30)
 
 
-@pytest.fixture(scope="module")
-def quorum(tmp_path_factory):
-    with LocalQuorum(tmp_path_factory.mktemp("quorum-cli"), 3, FAST) as q:
+@pytest.fixture(scope="module", params=["raftka", "pysyncobj"])
+def quorum(request, tmp_path_factory):
+    # pysyncobj keeps its default timeouts: its shorter ones elect too often on a busy machine.
+    overrides = FAST if request.param == "raftka" else {"quorum.engine": "pysyncobj"}
+    with LocalQuorum(tmp_path_factory.mktemp("quorum-cli"), 3, overrides) as q:
         q.start_all()
         for node_id in q.voters:
             q.wait_listening(node_id)
+        q.engine = request.param
         yield q
 
 
@@ -54,11 +59,15 @@ def test_any_voter_leads_the_tool_to_the_leader_s_view(quorum):
     leaders = {(v["leader_id"], v["leader_epoch"]) for v in views}
     assert len(leaders) == 1, views
     data = views[0]
+    assert data["engine"] == quorum.engine
     assert data["current_voters"] == [1, 2, 3] and data["current_observers"] == []
     statuses = {r["node_id"]: r["status"] for r in data["replicas"]}
     assert statuses[data["leader_id"]] == "Leader"
     assert sorted(statuses.values()) == ["Follower", "Follower", "Leader"]
     assert all(r["log_end_offset"] == data["high_watermark"] for r in data["replicas"])
+    # Wall-clock ms of the leader's last contact with each follower: recent.
+    now_ms = time.time() * 1000
+    assert all(0 <= now_ms - r["last_fetch_timestamp"] < 10_000 for r in data["replicas"]), data["replicas"]
 
 
 def test_text_output_names_leader_epoch_high_watermark_and_each_replica(quorum):
@@ -68,6 +77,7 @@ def test_text_output_names_leader_epoch_high_watermark_and_each_replica(quorum):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     fields = dict(line.split(":", 1) for line in lines if ":" in line and not line[0].isdigit())
+    assert fields["Engine"].strip() == quorum.engine
     assert int(fields["LeaderId"]) == data["leader_id"]
     assert int(fields["LeaderEpoch"]) == data["leader_epoch"]
     assert int(fields["HighWatermark"]) >= data["high_watermark"]
