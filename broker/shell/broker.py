@@ -56,7 +56,6 @@ from broker.shell.log_manager import LogManager
 from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
-from broker.shell.storage_errors import storage_error_logger
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
@@ -138,7 +137,6 @@ class Broker:
                                       max_open_files=config.log_max_open_files,
                                       disk_fault_file=config.test_disk_fault_file)
         log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
-        storage_error_logger.node_id = config.node_id  # one broker per process: its lines name it
         self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults,
                                        config.replication)
         #: Replication: follower fetchers, and the leaders' ISR changes to the controller.

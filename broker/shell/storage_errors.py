@@ -17,8 +17,6 @@ class StorageErrorLogger:
         self._seen: set[tuple[str, int | None]] = set()
         self._fixes_told: set[int | None] = set()
         self._reports: dict[int | None, int] = {}
-        #: The broker's node id, for the lines (set by the broker).
-        self.node_id: int | None = None
 
     #: Partitions reported at ERROR per cause; past that, DEBUG (a limit hit
     #: while creating 10,000 partitions is one problem, not 10,000 lines).
@@ -26,8 +24,6 @@ class StorageErrorLogger:
 
     def report(self, where: str, what: str, exc: OSError,
                consequence: str = "it answers KAFKA_STORAGE_ERROR, the other partitions serve on") -> None:
-        if self.node_id is not None:
-            where = f"broker {self.node_id}: {where}"
         key = (where, exc.errno)
         if key in self._seen:
             _log.debug("%s: %s: %s", where, what, exc)
