@@ -45,8 +45,9 @@ either (zk mode partitions brokers from each other, not from ZooKeeper).
   broker answers KAFKA_STORAGE_ERROR to what it cannot write and serves
   reads; it needs no restart (the heal restarts it only if it stopped).
 
-`partition` needs root, a cgroup2 mount and the `nft` command (the Debian `nftables`
-package; `make sysdeps` installs it). The table and the cgroups carry the
+`partition` needs root, a cgroup2 mount and the `nft` command (the Debian
+`nftables` package; `make sysdeps` installs it); `disk` needs root (its
+mounts); `eio`, `kill`, `pause` and `clock` need nothing. The table and the cgroups carry the
 run's pid in their name and are removed at the end.
 
 Not built: `membership` (the quorum has no voter changes yet).
