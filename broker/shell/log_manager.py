@@ -120,7 +120,7 @@ class LogManager:
         #: The bounded cache of open segment files (`log.max.open.files`).
         self.open_files = OpenFileCache(max_open_files or None)
         # `disk_fault_file`: a test's switch that fails the logs' writes with EIO (storage.fs).
-        self._fs = log_file_system(self.log_dirs[0], disk_fault_file, self.open_files)
+        self._fs = log_file_system(self.log_dirs[0] if self.log_dirs else ".", disk_fault_file, self.open_files)
         _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
