@@ -77,6 +77,10 @@ class BrokerConfig:
     #: `log.max.open.files`: segment files open at once (`storage.fs.OpenFileCache`);
     #: 0 derives it from the open-files limit, leaving room for sockets.
     log_max_open_files: int = 0
+    #: `raftka.test.disk.fault.file` (tests only, `storage.fs.FaultSwitchFileSystem`):
+    #: while this file (relative to the first log dir) says `eio`, the
+    #: partition logs' writes fail with EIO. Empty: the plain file system.
+    test_disk_fault_file: str = ""
     log_cleaner: CleanerConfig = dataclasses.field(default_factory=CleanerConfig)
     #: `raftka.log.cleaner.cpu.fraction`: the share of one core the cleaner
     #: may use (it sleeps between steps to stay under it), on top of
@@ -158,6 +162,7 @@ class BrokerConfig:
             txn_coordinator=TransactionCoordinatorConfig.from_properties(props),
             log_cleaner_enable=bool_property(props, "log.cleaner.enable", True),
             log_max_open_files=int_property(props, "log.max.open.files", 0, 0),
+            test_disk_fault_file=props.get("raftka.test.disk.fault.file", "").strip(),
             log_cleaner=CleanerConfig.from_properties(props),
             log_cleaner_cpu_fraction=float_property(props, "raftka.log.cleaner.cpu.fraction", 0.25),
             producer_id_expiration_ms=int_property(props, "producer.id.expiration.ms", 86_400_000, 1),

@@ -39,12 +39,18 @@ either (zk mode partitions brokers from each other, not from ZooKeeper).
   back) through the test-only `raftka.test.clock.offset.file` every broker
   of the run is started with (common.clock); the heal writes 0.
 
-Needs root, a cgroup2 mount and the `nft` command (the Debian `nftables`
-package; `make sysdeps` installs it). The table and the cgroups carry the
+- `eio`: a broker's partition logs fail every write with EIO, through the
+  test-only `raftka.test.disk.fault.file` every broker of the run is started
+  with (storage.fs.FaultSwitchFileSystem); the heal empties the file. The
+  broker answers KAFKA_STORAGE_ERROR to what it cannot write and serves
+  reads; it needs no restart (the heal restarts it only if it stopped).
+
+`partition` needs root, a cgroup2 mount and the `nft` command (the Debian
+`nftables` package; `make sysdeps` installs it); `disk` needs root (its
+mounts); `eio`, `kill`, `pause` and `clock` need nothing. The table and the cgroups carry the
 run's pid in their name and are removed at the end.
 
-Not built: a disk returning EIO (the kernel here has no device-mapper for an
-`error` or `flakey` target) and `membership` (the quorum has no voter changes yet).
+Not built: `membership` (the quorum has no voter changes yet).
 """
 
 from __future__ import annotations
@@ -219,6 +225,35 @@ class Clocks:
             self.set(node_id, 0)
 
 
+#: In each broker's log dir: the disk fault its partition logs have (`raftka.test.disk.fault.file`).
+DISK_FAULT_FILE = "chaos-disk-fault"
+
+
+class DiskFaults:
+    """Each broker's injected disk fault, written where the broker reads it (storage.fs)."""
+
+    def __init__(self, dirs: dict[int, Path]) -> None:
+        self.dirs = dict(dirs)
+        self.failing: set[int] = set()
+        #: Every broker whose disk ever failed: the final heal may restart these.
+        self.victims: set[int] = set()
+
+    def set(self, node_id: int, fault: str) -> None:
+        path = self.dirs[node_id] / DISK_FAULT_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{fault}\n")
+        tmp.replace(path)  # the broker never reads half a word
+        if fault:
+            self.failing.add(node_id)
+            self.victims.add(node_id)
+        else:
+            self.failing.discard(node_id)
+
+    def heal(self) -> None:
+        for node_id in sorted(self.failing):
+            self.set(node_id, "")
+
+
 class Disks:
     """A tmpfs of `size_mb` under each broker's log dir, and a filler to make it full."""
 
@@ -294,7 +329,7 @@ class Nemesis:
     def __init__(self, cluster: LocalCluster, history: HistoryWriter, rng: random.Random,
                  leader_of: Callable[[int], int | None], active_controller: Callable[[], int | None],
                  cutter: LinkCutter | None = None, disks: Disks | None = None,
-                 clocks: Clocks | None = None) -> None:
+                 clocks: Clocks | None = None, disk_faults: DiskFaults | None = None) -> None:
         self.cluster = cluster
         self.history = history
         self.rng = rng
@@ -303,6 +338,7 @@ class Nemesis:
         self.cutter = cutter
         self.disks = disks
         self.clocks = clocks
+        self.disk_faults = disk_faults
         self.killed: set[int] = set()
         self.paused: set[int] = set()
         #: Pids seen dead without the nemesis killing them (each reported once).
@@ -366,6 +402,14 @@ class Nemesis:
             record["nodes"] = [node]
             record["offset_ms"] = fault.offset_ms
             self.clocks.set(node, fault.offset_ms)
+        elif fault.kind == "eio":
+            if self.disk_faults is None:
+                raise NemesisError("eio needs the brokers started with raftka.test.disk.fault.file (DiskFaults)")
+            node = self.resolve(fault.target)
+            if node not in self.disk_faults.dirs:  # only brokers have partition logs
+                node = self.rng.choice(sorted(self.disk_faults.dirs))
+            record["nodes"] = [node]
+            self.disk_faults.set(node, "eio")
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         if len(self.guessed) > guessed_before:
@@ -439,6 +483,15 @@ class Nemesis:
         elif fault.kind == "clock" and self.clocks is not None:
             extra["nodes"] = sorted(self.clocks.skewed)
             self.clocks.heal()
+        elif fault.kind == "eio" and self.disk_faults is not None:
+            failing = sorted(self.disk_faults.failing)
+            extra["nodes"] = failing
+            self.disk_faults.heal()
+            # The broker keeps running through the fault; should it have stopped
+            # (a crash, reported), it is started again on its healed disk.
+            extra["restarted"] = [n for n in failing if not self.cluster.nodes[n].is_running()]
+            for n in extra["restarted"]:
+                self.cluster.start(n)
         # A broker that stopped on its full disk after that disk's heal (its shutdown
         # takes a while) is started again at the next heal, its disk roomy again.
         late = [n for n in sorted(self.stopped_on_full_disk) if self.disks is not None
@@ -460,6 +513,8 @@ class Nemesis:
             self.disks.heal()
         if self.clocks is not None:
             self.clocks.heal()
+        if self.disk_faults is not None:
+            self.disk_faults.heal()
         self._resume_paused()
         self._restart_killed()
         for node in self.cluster.nodes.values():  # any node down, whatever stopped it, runs again

@@ -18,7 +18,8 @@ from chaos.checker import ALLOWED, ANOMALIES, Result
 from chaos.history import Event
 from chaos.schedule import Fault
 
-COLOURS = {"kill": "#e15759", "pause": "#f1ce63", "partition": "#76b7b2", "disk": "#b07aa1", "clock": "#9c755f"}
+COLOURS = {"kill": "#e15759", "pause": "#f1ce63", "partition": "#76b7b2", "disk": "#b07aa1", "eio": "#ff9da7",
+           "clock": "#9c755f"}
 
 
 def fault_windows(events: list[Event]) -> list[dict[str, Any]]:

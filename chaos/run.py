@@ -35,8 +35,10 @@ from chaos import checker
 from chaos.history import HistoryWriter
 from chaos.nemesis import (
     CLOCK_FILE,
+    DISK_FAULT_FILE,
     FILL_FILE,
     Clocks,
+    DiskFaults,
     Disks,
     LinkCutter,
     Nemesis,
@@ -140,6 +142,9 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     if "clock" in o.nemeses:
         # Each broker's wall clock offset, read from this file in its log dir (tests only).
         settings["raftka.test.clock.offset.file"] = CLOCK_FILE
+    if "eio" in o.nemeses:
+        # Each broker's disk fault (EIO on its partition logs' writes), read from this file (tests only).
+        settings["raftka.test.disk.fault.file"] = DISK_FAULT_FILE
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
                                broker_overrides=settings,
@@ -150,6 +155,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         raise
     if "clock" in o.nemeses:
         clocks = Clocks({b.node_id: b.log_dir for b in cluster.brokers})
+    disk_faults = DiskFaults({b.node_id: b.log_dir for b in cluster.brokers}) if "eio" in o.nemeses else None
     cutter = None
     if "partition" in o.nemeses:
         cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
@@ -179,7 +185,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         create_topic(queue, str(o.out / "clients.log"))
         leaders = PartitionLeaders(queue, str(o.out / "clients.log"))
         nemesis = Nemesis(cluster, history, random.Random(rng.getrandbits(64)), leaders.leader_of,
-                          lambda: active_controller(cluster), cutter, disks, clocks)
+                          lambda: active_controller(cluster), cutter, disks, clocks, disk_faults)
         say(f"workload {o.workload} on {queue.partitions} partitions (rf {rf}) for {o.duration:g} s")
         t0 = time.monotonic()
         timeline["start"] = t0

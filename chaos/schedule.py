@@ -26,6 +26,9 @@ Partition faults (`kind == "partition"`) carry a `shape`:
 
 A `disk` fault fills one broker's disk (a broker, or a partition's leader).
 
+An `eio` fault makes one broker's partition logs (a broker's, or a
+partition leader's) fail their writes with EIO.
+
 A `clock` fault moves one broker's wall clock (a broker, or a partition's
 leader) by `offset_ms`, forward or back, until the heal sets it right
 (itself a jump the other way).
@@ -37,7 +40,7 @@ import dataclasses
 import random
 from typing import Any
 
-NEMESES = ("kill", "pause", "partition", "disk", "clock")
+NEMESES = ("kill", "pause", "partition", "disk", "eio", "clock")
 #: The clock nemesis' jumps: seconds to minutes either way (shorter than the
 #: timestamp window a broker accepts, message.timestamp.after.max.ms, an hour).
 CLOCK_OFFSETS_S = (5, 15, 30, 60, 300)
@@ -113,7 +116,7 @@ def _fault(rng: random.Random, index: int, start: float, length: float, kind: st
             f"leader:{rng.randrange(shape.partitions)}"
         offset_ms = rng.choice(CLOCK_OFFSETS_S) * 1000 * rng.choice((1, -1))
         return Fault(index, start, length, kind, target=target, offset_ms=offset_ms)
-    if kind == "disk":
+    if kind in ("disk", "eio"):
         if rng.random() < 0.5:
             return Fault(index, start, length, kind, target=f"broker:{rng.choice(shape.brokers)}")
         return Fault(index, start, length, kind, target=f"leader:{rng.randrange(shape.partitions)}")

@@ -1,7 +1,7 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--nemesis kill,pause,partition] [--workload queue|txn] [--seed N] [--out DIR]
+                     [--duration 120] [--nemesis kill,pause,partition,disk,eio,clock] [--workload queue|txn] [--seed N] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--brokers", type=int, default=3, metavar="M")
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
-                     help="comma-separated: kill, pause, partition, disk, clock (default kill,pause,partition); "
+                     help="comma-separated: kill, pause, partition, disk (full), eio (writes fail), clock "
+                     "(default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")

@@ -134,7 +134,8 @@ class Broker:
         self.image = MetadataImage()
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms,
-                                      max_open_files=config.log_max_open_files)
+                                      max_open_files=config.log_max_open_files,
+                                      disk_fault_file=config.test_disk_fault_file)
         log_defaults = {"max.message.bytes": str(config.message_max_bytes), **config.log_defaults}
         self.replicas = ReplicaManager(config.node_id, self.log_manager, clock_ms, log_defaults,
                                        config.replication)

@@ -61,7 +61,7 @@ from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError
-from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync
+from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync, log_file_system
 from storage.log import Log, parse_topic_partition
 from storage.log_checkpoints import write_checkpoints_of
 
@@ -110,6 +110,7 @@ class LogManager:
         cleaner_config: CleanerConfig | None = None,
         producer_id_expiration_ms: int | None = None,
         max_open_files: int = 0,
+        disk_fault_file: str = "",
     ) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self._clock_ms = clock_ms
@@ -118,7 +119,8 @@ class LogManager:
         self._producer_id_expiration_ms = producer_id_expiration_ms
         #: The bounded cache of open segment files (`log.max.open.files`).
         self.open_files = OpenFileCache(max_open_files or None)
-        self._fs = OsFileSystem(segment_cache=self.open_files)
+        # `disk_fault_file`: a test's switch that fails the logs' writes with EIO (storage.fs).
+        self._fs = log_file_system(self.log_dirs[0] if self.log_dirs else ".", disk_fault_file, self.open_files)
         _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}

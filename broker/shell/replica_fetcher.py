@@ -35,6 +35,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from broker.shell.replica_manager import log_timeline
+from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
     EpochEndOffset,
     FetcherManager,
@@ -238,7 +239,12 @@ class ReplicaFetchers:
                 check_stored_batches(action.records)
                 log.append_as_follower(action.records, self.broker.clock_ms())
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
-            _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
+            if isinstance(exc, OSError):  # a full or failing disk: once per partition and cause, with the fix
+                storage_error_logger.report(f"{hp.state.topic}-{hp.state.partition}", "follower append failed", exc,
+                                            "it is retried on every fetch; the leader drops this replica from "
+                                            "the ISR meanwhile")
+            else:
+                _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
             fetcher.on_append_failed(action.key, self.broker.clock_ms())
             return False
         fetcher.log_changed(action.key)

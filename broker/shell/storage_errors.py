@@ -22,7 +22,8 @@ class StorageErrorLogger:
     #: while creating 10,000 partitions is one problem, not 10,000 lines).
     MAX_REPORTS = 10
 
-    def report(self, where: str, what: str, exc: OSError) -> None:
+    def report(self, where: str, what: str, exc: OSError,
+               consequence: str = "it answers KAFKA_STORAGE_ERROR, the other partitions serve on") -> None:
         key = (where, exc.errno)
         if key in self._seen:
             _log.debug("%s: %s: %s", where, what, exc)
@@ -38,8 +39,7 @@ class StorageErrorLogger:
         # The fix once per cause: a burst of partitions failing alike is one problem.
         fix = "" if exc.errno in self._fixes_told else " " + storage_error_fix(exc)
         self._fixes_told.add(exc.errno)
-        _log.error("%s: %s: %s; it answers KAFKA_STORAGE_ERROR, the other partitions serve on.%s",
-                   where, what, exc, fix)
+        _log.error("%s: %s: %s; %s.%s", where, what, exc, consequence, fix)
 
 
 def storage_error_fix(exc: OSError) -> str:
@@ -50,7 +50,10 @@ def storage_error_fix(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "Fix: free space on the log directory's disk, or lower retention.bytes / retention.ms."
     if exc.errno == errno.EIO:
-        return "Fix: the disk failed an I/O; check the device (dmesg) and move the log directory off it."
+        return ("Fix: the disk failed an I/O; reads are still served, writes answer KAFKA_STORAGE_ERROR until "
+                "the disk writes again. Check the device (dmesg); if it is failing, stop the broker, move the "
+                "log directory off it and start it again: it recovers its logs from their files, and its "
+                "replicas catch up from the leaders.")
     return "Fix: check the log directory's permissions and disk."
 
 

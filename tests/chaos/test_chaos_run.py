@@ -5,8 +5,9 @@ seed's schedule kills the active controller, then isolates a partition
 leader from the other nodes while its clients still reach it), and one
 short `txn` run with the same nemeses. With RAFTKA_SOAK=1, every
 combination of nemeses runs the queue workload for RAFTKA_SOAK_SECONDS
-(default 300) in KRaft mode and in ZooKeeper mode, and three combinations
-the txn workload.
+(default 300) in KRaft mode and in ZooKeeper mode, four combinations the
+txn workload, and a 60 s KRaft run with the `eio` nemesis (disks failing
+writes) checks that no broker stops.
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ def test_a_short_transactional_run_commits_and_aborts_and_read_committed_sees_on
     assert not {sent_in[e.value] for e in read_committed} & aborted
 
 
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the eio nemesis's "
+                    "real-broker test, tests/chaos/test_disk_fault.py)")
+def test_a_short_run_with_disks_failing_writes_finds_nothing(tmp_path: Path) -> None:
+    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "60", "--nemesis", "eio", "--seed", "21",
+                     timeout=400)
+    report = check_outcome(done, tmp_path, {"eio"})
+    assert report["checker"]["counts"]["stopped-disk-full"] == 0, "no broker stops on a disk failing its logs' writes"
+    logs = "".join(p.read_text() for p in (tmp_path / "cluster").glob("broker-*.log"))
+    assert "append failed: [Errno 5] Input/output error" in logs
+
+
 COMBINATIONS = [c for n in range(1, len(NEMESES) + 1) for c in itertools.combinations(NEMESES, n)]
 
 
@@ -107,7 +119,7 @@ def test_soak(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) -> None:
 
 @pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
 @pytest.mark.parametrize("mode", ["kraft", "zk"])
-@pytest.mark.parametrize("nemeses", [("kill", "pause", "partition"), ("clock", "kill"), ("disk",)],
+@pytest.mark.parametrize("nemeses", [("kill", "pause", "partition"), ("clock", "kill"), ("disk",), ("eio",)],
                          ids=lambda c: "+".join(c))
 def test_soak_transactions(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) -> None:
     seed = random.Random(f"txn{mode}{nemeses}").randrange(1_000_000)

@@ -35,6 +35,8 @@ def test_faults_come_one_at_a_time_within_the_run_and_every_nemesis_is_drawn(sha
             assert node in shape.brokers + shape.controllers
         if f.kind == "clock":
             assert abs(f.offset_ms) >= 5000 and f.target.startswith(("broker:", "leader:"))
+        if f.kind in ("disk", "eio"):  # only brokers have partition logs
+            assert f.target.startswith(("broker:", "leader:"))
         if f.shape == "majority-minority":
             minority, majority = f.groups
             assert set(minority) | set(majority) == set(shape.brokers + shape.controllers)
