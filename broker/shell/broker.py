@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import admin, features, fetch, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -60,7 +60,6 @@ from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
-from common.wire.apis import Feature
 
 _log = logging.getLogger("broker")
 
@@ -109,12 +108,6 @@ _APIS = {
 }
 
 
-#: The `transaction.version` feature and the level served (2: KIP-890's
-#: transactions v2, the epoch bumped by every EndTxn).
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-TRANSACTION_VERSION = 2
-
-
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -148,15 +141,11 @@ class Broker:
         self.apis = SupportedApis()
         for api_key, (lo, hi, _handler) in _APIS.items():
             self.apis.declare(api_key, lo, hi)
-        # KIP-584 features in ApiVersions v3+: transactions v2 (KIP-890
-        # part 2) is served and on, so clients that know it (Kafka's own
-        # from 4.0) use EndTxn v5, Produce v12 and TxnOffsetCommit v5. The
-        # level never changes here, so its epoch stays 0 (a client takes
-        # finalized features of an epoch above -1).
-        self.apis.supported_features = (Feature(TRANSACTION_VERSION_FEATURE, 0, TRANSACTION_VERSION),)
-        self.apis.finalized_features = (Feature(TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION,
-                                                TRANSACTION_VERSION),)
-        self.apis.finalized_features_epoch = 0
+        # KIP-584 features in ApiVersions v3+ (`broker.api.features`); the
+        # epoch follows the metadata image.
+        self.apis.supported_features = features.SUPPORTED_FEATURES
+        self.apis.finalized_features = features.FINALIZED_FEATURES
+        self.apis.finalized_features_epoch = features.finalized_features_epoch(self.image.offset)
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
         self._image_changed = trio.Event()
         self._loaded = False
@@ -210,6 +199,7 @@ class Broker:
             delta = image_delta(self.image, image, self.node_id)
         configs_changed = image.configs is not self.image.configs
         self.image = image
+        self.apis.finalized_features_epoch = features.finalized_features_epoch(image.offset)
         return self._publish(image, delta, configs_changed)
 
     def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:
