@@ -235,6 +235,18 @@ def _not_hosted_error(broker, topic: str, partition: int) -> ErrorCode:
     return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
 
 
+def _not_hosted(broker, topic: str, partition: int, version: int) -> FetchPartitionResult:
+    """The answer for a partition with no replica here; from v12, with its
+    leader as the image has it, so a v16+ client learns where to go
+    (KIP-951)."""
+    error = _not_hosted_error(broker, topic, partition)
+    leader = None
+    if error == ErrorCode.not_leader_or_follower and version >= 12:
+        registration = broker.image.partition(broker.image.topic_ids_by_name[topic], partition)
+        leader = (registration.leader, registration.leader_epoch)
+    return FetchPartitionResult(partition, error, current_leader=leader)
+
+
 async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
     # Read again first: an append may have come between the handler's
     # read and this task's start, and it would not wake the wait below.
@@ -323,7 +335,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
         for fp in fetch_topic.partitions:
             hp = partitions.get((name, fp.partition))
             if hp is None:
-                results.append(FetchPartitionResult(fp.partition, _not_hosted_error(broker, name, fp.partition)))
+                results.append(_not_hosted(broker, name, fp.partition, version))
                 errored = True
                 continue
             places.append((hp, fp, results, len(results)))

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, features, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -53,7 +53,7 @@ from broker.shell.fetch_session import FetchSessionCache
 from broker.shell.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.core.group import GROUP_API_VERSIONS
 from broker.shell.log_manager import LogManager
-from broker.api.metadata_codec import MetadataEncoder
+from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
@@ -76,11 +76,11 @@ OFFLINE_RETRY_MS = 10_000
 _APIS = {
     0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
-    2: (1, 7, list_offsets.handle_list_offsets),
+    2: (list_offsets.LIST_OFFSETS_MIN_VERSION, list_offsets.LIST_OFFSETS_MAX_VERSION, list_offsets.handle_list_offsets),
     # librdkafka 2.16 writes its Metadata v9+ "all topics" request with a
     # 4-byte placeholder where a 1-byte null count belongs; the wire layer
     # ignores the trailing bytes, as Kafka does.
-    3: (1, 12, metadata_api.handle_metadata),
+    3: (METADATA_MIN_VERSION, METADATA_MAX_VERSION, metadata_api.handle_metadata),
     10: (find_coordinator.FIND_COORDINATOR_MIN_VERSION, find_coordinator.FIND_COORDINATOR_MAX_VERSION,
          find_coordinator.handle_find_coordinator),
     19: (2, 7, admin.handle_create_topics),
@@ -94,6 +94,7 @@ _APIS = {
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
     # The partition side of transactions: markers, producers.
     27: (1, 2, txn_markers.handle_write_txn_markers),
     61: (0, 0, txn_markers.handle_describe_producers),
