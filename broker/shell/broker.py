@@ -69,10 +69,12 @@ PUBLISH_SLICE_S = 0.02
 #: error) are tried again.
 OFFLINE_RETRY_MS = 10_000
 
-# api_key: (min version, max version, handler). What the clients negotiate:
-# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
-# kafka-python 3.0 the same plus InitProducerId v4; aiokafka 0.14 Produce v7,
-# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3.
+# api_key: (min version, max version, handler). What the clients negotiate
+# (tests/broker/test_kafka4_clients.py): librdkafka 2.16 Produce v10, Fetch
+# v16, ListOffsets v7, Metadata v13; kafka-python 3.0 Produce v9, Fetch v12,
+# ListOffsets v9, Metadata v13, InitProducerId v4; aiokafka 0.14 Produce v7,
+# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3. The table of
+# docs/architecture.md "Protocol versions" lists them all.
 _APIS = {
     0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
