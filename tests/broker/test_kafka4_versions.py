@@ -174,3 +174,32 @@ async def test_describe_topic_partitions_in_pages(tmp_path):
             cursor=dtp.Cursor(topic_name="t1", partition_index=0)))
         assert [t.error_code for t in refused.topics] == [ErrorCode.invalid_request]
         running.stop()
+
+
+async def test_a_fetch_v15_follower_is_known_by_its_replica_state(tmp_path):
+    """From v15 the follower's id travels in `replica_state`: a fetch naming
+    replica 2 reads past the high watermark (up to the log end) and moves
+    it, as a follower's fetch does; a consumer's stops at the HW."""
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.controller.register_broker(2, "127.0.0.9", 19092)
+        await running.create_topic("rf2", assignments=[(1, 2)])
+        conn = await running.connect(nursery)
+        batch = build_batch([(None, b"replicated", (), int(time.time() * 1000))])
+        assert only_partition(await conn.request(produce_request("rf2", 0, batch))).error_code == ErrorCode.none
+        topic_id = running.broker.image.topic_ids_by_name["rf2"]
+
+        def fetch(offset: int, replica_id: int):
+            request = fetch_v17(topic_id, 0, offset)
+            return f17.FetchRequest(
+                replica_state=f17.ReplicaState(replica_id=replica_id, replica_epoch=-1), max_wait=request.max_wait,
+                min_bytes=request.min_bytes, topics=request.topics, forgotten_topics_data=())
+
+        consumer = (await conn.request(fetch(0, -1))).responses[0].partitions[0]
+        assert consumer.high_watermark == 0 and not consumer.records
+        follower = (await conn.request(fetch(0, 2))).responses[0].partitions[0]
+        assert follower.error_code == ErrorCode.none and bytes(follower.records).endswith(b"replicated\x00")
+        # The follower's next fetch says it has offset 0: the HW moves to 1.
+        follower = (await conn.request(fetch(1, 2))).responses[0].partitions[0]
+        assert follower.high_watermark == 1
+        running.stop()
