@@ -57,6 +57,7 @@ _TOPIC_NAME_CACHE_SIZE = 4096
 _EPOCH_END_OFFSET = struct.Struct(">iqB")  # epoch, end_offset, no tagged fields
 _LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged fields
 _NO_TAGS = b"\x00"
+_ZERO_UUID = bytes(16)
 _THROTTLE = b"\x00\x00\x00\x00"  # throttle_time_ms 0
 _THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
@@ -196,7 +197,11 @@ def encode_fetch_response(
     plain_tail = _PLAIN_TAIL_FLEXIBLE if flexible else _PLAIN_TAIL
     by_id = version >= FETCH_TOPIC_ID_VERSION
     for name, partitions in topics:
-        out += name.bytes if by_id else _topic_name(name, flexible)
+        if by_id:
+            # The zero id reads as None (kio's null uuid); it is answered as asked.
+            out += name.bytes if name is not None else _ZERO_UUID
+        else:
+            out += _topic_name(name, flexible)
         out += array_length_bytes(len(partitions), flexible)
         for p in partitions:
             index, error, high_watermark, last_stable, log_start, records, aborted, diverging, leader = p

@@ -83,6 +83,10 @@ async def test_fetch_v17_by_topic_id(tmp_path):
         assert topic.topic_id == unknown
         assert only_partition(type("R", (), {"topics": (topic,)})).error_code == ErrorCode.unknown_topic_id
 
+        # The zero id (null) is no topic either.
+        (topic,) = (await conn.request(fetch_v17(uuid.UUID(int=0), 0, 0))).responses
+        assert topic.partitions[0].error_code == ErrorCode.unknown_topic_id
+
         elsewhere = running.broker.image.topic_ids_by_name["elsewhere"]
         response = await conn.request(fetch_v17(elsewhere, 0, 0))
         (p,) = response.responses[0].partitions
