@@ -55,7 +55,12 @@ from __future__ import annotations
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.api.codec import FETCH_TOPIC_ID_VERSION, FetchPartitionResult, encode_fetch_response, records_size
+from broker.api.codec import (
+    FETCH_TOPIC_ID_VERSION,
+    FetchPartitionResult,
+    encode_fetch_response,
+    records_size,
+)
 from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from common.wire import FileSlice, duration_ms
