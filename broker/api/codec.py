@@ -10,7 +10,10 @@ record byte is ever copied into Python. The frame's size prefix is computed
 from the parts' lengths.
 
 Layouts follow Kafka's ProduceResponse.json (v3..v12; v10+ only add tagged fields, left out) and FetchResponse.json
-(v4..v12). Versions from 9 (Produce) and 12 (Fetch) are flexible (KIP-482):
+(v4..v17: v13+ name each topic by its 16-byte topic id instead of its name;
+v16+ may end with the `node_endpoints` tagged field, the leaders a client
+was told of in `current_leader`; v14, v15 and v17 change only the request).
+Versions from 9 (Produce) and 12 (Fetch) are flexible (KIP-482):
 compact arrays and strings (unsigned varint length + 1) and a tagged-field
 section after every struct. Every encoder is checked against kio's decoder
 for every version in tests/broker/test_broker_codec.py.
@@ -19,6 +22,7 @@ for every version in tests/broker/test_broker_codec.py.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -53,11 +57,14 @@ _TOPIC_NAME_CACHE_SIZE = 4096
 _EPOCH_END_OFFSET = struct.Struct(">iqB")  # epoch, end_offset, no tagged fields
 _LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged fields
 _NO_TAGS = b"\x00"
+_ZERO_UUID = bytes(16)
 _THROTTLE = b"\x00\x00\x00\x00"  # throttle_time_ms 0
 _THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
 PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 12
-FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 12
+FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 17
+#: From this Fetch version on topics are named by id (KIP-516).
+FETCH_TOPIC_ID_VERSION = 13
 
 
 def nullable_string_bytes(value: str | None, flexible: bool) -> bytes:
@@ -159,9 +166,13 @@ def encode_fetch_response(
     header: RequestHeader,
     error_code: int,
     session_id: int,
-    topics: Sequence[tuple[str, Sequence[FetchPartitionResult]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchPartitionResult]]],
+    node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
 ) -> list[ResponsePart]:
     """One complete FetchResponse frame as a list of parts (size prefix first).
+
+    Each topic is keyed by its name below v13 and by its topic id from v13.
+    `node_endpoints` ((node id, host, port, rack)) go out from v16.
 
     A consumer's Fetch is answered with one of these per request, cold (the
     broker slept since the last one), so the common partition (no aborted
@@ -184,8 +195,13 @@ def encode_fetch_response(
     plain = (_FETCH_PARTITION_V11_PLAIN_FLEXIBLE if flexible else _FETCH_PARTITION_V11_PLAIN).pack \
         if version >= 11 else None
     plain_tail = _PLAIN_TAIL_FLEXIBLE if flexible else _PLAIN_TAIL
+    by_id = version >= FETCH_TOPIC_ID_VERSION
     for name, partitions in topics:
-        out += _topic_name(name, flexible)
+        if by_id:
+            # The zero id reads as None (kio's null uuid); it is answered as asked.
+            out += name.bytes if name is not None else _ZERO_UUID
+        else:
+            out += _topic_name(name, flexible)
         out += array_length_bytes(len(partitions), flexible)
         for p in partitions:
             index, error, high_watermark, last_stable, log_start, records, aborted, diverging, leader = p
@@ -230,7 +246,9 @@ def encode_fetch_response(
                         else _partition_tags(p))
         if flexible:
             out += _NO_TAGS
-    if flexible:
+    if node_endpoints and version >= 16:
+        out += _node_endpoints_tag(node_endpoints)
+    elif flexible:
         out += _NO_TAGS
     total += len(out)
     parts.append(bytes(out))
@@ -247,6 +265,16 @@ def _topic_name(name: str, flexible: bool) -> bytes:
             cache.clear()
         encoded = cache[name] = string_bytes(name, flexible)
     return encoded
+
+
+def _node_endpoints_tag(node_endpoints: Sequence[tuple[int, str, int, str | None]]) -> bytes:
+    """The response's tagged fields holding only tag 0, `node_endpoints`
+    (KIP-951): a compact array of (node_id, host, port, rack)."""
+    body = bytearray(array_length_bytes(len(node_endpoints), True))
+    for node_id, host, port, rack in node_endpoints:
+        body += _I32.pack(node_id) + string_bytes(host, True) + _I32.pack(port)
+        body += nullable_string_bytes(rack, True) + _NO_TAGS
+    return b"\x01" + b"\x00" + uvarint(len(body)) + bytes(body)
 
 
 def _partition_tags(p: FetchPartitionResult) -> bytes:

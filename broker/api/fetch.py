@@ -36,6 +36,15 @@ session marked dirty. A parked incremental fetch waits on its session, not
 on each partition. A consumer asking for a session gets session id 0 and
 keeps sending full fetches.
 
+Topic ids (KIP-516, Fetch v13+): a request names topics by id, resolved
+through the broker's metadata image; an id the image does not know gets
+UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes its
+metadata), and the answer names topics by the ids asked for. From v15 the
+follower's id is in `replica_state` (KIP-903); from v16 an answer with
+NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries the endpoints of the
+leaders it names (KIP-951), so the client goes there without a Metadata
+round first.
+
 A response goes out at once, whatever `min_bytes` says, when a partition
 errored or has a DivergingEpoch for the follower (as Kafka's DelayedFetch:
 the follower must truncate before it can fetch anything).
@@ -46,7 +55,12 @@ from __future__ import annotations
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.api.codec import FetchPartitionResult, encode_fetch_response, records_size
+from broker.api.codec import (
+    FETCH_TOPIC_ID_VERSION,
+    FetchPartitionResult,
+    encode_fetch_response,
+    records_size,
+)
 from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from common.wire import FileSlice, duration_ms
@@ -57,19 +71,29 @@ READ_COMMITTED = 1
 #: member's lookup on its class costs 0.1 us here).
 _NONE = ErrorCode.none
 _UNKNOWN_LEADER_EPOCH = ErrorCode.unknown_leader_epoch
+_UNKNOWN_TOPIC_ID = ErrorCode.unknown_topic_id
+#: The partition errors whose `current_leader` a v16+ answer gives the endpoint of (KIP-951).
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+#: The Fetch version from which the follower's id is in `replica_state` (KIP-903).
+_REPLICA_STATE_VERSION = 15
+#: The first Fetch version with `node_endpoints` in its answer (KIP-951).
+_NODE_ENDPOINTS_VERSION = 16
 
 
 def handle_fetch(broker, ctx, request):
     """The response, or (long poll) a coroutine giving it."""
     body = request.body
     header = request.header
+    version = header.api_version
     session_epoch = getattr(body, "session_epoch", -1)
-    replica_id = getattr(body, "replica_id", -1)
-    # Sessions are for followers at v12+: a session keeps each partition's
-    # last fetched epoch (KIP-595), which v7-v11 do not carry. An older
+    replica_id = body.replica_state.replica_id if version >= _REPLICA_STATE_VERSION \
+        else getattr(body, "replica_id", -1)
+    # Sessions are for followers at v12, the version raftka's followers
+    # send: a session keeps each partition's last fetched epoch (KIP-595),
+    # which v7-v11 do not carry, and names topics as v12 does. Any other
     # follower is served in full, told by session id 0 that none was made
     # (KIP-227 lets a broker decline).
-    session_owner = replica_id if header.api_version >= 12 else -1
+    session_owner = replica_id if version == 12 else -1
     error, session = broker.fetch_sessions.open_for(getattr(body, "session_id", 0), session_epoch, session_owner,
                                                     broker.clock_ms)
     if error is not ErrorCode.none:
@@ -77,9 +101,9 @@ def handle_fetch(broker, ctx, request):
     if session is not None:
         return _session_fetch(broker, session, body, header, full=session_epoch == 0)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
+    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, version)
     if size >= body.min_bytes or errored:
-        return encode_fetch_response(header, ErrorCode.none, 0, topics)
+        return _respond(broker, header, topics, errored)
     max_wait_ms = duration_ms(body.max_wait)
     if max_wait_ms <= 0:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
@@ -216,6 +240,18 @@ def _not_hosted_error(broker, topic: str, partition: int) -> ErrorCode:
     return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
 
 
+def _not_hosted(broker, topic: str, partition: int, version: int) -> FetchPartitionResult:
+    """The answer for a partition with no replica here; from v12, with its
+    leader as the image has it, so a v16+ client learns where to go
+    (KIP-951)."""
+    error = _not_hosted_error(broker, topic, partition)
+    leader = None
+    if error == ErrorCode.not_leader_or_follower and version >= 12:
+        registration = broker.image.partition(broker.image.topic_ids_by_name[topic], partition)
+        leader = (registration.leader, registration.leader_epoch)
+    return FetchPartitionResult(partition, error, current_leader=leader)
+
+
 async def _long_poll(broker, body, header, replica_id: int, read_committed: bool, deadline: float):
     # Read again first: an append may have come between the handler's
     # read and this task's start, and it would not wake the wait below.
@@ -225,7 +261,33 @@ async def _long_poll(broker, body, header, replica_id: int, read_committed: bool
         if changed:
             size, errored = _read_again(broker, body, places, changed, replica_id, read_committed,
                                         header.api_version)
-    return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    return _respond(broker, header, topics, errored)
+
+
+def _respond(broker, header, topics, errored: bool):
+    """The answer to a full (sessionless) fetch; from v16, with the
+    endpoints of the leaders its NOT_LEADER_OR_FOLLOWER and
+    FENCED_LEADER_EPOCH partitions name (only an errored answer has any)."""
+    if not errored or header.api_version < _NODE_ENDPOINTS_VERSION:
+        return encode_fetch_response(header, ErrorCode.none, 0, topics)
+    leaders = {r.current_leader[0] for _, results in topics for r in results
+               if r.current_leader is not None and r.error_code in _LEADER_MOVED and r.current_leader[0] >= 0}
+    return encode_fetch_response(header, ErrorCode.none, 0, topics,
+                                 node_endpoints=_endpoints(broker, sorted(leaders)))
+
+
+def _endpoints(broker, node_ids) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) on this listener of each of `node_ids` the image knows."""
+    out = []
+    for node_id in node_ids:
+        registration = broker.image.brokers.get(node_id)
+        if registration is None:
+            continue
+        for endpoint in registration.endpoints:
+            if endpoint.name == broker.config.listener_name:
+                out.append((node_id, endpoint.host, endpoint.port, registration.rack))
+                break
+    return out
 
 
 def _read_again(broker, body, places, changed, replica_id: int, read_committed: bool, version: int):
@@ -261,13 +323,24 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
     errored = False
     places = []
     topics = []
+    by_id = version >= FETCH_TOPIC_ID_VERSION
     for fetch_topic in body.topics:
-        name = fetch_topic.topic
+        if by_id:
+            topic_id = fetch_topic.topic_id
+            topic_image = broker.image.topics_by_id.get(topic_id)
+            if topic_image is None:
+                topics.append((topic_id, [FetchPartitionResult(fp.partition, _UNKNOWN_TOPIC_ID)
+                                          for fp in fetch_topic.partitions]))
+                errored = True
+                continue
+            name = topic_image.name
+        else:
+            name = fetch_topic.topic
         results = []
         for fp in fetch_topic.partitions:
             hp = partitions.get((name, fp.partition))
             if hp is None:
-                results.append(FetchPartitionResult(fp.partition, _not_hosted_error(broker, name, fp.partition)))
+                results.append(_not_hosted(broker, name, fp.partition, version))
                 errored = True
                 continue
             places.append((hp, fp, results, len(results)))
@@ -278,7 +351,7 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
             total += size
             budget -= size
             results.append(result)
-        topics.append((name, results))
+        topics.append((topic_id if by_id else name, results))
     return topics, total, errored, places
 
 

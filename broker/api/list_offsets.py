@@ -8,6 +8,11 @@ ListOffsets answers, per partition, one of:
 - `-3` MAX_TIMESTAMP (v7+, KIP-734): the record with the largest timestamp,
   found from the segment that holds it (its index remembers the offset)
   and one batch decoded;
+- `-4` EARLIEST_LOCAL (v8+, KIP-405): the first offset in local storage;
+  raftka has no remote (tiered) storage, so it is the log start offset;
+- `-5` LATEST_TIERED (v9+, KIP-1005): the last offset copied to remote
+  storage; with none, offset -1 and epoch -1, as Kafka answers for a topic
+  without remote storage;
 - a timestamp: the first record at or after it (`Log.offset_for_timestamp`,
   record granularity), if below the HW; else offset -1, timestamp -1.
 """
@@ -27,6 +32,12 @@ from storage.errors import StorageError
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+#: The first ListOffsets version that may ask for each special timestamp.
+_EARLIEST_LOCAL_VERSION = 8
+_LATEST_TIERED_VERSION = 9
+LIST_OFFSETS_MIN_VERSION, LIST_OFFSETS_MAX_VERSION = 1, 9
 READ_COMMITTED = 1
 _NO_THROTTLE = datetime.timedelta(0)
 
@@ -74,11 +85,14 @@ def _list_offset(broker, topic: str, p, replica_id: int, read_committed: bool, v
     log = hp.log
     bound = log.log_end_offset if replica_id >= 0 else state.fetch_upper_bound(read_committed)
     timestamp = p.timestamp
-    if timestamp == EARLIEST_TIMESTAMP:
+    if timestamp == EARLIEST_TIMESTAMP or (timestamp == EARLIEST_LOCAL_TIMESTAMP
+                                           and version >= _EARLIEST_LOCAL_VERSION):
         start = log.log_start_offset
         return ErrorCode.none, -1, start, _epoch_at(hp, start)
     if timestamp == LATEST_TIMESTAMP:
         return ErrorCode.none, -1, bound, state.leader_epoch
+    if timestamp == LATEST_TIERED_TIMESTAMP and version >= _LATEST_TIERED_VERSION:
+        return ErrorCode.none, -1, -1, NO_EPOCH
     if timestamp == MAX_TIMESTAMP:
         found = _max_timestamp(hp, bound)
     elif timestamp < 0:

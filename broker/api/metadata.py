@@ -35,7 +35,7 @@ from quorum.metadata import MetadataImage
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
-_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC_NAME})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 BROKER_ENDPOINT_TYPE = 1
@@ -90,7 +90,7 @@ async def handle_metadata(broker, ctx, request):
     # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
     return broker.metadata_encoder.encode(header.correlation_id, header.api_version, image,
                                           live_brokers(broker, image), broker.config.cluster_id, broker.node_id,
-                                          answers, _INTERNAL_TOPICS)
+                                          answers, INTERNAL_TOPICS)
 
 
 def _requested_name(image: MetadataImage, t) -> str | None:

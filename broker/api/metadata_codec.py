@@ -16,10 +16,11 @@ topic name) together with the `TopicImage` object and the live-broker set
 they were made from, and makes them again only when either differs. An
 answer is then the header, the live brokers, and the kept topics.
 
-Layout (Kafka's MetadataResponse.json, v1..v12; flexible from v9, KIP-482):
+Layout (Kafka's MetadataResponse.json, v1..v13; flexible from v9, KIP-482):
 
     response  throttle_time_ms (v3+), brokers, cluster_id (v2+),
-              controller_id, topics, cluster_authorized_operations (v8-v10)
+              controller_id, topics, cluster_authorized_operations (v8-v10),
+              error_code (v13+: a request-wide error; raftka has none)
     broker    node_id, host, port, rack
     topic     error_code, name (nullable in v12), topic_id (v10+),
               is_internal, partitions, topic_authorized_operations (v8+)
@@ -40,7 +41,7 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import array_length_bytes, nullable_string_bytes, string_bytes
 from quorum.metadata import MetadataImage
 
-METADATA_MIN_VERSION, METADATA_MAX_VERSION = 1, 12
+METADATA_MIN_VERSION, METADATA_MAX_VERSION = 1, 13
 #: Kafka's "authorized operations not requested" (INT32_MIN).
 NO_OPERATIONS = -2147483648
 _I16 = struct.Struct(">h")
@@ -98,6 +99,8 @@ class MetadataEncoder:
             parts.append(kept[3])
         if 8 <= version <= 10:
             parts.append(_I32.pack(NO_OPERATIONS))
+        if version >= 13:
+            parts.append(b"\x00\x00")  # error_code NONE
         if flexible:
             parts.append(_NO_TAGS)
         body = b"".join(parts)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -53,14 +53,13 @@ from broker.shell.fetch_session import FetchSessionCache
 from broker.shell.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.core.group import GROUP_API_VERSIONS
 from broker.shell.log_manager import LogManager
-from broker.api.metadata_codec import MetadataEncoder
+from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
-from common.wire.apis import Feature
 
 _log = logging.getLogger("broker")
 
@@ -70,18 +69,20 @@ PUBLISH_SLICE_S = 0.02
 #: error) are tried again.
 OFFLINE_RETRY_MS = 10_000
 
-# api_key: (min version, max version, handler). What the clients negotiate:
-# librdkafka 2.16 Produce v9, Fetch v12, ListOffsets v7, Metadata v12;
-# kafka-python 3.0 the same plus InitProducerId v4; aiokafka 0.14 Produce v7,
-# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3.
+# api_key: (min version, max version, handler). What the clients negotiate
+# (tests/broker/test_kafka4_clients.py): librdkafka 2.16 Produce v10, Fetch
+# v16, ListOffsets v7, Metadata v13; kafka-python 3.0 Produce v9, Fetch v12,
+# ListOffsets v9, Metadata v13, InitProducerId v4; aiokafka 0.14 Produce v7,
+# Fetch v11, ListOffsets v3, Metadata v5, CreateTopics v3. The table of
+# docs/architecture.md "Protocol versions" lists them all.
 _APIS = {
     0: (PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION, produce.handle_produce),
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION, fetch.handle_fetch),
-    2: (1, 7, list_offsets.handle_list_offsets),
+    2: (list_offsets.LIST_OFFSETS_MIN_VERSION, list_offsets.LIST_OFFSETS_MAX_VERSION, list_offsets.handle_list_offsets),
     # librdkafka 2.16 writes its Metadata v9+ "all topics" request with a
     # 4-byte placeholder where a 1-byte null count belongs; the wire layer
     # ignores the trailing bytes, as Kafka does.
-    3: (1, 12, metadata_api.handle_metadata),
+    3: (METADATA_MIN_VERSION, METADATA_MAX_VERSION, metadata_api.handle_metadata),
     10: (find_coordinator.FIND_COORDINATOR_MIN_VERSION, find_coordinator.FIND_COORDINATOR_MAX_VERSION,
          find_coordinator.handle_find_coordinator),
     19: (2, 7, admin.handle_create_topics),
@@ -95,6 +96,7 @@ _APIS = {
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
     # The partition side of transactions: markers, producers.
     27: (1, 2, txn_markers.handle_write_txn_markers),
     61: (0, 0, txn_markers.handle_describe_producers),
@@ -107,12 +109,6 @@ _APIS = {
     # AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
     **{api_key: (lo, hi, txn.HANDLERS[api_key]) for api_key, (lo, hi) in txn.TXN_API_VERSIONS.items()},
 }
-
-
-#: The `transaction.version` feature and the level served (2: KIP-890's
-#: transactions v2, the epoch bumped by every EndTxn).
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-TRANSACTION_VERSION = 2
 
 
 def wall_clock_ms() -> int:
@@ -149,15 +145,11 @@ class Broker:
         self.apis = SupportedApis()
         for api_key, (lo, hi, _handler) in _APIS.items():
             self.apis.declare(api_key, lo, hi)
-        # KIP-584 features in ApiVersions v3+: transactions v2 (KIP-890
-        # part 2) is served and on, so clients that know it (Kafka's own
-        # from 4.0) use EndTxn v5, Produce v12 and TxnOffsetCommit v5. The
-        # level never changes here, so its epoch stays 0 (a client takes
-        # finalized features of an epoch above -1).
-        self.apis.supported_features = (Feature(TRANSACTION_VERSION_FEATURE, 0, TRANSACTION_VERSION),)
-        self.apis.finalized_features = (Feature(TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION,
-                                                TRANSACTION_VERSION),)
-        self.apis.finalized_features_epoch = 0
+        # KIP-584 features in ApiVersions v3+ (`broker.api.features`); the
+        # epoch follows the metadata image.
+        self.apis.supported_features = features.SUPPORTED_FEATURES
+        self.apis.finalized_features = features.FINALIZED_FEATURES
+        self.apis.finalized_features_epoch = features.finalized_features_epoch(self.image.offset)
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
         self._image_changed = trio.Event()
         self._loaded = False
@@ -211,6 +203,7 @@ class Broker:
             delta = image_delta(self.image, image, self.node_id)
         configs_changed = image.configs is not self.image.configs
         self.image = image
+        self.apis.finalized_features_epoch = features.finalized_features_epoch(image.offset)
         return self._publish(image, delta, configs_changed)
 
     def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:

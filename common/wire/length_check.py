@@ -230,7 +230,23 @@ def _field_layout(field: dataclasses.Field, flexible: bool) -> Layout:
     if is_array:
         kind, _ = _unwrap_optional(typing.get_args(kind)[0])
     layout = _layout(kind) if dataclasses.is_dataclass(kind) else _primitive(field.metadata["kafka_type"], flexible)
-    return _array(flexible, layout, field.name, nullable) if is_array else layout
+    if is_array:
+        return _array(flexible, layout, field.name, nullable)
+    if nullable and dataclasses.is_dataclass(kind):
+        return _nullable_struct(layout)
+    return layout
+
+
+def _nullable_struct(layout: Layout) -> Step:
+    """A nullable struct (KIP-893): an int8 marker, -1 for null, then the struct."""
+    inner = _skip(layout) if isinstance(layout, int) else layout
+
+    def step(buf, pos, end):
+        if pos >= end:
+            raise RemoteProtocolError("a nullable struct's marker past the end of the frame")
+        marker = buf[pos]
+        return pos + 1 if marker == 0xFF else inner(buf, pos + 1, end)
+    return step
 
 
 def _unwrap_optional(kind) -> tuple[type, bool]:

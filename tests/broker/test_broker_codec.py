@@ -73,6 +73,9 @@ def test_produce_record_errors_decode_with_kio(version):
     assert ok.record_errors == () and ok.error_message is None and ok.base_offset == 10
 
 
+TOPIC_ID = uuid.UUID("5f1c0d3e-9a7b-4c2d-8e6f-0123456789ab")
+
+
 @pytest.mark.parametrize("version", range(FETCH_MIN_VERSION, FETCH_MAX_VERSION + 1))
 def test_fetch_response_decodes_with_kio(version, tmp_path):
     data = build_batch([(b"k%d" % i, b"v" * i, (), 1000 + i) for i in range(3)], base_offset=5)
@@ -80,8 +83,9 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
     path.write_bytes(b"x" * 10 + data + b"y" * 3)
     with open(path, "rb") as f:
         header = _header(1, version)
+        topic_key = TOPIC_ID if version >= 13 else "t"
         parts = encode_fetch_response(header, 0, 0, [
-            ("t", [
+            (topic_key, [
                 FetchPartitionResult(0, 0, 8, 8, 5, [FileSlice(f, 10, len(data))], ()),
                 FetchPartitionResult(1, 6, -1, -1, -1, current_leader=(3, 9)),
                 FetchPartitionResult(2, 0, 8, 8, 0, [data[: len(data)]], None, diverging_epoch=(4, 100)),
@@ -89,12 +93,18 @@ def test_fetch_response_decodes_with_kio(version, tmp_path):
                 FetchPartitionResult(3, 0, 7, 7, 2),
                 FetchPartitionResult(4, 0, 8, 8, 5, [FileSlice(f, 10, len(data)), b"", data], None),
             ]),
-        ])
+        ], node_endpoints=[(3, "h3", 9093, "r1"), (4, "h4", 9094, None)])
         frame = _join(parts)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4 == sum(part_length(p) for p in parts) - 4
     body = decode_response(memoryview(frame)[4:], api_codec(1, version), 77)
     (topic,) = body.responses
-    assert topic.topic == "t"
+    if version >= 13:
+        assert topic.topic_id == TOPIC_ID
+    else:
+        assert topic.topic == "t"
+    if version >= 16:
+        assert [(n.node_id, n.host, n.port, n.rack) for n in body.node_endpoints] == [
+            (3, "h3", 9093, "r1"), (4, "h4", 9094, None)]
     p0, p1, p2, p3, p4 = topic.partitions
     assert bytes(p0.records) == data and bytes(p2.records) == data
     assert bytes(p4.records) == data + data and len(data + data) >= 127

@@ -1,0 +1,68 @@
+"""The KIP-584 features a broker reports in ApiVersions v3+ (pure).
+
+Theory of operation
+-------------------
+A Kafka 4 broker answers ApiVersions with the range of each feature it can
+run at (`supported_features`) and the level the cluster runs at
+(`finalized_features`, with the epoch of the metadata they were read from).
+Clients read them to pick protocol behaviour: Kafka's own client uses
+transactions v2 when `transaction.version` is finalized at 2, the new
+consumer group protocol only when `group.version` is at least 1.
+
+raftka claims only what it serves:
+
+- `metadata.version` 25 (Kafka 4.0-IV3), the one level whose client APIs
+  raftka serves (Fetch v17 with topic ids, DescribeTopicPartitions,
+  ListOffsets v9). raftka's metadata log has its own record format and no
+  FeatureLevelRecord, so the level is fixed: supported 25..25, finalized 25.
+- `kraft.version` 0: the controller quorum is static (KIP-853's dynamic
+  quorum is level 1). Supported 0..0; a level 0 is not listed as
+  finalized, as Kafka leaves out features at level 0.
+- `group.version` 0: groups speak only the classic protocol (KIP-848's
+  consumer protocol is level 1). Supported 0..0, not finalized.
+- `transaction.version` 2: transactions v2 (KIP-890 part 2) are served and
+  on.
+
+The finalized features epoch is the offset of the metadata image the
+broker serves, as Kafka's brokers report it: it only grows, so a client
+that saw a higher epoch knows an answer is older.
+"""
+
+from __future__ import annotations
+
+from common.wire.apis import Feature
+
+METADATA_VERSION_FEATURE = "metadata.version"
+#: Kafka 4.0-IV3 (MetadataVersion.IBP_4_0_IV3).
+METADATA_VERSION = 25
+KRAFT_VERSION_FEATURE = "kraft.version"
+KRAFT_VERSION = 0
+GROUP_VERSION_FEATURE = "group.version"
+GROUP_VERSION = 0
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+#: KIP-890's transactions v2: the epoch bumped by every EndTxn.
+TRANSACTION_VERSION = 2
+
+#: What this broker can run at, by feature.
+SUPPORTED_FEATURES = (
+    Feature(GROUP_VERSION_FEATURE, 0, GROUP_VERSION),
+    Feature(KRAFT_VERSION_FEATURE, 0, KRAFT_VERSION),
+    Feature(METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION),
+    Feature(TRANSACTION_VERSION_FEATURE, 0, TRANSACTION_VERSION),
+)
+
+#: The levels the cluster runs at; features at level 0 are left out (Kafka's rule).
+FINALIZED_FEATURES = tuple(
+    Feature(name, level, level)
+    for name, level in ((METADATA_VERSION_FEATURE, METADATA_VERSION),
+                        (KRAFT_VERSION_FEATURE, KRAFT_VERSION),
+                        (GROUP_VERSION_FEATURE, GROUP_VERSION),
+                        (TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION))
+    if level > 0
+)
+
+
+def finalized_features_epoch(image_offset: int) -> int:
+    """The epoch reported with `FINALIZED_FEATURES`: the image's offset
+    (-1, "no finalized features yet", before the first image; KIP-584)."""
+    return image_offset if image_offset >= 0 else -1

@@ -1,0 +1,209 @@
+"""Kafka 4 protocol versions over the wire, with a raw-protocol client on one
+broker: the features ApiVersions reports, Fetch v17 by topic id (and
+UNKNOWN_TOPIC_ID for an id the broker does not know, leader endpoints on
+NOT_LEADER_OR_FOLLOWER), ListOffsets v9's special timestamps, Metadata v13
+and DescribeTopicPartitions' pages."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import trio
+from broker_testing import only_partition, produce_request, start_broker
+from kio.schema.api_versions.v4 import request as av4
+from kio.schema.describe_topic_partitions.v0 import request as dtp
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v17 import request as f17
+from kio.schema.list_offsets.v9 import request as lo9
+from kio.schema.metadata.v13 import request as md13
+
+from broker.api.describe_topic_partitions import page
+from storage.batch import build_batch
+
+MS = datetime.timedelta(milliseconds=1)
+
+
+def fetch_v17(topic_id: uuid.UUID, partition: int, offset: int, *, leader_epoch: int = -1):
+    return f17.FetchRequest(max_wait=0 * MS, min_bytes=1, topics=(f17.FetchTopic(topic_id=topic_id, partitions=(
+        f17.FetchPartition(partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                           partition_max_bytes=1 << 20),)),), forgotten_topics_data=())
+
+
+def list_offsets_v9(topic: str, timestamp: int):
+    return lo9.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(lo9.ListOffsetsTopic(
+        name=topic, partitions=(lo9.ListOffsetsPartition(partition_index=0, timestamp=timestamp),)),))
+
+
+async def test_api_versions_reports_the_features_raftka_serves(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        conn = await running.connect(nursery)
+        request = av4.ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+        versions = await conn.request(request)
+        assert {(f.name, f.min_version, f.max_version) for f in versions.supported_features} == {
+            ("metadata.version", 25, 25), ("kraft.version", 0, 0), ("group.version", 0, 0),
+            ("transaction.version", 0, 2)}
+        # Levels at 0 (a static quorum, classic groups only) are not finalized, as Kafka reports them.
+        assert {(f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features} == {
+            ("metadata.version", 25, 25), ("transaction.version", 2, 2)}
+        assert versions.finalized_features_epoch == running.broker.image.offset >= 0
+        served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert served[1] == (4, 17) and served[2] == (1, 9) and served[3] == (1, 13) and served[75] == (0, 0)
+        # The epoch follows the metadata: a new topic moves it.
+        await running.create_topic("later")
+        again = await conn.request(request)
+        assert again.finalized_features_epoch == running.broker.image.offset > versions.finalized_features_epoch
+        running.stop()
+
+
+async def test_fetch_v17_by_topic_id(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.create_topic("ids", partitions=1)
+        # A partition led by broker 2, registered but not this broker: the
+        # answer names it and, in v16+, where to reach it.
+        await running.controller.register_broker(2, "127.0.0.9", 19092, rack="r2")
+        await running.create_topic("elsewhere", assignments=[(2,)])
+        conn = await running.connect(nursery)
+        batch = build_batch([(b"k", b"by id", (), int(time.time() * 1000))])
+        assert only_partition(await conn.request(produce_request("ids", 0, batch))).error_code == ErrorCode.none
+        topic_id = running.broker.image.topic_ids_by_name["ids"]
+
+        response = await conn.request(fetch_v17(topic_id, 0, 0))
+        (topic,) = response.responses
+        assert topic.topic_id == topic_id
+        (p,) = topic.partitions
+        assert p.error_code == ErrorCode.none and p.high_watermark == 1 and bytes(p.records).endswith(b"by id\x00")
+        assert response.node_endpoints == ()
+
+        unknown = uuid.uuid4()
+        (topic,) = (await conn.request(fetch_v17(unknown, 0, 0))).responses
+        assert topic.topic_id == unknown
+        assert only_partition(type("R", (), {"topics": (topic,)})).error_code == ErrorCode.unknown_topic_id
+
+        # The zero id (null) is no topic either.
+        (topic,) = (await conn.request(fetch_v17(uuid.UUID(int=0), 0, 0))).responses
+        assert topic.partitions[0].error_code == ErrorCode.unknown_topic_id
+
+        elsewhere = running.broker.image.topic_ids_by_name["elsewhere"]
+        response = await conn.request(fetch_v17(elsewhere, 0, 0))
+        (p,) = response.responses[0].partitions
+        assert p.error_code == ErrorCode.not_leader_or_follower and p.current_leader.leader_id == 2
+        assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [
+            (2, "127.0.0.9", 19092, "r2")]
+        running.stop()
+
+
+async def test_list_offsets_v9_earliest_local_and_latest_tiered(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.create_topic("lo")
+        conn = await running.connect(nursery)
+        for i in range(3):
+            batch = build_batch([(None, b"v%d" % i, (), int(time.time() * 1000))])
+            await conn.request(produce_request("lo", 0, batch))
+        answers = {}
+        for timestamp in (-1, -2, -4, -5):
+            p = only_partition(await conn.request(list_offsets_v9("lo", timestamp)))
+            assert p.error_code == ErrorCode.none
+            answers[timestamp] = (p.offset, p.leader_epoch)
+        # No remote storage: the local log starts where the log does, and nothing is tiered.
+        assert answers[-1] == (3, 0) and answers[-2] == answers[-4] == (0, 0) and answers[-5] == (-1, -1)
+        running.stop()
+
+
+async def test_metadata_v13(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.create_topic("m", partitions=2)
+        conn = await running.connect(nursery)
+        response = await conn.request(md13.MetadataRequest(
+            topics=(md13.MetadataRequestTopic(topic_id=None, name="m"),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+        assert response.error_code == ErrorCode.none
+        (topic,) = response.topics
+        assert topic.topic_id == running.broker.image.topic_ids_by_name["m"] and len(topic.partitions) == 2
+        running.stop()
+
+
+def test_pages_follow_kafka_cursor_rules():
+    counts = {"a": 3, "b": 2, "c": 4}
+    names = ["a", "b", "c"]
+    assert page(names, counts, 100, None) == ([("a", 0, 3), ("b", 0, 2), ("c", 0, 4)], None)
+    # A page ending inside a topic points at its next partition.
+    assert page(names, counts, 4, None) == ([("a", 0, 3), ("b", 0, 1)], ("b", 1))
+    # A page ending exactly at a topic's end points at the next topic.
+    assert page(names, counts, 5, None) == ([("a", 0, 3), ("b", 0, 2)], ("c", 0))
+    assert page(names, counts, 5, ("b", 1)) == ([("b", 1, 1), ("c", 0, 4)], None)
+    # A topic that does not exist is listed (with no partitions) and uses none of the limit.
+    assert page(["a", "nope"], counts, 4, None) == ([("a", 0, 3), ("nope", 0, 0)], None)
+    # Once the limit is used up, the next topic is the cursor, whether it exists or not (as Kafka).
+    assert page(["a", "nope"], counts, 3, None) == ([("a", 0, 3)], ("nope", 0))
+
+
+async def test_describe_topic_partitions_in_pages(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.create_topic("t1", partitions=3)
+        await running.create_topic("t2", partitions=4)
+        conn = await running.connect(nursery)
+        seen = []
+        cursor = None
+        with trio.fail_after(10):
+            while True:
+                response = await conn.request(dtp.DescribeTopicPartitionsRequest(
+                    topics=(), response_partition_limit=2, cursor=cursor))
+                for topic in response.topics:
+                    assert topic.error_code == ErrorCode.none
+                    assert topic.topic_id == running.broker.image.topic_ids_by_name[topic.name]
+                    for p in topic.partitions:
+                        assert p.leader_id == 1 and p.isr_nodes == (1,) and p.error_code == ErrorCode.none
+                        seen.append((topic.name, p.partition_index))
+                    assert len(topic.partitions) <= 2
+                if response.next_cursor is None:
+                    break
+                cursor = dtp.Cursor(topic_name=response.next_cursor.topic_name,
+                                    partition_index=response.next_cursor.partition_index)
+        assert seen == [("t1", i) for i in range(3)] + [("t2", i) for i in range(4)]
+
+        asked = await conn.request(dtp.DescribeTopicPartitionsRequest(
+            topics=(dtp.TopicRequest(name="t2"), dtp.TopicRequest(name="missing")), response_partition_limit=10))
+        assert [(t.name, t.error_code, len(t.partitions)) for t in asked.topics] == [
+            ("missing", ErrorCode.unknown_topic_or_partition, 0), ("t2", ErrorCode.none, 4)]
+        # The cursor must name a topic asked for.
+        refused = await conn.request(dtp.DescribeTopicPartitionsRequest(
+            topics=(dtp.TopicRequest(name="t2"),), response_partition_limit=10,
+            cursor=dtp.Cursor(topic_name="t1", partition_index=0)))
+        assert [t.error_code for t in refused.topics] == [ErrorCode.invalid_request]
+        running.stop()
+
+
+async def test_a_fetch_v15_follower_is_known_by_its_replica_state(tmp_path):
+    """From v15 the follower's id travels in `replica_state`: a fetch naming
+    replica 2 reads past the high watermark (up to the log end) and moves
+    it, as a follower's fetch does; a consumer's stops at the HW."""
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.controller.register_broker(2, "127.0.0.9", 19092)
+        await running.create_topic("rf2", assignments=[(1, 2)])
+        conn = await running.connect(nursery)
+        batch = build_batch([(None, b"replicated", (), int(time.time() * 1000))])
+        assert only_partition(await conn.request(produce_request("rf2", 0, batch))).error_code == ErrorCode.none
+        topic_id = running.broker.image.topic_ids_by_name["rf2"]
+
+        def fetch(offset: int, replica_id: int):
+            request = fetch_v17(topic_id, 0, offset)
+            return f17.FetchRequest(
+                replica_state=f17.ReplicaState(replica_id=replica_id, replica_epoch=-1), max_wait=request.max_wait,
+                min_bytes=request.min_bytes, topics=request.topics, forgotten_topics_data=())
+
+        consumer = (await conn.request(fetch(0, -1))).responses[0].partitions[0]
+        assert consumer.high_watermark == 0 and not consumer.records
+        follower = (await conn.request(fetch(0, 2))).responses[0].partitions[0]
+        assert follower.error_code == ErrorCode.none and bytes(follower.records).endswith(b"replicated\x00")
+        # The follower's next fetch says it has offset 0: the HW moves to 1.
+        follower = (await conn.request(fetch(1, 2))).responses[0].partitions[0]
+        assert follower.high_watermark == 1
+        running.stop()
