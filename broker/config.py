@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from broker.core.group import GroupCoordinatorConfig
 from broker.core.txn import TransactionCoordinatorConfig
 from broker.core.replication import ReplicationConfig
-from common.config import bool_property, float_property, int_property, parse_listener
+from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
 from storage.cleaner_config import CleanerConfig
 
@@ -29,6 +29,12 @@ class BrokerConfig:
     port: int = 9092
     #: The name of the listener clients use (matched against registered endpoints).
     listener_name: str = "PLAINTEXT"
+    #: Every client listener of `listeners` (those not named in
+    #: `controller.listener.names`); empty: the one at host/port above.
+    listeners: tuple[ListenerAddress, ...] = ()
+    #: `inter.broker.listener.name`: the endpoint followers fetch from and
+    #: coordinators reach other brokers on; empty: the first listener.
+    inter_broker_listener_name: str = ""
     rack: str | None = None
     auto_create_topics_enable: bool = False
     num_partitions: int = 1
@@ -92,7 +98,20 @@ class BrokerConfig:
     #: `replica.lag.time.max.ms`, `replica.fetch.*`: replication of data partitions.
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
+    @property
+    def client_listeners(self) -> tuple[ListenerAddress, ...]:
+        """The listeners this broker serves, the first at host/port."""
+        return self.listeners or (ListenerAddress(self.listener_name, self.host, self.port),)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return self.inter_broker_listener_name or self.listener_name
+
     def __post_init__(self) -> None:
+        names = [listener.name for listener in self.client_listeners]
+        if self.inter_broker_listener_name and self.inter_broker_listener_name not in names:
+            raise ConfigError(f"inter.broker.listener.name={self.inter_broker_listener_name} is not one of the "
+                              f"broker's listeners ({', '.join(names)}): name one of them")
         if self.fetch_file_transfer not in _FILE_TRANSFERS:
             raise ConfigError(
                 f"raftka.fetch.file.transfer={self.fetch_file_transfer!r}: use one of "
@@ -112,7 +131,10 @@ class BrokerConfig:
         dirs = props.get("log.dirs") or props.get("log.dir")
         if not dirs:
             raise ConfigError("log.dirs is required: the directory this broker keeps partitions in")
-        name, host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+        listeners = broker_listeners({"listeners": "PLAINTEXT://127.0.0.1:9092", **props})
+        if not listeners:
+            raise ConfigError("listeners has no broker listener: add one, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        name, host, port = listeners[0].name, listeners[0].host, listeners[0].port
         log_keys = {
             "log.segment.bytes": "segment.bytes",
             "log.roll.ms": "segment.ms",
@@ -136,6 +158,8 @@ class BrokerConfig:
             host=host,
             port=port,
             listener_name=name,
+            listeners=listeners,
+            inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper(),
             rack=props.get("broker.rack"),
             auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),
             num_partitions=int_property(props, "num.partitions", 1, 1),

@@ -93,6 +93,10 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
                           "process.roles=controller")
     cluster_id = check_log_dirs(config)
     host, port = config.controller_quorum_voters[config.node_id]
+    # Bound where `listeners` puts the controller listener (an empty host:
+    # every interface); `host` stays the address the voters know it by.
+    assert config.controller_listener is not None
+    _name, bind_host, _port = config.controller_listener
     node = make_quorum_node(config, cluster_id)
     if isinstance(node, PysyncobjNode):
         node.check_bindable()
@@ -109,7 +113,7 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
         elif isinstance(node, RaftNode):  # finalizes a migration, if the log is in one
             nursery.start_soon(MigrationFinalizer(node, controller).run)
         server = await nursery.start(functools.partial(
-            serve, handler, host, port, apis=handler.apis,
+            serve, handler, bind_host, port, apis=handler.apis,
             request_max_bytes=config.socket_request_max_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms))
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope, node)

@@ -56,14 +56,17 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-def live_brokers(broker, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
-    """(id, host, port, rack) of the unfenced brokers with an endpoint on our listener."""
+def live_brokers(broker, image: MetadataImage, listener_name: str = "") -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of the unfenced brokers with an endpoint on
+    `listener_name` (the listener the client connected on: a client on the
+    SSL listener is sent to the SSL endpoints), by default the first listener."""
+    listener_name = listener_name or broker.config.listener_name
     out = []
     for b in image.brokers.values():
         if b.fenced:
             continue
         for endpoint in b.endpoints:
-            if endpoint.name == broker.config.listener_name:
+            if endpoint.name == listener_name:
                 out.append((b.broker_id, endpoint.host, endpoint.port, b.rack))
                 break
     return sorted(set(out))
@@ -89,7 +92,7 @@ async def handle_metadata(broker, ctx, request):
     answers = [(name, _topic_error(image, name, auto_created)) for name in names]
     # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
     return broker.metadata_encoder.encode(header.correlation_id, header.api_version, image,
-                                          live_brokers(broker, image), broker.config.cluster_id, broker.node_id,
+                                          live_brokers(broker, image, ctx.listener_name), broker.config.cluster_id, broker.node_id,
                                           answers, _INTERNAL_TOPICS)
 
 
@@ -145,7 +148,7 @@ async def handle_describe_cluster(broker, ctx, request):
                      endpoint_type=endpoint_type, cluster_id=broker.config.cluster_id, controller_id=-1,
                      brokers=(), cluster_authorized_operations=NO_OPERATIONS)
     brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
-                    for i, h, p, r in live_brokers(broker, image))
+                    for i, h, p, r in live_brokers(broker, image, ctx.listener_name))
     return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                  error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE, cluster_id=broker.config.cluster_id,
                  controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=NO_OPERATIONS)

@@ -142,7 +142,9 @@ class Broker:
         self._image_changed = trio.Event()
         self._loaded = False
         self._closed = False
+        #: The first listener's server; `servers` has every listener's, by name.
         self.server: Server | None = None
+        self.servers: dict[str, Server] = {}
         #: Producer ids handed out from the current controller-allocated block.
         self.producer_ids = admin.ProducerIdBlock()
         self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
@@ -233,19 +235,25 @@ class Broker:
         clean = False
         try:
             async with trio.open_nursery() as nursery:
-                self.server = await nursery.start(functools.partial(
-                    serve, self.handle, config.host, config.port, apis=self.apis,
-                    max_in_flight=config.max_in_flight_requests_per_connection,
-                    request_max_bytes=config.socket_request_max_bytes,
-                    connections_max_idle_ms=config.connections_max_idle_ms,
-                    send_buffer_bytes=config.socket_send_buffer_bytes,
-                    receive_buffer_bytes=config.socket_receive_buffer_bytes,
-                    file_transfer=config.fetch_file_transfer,
-                    log=logging.getLogger("broker.server"),
-                    listen=listen,
-                ))
-                _log.info("broker %d %s on %s:%d", self.node_id,
-                          "listening" if listen else "bound (listens once it serves)", config.host, self.server.port)
+                for listener in config.client_listeners:
+                    server = await nursery.start(functools.partial(
+                        serve, self.handle, listener.host, listener.port, apis=self.apis,
+                        max_in_flight=config.max_in_flight_requests_per_connection,
+                        request_max_bytes=config.socket_request_max_bytes,
+                        connections_max_idle_ms=config.connections_max_idle_ms,
+                        send_buffer_bytes=config.socket_send_buffer_bytes,
+                        receive_buffer_bytes=config.socket_receive_buffer_bytes,
+                        file_transfer=config.fetch_file_transfer,
+                        log=logging.getLogger("broker.server"),
+                        listen=listen,
+                        listener_name=listener.name,
+                    ))
+                    self.servers[listener.name] = server
+                    if self.server is None:
+                        self.server = server
+                    _log.info("broker %d %s %s on %s:%d", self.node_id,
+                              "listening" if listen else "bound (listens once it serves)", listener.name,
+                              listener.host or "*", server.port)
                 nursery.start_soon(self._background)
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)

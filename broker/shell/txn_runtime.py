@@ -370,7 +370,7 @@ class MarkerSender:
         if registration is None or registration.fenced or not registration.endpoints:
             return None
         for endpoint in registration.endpoints:
-            if endpoint.name == self.broker.config.listener_name:
+            if endpoint.name == self.broker.config.inter_broker_listener:
                 return endpoint.host, endpoint.port
         return registration.endpoints[0].host, registration.endpoints[0].port
 

@@ -143,7 +143,8 @@ async def bind_tcp(port: int, host: str) -> list[trio.socket.SocketType]:
     address: a node has a Kafka and a controller listener, and "Address
     already in use" alone does not say which port to free."""
     try:
-        addresses = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM,
+        # An empty host binds every interface (Kafka's `PLAINTEXT://:9092`).
+        addresses = await trio.socket.getaddrinfo(host or None, port, type=trio.socket.SOCK_STREAM,
                                                   flags=trio.socket.AI_PASSIVE)
         sockets: list[trio.socket.SocketType] = []
         unsupported: OSError | None = None
@@ -212,6 +213,7 @@ async def serve(
     file_transfer: FileTransfer = "auto",
     log: logging.Logger | None = None,
     listen: bool = True,
+    listener_name: str = "",
 ) -> None:
     """Serve the Kafka protocol on host:port until cancelled.
 
@@ -222,7 +224,7 @@ async def serve(
     `receive_buffer_bytes` are `socket.send.buffer.bytes` and
     `socket.receive.buffer.bytes` (-1: the kernel's default);
     `file_transfer` is "auto", "sendfile" or "pread" (how FileSlice parts
-    are sent). With `listen=False` the port is only bound (its number
+    are sent); `listener_name` is given to handlers as `ctx.listener_name`. With `listen=False` the port is only bound (its number
     known, a connect refused) until `Server.open()`: a broker listens only
     once it can serve, as Kafka opens its client listeners.
     """
@@ -234,6 +236,7 @@ async def serve(
         conn = _ConnectionServer(
             server, handler, apis, max_in_flight, request_max_bytes,
             connections_max_idle_ms / 1000, send_buffer_bytes, receive_buffer_bytes, file_transfer, log or _log,
+            listener_name,
         )
         async with trio.open_nursery() as nursery:
             def open_listeners() -> None:
@@ -266,8 +269,10 @@ class _ConnectionServer:
         receive_buffer_bytes: int,
         file_transfer: FileTransfer,
         log: logging.Logger,
+        listener_name: str,
     ) -> None:
         self.server = server
+        self.listener_name = listener_name
         self.handler = handler
         self.apis = apis
         self.max_in_flight = max_in_flight
@@ -285,7 +290,7 @@ class _ConnectionServer:
             peer = f"{peer_host}:{peer_port}"
         except OSError:
             peer = "?"
-        ctx = ConnectionContext(next(self._ids), peer)
+        ctx = ConnectionContext(next(self._ids), peer, self.listener_name)
         ctx._last_activity = trio.current_time()
         self.server.connections[ctx.connection_id] = ctx
         self.server.stats.connections_accepted += 1
