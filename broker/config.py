@@ -15,6 +15,7 @@ from broker.core.txn import TransactionCoordinatorConfig
 from broker.core.replication import ReplicationConfig
 from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
+from common.security import ListenerSecurity
 from storage.cleaner_config import CleanerConfig
 
 _FILE_TRANSFERS = ("auto", "sendfile", "pread")
@@ -35,6 +36,8 @@ class BrokerConfig:
     #: `inter.broker.listener.name`: the endpoint followers fetch from and
     #: coordinators reach other brokers on; empty: the first listener.
     inter_broker_listener_name: str = ""
+    #: Each listener's TLS and SASL settings, by name (PLAINTEXT ones may be missing).
+    listener_security: Mapping[str, ListenerSecurity] = dataclasses.field(default_factory=dict, compare=False)
     rack: str | None = None
     auto_create_topics_enable: bool = False
     num_partitions: int = 1
@@ -159,6 +162,8 @@ class BrokerConfig:
             port=port,
             listener_name=name,
             listeners=listeners,
+            listener_security={listener.name: ListenerSecurity.from_properties(props, listener)
+                               for listener in listeners},
             inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper(),
             rack=props.get("broker.rack"),
             auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),

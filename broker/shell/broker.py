@@ -60,6 +60,13 @@ from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import txn
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
+from common.wire.authenticate import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_AUTHENTICATE_VERSIONS,
+    SASL_HANDSHAKE_KEY,
+    SASL_HANDSHAKE_VERSIONS,
+    answer_without_sasl,
+)
 
 _log = logging.getLogger("broker")
 
@@ -93,6 +100,10 @@ _APIS = {
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    # Answered by the wire server's SASL gate on SASL listeners; here on the others.
+    SASL_HANDSHAKE_KEY: (*SASL_HANDSHAKE_VERSIONS, lambda _broker, _ctx, request: answer_without_sasl(request)),
+    SASL_AUTHENTICATE_KEY: (*SASL_AUTHENTICATE_VERSIONS,
+                            lambda _broker, _ctx, request: answer_without_sasl(request)),
     # The partition side of transactions: markers, producers.
     27: (1, 2, txn_markers.handle_write_txn_markers),
     61: (0, 0, txn_markers.handle_describe_producers),
@@ -220,6 +231,10 @@ class Broker:
 
     # --- serving -------------------------------------------------------
 
+    def scram_credential(self, mechanism: str, user: str):
+        """A user's SCRAM credential in this broker's image (KIP-554), or None."""
+        return self.image.scram_credentials.get((mechanism, user))
+
     def handle(self, ctx: ConnectionContext, request: DecodedRequest):
         """The wire server's handler: one request in, its response (or an
         awaitable of it: most handlers are coroutines) out."""
@@ -247,6 +262,8 @@ class Broker:
                         log=logging.getLogger("broker.server"),
                         listen=listen,
                         listener_name=listener.name,
+                        security=config.listener_security.get(listener.name),
+                        scram_lookup=self.scram_credential,
                     ))
                     self.servers[listener.name] = server
                     if self.server is None:

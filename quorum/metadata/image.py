@@ -28,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from common.security.sasl import ScramCredential
+
 from quorum.metadata.pmap import PMap
 from quorum.metadata.records import (
     NO_LEADER,
@@ -140,6 +142,8 @@ class MetadataImage:
     preferred_leader_counts: PMap[int, int] = field(default_factory=PMap)
     #: KIP-866 `ZkMigrationState` code (0: never migrated from ZooKeeper)
     zk_migration_state: int = 0
+    #: SCRAM credentials (KIP-554) by (mechanism name, user name).
+    scram_credentials: PMap[tuple[str, str], ScramCredential] = field(default_factory=PMap)
 
     def apply(self, records: Iterable[LoggedRecord]) -> MetadataImage:
         """The image after replaying `records` (offsets strictly above `self.offset`).
