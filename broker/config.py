@@ -16,6 +16,7 @@ from broker.core.replication import ReplicationConfig
 from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
 from common.security import ListenerSecurity
+from common.security.acl import AuthorizerConfig, authorizer_config
 from storage.cleaner_config import CleanerConfig
 
 _FILE_TRANSFERS = ("auto", "sendfile", "pread")
@@ -38,6 +39,8 @@ class BrokerConfig:
     inter_broker_listener_name: str = ""
     #: Each listener's TLS and SASL settings, by name (PLAINTEXT ones may be missing).
     listener_security: Mapping[str, ListenerSecurity] = dataclasses.field(default_factory=dict, compare=False)
+    #: `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+    authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
     rack: str | None = None
     auto_create_topics_enable: bool = False
     num_partitions: int = 1
@@ -164,6 +167,7 @@ class BrokerConfig:
             listeners=listeners,
             listener_security={listener.name: ListenerSecurity.from_properties(props, listener)
                                for listener in listeners},
+            authorizer=authorizer_config(props),
             inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper(),
             rack=props.get("broker.rack"),
             auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),

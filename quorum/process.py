@@ -37,6 +37,7 @@ from common.config import NodeConfig, int_property
 from common.errors import ConfigError
 from common.meta_properties import check_log_dir
 from common.wire import serve
+from quorum.node.bootstrap import read_bootstrap
 
 RESIGN_GRACE_S = 0.5
 #: `quorum.engine`: raftka's own KIP-595 Raft, or pysyncobj's Raft (quorum.node.syncobj_node).
@@ -100,7 +101,8 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
     node = make_quorum_node(config, cluster_id)
     if isinstance(node, PysyncobjNode):
         node.check_bindable()
-    controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
+    controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random(),
+                                   read_bootstrap(config.log_dirs[0]))
     migration = MigrationConfig.from_node_config(config)
     if migration is not None and not isinstance(node, RaftNode):
         raise ConfigError("zookeeper.metadata.migration.enable=true needs quorum.engine=raftka")

@@ -33,6 +33,7 @@ broker does without a transactional id. The transaction coordinator
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.api.kio_util import build, convert, response_class, response_module
 from quorum.metadata import MetadataImage
+from common.security.acl import Operation
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -88,6 +90,20 @@ async def _settle(broker, predicate: Callable[[MetadataImage], bool], deadline: 
 
 async def handle_create_topics(broker, ctx, request):
     body = request.body
+    denied = [t.name for t in body.topics if not broker.authorizer.can_create(ctx, t.name)]
+    if denied:
+        # CREATE on the cluster or the topic; the others are created (Kafka answers per topic).
+        mod = response_module(request.header)
+        refusals = tuple(build(mod.CreatableTopicResult, name=n, topic_id=None,
+                               error_code=ErrorCode.topic_authorization_failed,
+                               error_message="CREATE on the cluster or the topic is needed", num_partitions=-1,
+                               replication_factor=-1, configs=()) for n in denied)
+        allowed = tuple(t for t in body.topics if t.name not in denied)
+        if not allowed:
+            return build(mod.CreateTopicsResponse, throttle_time=_NO_THROTTLE, topics=refusals)
+        request = request._replace(body=dataclasses.replace(body, topics=allowed))
+        response = await handle_create_topics(broker, ctx, request)
+        return dataclasses.replace(response, topics=tuple(response.topics) + refusals)
     response = await _forward(broker, request, CreateTopicsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -125,8 +141,45 @@ def _expected_partitions(result, requested, broker) -> int:
 # --- DeleteTopics --------------------------------------------------------
 
 
+def _refuse_delete_topics(broker, ctx, request):
+    """TOPIC_AUTHORIZATION_FAILED for the topics without DELETE, the rest
+    deleted; None if every topic may be deleted."""
+    body = request.body
+    image = broker.image
+    if hasattr(body, "topic_names"):
+        names = list(body.topic_names)
+    else:
+        names = [t.name if t.name is not None else getattr(image.topics_by_id.get(t.topic_id), "name", "")
+                 for t in body.topics]
+    denied = broker.authorizer.denied_topics(ctx, names, Operation.DELETE)
+    if not denied:
+        return None
+    mod = response_module(request.header)
+    refusals = tuple(build(mod.DeletableTopicResult, name=n, topic_id=None,
+                           error_code=ErrorCode.topic_authorization_failed,
+                           error_message="DELETE on the topic is needed") for n in names if n in denied)
+
+    async def rest():
+        if hasattr(body, "topic_names"):
+            kept = dataclasses.replace(body, topic_names=tuple(n for n in names if n not in denied))
+            empty = not kept.topic_names
+        else:
+            kept = dataclasses.replace(body, topics=tuple(t for t, n in zip(body.topics, names) if n not in denied))
+            empty = not kept.topics
+        if empty:
+            return build(mod.DeleteTopicsResponse, throttle_time=_NO_THROTTLE, responses=refusals)
+        response = await handle_delete_topics(broker, ctx, request._replace(body=kept))
+        return dataclasses.replace(response, responses=tuple(response.responses) + refusals)
+
+    return rest()
+
+
 async def handle_delete_topics(broker, ctx, request):
     body = request.body
+    if broker.authorizer.enabled:
+        refused = _refuse_delete_topics(broker, ctx, request)
+        if refused is not None:
+            return refused
     if hasattr(body, "topic_names"):
         forwarded = dt_req.DeleteTopicsRequest(
             topics=tuple(dt_req.DeleteTopicState(name=n, topic_id=None) for n in body.topic_names),

@@ -49,6 +49,7 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import FetchPartitionResult, encode_fetch_response, records_size
 from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition, wait_for_change
+from common.security.acl import Operation, ResourceType
 from common.wire import FileSlice, duration_ms
 from storage.errors import OffsetOutOfRangeError, StorageError
 
@@ -74,10 +75,23 @@ def handle_fetch(broker, ctx, request):
                                                     broker.clock_ms)
     if error is not ErrorCode.none:
         return encode_fetch_response(header, error, 0, [])
+    denied = frozenset()
+    if broker.authorizer.enabled:
+        if replica_id >= 0:
+            # A follower's fetch: CLUSTER_ACTION on the cluster (Kafka's rule for inter-broker requests).
+            if not broker.authorizer.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+                return encode_fetch_response(header, ErrorCode.cluster_authorization_failed, 0, [])
+        else:
+            denied = frozenset(broker.authorizer.denied_topics(ctx, (t.topic for t in body.topics), Operation.READ))
+            if denied:
+                topics = [(t.topic, [FetchPartitionResult(fp.partition, ErrorCode.topic_authorization_failed)
+                                     for fp in t.partitions]) for t in body.topics if t.topic in denied]
+                if len(topics) == len(body.topics):
+                    return encode_fetch_response(header, ErrorCode.none, 0, topics)
     if session is not None:
         return _session_fetch(broker, session, body, header, full=session_epoch == 0)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version)
+    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, header.api_version, denied)
     if size >= body.min_bytes or errored:
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
     max_wait_ms = duration_ms(body.max_wait)
@@ -249,7 +263,7 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     return total, errored
 
 
-def _read(broker, body, replica_id: int, read_committed: bool, version: int):
+def _read(broker, body, replica_id: int, read_committed: bool, version: int, denied: frozenset = frozenset()):
     """One pass over the request's partitions: (topics, bytes, any error,
     places), a place being (hosted partition, fetch partition, its topic's
     results, index there) for each partition hosted here."""
@@ -265,6 +279,10 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
         name = fetch_topic.topic
         results = []
         for fp in fetch_topic.partitions:
+            if denied and name in denied:
+                results.append(FetchPartitionResult(fp.partition, ErrorCode.topic_authorization_failed))
+                errored = True
+                continue
             hp = partitions.get((name, fp.partition))
             if hp is None:
                 results.append(FetchPartitionResult(fp.partition, _not_hosted_error(broker, name, fp.partition)))

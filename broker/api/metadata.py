@@ -32,6 +32,7 @@ from broker.core.group import OFFSETS_TOPIC_NAME
 from broker.api.kio_util import build, response_module
 from broker.api.metadata_codec import NO_OPERATIONS
 from quorum.metadata import MetadataImage
+from common.security.acl import Operation, ResourceType
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -81,15 +82,25 @@ async def handle_metadata(broker, ctx, request):
         names = sorted(broker.image.topic_ids_by_name)
     else:
         names = [_requested_name(broker.image, t) for t in body.topics]
+    denied: set[str] = set()
+    authorizer = broker.authorizer
+    if authorizer.enabled:
+        # DESCRIBE on each topic: the full list leaves out the others
+        # (Kafka's rule), a named one is answered TOPIC_AUTHORIZATION_FAILED.
+        if body.topics is None:
+            names = [n for n in names if authorizer.allowed_quietly(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)]
+        else:
+            denied = authorizer.denied_topics(ctx, (n for n in names if n is not None), Operation.DESCRIBE)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
     if broker.config.auto_create_topics_enable and allow_auto and body.topics is not None:
-        missing = [n for n in names if n is not None and broker.image.topic(n) is None
-                   and topic_name_error(n) is None]
+        missing = [n for n in names if n is not None and n not in denied and broker.image.topic(n) is None
+                   and topic_name_error(n) is None and authorizer.can_create(ctx, n)]
         if missing:
             await _auto_create(broker, missing)
     image = broker.image
     auto_created = broker.config.auto_create_topics_enable and allow_auto
-    answers = [(name, _topic_error(image, name, auto_created)) for name in names]
+    answers = [(name, ErrorCode.topic_authorization_failed if name in denied else
+                _topic_error(image, name, auto_created)) for name in names]
     # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
     return broker.metadata_encoder.encode(header.correlation_id, header.api_version, image,
                                           live_brokers(broker, image, ctx.listener_name), broker.config.cluster_id, broker.node_id,

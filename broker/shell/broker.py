@@ -57,7 +57,8 @@ from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import txn
+from broker.api import security, txn
+from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 from common.wire.authenticate import (
@@ -100,6 +101,12 @@ _APIS = {
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
+    # SCRAM credentials and ACLs (KIP-554, KIP-801).
+    29: (1, 3, security.handle_describe_acls),
+    30: (1, 3, security.handle_create_acls),
+    31: (1, 3, security.handle_delete_acls),
+    50: (0, 0, security.handle_describe_user_scram_credentials),
+    51: (0, 0, security.handle_alter_user_scram_credentials),
     # Answered by the wire server's SASL gate on SASL listeners; here on the others.
     SASL_HANDSHAKE_KEY: (*SASL_HANDSHAKE_VERSIONS, lambda _broker, _ctx, request: answer_without_sasl(request)),
     SASL_AUTHENTICATE_KEY: (*SASL_AUTHENTICATE_VERSIONS,
@@ -160,6 +167,7 @@ class Broker:
         self.producer_ids = admin.ProducerIdBlock()
         self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
         self.txn_coordinator = TransactionCoordinatorRuntime(self, config.txn_coordinator)
+        self.authorizer = BrokerAuthorizer(self, config.authorizer)
 
     # --- metadata in ---------------------------------------------------
 
@@ -238,6 +246,10 @@ class Broker:
     def handle(self, ctx: ConnectionContext, request: DecodedRequest):
         """The wire server's handler: one request in, its response (or an
         awaitable of it: most handlers are coroutines) out."""
+        if self.authorizer.enabled:
+            refused = self.authorizer.refuse(ctx, request)
+            if refused is not None:
+                return refused
         return self._handlers[request.header.api_key](self, ctx, request)
 
     async def run(self, *, listen: bool = True,

@@ -52,6 +52,7 @@ from broker.shell.quorum_link import BrokerQuorumLink, QuorumControllerChannel
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.controller_service import ControllerService
+from quorum.node.bootstrap import read_bootstrap
 from quorum.node.driver import RaftNode
 from quorum.node.syncobj_node import PysyncobjNode
 from quorum.process import make_quorum_node, quorum_engine
@@ -154,7 +155,7 @@ async def run_broker(
         controller_port = None
         if config.is_controller:
             controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id),
-                                           random.Random())
+                                           random.Random(), read_bootstrap(config.log_dirs[0]))
             await nursery.start(controller.run)
             handler = QuorumRequestHandler(node, controller)
             assert config.controller_listener is not None

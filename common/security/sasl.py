@@ -59,6 +59,12 @@ class ScramCredential:
         digest = SCRAM_HASHES[mechanism]
         salt = os.urandom(32) if salt is None else salt
         salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
+        return cls.from_salted_password(mechanism, salted, salt, iterations)
+
+    @classmethod
+    def from_salted_password(cls, mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+        """From SaltedPassword (what AlterUserScramCredentials carries, KIP-554)."""
+        digest = SCRAM_HASHES[mechanism]
         client_key = hmac.digest(salted, b"Client Key", digest)
         return cls(salt, hashlib.new(digest, client_key).digest(), hmac.digest(salted, b"Server Key", digest),
                    iterations)

@@ -42,7 +42,8 @@ def secure_node(tmp_path_factory):
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS_USERS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS_USERS,
-    })
+    }, "--add-scram", "SCRAM-SHA-256=[name=scram,password=scram-secret]",
+       "--add-scram", "SCRAM-SHA-512=[name=scram,password=scram-secret,iterations=8192]")
     node.start()
     node.ports = {"PLAINTEXT": plain, "CONTROLLER": controller, "SSL": ssl_port, "SASL_PLAINTEXT": sasl_plain,
                   "SASL_SSL": sasl_ssl}
