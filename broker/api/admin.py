@@ -179,7 +179,7 @@ async def handle_delete_topics(broker, ctx, request):
     if broker.authorizer.enabled:
         refused = _refuse_delete_topics(broker, ctx, request)
         if refused is not None:
-            return refused
+            return await refused
     if hasattr(body, "topic_names"):
         forwarded = dt_req.DeleteTopicsRequest(
             topics=tuple(dt_req.DeleteTopicState(name=n, topic_id=None) for n in body.topic_names),

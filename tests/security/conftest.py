@@ -51,3 +51,33 @@ def secure_node(tmp_path_factory):
     node.client_cert = str(data / "client.pem")
     yield node
     node.stop()
+
+
+ACL_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'user_admin="admin-secret" user_alice="alice-secret" user_eve="eve-secret";')
+
+
+@pytest.fixture(scope="session")
+def acl_node(tmp_path_factory):
+    """A node with the ACL authorizer: clients on a SASL_PLAINTEXT listener
+    (admin is a super user), the inter-broker PLAINTEXT listener's
+    anonymous principal a super user too."""
+    from secure_node import SecureNode
+
+    data = tmp_path_factory.mktemp("acl")
+    plain, controller, sasl = free_ports(3)
+    node = SecureNode(data, {
+        "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{controller},"
+                     f"SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": ACL_JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+    })
+    node.start()
+    node.ports = {"PLAINTEXT": plain, "SASL_PLAINTEXT": sasl}
+    yield node
+    node.stop()
