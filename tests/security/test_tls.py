@@ -77,3 +77,56 @@ def test_wrong_key_password_is_a_startup_error(tmp_path):
     with pytest.raises(ConfigError, match="ssl.key.password is wrong"):
         BrokerConfig.from_properties(_props(tmp_path, **{"ssl.keystore.location": str(keystore),
                                                          "ssl.key.password": "wrong"}), cluster_id="c")
+
+
+def test_large_fetches_over_tls_deliver_the_same_bytes(secure_node):
+    """Fetch responses of several MB over TLS (read and encrypted, not
+    sendfile; the socket fills and the held-back byte is sent later) carry
+    exactly what a plaintext fetch carries."""
+    import hashlib
+    import time
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    plain = {"bootstrap.servers": f"127.0.0.1:{secure_node.ports['PLAINTEXT']}"}
+    tls = {"bootstrap.servers": f"127.0.0.1:{secure_node.ports['SSL']}", "security.protocol": "SSL",
+           "ssl.ca.location": secure_node.ca}
+    admin = AdminClient(plain)
+    admin.create_topics([NewTopic("tls-large", 1, 1)], operation_timeout=30)["tls-large"].result(60)
+    producer = Producer({**plain, "linger.ms": 20, "batch.size": 1000000})
+    count = 20000
+    for i in range(count):
+        producer.produce("tls-large", value=i.to_bytes(4, "big") * 256)
+    assert producer.flush(60) == 0
+
+    def digest(conf) -> str:
+        consumer = Consumer({**conf, "group.id": "tls-large", "fetch.max.bytes": 52428800})
+        consumer.assign([TopicPartition("tls-large", 0, 0)])
+        h, got, deadline = hashlib.sha256(), 0, time.monotonic() + 60
+        try:
+            while got < count and time.monotonic() < deadline:
+                for m in consumer.consume(1000, 0.5):
+                    assert m.error() is None, m.error()
+                    h.update(m.value())
+                    got += 1
+        finally:
+            consumer.close()
+        assert got == count
+        return h.hexdigest()
+
+    assert digest(tls) == digest(plain)
+
+
+def test_a_keystore_error_stops_the_node_naming_the_key(tmp_path):
+    from cluster_testing import run_cli
+    from secure_node import CLUSTER_ID, write_properties
+
+    config = write_properties(tmp_path / "server.properties", {
+        "process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:19999",
+        "listeners": "SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:19999", "log.dirs": str(tmp_path / "logs"),
+        "ssl.keystore.location": "/etc/kafka/missing.pem"})
+    assert run_cli("storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID).returncode == 0
+    started = run_cli("broker", "--config", str(config), timeout=60)
+    assert started.returncode == 2
+    assert "ssl.keystore.location=/etc/kafka/missing.pem: no such file" in started.stderr
