@@ -58,7 +58,9 @@ from quorum.node.syncobj_node import PysyncobjNode
 from quorum.process import make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
-from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
+from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config, scram_lookup
+from common.security import controller_listener_security
+from common.security.client import controller_client_security
 from common.config import SECURITY_PROTOCOLS, NodeConfig, broker_listeners, int_property, parse_listeners
 from common.errors import ConfigError
 from common.wire import ConnectionPool, serve
@@ -141,12 +143,14 @@ async def run_broker(
                           "fences the broker between two heartbeats")
     shutdown_timeout_ms = int_property(config.raw, "raftka.controlled.shutdown.timeout.ms",
                                        config.broker_session_timeout_ms, 0)
+    # TLS and SASL of this node's links to the controllers (the controller listener's protocol).
+    client_security = controller_client_security(config.raw)
     node: RaftNode | PysyncobjNode
     if config.is_controller and quorum_engine(config) == "pysyncobj":  # a combined node on pysyncobj's Raft
         node = make_quorum_node(config, cluster_id)
     else:
         node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
-                        cluster_id=cluster_id, config=quorum,
+                        cluster_id=cluster_id, config=quorum, client_security=client_security,
                         segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES,
                                                    1024))
 
@@ -164,11 +168,14 @@ async def run_broker(
                 serve, handler, host, port, apis=handler.apis,
                 request_max_bytes=config.socket_request_max_bytes,
                 connections_max_idle_ms=config.connections_max_idle_ms,
-                log=logging.getLogger("quorum.server")))
+                log=logging.getLogger("quorum.server"), listener_name=config.controller_listener[0],
+                security=controller_listener_security(config.raw, config.controller_listener),
+                scram_lookup=scram_lookup(node)))
             controller_port = controller_server.port
 
         pool = ConnectionPool(nursery, client_id=f"raftka-broker-{config.node_id}",
-                              connect_timeout_ms=quorum.controller_quorum_request_timeout_ms)
+                              connect_timeout_ms=quorum.controller_quorum_request_timeout_ms,
+                              security=client_security)
         client = ControllerClient(pool, config.controller_quorum_voters,
                                   leader_hint=lambda: node.leader.leader_id,
                                   request_timeout_ms=quorum.controller_quorum_request_timeout_ms,

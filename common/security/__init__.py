@@ -40,3 +40,15 @@ class ListenerSecurity:
         tls = server_context(props, listener.name) if protocol in ("SSL", "SASL_SSL") else None
         sasl = SaslServerConfig.from_properties(props, listener.name) if protocol.startswith("SASL_") else None
         return cls(protocol, tls, PrincipalMapper(get("ssl.principal.mapping.rules")), sasl)
+
+
+def controller_listener_security(props: Mapping[str, str], listener: tuple[str, str, int]) -> ListenerSecurity | None:
+    """How a controller's listener is secured (its entry in
+    `listener.security.protocol.map`, PLAINTEXT if it has none); None for PLAINTEXT."""
+    from common.config import security_protocol_map
+
+    name, host, port = listener
+    protocol = security_protocol_map(props).get(name, "PLAINTEXT")
+    if protocol == "PLAINTEXT":
+        return None
+    return ListenerSecurity.from_properties(props, ListenerAddress(name, host, port, protocol))
