@@ -16,6 +16,7 @@ from broker.core.replication import ReplicationConfig
 from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
 from common.security import ListenerSecurity
+from common.security.client import ClientSecurity, inter_broker_client_security
 from common.security.acl import AuthorizerConfig, authorizer_config
 from storage.cleaner_config import CleanerConfig
 
@@ -39,6 +40,8 @@ class BrokerConfig:
     inter_broker_listener_name: str = ""
     #: Each listener's TLS and SASL settings, by name (PLAINTEXT ones may be missing).
     listener_security: Mapping[str, ListenerSecurity] = dataclasses.field(default_factory=dict, compare=False)
+    #: TLS and SASL of this broker's connections to others' inter-broker listener.
+    inter_broker_security: ClientSecurity | None = dataclasses.field(default=None, compare=False)
     #: `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
     authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
     rack: str | None = None
@@ -169,6 +172,8 @@ class BrokerConfig:
                                for listener in listeners},
             authorizer=authorizer_config(props),
             inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper(),
+            inter_broker_security=inter_broker_client_security(
+                props, props.get("inter.broker.listener.name", "").strip().upper() or name),
             rack=props.get("broker.rack"),
             auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),
             num_partitions=int_property(props, "num.partitions", 1, 1),

@@ -123,7 +123,7 @@ class ReplicaFetchers:
                     continue
                 try:
                     async with open_connection(*address, client_id=f"replica-fetcher-{self.broker.node_id}",
-                                               log=_log) as conn:
+                                               log=_log, security=self.broker.config.inter_broker_security) as conn:
                         await self._fetch_loop(source, conn)
                 except (ConnectionFailedError, OSError) as exc:
                     _log.info("fetcher from broker %d: %s; retrying in %d ms", source, exc,

@@ -310,7 +310,7 @@ class MarkerSender:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._pool = ConnectionPool(nursery, client_id=f"raftka-txn-markers-{self.broker.node_id}",
-                                        log=_log)
+                                        log=_log, security=self.broker.config.inter_broker_security)
             task_status.started()
             try:
                 while True:

@@ -4,11 +4,13 @@ its keystore as the client certificate), and a SASL login with PLAIN or
 SCRAM (`login`).
 
 A node's links to the controllers use the security protocol of the first
-listener in `controller.listener.names` (Kafka's rule), the SASL mechanism
-`sasl.mechanism.controller.protocol` (default PLAIN here; Kafka's is
-GSSAPI), and the `username` and `password` of that listener's JAAS text
-(`listener.name.<controller>.<mechanism>.sasl.jaas.config`, then
-`listener.name.<controller>.sasl.jaas.config`, then `sasl.jaas.config`).
+listener in `controller.listener.names` (Kafka's rule) and the SASL
+mechanism `sasl.mechanism.controller.protocol`; its links to other brokers
+those of `inter.broker.listener.name` and
+`sasl.mechanism.inter.broker.protocol` (both default PLAIN here; Kafka's
+are GSSAPI). The user name and password are the `username` and `password`
+of that listener's JAAS text (`listener.name.<l>.<mechanism>.sasl.jaas.config`,
+then `listener.name.<l>.sasl.jaas.config`, then `sasl.jaas.config`).
 """
 
 from __future__ import annotations
@@ -41,24 +43,35 @@ def controller_client_security(props: Mapping[str, str]) -> ClientSecurity | Non
     names = controller_listener_names(props)
     if not names:
         return None
-    listener = names[0]
+    return listener_client_security(props, names[0], "sasl.mechanism.controller.protocol")
+
+
+def inter_broker_client_security(props: Mapping[str, str], listener: str) -> ClientSecurity | None:
+    """How this broker connects to other brokers (follower fetches,
+    transaction markers): the `inter.broker.listener.name` listener's
+    protocol, `sasl.mechanism.inter.broker.protocol`."""
+    return listener_client_security(props, listener, "sasl.mechanism.inter.broker.protocol")
+
+
+def listener_client_security(props: Mapping[str, str], listener: str, mechanism_key: str) -> ClientSecurity | None:
+    """TLS and SASL for a connection to `listener` of another node; None for PLAINTEXT."""
     protocol = security_protocol_map(props).get(listener, "PLAINTEXT")
     if protocol == "PLAINTEXT":
         return None
     tls = client_context(props, listener) if protocol in ("SSL", "SASL_SSL") else None
     if not protocol.startswith("SASL_"):
         return ClientSecurity(protocol, tls)
-    mechanism = props.get("sasl.mechanism.controller.protocol", PLAIN).strip().upper()
+    mechanism = props.get(mechanism_key, PLAIN).strip().upper()
     if mechanism not in MECHANISMS:
-        raise ConfigError(f"sasl.mechanism.controller.protocol={mechanism}: use one of {', '.join(MECHANISMS)}")
+        raise ConfigError(f"{mechanism_key}={mechanism}: use one of {', '.join(MECHANISMS)}")
     prefix = f"listener.name.{listener.lower()}."
     jaas = (props.get(f"{prefix}{mechanism.lower()}.sasl.jaas.config") or props.get(f"{prefix}sasl.jaas.config")
             or props.get("sasl.jaas.config") or "")
     login = parse_jaas_login(jaas)
     if login is None:
-        raise ConfigError(f"the controller listener {listener} uses {protocol} but no username and password are "
-                          f"configured for this node: set {prefix}{mechanism.lower()}.sasl.jaas.config to "
-                          f"'... required username=\"NODE\" password=\"SECRET\" ...;'")
+        raise ConfigError(f"listener {listener} uses {protocol} but no username and password are configured for "
+                          f"this node's own connections to it: set {prefix}{mechanism.lower()}.sasl.jaas.config "
+                          "to '... required username=\"NODE\" password=\"SECRET\" ...;'")
     return ClientSecurity(protocol, tls, mechanism, *login)
 
 

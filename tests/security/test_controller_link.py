@@ -27,7 +27,7 @@ def secure_quorum(tmp_path):
     ca = CertificateAuthority()
     ca.write_ca(tmp_path / "ca.pem")
     ca.write_keystore(tmp_path / "node.pem", "localhost", ("localhost", "127.0.0.1"))
-    controller_port, broker_port, broker3_port = free_ports(3)
+    controller_port, broker_port, broker3_port, internal2, internal3 = free_ports(5)
     common = {
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER",
@@ -39,8 +39,9 @@ def secure_quorum(tmp_path):
         "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500",
     }
 
-    def node(node_id: int, roles: str, listeners: str, user: str, password: str) -> subprocess.Popen[str]:
-        props = {**common, "process.roles": roles, "node.id": str(node_id), "listeners": listeners,
+    def node(node_id: int, roles: str, listeners: str, user: str, password: str,
+             **extra: str) -> subprocess.Popen[str]:
+        props = {**common, **extra, "process.roles": roles, "node.id": str(node_id), "listeners": listeners,
                  "log.dirs": str(tmp_path / f"n{node_id}"),
                  "listener.name.controller.plain.sasl.jaas.config": JAAS.format(user=user, password=password)}
         config = write_properties(tmp_path / f"n{node_id}.properties", props)
@@ -54,7 +55,8 @@ def secure_quorum(tmp_path):
         return process
 
     processes: list[subprocess.Popen[str]] = []
-    yield node, tmp_path, {"controller": controller_port, "broker": broker_port, "broker3": broker3_port}
+    yield node, tmp_path, {"controller": controller_port, "broker": broker_port, "broker3": broker3_port,
+                           "internal2": internal2, "internal3": internal3}
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -85,3 +87,37 @@ def test_broker_and_controller_over_sasl_ssl(secure_quorum):
     assert "bad-b3-password" not in controller_log + intruder_log
     listed = AdminClient({"bootstrap.servers": sec.bootstrap}).list_topics(timeout=10)
     assert sorted(listed.brokers) == [2]
+
+
+def test_replication_over_a_sasl_ssl_inter_broker_listener(secure_quorum):
+    """Followers fetch over the INTERNAL (SASL_SSL) listener: an acks=all
+    produce to a topic with two replicas completes only if they do."""
+    from confluent_kafka import Producer
+
+    node, tmp_path, ports = secure_quorum
+    internal = {"inter.broker.listener.name": "INTERNAL",
+                "listener.security.protocol.map": "CONTROLLER:SASL_SSL,PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                "listener.name.internal.plain.sasl.jaas.config": JAAS.format(user="broker2", password="b-secret"),
+                "offsets.topic.replication.factor": "2"}
+    controller = node(1, "controller", f"CONTROLLER://127.0.0.1:{ports['controller']}", "controller1", "c-secret",
+                      **{k: v for k, v in internal.items() if k == "listener.security.protocol.map"})
+    controller.ready.wait("READY ", 60, controller)
+    brokers = [node(2, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker']},INTERNAL://127.0.0.1:{ports['internal2']}",
+                    "broker2", "b-secret", **internal),
+               node(3, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker3']},INTERNAL://127.0.0.1:{ports['internal3']}",
+                    "broker3", "b3-secret", **internal)]
+    for broker in brokers:
+        broker.ready.wait("READY ", 60, broker)
+    bootstrap = f"127.0.0.1:{ports['broker']}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("replicated", 1, 2)], operation_timeout=30)["replicated"].result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000})
+    reports = []
+    for value in VALUES:
+        producer.produce("replicated", value=value, on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(60) == 0
+    assert reports == [None] * len(VALUES)
+    isr = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions[0].isrs
+    assert sorted(isr) == [2, 3]
+    # Both registered their INTERNAL endpoint as SASL_SSL, which the followers used.
+    assert "fetcher from broker" not in (tmp_path / "n2.err").read_text() + (tmp_path / "n3.err").read_text()
