@@ -216,6 +216,13 @@ async def handle_delete_topics(broker, ctx, request):
 
 async def handle_create_partitions(broker, ctx, request):
     body = request.body
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "topics", lambda t: t.name, Operation.ALTER,
+        lambda t: build(mod.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="ALTER on the topic is needed"), "results", handle_create_partitions)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, CreatePartitionsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -241,7 +248,39 @@ async def handle_create_partitions(broker, ctx, request):
 # --- configs -------------------------------------------------------------
 
 
+async def _split_refused(broker, ctx, request, items_field: str, name_of, operation, refusal, results_field: str,
+                         handler):
+    """Answer the items (topics, config resources) the principal may not
+    touch with `refusal(item)` and hand the rest to `handler` (Kafka answers
+    per item); None when every item is allowed."""
+    if not broker.authorizer.enabled:
+        return None
+    items = getattr(request.body, items_field) or ()
+    denied = broker.authorizer.denied_topics(ctx, (n for n in map(name_of, items) if n is not None), operation)
+    if not denied:
+        return None
+    refusals = tuple(refusal(item) for item in items if name_of(item) in denied)
+    allowed = tuple(item for item in items if name_of(item) not in denied)
+    if not allowed:
+        return build(response_class(request.header), throttle_time=_NO_THROTTLE, **{results_field: refusals})
+    response = await handler(broker, ctx, request._replace(
+        body=dataclasses.replace(request.body, **{items_field: allowed})))
+    return dataclasses.replace(response, **{results_field: tuple(getattr(response, results_field)) + refusals})
+
+
+def _topic_resource_name(resource):
+    return resource.resource_name if int(resource.resource_type) == _TOPIC_RESOURCE else None
+
+
 async def handle_describe_configs(broker, ctx, request):
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "resources", _topic_resource_name, Operation.DESCRIBE_CONFIGS,
+        lambda r: build(mod.DescribeConfigsResult, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="DESCRIBE_CONFIGS on the topic is needed", resource_type=r.resource_type,
+                        resource_name=r.resource_name, configs=()), "results", handle_describe_configs)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, DescribeConfigsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -254,6 +293,14 @@ async def handle_describe_configs(broker, ctx, request):
 
 async def handle_incremental_alter_configs(broker, ctx, request):
     body = request.body
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "resources", _topic_resource_name, Operation.ALTER_CONFIGS,
+        lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
+                        resource_name=r.resource_name), "responses", handle_incremental_alter_configs)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, IncrementalAlterConfigsRequest)
     if response is None:
         mod = response_module(request.header)

@@ -111,6 +111,16 @@ def test_everything_else_is_refused_with_kafkas_errors(acl_node, orders):
     with pytest.raises(KafkaException) as acl_change:
         _wait(alice.create_acls([_acl("payments", AclOperation.READ)]))
     assert acl_change.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # Configs and partitions: TOPIC_AUTHORIZATION_FAILED (Read does not imply DescribeConfigs).
+    from confluent_kafka.admin import ConfigResource, NewPartitions
+
+    with pytest.raises(KafkaException) as configs:
+        _wait(alice.describe_configs([ConfigResource("topic", "orders")]))
+    assert configs.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    _wait(orders.describe_configs([ConfigResource("topic", "orders")]))
+    with pytest.raises(KafkaException) as grown:
+        _wait(alice.create_partitions([NewPartitions("orders", 2)]))
+    assert grown.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     # Someone without any ACL sees nothing.
     assert set(AdminClient(_sec(acl_node, "eve")).list_topics(timeout=10).topics) == set()
 
