@@ -81,7 +81,8 @@ def handle_describe_user_scram_credentials(broker, ctx, request):
     for (mechanism, user), credential in broker.image.scram_credentials.items():
         by_user.setdefault(user, []).append(build(mod.CredentialInfo, mechanism=i8(SCRAM_MECHANISMS[mechanism]),
                                                   iterations=credential.iterations))
-    wanted = sorted(by_user) if body.users is None else [u.name for u in body.users]
+    # Null or empty: every user (Kafka's rule; librdkafka sends an empty list).
+    wanted = sorted(by_user) if not body.users else [u.name for u in body.users]
     results = []
     for user in wanted:
         infos = by_user.get(user)

@@ -89,3 +89,25 @@ def test_scram_users_live_in_the_metadata_log(secure_node):
     finally:
         admin.close()
     assert authentication_errors(bob)
+
+
+def test_users_command(secure_node, tmp_path):
+    from cluster_testing import run_cli
+
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                      "sasl.password=admin-secret\n")
+    bootstrap = f"127.0.0.1:{secure_node.ports['SASL_PLAINTEXT']}"
+    common = ["--bootstrap-server", bootstrap, "--command-config", str(config)]
+    added = run_cli("users", "add", *common, "--user", "dora", "--password", "dora-secret")
+    assert added.returncode == 0, added.stderr
+    listed = run_cli("users", "list", *common)
+    assert "dora: SCRAM-SHA-256 (iterations 4096), SCRAM-SHA-512 (iterations 4096)" in listed.stdout, listed
+    assert "scram: SCRAM-SHA-256 (iterations 4096), SCRAM-SHA-512 (iterations 8192)" in listed.stdout, listed
+    dora = ClientSecurity(bootstrap, "SASL_PLAINTEXT", mechanism="SCRAM-SHA-256", user="dora", password="dora-secret")
+    assert not authentication_errors(dora)
+    deleted = run_cli("users", "delete", *common, "--user", "dora")
+    assert deleted.returncode == 0, deleted.stderr
+    assert authentication_errors(dora)
+    refused = run_cli("users", "add", *common, "--user", "x", "--password", "p", "--iterations", "100")
+    assert refused.returncode == 1 and "iterations" in refused.stderr, refused
