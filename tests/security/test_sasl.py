@@ -111,3 +111,29 @@ def test_users_command(secure_node, tmp_path):
     assert authentication_errors(dora)
     refused = run_cli("users", "add", *common, "--user", "x", "--password", "p", "--iterations", "100")
     assert refused.returncode == 1 and "iterations" in refused.stderr, refused
+
+
+def test_dev_secure_prints_settings_a_client_can_use(tmp_path):
+    import subprocess
+
+    from cluster_testing import READY_TIMEOUT_S, ReadyLine, raftka_command
+    from common.wire.ports import free_ports
+
+    port, controller = free_ports(2)
+    process = subprocess.Popen(raftka_command("dev", "--secure", "--data-dir", str(tmp_path), "--port", str(port),
+                                              "--controller-port", str(controller)),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        reader = ReadyLine(process)
+        reader.wait("READY ", READY_TIMEOUT_S, process)
+        settings = dict(line.split("=", 1) for line in reader.lines if "=" in line and not line.startswith("READY"))
+        assert settings["security.protocol"] == "SASL_SSL" and settings["sasl.mechanism"] == "SCRAM-SHA-512"
+        sec = ClientSecurity(settings["bootstrap.servers"], "SASL_SSL", ca=settings["ssl.ca.location"],
+                             mechanism="SCRAM-SHA-512", user=settings["sasl.username"],
+                             password=settings["sasl.password"])
+        assert ROUND_TRIPS["confluent-kafka"](sec, "dev-secure") == VALUES
+        java = (tmp_path / "secure" / "client.properties").read_text()
+        assert "security.protocol=SASL_SSL" in java and "ScramLoginModule" in java
+    finally:
+        process.terminate()
+        process.wait(30)
