@@ -50,8 +50,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.api.codec import ProducePartitionResult, encode_produce_response
 from broker.api.txn_verification import unverified, verify
-from common.security.acl import Operation
 from broker.shell.hosted_partition import HostedPartition, wait_for_acks
+from common.security.acl import Operation
 
 _log = logging.getLogger("broker.produce")
 
