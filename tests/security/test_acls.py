@@ -177,3 +177,16 @@ def test_acls_command(acl_node, orders, tmp_path):
                       "--resource-pattern-type", "any")
     assert refused.returncode != 0
     assert subprocess  # the CLI runs as its own process (run_cli)
+
+
+def test_a_mechanism_the_listener_does_not_enable_is_refused(acl_node):
+    """The SASL listener here enables PLAIN only: SCRAM gets UNSUPPORTED_SASL_MECHANISM."""
+    errors = []
+    admin = AdminClient({**_sec(acl_node, "alice"), "sasl.mechanism": "SCRAM-SHA-512", "error_cb": errors.append,
+                         "log_level": 0})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)
+    assert any("SCRAM-SHA-512" in e.str() and "PLAIN" in e.str() for e in errors), [e.str() for e in errors]
+    assert "asked for mechanism 'SCRAM-SHA-512'; this listener enables PLAIN" in acl_node.log()
+    assert acl_node.alive()
