@@ -86,59 +86,12 @@ def dev_properties(args: argparse.Namespace) -> dict[str, str]:
         "transaction.state.log.min.isr": "1",
     }
     if getattr(args, "secure", False):
-        props.update(secure_properties(data_dir / "secure", args.host, args.port))
+        from common.security.dev import DevSecurity
+
+        props["listeners"] = f"SASL_SSL://{args.host}:{args.port}"
+        props.update(DevSecurity.ensure(data_dir / "secure", (args.host,)).listener_properties("SASL_SSL"))
     props.update(parse_overrides(args.set))
     return props
-
-
-ADMIN_USER = "admin"
-
-
-def secure_properties(secure_dir: Path, host: str, port: int) -> dict[str, str]:
-    """The SASL_SSL listener's keys, after making (once) the CA, the node's
-    certificate and the admin's password under `secure_dir`."""
-    import secrets
-
-    from common.security.certs import CertificateAuthority
-
-    secure_dir.mkdir(parents=True, exist_ok=True)
-    ca_path, keystore, password_file = secure_dir / "ca.pem", secure_dir / "node.pem", secure_dir / "admin.password"
-    if not (ca_path.exists() and keystore.exists() and password_file.exists()):
-        ca = CertificateAuthority("raftka-dev-ca")
-        ca.write_ca(ca_path)
-        ca.write_keystore(keystore, "localhost", tuple(dict.fromkeys(("localhost", "127.0.0.1", host))))
-        password_file.write_text(secrets.token_urlsafe(18))
-        password_file.chmod(0o600)
-    password = password_file.read_text().strip()
-    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-            f'username="{ADMIN_USER}" password="{password}";')
-    plain_jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
-                  f'username="{ADMIN_USER}" password="{password}" user_{ADMIN_USER}="{password}";')
-    (secure_dir / "client.properties").write_text(
-        f"bootstrap.servers={host}:{port}\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
-        f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n")
-    (secure_dir / "client.properties").chmod(0o600)
-    return {
-        "listeners": f"SASL_SSL://{host}:{port}",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(keystore),
-        "ssl.truststore.location": str(ca_path),
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
-        # PLAIN for the node's own links to its listener (a follower, the
-        # transaction marker sender), SCRAM for clients.
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas,
-    }
-
-
-def admin_password(args: argparse.Namespace) -> str:
-    return (Path(args.data_dir).resolve() / "secure" / "admin.password").read_text().strip()
-
-
-def client_settings(props: dict[str, str], password: str, bootstrap: str) -> list[str]:
-    """The `key=value` lines a librdkafka client needs for `raftka dev --secure`."""
-    return [f"bootstrap.servers={bootstrap}", "security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
-            f"sasl.username={ADMIN_USER}", f"sasl.password={password}",
-            f"ssl.ca.location={props['ssl.truststore.location']}"]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -147,24 +100,28 @@ def main(args: argparse.Namespace) -> int:
     def start() -> None:
         props = dev_properties(args)
         config = NodeConfig.from_properties(props)
+        secure = None
+        if args.secure:
+            from common.security.dev import DevSecurity
+
+            secure = DevSecurity.ensure(Path(args.data_dir).resolve() / "secure", (args.host,))
         for log_dir in config.log_dirs:
             meta = read_meta(log_dir)
             cluster_id = meta.get("cluster.id") if meta else None
             format_log_dir(log_dir, cluster_id or random_cluster_id(), config.node_id)
-            if args.secure and meta is None:
+            if secure is not None and meta is None:
                 # The admin's SCRAM credentials, stored by the controller at first start.
                 from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 
-                password = admin_password(args)
-                write_bootstrap(log_dir, [parse_add_scram(f"{m}=[name={ADMIN_USER},password={password}]")
-                                          for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")])
+                write_bootstrap(log_dir, [parse_add_scram(value) for value in secure.scram_bootstrap()])
         setup_logging(config.node_id)
         tune_for_server()
 
         def ready(ready) -> None:
             bootstrap = f"{ready.host}:{ready.port}"
-            if args.secure:
-                for line in client_settings(props, admin_password(args), bootstrap):
+            if secure is not None:
+                secure.write_client_files(bootstrap)
+                for line in secure.client_settings(bootstrap):
                     print(line, flush=True)
             print(f"READY bootstrap={bootstrap}", flush=True)
 

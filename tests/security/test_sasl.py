@@ -137,3 +137,20 @@ def test_dev_secure_prints_settings_a_client_can_use(tmp_path):
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_cluster_up_secure_gives_each_broker_a_sasl_ssl_listener(tmp_path):
+    from cluster_testing import ClusterUp
+
+    cluster = ClusterUp(tmp_path / "cluster", 1, 2, "--secure", "--set", "offsets.topic.replication.factor=2")
+    try:
+        cluster.start()
+        settings = dict(line.split("=", 1) for line in
+                        (tmp_path / "cluster" / "secure" / "client-librdkafka.properties").read_text().splitlines())
+        assert len(settings["bootstrap.servers"].split(",")) == 2
+        sec = ClientSecurity(settings["bootstrap.servers"], "SASL_SSL", ca=settings["ssl.ca.location"],
+                             mechanism="SCRAM-SHA-512", user=settings["sasl.username"],
+                             password=settings["sasl.password"])
+        assert ROUND_TRIPS["confluent-kafka"](sec, "cluster-secure") == VALUES
+    finally:
+        cluster.kill_everything()
