@@ -13,8 +13,11 @@ from collections.abc import Mapping
 from broker.core.group import GroupCoordinatorConfig
 from broker.core.txn import TransactionCoordinatorConfig
 from broker.core.replication import ReplicationConfig
-from common.config import bool_property, float_property, int_property, parse_listener
+from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
+from common.security import ListenerSecurity
+from common.security.client import ClientSecurity, inter_broker_client_security
+from common.security.acl import AuthorizerConfig, authorizer_config
 from storage.cleaner_config import CleanerConfig
 
 _FILE_TRANSFERS = ("auto", "sendfile", "pread")
@@ -29,6 +32,18 @@ class BrokerConfig:
     port: int = 9092
     #: The name of the listener clients use (matched against registered endpoints).
     listener_name: str = "PLAINTEXT"
+    #: Every client listener of `listeners` (those not named in
+    #: `controller.listener.names`); empty: the one at host/port above.
+    listeners: tuple[ListenerAddress, ...] = ()
+    #: `inter.broker.listener.name`: the endpoint followers fetch from and
+    #: coordinators reach other brokers on; empty: the first listener.
+    inter_broker_listener_name: str = ""
+    #: Each listener's TLS and SASL settings, by name (PLAINTEXT ones may be missing).
+    listener_security: Mapping[str, ListenerSecurity] = dataclasses.field(default_factory=dict, compare=False)
+    #: TLS and SASL of this broker's connections to others' inter-broker listener.
+    inter_broker_security: ClientSecurity | None = dataclasses.field(default=None, compare=False)
+    #: `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+    authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
     rack: str | None = None
     auto_create_topics_enable: bool = False
     num_partitions: int = 1
@@ -96,7 +111,20 @@ class BrokerConfig:
     #: `replica.lag.time.max.ms`, `replica.fetch.*`: replication of data partitions.
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
+    @property
+    def client_listeners(self) -> tuple[ListenerAddress, ...]:
+        """The listeners this broker serves, the first at host/port."""
+        return self.listeners or (ListenerAddress(self.listener_name, self.host, self.port),)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return self.inter_broker_listener_name or self.listener_name
+
     def __post_init__(self) -> None:
+        names = [listener.name for listener in self.client_listeners]
+        if self.inter_broker_listener_name and self.inter_broker_listener_name not in names:
+            raise ConfigError(f"inter.broker.listener.name={self.inter_broker_listener_name} is not one of the "
+                              f"broker's listeners ({', '.join(names)}): name one of them")
         if self.fetch_file_transfer not in _FILE_TRANSFERS:
             raise ConfigError(
                 f"raftka.fetch.file.transfer={self.fetch_file_transfer!r}: use one of "
@@ -116,7 +144,10 @@ class BrokerConfig:
         dirs = props.get("log.dirs") or props.get("log.dir")
         if not dirs:
             raise ConfigError("log.dirs is required: the directory this broker keeps partitions in")
-        name, host, port = parse_listener(props.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+        listeners = broker_listeners({"listeners": "PLAINTEXT://127.0.0.1:9092", **props})
+        if not listeners:
+            raise ConfigError("listeners has no broker listener: add one, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        name, host, port = listeners[0].name, listeners[0].host, listeners[0].port
         log_keys = {
             "log.segment.bytes": "segment.bytes",
             "log.roll.ms": "segment.ms",
@@ -140,6 +171,13 @@ class BrokerConfig:
             host=host,
             port=port,
             listener_name=name,
+            listeners=listeners,
+            listener_security={listener.name: ListenerSecurity.from_properties(props, listener)
+                               for listener in listeners},
+            authorizer=authorizer_config(props),
+            inter_broker_listener_name=props.get("inter.broker.listener.name", "").strip().upper(),
+            inter_broker_security=inter_broker_client_security(
+                props, props.get("inter.broker.listener.name", "").strip().upper() or name),
             rack=props.get("broker.rack"),
             auto_create_topics_enable=bool_property(props, "auto.create.topics.enable", False),
             num_partitions=int_property(props, "num.partitions", 1, 1),

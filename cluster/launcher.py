@@ -57,10 +57,12 @@ import trio
 
 from cluster.probes import ProbeFailed, live_broker_ids, quorum_caught_up
 from common.errors import RaftkaError
-from common.meta_properties import format_log_dir, random_cluster_id
+from common.meta_properties import format_log_dir, random_cluster_id, read_meta
 from common.wire.ports import free_ports
 
 CONTROLLER_PORT_OFFSET = 100
+#: With --secure, the brokers' SASL_SSL listeners: base port + 200, +201, ...
+SECURE_PORT_OFFSET = 200
 DEFAULT_STOP_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
@@ -120,9 +122,12 @@ class LocalCluster:
         mode: str = "kraft",
         zookeeper_tick_time_ms: int = 2000,
         preexec: Callable[[int], None] | None = None,
+        secure: bool = False,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
+        if secure and mode != "kraft":
+            raise ClusterError("--secure needs --mode kraft (a ZooKeeper-mode broker's control plane is PLAINTEXT)")
         if mode == "zk" and controllers not in (1, 3, 5):
             raise ClusterError(f"--controllers {controllers}: in zk mode it is the ZooKeeper ensemble size, "
                                "1, 3 or 5")
@@ -157,6 +162,17 @@ class LocalCluster:
             self.zookeeper = ZooKeeperEnsemble(
                 self.base_dir / "zookeeper", controllers, tick_time_ms=zookeeper_tick_time_ms, host=host,
                 base_port=None if base_port == 0 else base_port + CONTROLLER_PORT_OFFSET)
+        #: With `secure`: each broker's SASL_SSL listener (clients log in as the
+        #: admin with SCRAM); the PLAINTEXT ones stay for the nodes' own links.
+        self.security = None
+        self.secure_ports: dict[int, int] = {}
+        if secure:
+            from common.security.dev import DevSecurity
+
+            self.security = DevSecurity.ensure(self.base_dir / "secure", (host,))
+            extra = free_ports(brokers, host) if base_port == 0 else [base_port + SECURE_PORT_OFFSET + i
+                                                                      for i in range(brokers)]
+            self.secure_ports = {controllers + i + 1: port for i, port in enumerate(extra)}
         self.nodes: dict[int, LocalNode] = {}
         for index in range(controllers + brokers):
             node_id = index + 1
@@ -177,12 +193,21 @@ class LocalCluster:
                          "controller.quorum.voters": voters, "log.dirs": str(node.log_dir)}
             if node.role == "broker":
                 props["listeners"] = f"PLAINTEXT://{node.address}"
+                if self.security is not None:
+                    props["listeners"] += f",SASL_SSL://{host}:{self.secure_ports[node.node_id]}"
+                    props["inter.broker.listener.name"] = "PLAINTEXT"
+                    props.update(self.security.listener_properties("SASL_SSL"))
             props.update(overrides or {})
             if node.role == "broker":
                 props.update(broker_overrides or {})
             node.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             if self.zookeeper is None:
+                first_format = read_meta(str(node.log_dir)) is None
                 format_log_dir(node.log_dir, self.cluster_id, node.node_id)
+                if self.security is not None and node.role == "controller" and first_format:
+                    from quorum.node.bootstrap import parse_add_scram, write_bootstrap
+
+                    write_bootstrap(str(node.log_dir), [parse_add_scram(v) for v in self.security.scram_bootstrap()])
         self._write_state()
 
     def _cluster_id(self) -> str:
@@ -206,6 +231,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def secure_bootstrap(self) -> str:
+        """The brokers' SASL_SSL listeners (with `secure`)."""
+        return ",".join(f"{self.host}:{port}" for port in self.secure_ports.values())
 
     def node(self, node_id: int) -> LocalNode:
         return self.nodes[node_id]

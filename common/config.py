@@ -58,12 +58,92 @@ def parse_voters(value: str) -> dict[int, tuple[str, int]]:
 
 
 def parse_listener(value: str, key: str = "listeners") -> tuple[str, str, int]:
-    """A single `NAME://host:port` listener -> (name, host, port)."""
-    first = value.split(",")[0].strip()
-    m = _LISTENER.match(first)
-    if not m:
-        raise ConfigError(f"{key}: {first!r} is not of the form NAME://host:port (e.g. PLAINTEXT://127.0.0.1:9092)")
-    return (m.group(1) or "PLAINTEXT", m.group(2) or "127.0.0.1", _port(int(m.group(3)), key, first, lowest=0))
+    """The first `NAME://host:port` of a listener list -> (name, host, port).
+    An empty host is kept empty: it binds every interface, as in Kafka."""
+    return parse_listeners(value, key)[0]
+
+
+def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, int]]:
+    """`NAME://host:port,NAME://host:port,...` -> [(name, host, port), ...];
+    names are upper-cased and must be unique (Kafka's rule)."""
+    out: list[tuple[str, str, int]] = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        m = _LISTENER.match(item)
+        if not m:
+            raise ConfigError(f"{key}: {item!r} is not of the form NAME://host:port "
+                              "(e.g. PLAINTEXT://127.0.0.1:9092, or PLAINTEXT://:9092 for every interface)")
+        host = m.group(2)
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        out.append(((m.group(1) or "PLAINTEXT").upper(), host, _port(int(m.group(3)), key, item, lowest=0)))
+    if not out:
+        raise ConfigError(f"{key} is empty: give at least one NAME://host:port")
+    names = [name for name, _h, _p in out]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{key}: listener name {name} appears twice; each listener needs its own name")
+    return out
+
+
+#: Kafka's `SecurityProtocol` ids, as RegisterBrokerRecord carries them.
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def security_protocol_map(props: Mapping[str, str]) -> dict[str, str]:
+    """`listener.security.protocol.map` (`NAME:PROTOCOL,...`); a listener
+    named after a protocol needs no entry (Kafka's default map)."""
+    mapping = {name: name for name in SECURITY_PROTOCOLS}
+    raw = props.get("listener.security.protocol.map", "")
+    for item in filter(None, (v.strip() for v in raw.split(","))):
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not name.strip() or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL with PROTOCOL one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)} (e.g. CONTROLLER:PLAINTEXT)")
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerAddress:
+    """One entry of `listeners`: where it binds and its security protocol."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+def node_listeners(props: Mapping[str, str]) -> tuple[ListenerAddress, ...]:
+    """Every entry of `listeners`, each with its protocol from
+    `listener.security.protocol.map`; a name without one is refused."""
+    if "listeners" not in props:
+        return ()
+    mapping = security_protocol_map(props)
+    # Controller and control-plane listeners left out of the map are
+    # PLAINTEXT, as Kafka defaults them when the map is not set.
+    internal = {*controller_listener_names(props), props.get("control.plane.listener.name", "CONTROL_PLANE").upper()}
+    out = []
+    for name, host, port in parse_listeners(props["listeners"]):
+        if name not in mapping and name in internal:
+            mapping[name] = "PLAINTEXT"
+        if name not in mapping:
+            raise ConfigError(f"listeners: listener {name} has no security protocol: add {name}:PLAINTEXT (or SSL, "
+                              "SASL_PLAINTEXT, SASL_SSL) to listener.security.protocol.map")
+        out.append(ListenerAddress(name, host, port, mapping[name]))
+    return tuple(out)
+
+
+def controller_listener_names(props: Mapping[str, str]) -> tuple[str, ...]:
+    """`controller.listener.names`; unset, a listener named CONTROLLER is the controllers'."""
+    raw = props.get("controller.listener.names", "CONTROLLER")
+    return tuple(n.strip().upper() for n in raw.split(",") if n.strip())
+
+
+def broker_listeners(props: Mapping[str, str]) -> tuple[ListenerAddress, ...]:
+    """The entries of `listeners` that serve clients (not named in `controller.listener.names`)."""
+    internal = {*controller_listener_names(props), props.get("control.plane.listener.name", "CONTROL_PLANE").upper()}
+    return tuple(listener for listener in node_listeners(props) if listener.name not in internal)
 
 
 def _port(port: int, key: str, where: str, lowest: int) -> int:
@@ -174,13 +254,14 @@ class NodeConfig:
                 f"node.id={node_id} has process.roles controller but is not in controller.quorum.voters "
                 f"({','.join(map(str, voters))}); add it there"
             )
-        listener = parse_listener(props["listeners"]) if "listeners" in props else None
+        clients = broker_listeners(props)
+        listener = (clients[0].name, clients[0].host, clients[0].port) if clients else None
         controller_listener = None
         if "controller" in roles:
-            host, port = voters[node_id]
-            controller_listener = ("CONTROLLER", host, port)
+            controller_listener = _controller_listener(props, voters[node_id])
         if "broker" in roles and listener is None:
-            raise ConfigError("listeners is required for a broker, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+            raise ConfigError("listeners has no broker listener: add one, e.g. listeners=PLAINTEXT://127.0.0.1:9092"
+                              " (the listeners named in controller.listener.names serve only controllers)")
         return cls(
             node_id=node_id,
             process_roles=roles,
@@ -251,6 +332,21 @@ class NodeConfig:
             zookeeper_connection_timeout_ms=int_property(props, "zookeeper.connection.timeout.ms", session_timeout_ms, 1),
             raw={**props, "node.id": str(node_id)},
         )
+
+
+def _controller_listener(props: Mapping[str, str], voter: tuple[str, int]) -> tuple[str, str, int]:
+    """Where a controller listens: the first listener of
+    `controller.listener.names` in `listeners` (Kafka's rule), else its own
+    address in `controller.quorum.voters`."""
+    names = controller_listener_names(props)
+    for listener in node_listeners(props):
+        if names and listener.name == names[0]:
+            if listener.port not in (0, voter[1]):
+                raise ConfigError(
+                    f"listeners: controller listener {listener.name} is on port {listener.port} but this node's entry "
+                    f"in controller.quorum.voters says port {voter[1]}; make them agree")
+            return (listener.name, listener.host, voter[1])
+    return (names[0] if names else "CONTROLLER", voter[0], voter[1])
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

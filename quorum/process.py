@@ -36,7 +36,10 @@ from quorum.raft import QuorumConfig
 from common.config import NodeConfig, int_property
 from common.errors import ConfigError
 from common.meta_properties import check_log_dir
+from common.security import controller_listener_security
+from common.security.client import controller_client_security
 from common.wire import serve
+from quorum.node.bootstrap import read_bootstrap
 
 RESIGN_GRACE_S = 0.5
 #: `quorum.engine`: raftka's own KIP-595 Raft, or pysyncobj's Raft (quorum.node.syncobj_node).
@@ -75,7 +78,13 @@ def make_quorum_node(config: NodeConfig, cluster_id: str) -> RaftNode | Pysyncob
             election_timeout_ms=quorum_config(config).controller_quorum_election_timeout_ms,
             segment_bytes=segment_bytes)
     return RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
-                    cluster_id=cluster_id, config=quorum_config(config), segment_bytes=segment_bytes)
+                    cluster_id=cluster_id, config=quorum_config(config), segment_bytes=segment_bytes,
+                    client_security=controller_client_security(config.raw))
+
+
+def scram_lookup(node):
+    """SCRAM credentials from the node's committed metadata image (for a SASL controller listener)."""
+    return lambda mechanism, user: node.image.scram_credentials.get((mechanism, user))
 
 
 def check_log_dirs(config: NodeConfig) -> str:
@@ -93,10 +102,15 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
                           "process.roles=controller")
     cluster_id = check_log_dirs(config)
     host, port = config.controller_quorum_voters[config.node_id]
+    # Bound where `listeners` puts the controller listener (an empty host:
+    # every interface); `host` stays the address the voters know it by.
+    assert config.controller_listener is not None
+    _name, bind_host, _port = config.controller_listener
     node = make_quorum_node(config, cluster_id)
     if isinstance(node, PysyncobjNode):
         node.check_bindable()
-    controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random())
+    controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id), random.Random(),
+                                   read_bootstrap(config.log_dirs[0]))
     migration = MigrationConfig.from_node_config(config)
     if migration is not None and not isinstance(node, RaftNode):
         raise ConfigError("zookeeper.metadata.migration.enable=true needs quorum.engine=raftka")
@@ -109,9 +123,12 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
         elif isinstance(node, RaftNode):  # finalizes a migration, if the log is in one
             nursery.start_soon(MigrationFinalizer(node, controller).run)
         server = await nursery.start(functools.partial(
-            serve, handler, host, port, apis=handler.apis,
+            serve, handler, bind_host, port, apis=handler.apis,
             request_max_bytes=config.socket_request_max_bytes,
-            connections_max_idle_ms=config.connections_max_idle_ms))
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            listener_name=config.controller_listener[0],
+            security=controller_listener_security(config.raw, config.controller_listener),
+            scram_lookup=scram_lookup(node)))
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope, node)
         _log.info("controller %d of cluster %s serving on %s:%d", config.node_id, cluster_id, host, server.port)
         print(f"READY node={config.node_id} controller={host}:{server.port}", flush=True)

@@ -21,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from bench import cli as bench_cli
     from bench import demo
-    from raftka import (broker_cli, cluster_cli, controller_cli, dev_cli, partitions_cli, quorum_cli, storage_cli,
-                        topics_cli, transactions_cli)
+    from raftka import (acls_cli, broker_cli, cluster_cli, controller_cli, dev_cli, partitions_cli, quorum_cli,
+                        storage_cli, topics_cli, transactions_cli, users_cli)
 
     bench_cli.register(sub)
     demo.register(sub)
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_cli.register(sub)
     dev_cli.register(sub)
     topics_cli.register(sub)
+    acls_cli.register(sub)
+    users_cli.register(sub)
     controller_cli.register(sub)
     quorum_cli.register(sub)
     storage_cli.register(sub)

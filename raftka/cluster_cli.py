@@ -2,7 +2,7 @@
 
     raftka cluster up --controllers 3 --brokers 3 [--base-port 9092] [--data-dir D]
                       [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft|zk]
-                      [--quorum-engine raftka|pysyncobj]
+                      [--quorum-engine raftka|pysyncobj] [--secure]
 
 Prints exactly one line on stdout, `READY bootstrap=host:port,...`, once
 every broker is unfenced and every controller has caught up; progress and
@@ -13,6 +13,13 @@ that has not exited after --stop-timeout seconds is killed. Without
 with it, the data stays and the next `cluster up` on the same dir resumes
 the same cluster. Brokers listen on P, P+1, ... and controllers on P+100,
 P+101, ... for --base-port P (0: free ports).
+
+--secure adds a SASL_SSL listener to every broker (P+200, P+201, ...): a
+throwaway CA, a node certificate and an admin SCRAM user (random password)
+are made under D/secure on first start; the client settings are printed on
+stderr and written to D/secure/client-librdkafka.properties (librdkafka's
+keys) and D/secure/client.properties (Java's). The nodes' own links stay on
+their PLAINTEXT listeners.
 
 --mode zk runs the brokers in ZooKeeper mode: --controllers is then the
 size of a ZooKeeper ensemble (1 or 3, from the Debian `zookeeper` package,
@@ -66,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "pysyncobj listens on each controller port + 100)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
+    up.add_argument("--secure", action="store_true",
+                    help="also a SASL_SSL listener on every broker (base port + 200, ...), with a throwaway CA "
+                         "and an admin SCRAM user under the data dir; prints the client settings on stderr")
     up.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up starting after S seconds")
     up.add_argument("--stop-timeout", type=float, default=30.0, metavar="S",
                     help="kill a process that has not stopped S seconds after SIGTERM (default 30)")
@@ -116,7 +126,8 @@ def up_main(args: argparse.Namespace) -> int:
             cluster = LocalCluster(data_dir, controllers=args.controllers, brokers=args.brokers,
                                    base_port=args.base_port, host=args.host,
                                    overrides={**({"quorum.engine": args.quorum_engine} if args.quorum_engine != "raftka" else {}),
-                                              **parse_overrides(args.set)}, die_with_parent=True, mode=args.mode)
+                                              **parse_overrides(args.set)}, die_with_parent=True, mode=args.mode,
+                                   secure=args.secure)
             metadata = (f"a {args.controllers}-server ZooKeeper ensemble at {cluster.zookeeper.connect_string}"
                         if cluster.zookeeper is not None else f"{args.controllers} controllers")
             console.print(f"cluster {cluster.cluster_id} in {cluster.base_dir} "
@@ -124,6 +135,14 @@ def up_main(args: argparse.Namespace) -> int:
             cluster.start_all()
             with console.status("starting") as status:
                 cluster.wait_ready(args.timeout, progress=status.update)
+            if cluster.security is not None:
+                # stdout keeps its one READY line; the settings go to stderr and to files.
+                cluster.security.write_client_files(cluster.secure_bootstrap)
+                console.print("clients log in on the SASL_SSL listeners with (librdkafka keys; also in "
+                              f"{cluster.security.directory}/client-librdkafka.properties, and for Java clients "
+                              "client.properties):", markup=False)
+                for line in cluster.security.client_settings(cluster.secure_bootstrap):
+                    console.print(line, markup=False, highlight=False)
             print(f"READY bootstrap={cluster.bootstrap}", flush=True)
             console.print("serving; Ctrl-C or SIGTERM stops the cluster")
             _watch(cluster, console)

@@ -2,11 +2,15 @@
 
     raftka storage random-uuid
     raftka storage format --config FILE --cluster-id ID [--ignore-formatted]
+                          [--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' ...]
 
 `format` writes `meta.properties` (cluster id, node id) into every dir of
 the config's `log.dirs`. A dir already formatted for the same cluster and
 node is left alone with `--ignore-formatted` and refused without it; one
-formatted for another cluster or node is always refused.
+formatted for another cluster or node is always refused. `--add-scram`
+gives SCRAM credentials the first active controller stores in the metadata
+log (`quorum.node.bootstrap`), so a cluster with only SASL listeners can be
+reached.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 from common.config import NodeConfig, read_properties
 from common.errors import RaftkaError
 from common.meta_properties import format_log_dir, random_cluster_id, read_meta
+from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fmt.add_argument("--cluster-id", required=True, metavar="ID")
     fmt.add_argument("--ignore-formatted", action="store_true",
                      help="succeed for dirs already formatted with this cluster id and node id")
+    fmt.add_argument("--add-scram", action="append", default=[], metavar="'MECHANISM=[name=U,password=P]'",
+                     help="a bootstrap SCRAM credential, as kafka-storage takes it (repeatable)")
     fmt.set_defaults(func=format_dirs)
 
 
@@ -42,6 +49,7 @@ def random_uuid(args: argparse.Namespace) -> int:
 def format_dirs(args: argparse.Namespace) -> int:
     try:
         config = NodeConfig.from_properties(read_properties(args.config))
+        scram = [parse_add_scram(value) for value in args.add_scram]
         for log_dir in config.log_dirs:
             existing = read_meta(log_dir)
             if existing is not None and not args.ignore_formatted:
@@ -49,6 +57,8 @@ def format_dirs(args: argparse.Namespace) -> int:
                                   f"{existing.get('cluster.id')}, node.id={existing.get('node.id')}): "
                                   "use --ignore-formatted to accept dirs formatted for this node")
             format_log_dir(log_dir, args.cluster_id, config.node_id)
+            if scram:
+                write_bootstrap(log_dir, scram)
             print(f"Formatting {log_dir} with cluster.id {args.cluster_id} and node.id {config.node_id}")
     except RaftkaError as exc:
         print(f"raftka storage format: {exc}", file=sys.stderr)

@@ -35,6 +35,7 @@ broker does without a transactional id. The transaction coordinator
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.api.kio_util import build, convert, response_class, response_module
 from quorum.metadata import MetadataImage
+from common.security.acl import Operation
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -91,6 +93,20 @@ async def _settle(broker, predicate: Callable[[MetadataImage], bool], deadline: 
 
 async def handle_create_topics(broker, ctx, request):
     body = request.body
+    denied = [t.name for t in body.topics if not broker.authorizer.can_create(ctx, t.name)]
+    if denied:
+        # CREATE on the cluster or the topic; the others are created (Kafka answers per topic).
+        mod = response_module(request.header)
+        refusals = tuple(build(mod.CreatableTopicResult, name=n, topic_id=None,
+                               error_code=ErrorCode.topic_authorization_failed,
+                               error_message="CREATE on the cluster or the topic is needed", num_partitions=-1,
+                               replication_factor=-1, configs=()) for n in denied)
+        allowed = tuple(t for t in body.topics if t.name not in denied)
+        if not allowed:
+            return build(mod.CreateTopicsResponse, throttle_time=_NO_THROTTLE, topics=refusals)
+        request = request._replace(body=dataclasses.replace(body, topics=allowed))
+        response = await handle_create_topics(broker, ctx, request)
+        return dataclasses.replace(response, topics=tuple(response.topics) + refusals)
     response = await _forward(broker, request, CreateTopicsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -128,8 +144,45 @@ def _expected_partitions(result, requested, broker) -> int:
 # --- DeleteTopics --------------------------------------------------------
 
 
+def _refuse_delete_topics(broker, ctx, request):
+    """TOPIC_AUTHORIZATION_FAILED for the topics without DELETE, the rest
+    deleted; None if every topic may be deleted."""
+    body = request.body
+    image = broker.image
+    if hasattr(body, "topic_names"):
+        names = list(body.topic_names)
+    else:
+        names = [t.name if t.name is not None else getattr(image.topics_by_id.get(t.topic_id), "name", "")
+                 for t in body.topics]
+    denied = broker.authorizer.denied_topics(ctx, names, Operation.DELETE)
+    if not denied:
+        return None
+    mod = response_module(request.header)
+    refusals = tuple(build(mod.DeletableTopicResult, name=n, topic_id=None,
+                           error_code=ErrorCode.topic_authorization_failed,
+                           error_message="DELETE on the topic is needed") for n in names if n in denied)
+
+    async def rest():
+        if hasattr(body, "topic_names"):
+            kept = dataclasses.replace(body, topic_names=tuple(n for n in names if n not in denied))
+            empty = not kept.topic_names
+        else:
+            kept = dataclasses.replace(body, topics=tuple(t for t, n in zip(body.topics, names) if n not in denied))
+            empty = not kept.topics
+        if empty:
+            return build(mod.DeleteTopicsResponse, throttle_time=_NO_THROTTLE, responses=refusals)
+        response = await handle_delete_topics(broker, ctx, request._replace(body=kept))
+        return dataclasses.replace(response, responses=tuple(response.responses) + refusals)
+
+    return rest()
+
+
 async def handle_delete_topics(broker, ctx, request):
     body = request.body
+    if broker.authorizer.enabled:
+        refused = _refuse_delete_topics(broker, ctx, request)
+        if refused is not None:
+            return await refused
     if hasattr(body, "topic_names"):
         forwarded = dt_req.DeleteTopicsRequest(
             topics=tuple(dt_req.DeleteTopicState(name=n, topic_id=None) for n in body.topic_names),
@@ -166,6 +219,13 @@ async def handle_delete_topics(broker, ctx, request):
 
 async def handle_create_partitions(broker, ctx, request):
     body = request.body
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "topics", lambda t: t.name, Operation.ALTER,
+        lambda t: build(mod.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="ALTER on the topic is needed"), "results", handle_create_partitions)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, CreatePartitionsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -191,7 +251,39 @@ async def handle_create_partitions(broker, ctx, request):
 # --- configs -------------------------------------------------------------
 
 
+async def _split_refused(broker, ctx, request, items_field: str, name_of, operation, refusal, results_field: str,
+                         handler):
+    """Answer the items (topics, config resources) the principal may not
+    touch with `refusal(item)` and hand the rest to `handler` (Kafka answers
+    per item); None when every item is allowed."""
+    if not broker.authorizer.enabled:
+        return None
+    items = getattr(request.body, items_field) or ()
+    denied = broker.authorizer.denied_topics(ctx, (n for n in map(name_of, items) if n is not None), operation)
+    if not denied:
+        return None
+    refusals = tuple(refusal(item) for item in items if name_of(item) in denied)
+    allowed = tuple(item for item in items if name_of(item) not in denied)
+    if not allowed:
+        return build(response_class(request.header), throttle_time=_NO_THROTTLE, **{results_field: refusals})
+    response = await handler(broker, ctx, request._replace(
+        body=dataclasses.replace(request.body, **{items_field: allowed})))
+    return dataclasses.replace(response, **{results_field: tuple(getattr(response, results_field)) + refusals})
+
+
+def _topic_resource_name(resource):
+    return resource.resource_name if int(resource.resource_type) == _TOPIC_RESOURCE else None
+
+
 async def handle_describe_configs(broker, ctx, request):
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "resources", _topic_resource_name, Operation.DESCRIBE_CONFIGS,
+        lambda r: build(mod.DescribeConfigsResult, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="DESCRIBE_CONFIGS on the topic is needed", resource_type=r.resource_type,
+                        resource_name=r.resource_name, configs=()), "results", handle_describe_configs)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, DescribeConfigsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -204,6 +296,14 @@ async def handle_describe_configs(broker, ctx, request):
 
 async def handle_incremental_alter_configs(broker, ctx, request):
     body = request.body
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "resources", _topic_resource_name, Operation.ALTER_CONFIGS,
+        lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
+                        resource_name=r.resource_name), "responses", handle_incremental_alter_configs)
+    if refused is not None:
+        return refused
     response = await _forward(broker, request, IncrementalAlterConfigsRequest)
     if response is None:
         mod = response_module(request.header)

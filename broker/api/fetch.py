@@ -63,6 +63,7 @@ from broker.api.codec import (
 )
 from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition, wait_for_change
+from common.security.acl import Operation, ResourceType
 from common.wire import FileSlice, duration_ms
 from storage.errors import OffsetOutOfRangeError, StorageError
 
@@ -98,10 +99,26 @@ def handle_fetch(broker, ctx, request):
                                                     broker.clock_ms)
     if error is not ErrorCode.none:
         return encode_fetch_response(header, error, 0, [])
+    denied = frozenset()
+    if broker.authorizer.enabled:
+        if replica_id >= 0:
+            # A follower's fetch: CLUSTER_ACTION on the cluster (Kafka's rule for inter-broker requests).
+            if not broker.authorizer.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+                return encode_fetch_response(header, ErrorCode.cluster_authorization_failed, 0, [])
+        else:
+            names = _topic_names(broker, body, version)
+            denied = frozenset(broker.authorizer.denied_topics(ctx, (n for n in names if n is not None),
+                                                               Operation.READ))
+            if denied and all(n in denied for n in names):
+                by_id = version >= FETCH_TOPIC_ID_VERSION
+                topics = [(t.topic_id if by_id else t.topic,
+                           [FetchPartitionResult(fp.partition, ErrorCode.topic_authorization_failed)
+                            for fp in t.partitions]) for t in body.topics]
+                return encode_fetch_response(header, ErrorCode.none, 0, topics)
     if session is not None:
         return _session_fetch(broker, session, body, header, full=session_epoch == 0)
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, version)
+    topics, size, errored, _ = _read(broker, body, replica_id, read_committed, version, denied)
     if size >= body.min_bytes or errored:
         return _respond(broker, header, topics, errored)
     max_wait_ms = duration_ms(body.max_wait)
@@ -311,7 +328,15 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     return total, errored
 
 
-def _read(broker, body, replica_id: int, read_committed: bool, version: int):
+def _topic_names(broker, body, version: int) -> list:
+    """The request's topic names, by id from v13 (None for an unknown id)."""
+    if version < FETCH_TOPIC_ID_VERSION:
+        return [t.topic for t in body.topics]
+    topics_by_id = broker.image.topics_by_id
+    return [getattr(topics_by_id.get(t.topic_id), "name", None) for t in body.topics]
+
+
+def _read(broker, body, replica_id: int, read_committed: bool, version: int, denied: frozenset = frozenset()):
     """One pass over the request's partitions: (topics, bytes, any error,
     places), a place being (hosted partition, fetch partition, its topic's
     results, index there) for each partition hosted here."""
@@ -338,6 +363,10 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int):
             name = fetch_topic.topic
         results = []
         for fp in fetch_topic.partitions:
+            if denied and name in denied:
+                results.append(FetchPartitionResult(fp.partition, ErrorCode.topic_authorization_failed))
+                errored = True
+                continue
             hp = partitions.get((name, fp.partition))
             if hp is None:
                 results.append(_not_hosted(broker, name, fp.partition, version))

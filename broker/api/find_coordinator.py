@@ -78,11 +78,11 @@ async def handle_find_coordinator(broker, ctx, request):
     if hasattr(body, "coordinator_keys"):
         coordinators = []
         for key in body.coordinator_keys:
-            found = await find_coordinator(broker, key_type, key)
+            found = await find_coordinator(broker, key_type, key, ctx.listener_name)
             coordinators.append(build(mod.Coordinator, key=key, node_id=found.node_id, host=found.host,
                                       port=found.port, error_code=found.error, error_message=found.message))
         return build(mod.FindCoordinatorResponse, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
-    found = await find_coordinator(broker, key_type, body.key)
+    found = await find_coordinator(broker, key_type, body.key, ctx.listener_name)
     return build(mod.FindCoordinatorResponse, throttle_time=_NO_THROTTLE, error_code=found.error,
                  error_message=found.message, node_id=found.node_id, host=found.host, port=found.port)
 
@@ -123,7 +123,7 @@ def _transaction_state_topic(broker) -> InternalTopic:
                          config.topic_configs(), partition_for_transactional_id, "transactional id", "transactions")
 
 
-async def find_coordinator(broker, key_type: int, key: str) -> Found:
+async def find_coordinator(broker, key_type: int, key: str, listener_name: str = "") -> Found:
     if key_type == TRANSACTION_KEY_TYPE:
         if not key:
             return Found(ErrorCode.invalid_request, "a transactional id must not be empty")
@@ -144,7 +144,7 @@ async def find_coordinator(broker, key_type: int, key: str) -> Found:
         return Found(ErrorCode.coordinator_not_available, f"{name} does not exist yet")
     partition = topic.partitions.get(internal.partition_for(key, len(topic.partitions)))
     leader = -1 if partition is None else partition.leader
-    for node_id, host, port, _rack in live_brokers(broker, image):
+    for node_id, host, port, _rack in live_brokers(broker, image, listener_name):
         if node_id == leader:
             return Found(ErrorCode.none, None, node_id, host, port)
     return Found(ErrorCode.coordinator_not_available,

@@ -28,6 +28,7 @@ from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition
 from storage.batch import iter_records
 from storage.errors import StorageError
+from common.security.acl import Operation
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -48,12 +49,16 @@ async def handle_list_offsets(broker, ctx, request):
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     replica_id = body.replica_id
     version = request.header.api_version
+    # DESCRIBE on each topic (Kafka's rule for ListOffsets).
+    denied = broker.authorizer.denied_topics(ctx, (t.name for t in body.topics), Operation.DESCRIBE)
     topics = []
     for topic in body.topics:
         partitions = []
         seen: set[int] = set()
         for p in topic.partitions:
-            if p.partition_index in seen:
+            if topic.name in denied:
+                error, timestamp, offset, epoch = ErrorCode.topic_authorization_failed, -1, -1, NO_EPOCH
+            elif p.partition_index in seen:
                 # Kafka refuses a partition listed twice in one request.
                 error, timestamp, offset, epoch = ErrorCode.invalid_request, -1, -1, NO_EPOCH
             else:

@@ -32,6 +32,7 @@ from broker.core.group import OFFSETS_TOPIC_NAME
 from broker.api.kio_util import build, response_module
 from broker.api.metadata_codec import NO_OPERATIONS
 from quorum.metadata import MetadataImage
+from common.security.acl import Operation, ResourceType
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -56,14 +57,17 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-def live_brokers(broker, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
-    """(id, host, port, rack) of the unfenced brokers with an endpoint on our listener."""
+def live_brokers(broker, image: MetadataImage, listener_name: str = "") -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of the unfenced brokers with an endpoint on
+    `listener_name` (the listener the client connected on: a client on the
+    SSL listener is sent to the SSL endpoints), by default the first listener."""
+    listener_name = listener_name or broker.config.listener_name
     out = []
     for b in image.brokers.values():
         if b.fenced:
             continue
         for endpoint in b.endpoints:
-            if endpoint.name == broker.config.listener_name:
+            if endpoint.name == listener_name:
                 out.append((b.broker_id, endpoint.host, endpoint.port, b.rack))
                 break
     return sorted(set(out))
@@ -78,19 +82,29 @@ async def handle_metadata(broker, ctx, request):
         names = sorted(broker.image.topic_ids_by_name)
     else:
         names = [_requested_name(broker.image, t) for t in body.topics]
+    denied: set[str] = set()
+    authorizer = broker.authorizer
+    if authorizer.enabled:
+        # DESCRIBE on each topic: the full list leaves out the others
+        # (Kafka's rule), a named one is answered TOPIC_AUTHORIZATION_FAILED.
+        if body.topics is None:
+            names = [n for n in names if authorizer.allowed_quietly(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)]
+        else:
+            denied = authorizer.denied_topics(ctx, (n for n in names if n is not None), Operation.DESCRIBE)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
     if broker.config.auto_create_topics_enable and allow_auto and body.topics is not None:
-        missing = [n for n in names if n is not None and broker.image.topic(n) is None
-                   and topic_name_error(n) is None]
+        missing = [n for n in names if n is not None and n not in denied and broker.image.topic(n) is None
+                   and topic_name_error(n) is None and authorizer.can_create(ctx, n)]
         if missing:
             await _auto_create(broker, missing)
     image = broker.image
     auto_created = broker.config.auto_create_topics_enable and allow_auto
-    answers = [(name, _topic_error(image, name, auto_created)) for name in names]
+    answers = [(name, ErrorCode.topic_authorization_failed if name in denied else
+                _topic_error(image, name, auto_created)) for name in names]
     # `__consumer_offsets` is internal, as in Kafka: pattern subscriptions skip it.
     return broker.metadata_encoder.encode(header.correlation_id, header.api_version, image,
-                                          live_brokers(broker, image), broker.config.cluster_id, broker.node_id,
-                                          answers, INTERNAL_TOPICS)
+                                          live_brokers(broker, image, ctx.listener_name), broker.config.cluster_id,
+                                          broker.node_id, answers, INTERNAL_TOPICS)
 
 
 def _requested_name(image: MetadataImage, t) -> str | None:
@@ -145,7 +159,7 @@ async def handle_describe_cluster(broker, ctx, request):
                      endpoint_type=endpoint_type, cluster_id=broker.config.cluster_id, controller_id=-1,
                      brokers=(), cluster_authorized_operations=NO_OPERATIONS)
     brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
-                    for i, h, p, r in live_brokers(broker, image))
+                    for i, h, p, r in live_brokers(broker, image, ctx.listener_name))
     return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                  error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE, cluster_id=broker.config.cluster_id,
                  controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=NO_OPERATIONS)

@@ -53,6 +53,7 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import ProducePartitionResult, encode_produce_response
 from broker.api.txn_verification import unverified, verify
 from broker.shell.hosted_partition import HostedPartition, wait_for_acks
+from common.security.acl import Operation
 
 _log = logging.getLogger("broker.produce")
 
@@ -72,12 +73,21 @@ def handle_produce(broker, ctx, request):
         results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
                              for p in t.partition_data]) for t in request.body.topic_data]
         return _respond(ctx, request, results, True)
+    denied = None
+    if broker.authorizer.enabled:
+        # WRITE on each topic; the others are appended (Kafka answers per topic).
+        topics = broker.authorizer.denied_topics(ctx, (t.name for t in request.body.topic_data), Operation.WRITE)
+        if topics:
+            denied = {(t.name, p.index): ErrorCode.topic_authorization_failed
+                      for t in request.body.topic_data if t.name in topics for p in t.partition_data}
     if request.body.transactional_id:
         # Produce v12+: a transactions v2 client; the leader adds the partition.
         add = request.header.api_version >= TRANSACTIONS_V2_PRODUCE_VERSION
         needed = unverified(broker, request.body, add)
         if needed:
-            return _verify_then_handle(broker, ctx, request, needed, add)
+            return _verify_then_handle(broker, ctx, request, needed, add, denied)
+    if denied:
+        return _handle_in_turn(broker, ctx, request, denied)
     if not ctx.in_turn(request):
         return _handle_in_turn(broker, ctx, request)
     try:
@@ -91,11 +101,13 @@ def handle_produce(broker, ctx, request):
     return _respond(ctx, request, results, any_error)
 
 
-async def _verify_then_handle(broker, ctx, request, needed, add=False):
+async def _verify_then_handle(broker, ctx, request, needed, add=False, denied=None):
     # Verified before the turn is taken: the later requests of the
     # connection wait for this one's turn anyway, not for its verification
     # round trip unless they come after it.
     refused = await verify(broker, request.body.transactional_id, needed, add)
+    if denied:
+        refused = {**(refused or {}), **denied}
     return await _handle_in_turn(broker, ctx, request, refused)
 
 

@@ -71,6 +71,8 @@ class ListenerSpec:
     name: str
     host: str
     port: int
+    #: Kafka's SecurityProtocol id (0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL).
+    security_protocol: int = PLAINTEXT_SECURITY_PROTOCOL
 
 
 class BrokerLifecycle:
@@ -140,7 +142,7 @@ class BrokerLifecycle:
             request: Any = BrokerRegistrationRequest(
                 broker_id=self.broker_id, cluster_id=self.cluster_id, incarnation_id=self.incarnation_id,
                 listeners=tuple(Listener(name=l.name, host=l.host, port=l.port,
-                                         security_protocol=PLAINTEXT_SECURITY_PROTOCOL) for l in self.listeners),
+                                         security_protocol=l.security_protocol) for l in self.listeners),
                 features=(), rack=self.rack, previous_broker_epoch=self._previous_epoch)
         else:
             shutting = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN

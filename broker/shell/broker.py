@@ -57,9 +57,17 @@ from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import txn, txn_verification
+from broker.api import security, txn, txn_verification
+from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
+from common.wire.authenticate import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_AUTHENTICATE_VERSIONS,
+    SASL_HANDSHAKE_KEY,
+    SASL_HANDSHAKE_VERSIONS,
+    answer_without_sasl,
+)
 
 _log = logging.getLogger("broker")
 
@@ -97,6 +105,16 @@ _APIS = {
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
     75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
+    # SCRAM credentials and ACLs (KIP-554, KIP-801).
+    29: (1, 3, security.handle_describe_acls),
+    30: (1, 3, security.handle_create_acls),
+    31: (1, 3, security.handle_delete_acls),
+    50: (0, 0, security.handle_describe_user_scram_credentials),
+    51: (0, 0, security.handle_alter_user_scram_credentials),
+    # Answered by the wire server's SASL gate on SASL listeners; here on the others.
+    SASL_HANDSHAKE_KEY: (*SASL_HANDSHAKE_VERSIONS, lambda _broker, _ctx, request: answer_without_sasl(request)),
+    SASL_AUTHENTICATE_KEY: (*SASL_AUTHENTICATE_VERSIONS,
+                            lambda _broker, _ctx, request: answer_without_sasl(request)),
     # The partition side of transactions: markers, producers.
     27: (1, 2, txn_markers.handle_write_txn_markers),
     61: (0, 0, txn_markers.handle_describe_producers),
@@ -154,11 +172,14 @@ class Broker:
         self._image_changed = trio.Event()
         self._loaded = False
         self._closed = False
+        #: The first listener's server; `servers` has every listener's, by name.
         self.server: Server | None = None
+        self.servers: dict[str, Server] = {}
         #: Producer ids handed out from the current controller-allocated block.
         self.producer_ids = admin.ProducerIdBlock()
         self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
         self.txn_coordinator = TransactionCoordinatorRuntime(self, config.txn_coordinator)
+        self.authorizer = BrokerAuthorizer(self, config.authorizer)
 
     # --- metadata in ---------------------------------------------------
 
@@ -231,9 +252,17 @@ class Broker:
 
     # --- serving -------------------------------------------------------
 
+    def scram_credential(self, mechanism: str, user: str):
+        """A user's SCRAM credential in this broker's image (KIP-554), or None."""
+        return self.image.scram_credentials.get((mechanism, user))
+
     def handle(self, ctx: ConnectionContext, request: DecodedRequest):
         """The wire server's handler: one request in, its response (or an
         awaitable of it: most handlers are coroutines) out."""
+        if self.authorizer.enabled:
+            refused = self.authorizer.refuse(ctx, request)
+            if refused is not None:
+                return refused
         return self._handlers[request.header.api_key](self, ctx, request)
 
     async def run(self, *, listen: bool = True,
@@ -246,19 +275,27 @@ class Broker:
         clean = False
         try:
             async with trio.open_nursery() as nursery:
-                self.server = await nursery.start(functools.partial(
-                    serve, self.handle, config.host, config.port, apis=self.apis,
-                    max_in_flight=config.max_in_flight_requests_per_connection,
-                    request_max_bytes=config.socket_request_max_bytes,
-                    connections_max_idle_ms=config.connections_max_idle_ms,
-                    send_buffer_bytes=config.socket_send_buffer_bytes,
-                    receive_buffer_bytes=config.socket_receive_buffer_bytes,
-                    file_transfer=config.fetch_file_transfer,
-                    log=logging.getLogger("broker.server"),
-                    listen=listen,
-                ))
-                _log.info("broker %d %s on %s:%d", self.node_id,
-                          "listening" if listen else "bound (listens once it serves)", config.host, self.server.port)
+                for listener in config.client_listeners:
+                    server = await nursery.start(functools.partial(
+                        serve, self.handle, listener.host, listener.port, apis=self.apis,
+                        max_in_flight=config.max_in_flight_requests_per_connection,
+                        request_max_bytes=config.socket_request_max_bytes,
+                        connections_max_idle_ms=config.connections_max_idle_ms,
+                        send_buffer_bytes=config.socket_send_buffer_bytes,
+                        receive_buffer_bytes=config.socket_receive_buffer_bytes,
+                        file_transfer=config.fetch_file_transfer,
+                        log=logging.getLogger("broker.server"),
+                        listen=listen,
+                        listener_name=listener.name,
+                        security=config.listener_security.get(listener.name),
+                        scram_lookup=self.scram_credential,
+                    ))
+                    self.servers[listener.name] = server
+                    if self.server is None:
+                        self.server = server
+                    _log.info("broker %d %s %s on %s:%d", self.node_id,
+                              "listening" if listen else "bound (listens once it serves)", listener.name,
+                              listener.host or "*", server.port)
                 nursery.start_soon(self._background)
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)

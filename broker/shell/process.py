@@ -52,33 +52,53 @@ from broker.shell.quorum_link import BrokerQuorumLink, QuorumControllerChannel
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.controller_service import ControllerService
+from quorum.node.bootstrap import read_bootstrap
 from quorum.node.driver import RaftNode
 from quorum.node.syncobj_node import PysyncobjNode
 from quorum.process import make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
-from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
+from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config, scram_lookup
 from common.clock import node_wall_clock
-from common.config import NodeConfig, int_property, parse_listener
+from common.security import controller_listener_security
+from common.security.client import controller_client_security
+from common.config import SECURITY_PROTOCOLS, NodeConfig, broker_listeners, int_property, parse_listeners
 from common.errors import ConfigError
 from common.wire import ConnectionPool, serve
 
 _log = logging.getLogger("broker.process")
 
 
+def advertised_listeners(config: NodeConfig, bound_ports: dict[str, int]) -> tuple[ListenerSpec, ...]:
+    """The endpoints registered for clients, one per broker listener (the
+    first is the inter-broker and READY one unless `inter.broker.listener.name`
+    says otherwise): its entry in `advertised.listeners` if there is one,
+    else the listener itself. A wildcard host becomes this machine's name,
+    as Kafka advertises it; port 0 the bound port."""
+    advertised = {name: (host, port) for name, host, port
+                  in parse_listeners(config.raw.get("advertised.listeners") or ",".join(
+                      f"{name}://:0" for name in bound_ports), "advertised.listeners")}
+    unknown = sorted(set(advertised) - set(bound_ports))
+    if unknown and config.raw.get("advertised.listeners"):
+        raise ConfigError(f"advertised.listeners names {', '.join(unknown)}, which is not a broker listener in "
+                          f"listeners ({', '.join(bound_ports)}): advertise only listeners the broker has")
+    listeners = {listener.name: listener for listener in broker_listeners(config.raw)}
+    out = []
+    for name, bound_port in bound_ports.items():
+        host, port = advertised.get(name, ("", 0))
+        if not host and name in listeners:
+            host = listeners[name].host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        protocol = SECURITY_PROTOCOLS[listeners[name].security_protocol] if name in listeners else 0
+        out.append(ListenerSpec(name, host, port or bound_port, protocol))
+    return tuple(out)
+
+
 def advertised_listener(config: NodeConfig, bound_port: int) -> ListenerSpec:
-    """The endpoint registered for clients: `advertised.listeners` if set,
-    else the listener itself (a wildcard host becomes this machine's name,
-    as Kafka advertises it)."""
-    raw = config.raw.get("advertised.listeners")
-    if raw:
-        name, host, port = parse_listener(raw, "advertised.listeners")
-        return ListenerSpec(name, host, port or bound_port)
+    """The first broker listener's advertised endpoint (ZooKeeper mode registers one)."""
     assert config.listener is not None
-    name, host, _port = config.listener
-    if host in ("", "0.0.0.0", "::"):
-        host = socket.getfqdn()
-    return ListenerSpec(name, host, bound_port)
+    return advertised_listeners(config, {config.listener[0]: bound_port})[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,12 +144,14 @@ async def run_broker(
                           "fences the broker between two heartbeats")
     shutdown_timeout_ms = int_property(config.raw, "raftka.controlled.shutdown.timeout.ms",
                                        config.broker_session_timeout_ms, 0)
+    # TLS and SASL of this node's links to the controllers (the controller listener's protocol).
+    client_security = controller_client_security(config.raw)
     node: RaftNode | PysyncobjNode
     if config.is_controller and quorum_engine(config) == "pysyncobj":  # a combined node on pysyncobj's Raft
         node = make_quorum_node(config, cluster_id)
     else:
         node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
-                        cluster_id=cluster_id, config=quorum,
+                        cluster_id=cluster_id, config=quorum, client_security=client_security,
                         segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES,
                                                    1024))
 
@@ -138,19 +160,23 @@ async def run_broker(
         controller_port = None
         if config.is_controller:
             controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id),
-                                           random.Random())
+                                           random.Random(), read_bootstrap(config.log_dirs[0]))
             await nursery.start(controller.run)
             handler = QuorumRequestHandler(node, controller)
-            host, port = config.controller_quorum_voters[config.node_id]
+            assert config.controller_listener is not None
+            _name, host, port = config.controller_listener
             controller_server = await nursery.start(functools.partial(
                 serve, handler, host, port, apis=handler.apis,
                 request_max_bytes=config.socket_request_max_bytes,
                 connections_max_idle_ms=config.connections_max_idle_ms,
-                log=logging.getLogger("quorum.server")))
+                log=logging.getLogger("quorum.server"), listener_name=config.controller_listener[0],
+                security=controller_listener_security(config.raw, config.controller_listener),
+                scram_lookup=scram_lookup(node)))
             controller_port = controller_server.port
 
         pool = ConnectionPool(nursery, client_id=f"raftka-broker-{config.node_id}",
-                              connect_timeout_ms=quorum.controller_quorum_request_timeout_ms)
+                              connect_timeout_ms=quorum.controller_quorum_request_timeout_ms,
+                              security=client_security)
         client = ControllerClient(pool, config.controller_quorum_voters,
                                   leader_hint=lambda: node.leader.leader_id,
                                   request_timeout_ms=quorum.controller_quorum_request_timeout_ms,
@@ -172,12 +198,13 @@ async def run_broker(
                 broker_stopped.set()
 
         server = await nursery.start(serve_broker)
-        advertised = advertised_listener(config, server.port)
+        all_advertised = advertised_listeners(config, {name: s.port for name, s in broker.servers.items()})
+        advertised = next(a for a in all_advertised if a.name == broker_config.inter_broker_listener)
         link_scope = trio.CancelScope()
 
         async def run_link(task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
             with link_scope:
-                await link.run(advertised, task_status=task_status)
+                await link.run(all_advertised, task_status=task_status)
 
         await nursery.start(run_link)
         if handle_signals:
@@ -187,7 +214,8 @@ async def run_broker(
         # Only now: a client that connected earlier would get a Metadata answer
         # without this broker or a controller, which librdkafka's AdminClient
         # waits on for its whole request timeout before asking again.
-        server.open()
+        for listener_server in broker.servers.values():
+            listener_server.open()
         controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")

@@ -154,15 +154,15 @@ class BrokerQuorumLink:
             lifecycle.poll_now()
         self._poke.set()
 
-    async def run(self, advertised: ListenerSpec, *,
+    async def run(self, advertised: ListenerSpec | tuple[ListenerSpec, ...], *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Register with the `advertised` endpoint (what clients are told to
-        connect to); heartbeat until the controlled shutdown is over. Also
+        """Register with the `advertised` endpoints, one per listener (what
+        clients are told to connect to); heartbeat until the controlled shutdown is over. Also
         publishes the first image."""
         config = self.broker.config
         self.lifecycle = BrokerLifecycle(
             broker_id=self.broker.node_id, cluster_id=self.cluster_id, incarnation_id=uuid.uuid4(),
-            listeners=(advertised,), rack=config.rack,
+            listeners=advertised if isinstance(advertised, tuple) else (advertised,), rack=config.rack,
             heartbeat_interval_ms=self.heartbeat_interval_ms, now_ms=self._now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_images)

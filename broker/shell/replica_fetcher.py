@@ -109,7 +109,7 @@ class ReplicaFetchers:
         if registration is None or not registration.endpoints:
             return None
         for endpoint in registration.endpoints:
-            if endpoint.name == self.broker.config.listener_name:
+            if endpoint.name == self.broker.config.inter_broker_listener:
                 return endpoint.host, endpoint.port
         return registration.endpoints[0].host, registration.endpoints[0].port
 
@@ -124,7 +124,7 @@ class ReplicaFetchers:
                     continue
                 try:
                     async with open_connection(*address, client_id=f"replica-fetcher-{self.broker.node_id}",
-                                               log=_log) as conn:
+                                               log=_log, security=self.broker.config.inter_broker_security) as conn:
                         await self._fetch_loop(source, conn)
                 except (ConnectionFailedError, OSError) as exc:
                     _log.info("fetcher from broker %d: %s; retrying in %d ms", source, exc,

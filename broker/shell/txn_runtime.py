@@ -310,7 +310,7 @@ class MarkerSender:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._pool = ConnectionPool(nursery, client_id=f"raftka-txn-markers-{self.broker.node_id}",
-                                        log=_log)
+                                        log=_log, security=self.broker.config.inter_broker_security)
             task_status.started()
             try:
                 while True:
@@ -370,7 +370,7 @@ class MarkerSender:
         if registration is None or registration.fenced or not registration.endpoints:
             return None
         for endpoint in registration.endpoints:
-            if endpoint.name == self.broker.config.listener_name:
+            if endpoint.name == self.broker.config.inter_broker_listener:
                 return endpoint.host, endpoint.port
         return registration.endpoints[0].host, registration.endpoints[0].port
 

@@ -36,6 +36,8 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from common.security.client import ClientSecurity, ScramClient
+
 from common.wire.codec import (
     API_VERSIONS_KEY,
     PRODUCE_KEY,
@@ -80,7 +82,7 @@ class KafkaConnection:
 
     def __init__(
         self,
-        stream: trio.SocketStream,
+        stream: trio.SocketStream | trio.SSLStream,
         host: str,
         port: int,
         *,
@@ -243,7 +245,15 @@ class KafkaConnection:
                 # a view of it: a Fetch answer's records reach the log with
                 # no copy in between (fetch_response.py).
                 frames = self._frames
-                recv_into = self._stream.socket.recv_into
+                stream = self._stream
+                if isinstance(stream, trio.SSLStream):
+                    async def recv_into(view: memoryview) -> int:
+                        # Decrypted bytes come as a new object: one copy.
+                        data = await stream.receive_some(len(view))
+                        view[:len(data)] = data
+                        return len(data)
+                else:
+                    recv_into = stream.socket.recv_into
                 while True:
                     view = frames.receive_view()
                     nbytes = await recv_into(view)
@@ -321,19 +331,68 @@ async def connect(
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
     response_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
     log: logging.Logger | None = None,
+    security: ClientSecurity | None = None,
 ) -> KafkaConnection:
-    """Open a connection whose reader task runs in `nursery`.
+    """Open a connection whose reader task runs in `nursery`; with
+    `security`, over TLS and/or logged in with SASL.
 
-    Raises ConnectionFailedError if host:port cannot be reached in time. The
-    reader task never raises, so it cannot take the nursery down.
+    Raises ConnectionFailedError if host:port cannot be reached in time, or
+    the TLS handshake or SASL login fails. The reader task never raises, so
+    it cannot take the nursery down.
     """
-    stream = await _open_stream(host, port, connect_timeout_ms)
+    stream: trio.SocketStream | trio.SSLStream = await _open_stream(host, port, connect_timeout_ms)
+    if security is not None and security.tls is not None:
+        stream = trio.SSLStream(stream, security.tls, server_hostname=host)
+        try:
+            with trio.fail_after(connect_timeout_ms / 1000):
+                await stream.do_handshake()
+        except (trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            await trio.aclose_forcefully(stream)
+            cause = exc.__cause__ or exc
+            raise ConnectionFailedError(f"TLS handshake with {host}:{port} failed: {cause}") from None
     conn = KafkaConnection(
         stream, host, port, client_id=client_id,
         response_max_bytes=response_max_bytes, log=log or _log,
     )
     await nursery.start(conn._read_loop)
+    if security is not None and security.mechanism:
+        try:
+            await _sasl_login(conn, security, connect_timeout_ms)
+        except BaseException:
+            await conn.aclose()
+            raise
     return conn
+
+
+async def _sasl_login(conn: KafkaConnection, security: ClientSecurity, timeout_ms: int) -> None:
+    """SaslHandshake v1 and SaslAuthenticate (KIP-152) with PLAIN or SCRAM."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    where = f"{conn.host}:{conn.port}"
+    mechanism = security.mechanism
+    assert mechanism is not None
+    handshake = await conn.request(SaslHandshakeRequest(mechanism=mechanism), timeout_ms=timeout_ms)
+    if handshake.error_code != ErrorCode.none:
+        raise ConnectionFailedError(f"SASL handshake with {where}: {handshake.error_code.name}; it offers "
+                                    f"{', '.join(handshake.mechanisms) or 'no mechanism'}, not {mechanism}")
+
+    async def step(token: bytes) -> bytes:
+        answer = await conn.request(SaslAuthenticateRequest(auth_bytes=token), timeout_ms=timeout_ms)
+        if answer.error_code != ErrorCode.none:
+            raise ConnectionFailedError(f"SASL {mechanism} login as {security.username} at {where} failed: "
+                                        f"{answer.error_message or answer.error_code.name}")
+        return bytes(answer.auth_bytes)
+
+    try:
+        if mechanism == "PLAIN":
+            await step(f"\0{security.username}\0{security.password}".encode())
+            return
+        client = ScramClient(mechanism, security.username, security.password)
+        server_first = await step(client.first())
+        client.check(await step(client.final(server_first)))
+    except ConnectionError as exc:
+        raise ConnectionFailedError(f"SASL {mechanism} login at {where} failed: {exc}") from None
 
 
 def sole_exception(group: BaseExceptionGroup) -> BaseException:

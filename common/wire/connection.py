@@ -69,6 +69,10 @@ class ConnectionContext:
     connection_id: int
     #: "host:port" of the client.
     peer: str
+    #: The name of the listener the connection came on (e.g. PLAINTEXT).
+    listener_name: str = ""
+    #: Who the peer is: `User:ANONYMOUS` until TLS client auth or SASL says.
+    principal: str = "User:ANONYMOUS"
     #: From ApiVersions v3+ (KIP-511), once the client sent it.
     client_software_name: str | None = None
     client_software_version: str | None = None

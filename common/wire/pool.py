@@ -25,6 +25,8 @@ from typing import Any
 
 import trio
 
+from common.security.client import ClientSecurity
+
 from common.wire.client import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     DEFAULT_REQUEST_TIMEOUT_MS,
@@ -67,8 +69,11 @@ class ConnectionPool:
         negotiate_api_versions: bool = True,
         rng: random.Random | None = None,
         log: logging.Logger | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._nursery = nursery
+        #: TLS and SASL for every connection (a node's links to controllers).
+        self.security = security
         self._nodes: dict[int, _Node] = {}
         self.client_id = client_id
         self.connect_timeout_ms = connect_timeout_ms
@@ -138,7 +143,7 @@ class ConnectionPool:
             conn = await connect(
                 self._nursery, node.host, node.port, client_id=self.client_id,
                 connect_timeout_ms=self.connect_timeout_ms,
-                response_max_bytes=self.response_max_bytes, log=self._log,
+                response_max_bytes=self.response_max_bytes, log=self._log, security=self.security,
             )
             if self.negotiate_api_versions:
                 try:

@@ -60,6 +60,7 @@ import errno
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import CoroutineType
@@ -67,7 +68,11 @@ from typing import Any
 
 import trio
 
+from common.security import ListenerSecurity
+from common.security.sasl import ScramLookup
+from common.security.tls import TlsSocket, subject_dn
 from common.wire.apis import SupportedApis
+from common.wire.authenticate import SaslGate
 from common.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request, encode_response
 from common.wire.connection import ConnectionContext, Pipeline, Slot
 from common.wire.errors import LocalProtocolError, ProtocolError
@@ -101,6 +106,7 @@ class ServerStats:
     connections_accepted: int = 0
     connections_closed_malformed: int = 0
     connections_closed_idle: int = 0
+    tls_handshake_failures: int = 0
     handler_failures: int = 0
     requests: int = 0
     #: Requests whose handler answered at once (no task of their own).
@@ -143,7 +149,8 @@ async def bind_tcp(port: int, host: str) -> list[trio.socket.SocketType]:
     address: a node has a Kafka and a controller listener, and "Address
     already in use" alone does not say which port to free."""
     try:
-        addresses = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM,
+        # An empty host binds every interface (Kafka's `PLAINTEXT://:9092`).
+        addresses = await trio.socket.getaddrinfo(host or None, port, type=trio.socket.SOCK_STREAM,
                                                   flags=trio.socket.AI_PASSIVE)
         sockets: list[trio.socket.SocketType] = []
         unsupported: OSError | None = None
@@ -212,6 +219,9 @@ async def serve(
     file_transfer: FileTransfer = "auto",
     log: logging.Logger | None = None,
     listen: bool = True,
+    listener_name: str = "",
+    security: ListenerSecurity | None = None,
+    scram_lookup: ScramLookup | None = None,
 ) -> None:
     """Serve the Kafka protocol on host:port until cancelled.
 
@@ -222,7 +232,10 @@ async def serve(
     `receive_buffer_bytes` are `socket.send.buffer.bytes` and
     `socket.receive.buffer.bytes` (-1: the kernel's default);
     `file_transfer` is "auto", "sendfile" or "pread" (how FileSlice parts
-    are sent). With `listen=False` the port is only bound (its number
+    are sent); `listener_name` is given to handlers as `ctx.listener_name`.
+    `security` says what a connection goes through first (TLS handshake,
+    SASL exchange; `scram_lookup` finds SCRAM credentials); handlers see
+    the result as `ctx.principal`. With `listen=False` the port is only bound (its number
     known, a connect refused) until `Server.open()`: a broker listens only
     once it can serve, as Kafka opens its client listeners.
     """
@@ -234,6 +247,7 @@ async def serve(
         conn = _ConnectionServer(
             server, handler, apis, max_in_flight, request_max_bytes,
             connections_max_idle_ms / 1000, send_buffer_bytes, receive_buffer_bytes, file_transfer, log or _log,
+            listener_name, security or ListenerSecurity(), scram_lookup,
         )
         async with trio.open_nursery() as nursery:
             def open_listeners() -> None:
@@ -266,8 +280,14 @@ class _ConnectionServer:
         receive_buffer_bytes: int,
         file_transfer: FileTransfer,
         log: logging.Logger,
+        listener_name: str,
+        security: ListenerSecurity,
+        scram_lookup: ScramLookup | None,
     ) -> None:
         self.server = server
+        self.listener_name = listener_name
+        self.security = security
+        self.scram_lookup = scram_lookup
         self.handler = handler
         self.apis = apis
         self.max_in_flight = max_in_flight
@@ -285,7 +305,7 @@ class _ConnectionServer:
             peer = f"{peer_host}:{peer_port}"
         except OSError:
             peer = "?"
-        ctx = ConnectionContext(next(self._ids), peer)
+        ctx = ConnectionContext(next(self._ids), peer, self.listener_name)
         ctx._last_activity = trio.current_time()
         self.server.connections[ctx.connection_id] = ctx
         self.server.stats.connections_accepted += 1
@@ -297,9 +317,21 @@ class _ConnectionServer:
         try:
             sock.setblocking(False)
             self._tune(sock)
+            conn_sock: socket.socket | TlsSocket = sock
+            file_transfer = self.file_transfer
+            security = self.security
+            if security.tls is not None:
+                tls = await self._tls_handshake(sock, ctx)
+                if tls is None:
+                    return
+                # The kernel cannot encrypt: file slices are read and encrypted from memory.
+                conn_sock, file_transfer = tls, "pread"
+            gate = None
+            if security.sasl is not None:
+                gate = SaslGate(security.sasl, self.scram_lookup, ctx.peer, self.log)
             async with trio.open_nursery() as nursery:
                 ctx._scope = nursery.cancel_scope
-                connection = _Connection(self, ctx, sock, nursery)
+                connection = _Connection(self, ctx, conn_sock, nursery, file_transfer, gate)
                 nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._idle_watchdog, ctx)
                 await connection.read_loop()
@@ -314,6 +346,32 @@ class _ConnectionServer:
             sock.detach()
             del self.server.connections[ctx.connection_id]
             await trio.aclose_forcefully(stream)
+
+    async def _tls_handshake(self, sock: socket.socket, ctx: ConnectionContext) -> TlsSocket | None:
+        """The TLS connection once its handshake is done (the principal set
+        from a client certificate), or None after logging why it failed. A
+        client that stalls is dropped after connections.max.idle.ms."""
+        assert self.security.tls is not None
+        tls = TlsSocket(sock, self.security.tls)
+        with trio.move_on_after(self.idle_s) as scope:
+            try:
+                await tls.handshake()
+            except (ssl.SSLError, OSError) as exc:
+                self.server.stats.tls_handshake_failures += 1
+                reason = getattr(exc, "reason", None) or exc
+                self.log.warning("TLS handshake with %s on listener %s failed: %s", ctx.peer, self.listener_name,
+                                 reason)
+                return None
+        if scope.cancelled_caught:
+            self.server.stats.tls_handshake_failures += 1
+            self.log.warning("TLS handshake with %s on listener %s did not finish within "
+                             "connections.max.idle.ms=%d; closing", ctx.peer, self.listener_name,
+                             round(self.idle_s * 1000))
+            return None
+        cert = tls.peer_certificate()
+        if cert is not None:
+            ctx.principal = "User:" + self.security.principal_mapper.name(subject_dn(cert))
+        return tls
 
     def _tune(self, sock: socket.socket) -> None:
         if self.send_buffer_bytes != -1:
@@ -351,11 +409,15 @@ class _Connection:
     """One connection's reader, writer and request dispatch."""
 
     def __init__(
-        self, owner: _ConnectionServer, ctx: ConnectionContext, sock: socket.socket, nursery: trio.Nursery
+        self, owner: _ConnectionServer, ctx: ConnectionContext, sock: socket.socket | TlsSocket,
+        nursery: trio.Nursery, file_transfer: FileTransfer, gate: SaslGate | None,
     ) -> None:
         self.owner = owner
         self.ctx = ctx
         self.sock = sock
+        self.file_transfer = file_transfer
+        #: The SASL exchange until it completes; None: requests go to the handler.
+        self.gate = gate
         self.nursery = nursery
         self.stats = owner.server.stats
         self.log = owner.log
@@ -408,7 +470,8 @@ class _Connection:
                             # after it are not handled (nor their appends done).
                             return
                         request = decode_request(frame, supports)
-                        if len(pipeline.slots) < pipeline.max_in_flight and request.header.api_key != API_VERSIONS_KEY:
+                        if (len(pipeline.slots) < pipeline.max_in_flight
+                                and request.header.api_key != API_VERSIONS_KEY and self.gate is None):
                             # The common case, without a coroutine per request.
                             dispatch_now(request)
                         else:
@@ -450,7 +513,31 @@ class _Connection:
             return
         if not pipeline.has_room():
             await pipeline.wait_for_room()
+        if self.gate is not None:
+            self._authenticate(request)
+            return
+        if not pipeline.has_room():
+            await pipeline.wait_for_room()
         self._dispatch_now(request)
+
+    def _authenticate(self, request: DecodedRequest) -> None:
+        """Answer a request of a connection still in its SASL exchange
+        (a RemoteProtocolError, which closes the connection, for any other)."""
+        gate = self.gate
+        assert gate is not None
+        self.stats.requests += 1
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        slot = Slot(request)
+        slot.parts = [gate.answer(request)]
+        slot.done = True
+        self.ctx._sequencer.release(seq)
+        # The exchange is one request at a time: the client waits for each answer.
+        self.pipeline.add(slot)
+        self.ctx._in_flight += 1
+        if gate.state == "done":
+            self.ctx.principal = gate.principal or self.ctx.principal
+            self.gate = None
 
     def _dispatch_now(self, request: DecodedRequest) -> None:
         """Hand a request other than ApiVersions, with room in the pipeline,
@@ -513,7 +600,7 @@ class _Connection:
         batch = pipeline.take_ready()
         parts = [part for slot in batch for part in slot.parts]
         try:
-            report, rest = send_now(self.sock, parts, self.owner.file_transfer)
+            report, rest = send_now(self.sock, parts, self.file_transfer)
         except (ProtocolError, OSError) as exc:
             self._send_failed(exc)
             return
@@ -548,7 +635,7 @@ class _Connection:
                 parts, count = batch
                 pipeline.writer_sending = True
                 try:
-                    report = await send_parts(self.sock, parts, self.owner.file_transfer)
+                    report = await send_parts(self.sock, parts, self.file_transfer)
                 finally:
                     pipeline.writer_sending = False
                 self._count_sent(report)

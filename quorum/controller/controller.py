@@ -60,7 +60,11 @@ from quorum.controller.producer_ids import ProducerIdControlManager
 from quorum.controller.reassignment import ReassignmentControlManager
 from quorum.controller.replication_control import ReplicationControlManager
 from quorum.controller.result import ControllerResult
+from quorum.controller.security_control import SecurityControlManager
 from quorum.controller.topic_control import TopicControlManager
+from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
+from kio.schema.create_acls.v3.request import CreateAclsRequest
+from kio.schema.delete_acls.v3.request import DeleteAclsRequest
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import Record
 
@@ -78,6 +82,9 @@ SUPPORTED_REQUESTS: tuple[type, ...] = (
     ElectLeadersRequest,              # v2
     AlterPartitionReassignmentsRequest,  # v0
     ListPartitionReassignmentsRequest,   # v0
+    AlterUserScramCredentialsRequest,    # v0
+    CreateAclsRequest,                   # v3
+    DeleteAclsRequest,                   # v3
 )
 """The kio request classes `handle` accepts (the newest versions kio 0.6 has);
 the wire layer converts older client versions to these."""
@@ -99,6 +106,7 @@ class QuorumController:
         self.configs = ConfigControlManager()
         self.producer_ids = ProducerIdControlManager(self.config)
         self.reassignments = ReassignmentControlManager()
+        self.security = SecurityControlManager(rng)
         # Soft state: the first automatic leader rebalance is one interval
         # after activation, as Kafka schedules it.
         self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
@@ -116,6 +124,9 @@ class QuorumController:
             IncrementalAlterConfigsRequest: self.configs.incremental_alter_configs,
             AlterPartitionReassignmentsRequest: self.reassignments.alter_partition_reassignments,
             ListPartitionReassignmentsRequest: self.reassignments.list_partition_reassignments,
+            AlterUserScramCredentialsRequest: self.security.alter_user_scram_credentials,
+            CreateAclsRequest: self.security.create_acls,
+            DeleteAclsRequest: self.security.delete_acls,
         }
         assert set(self._handlers) == set(SUPPORTED_REQUESTS)
 

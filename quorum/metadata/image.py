@@ -28,6 +28,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from common.security.acl import AclBinding
+from common.security.sasl import ScramCredential
+
 from quorum.metadata.pmap import PMap
 from quorum.metadata.records import (
     NO_LEADER,
@@ -140,6 +143,13 @@ class MetadataImage:
     preferred_leader_counts: PMap[int, int] = field(default_factory=PMap)
     #: KIP-866 `ZkMigrationState` code (0: never migrated from ZooKeeper)
     zk_migration_state: int = 0
+    #: SCRAM credentials (KIP-554) by (mechanism name, user name).
+    scram_credentials: PMap[tuple[str, str], ScramCredential] = field(default_factory=PMap)
+    #: Whether a SCRAM credential was ever stored: bootstrap credentials
+    #: (`raftka storage format --add-scram`) go only into a cluster that had none.
+    scram_ever_set: bool = False
+    #: ACLs (KIP-801) by their id.
+    acls: PMap[uuid.UUID, AclBinding] = field(default_factory=PMap)
 
     def apply(self, records: Iterable[LoggedRecord]) -> MetadataImage:
         """The image after replaying `records` (offsets strictly above `self.offset`).

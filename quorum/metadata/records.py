@@ -205,6 +205,47 @@ class NoOpRecord:
     TYPE: ClassVar[str] = "NoOp"
 
 
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (KIP-554): salted, never the password."""
+
+    TYPE: ClassVar[str] = "UserScramCredential"
+    name: str
+    mechanism: int  # 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    TYPE: ClassVar[str] = "RemoveUserScramCredential"
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL (KIP-801); codes as in Kafka's AclResourceType, PatternType, AclOperation, AclPermissionType."""
+
+    TYPE: ClassVar[str] = "AccessControlEntry"
+    id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    TYPE: ClassVar[str] = "RemoveAccessControlEntry"
+    id: uuid.UUID
+
+
 Record = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -217,12 +258,17 @@ Record = (
     | ProducerIdsRecord
     | NoOpRecord
     | ZkMigrationStateRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 # Field kinds: how a Python value maps to a CBOR value and back.
 _INT, _OPT_INT, _STR, _OPT_STR = "int", "int?", "str", "str?"
 _BOOL, _OPT_BOOL, _UUID = "bool", "bool?", "uuid"
 _INTS, _OPT_INTS, _ENDPOINTS, _RESOURCE = "ints", "ints?", "endpoints", "resource"
+_BYTES = "bytes"
 
 # type -> (current version, ((field, kind), ...)). Bump the version when a
 # field's meaning changes or a field without a default is added.
@@ -254,6 +300,16 @@ _SCHEMAS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
     ProducerIdsRecord: (1, (("broker_id", _INT), ("broker_epoch", _INT), ("next_producer_id", _INT))),
     NoOpRecord: (1, ()),
     ZkMigrationStateRecord: (1, (("migration_state", _INT),)),
+    UserScramCredentialRecord: (1, (
+        ("name", _STR), ("mechanism", _INT), ("salt", _BYTES), ("stored_key", _BYTES), ("server_key", _BYTES),
+        ("iterations", _INT),
+    )),
+    RemoveUserScramCredentialRecord: (1, (("name", _STR), ("mechanism", _INT))),
+    AccessControlEntryRecord: (1, (
+        ("id", _UUID), ("resource_type", _INT), ("resource_name", _STR), ("pattern_type", _INT),
+        ("principal", _STR), ("host", _STR), ("operation", _INT), ("permission_type", _INT),
+    )),
+    RemoveAccessControlEntryRecord: (1, (("id", _UUID),)),
 }
 
 _BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMAS}
@@ -351,11 +407,19 @@ def _endpoints_to(value: Any) -> Any:
             for e in value]
 
 
+def _bytes_from(value: Any, where: str) -> Any:
+    if isinstance(value, bytes):
+        return value
+    raise _malformed(_BYTES, value, where)
+
+
 _FROM_CBOR: dict[str, Any] = {
+    _BYTES: _bytes_from,
     _INT: _int_from, _STR: _str_from, _BOOL: _bool_from, _UUID: _uuid_from, _INTS: _ints_from,
     _RESOURCE: _resource_from, _ENDPOINTS: _endpoints_from,
 }
 _TO_CBOR: dict[str, Any] = {
+    _BYTES: None,
     _INT: None, _STR: None, _BOOL: None, _UUID: lambda v: v.bytes, _INTS: list, _RESOURCE: int,
     _ENDPOINTS: _endpoints_to,
 }

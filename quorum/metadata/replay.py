@@ -48,7 +48,15 @@ from quorum.metadata.records import (
     TopicRecord,
     UnregisterBrokerRecord,
     ZkMigrationStateRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
 )
+from common.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from common.security.sasl import SCRAM_MECHANISMS, ScramCredential
+
+_SCRAM_NAMES = {code: name for name, code in SCRAM_MECHANISMS.items()}
 
 _EMPTY: PMap = PMap()
 
@@ -101,6 +109,9 @@ class _ImageBuilder:
         self.epoch = base.epoch
         self.next_producer_id = base.next_producer_id
         self.zk_migration_state = base.zk_migration_state
+        self.scram_credentials: dict[tuple[str, str], Any] = {}
+        self.scram_ever_set = base.scram_ever_set
+        self.acls: dict[uuid.UUID, Any] = {}
         self.brokers: dict[int, Any] = {}
         self.topics: dict[uuid.UUID, Any] = {}
         self.names: dict[str, Any] = {}
@@ -225,6 +236,9 @@ class _ImageBuilder:
             broker_replicas=base.broker_replicas.update(index),
             preferred_leader_counts=base.preferred_leader_counts.update(preferred),
             zk_migration_state=self.zk_migration_state,
+            scram_credentials=base.scram_credentials.update(self.scram_credentials),
+            scram_ever_set=self.scram_ever_set,
+            acls=base.acls.update(self.acls),
         )
 
 
@@ -314,6 +328,34 @@ def _noop(b: _ImageBuilder, _: int | None, r: NoOpRecord) -> None:
     return None
 
 
+def _scram_credential(b: _ImageBuilder, _: int | None, r: UserScramCredentialRecord) -> None:
+    mechanism = _SCRAM_NAMES.get(r.mechanism)
+    if mechanism is None:
+        raise b.fail(f"unknown SCRAM mechanism id {r.mechanism}")
+    b.scram_credentials[(mechanism, r.name)] = ScramCredential(r.salt, r.stored_key, r.server_key, r.iterations)
+    b.scram_ever_set = True
+
+
+def _remove_scram_credential(b: _ImageBuilder, _: int | None, r: RemoveUserScramCredentialRecord) -> None:
+    # name "" is what a snapshot writes to keep `scram_ever_set` once every credential is gone.
+    b.scram_ever_set = True
+    mechanism = _SCRAM_NAMES.get(r.mechanism)
+    if mechanism is not None and r.name:
+        b.scram_credentials[(mechanism, r.name)] = DELETE
+
+
+def _acl(b: _ImageBuilder, _: int | None, r: AccessControlEntryRecord) -> None:
+    try:
+        b.acls[r.id] = AclBinding(ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type),
+                                  r.principal, r.host, Operation(r.operation), Permission(r.permission_type))
+    except ValueError as exc:
+        raise b.fail(f"ACL {r.id}: {exc}") from None
+
+
+def _remove_acl(b: _ImageBuilder, _: int | None, r: RemoveAccessControlEntryRecord) -> None:
+    b.acls[r.id] = DELETE
+
+
 def _zk_migration_state(b: _ImageBuilder, _: int | None, r: ZkMigrationStateRecord) -> None:
     b.zk_migration_state = r.migration_state
 
@@ -330,6 +372,10 @@ _HANDLERS: dict[type, Callable[[_ImageBuilder, Any, Any], None]] = {
     ProducerIdsRecord: _producer_ids,
     NoOpRecord: _noop,
     ZkMigrationStateRecord: _zk_migration_state,
+    UserScramCredentialRecord: _scram_credential,
+    RemoveUserScramCredentialRecord: _remove_scram_credential,
+    AccessControlEntryRecord: _acl,
+    RemoveAccessControlEntryRecord: _remove_acl,
 }
 
 

@@ -27,7 +27,11 @@ from quorum.metadata.records import (
     RegisterBrokerRecord,
     TopicRecord,
     ZkMigrationStateRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
 )
+from common.security.sasl import SCRAM_MECHANISMS
 from quorum.metadata.replay import replay_snapshot
 
 
@@ -53,6 +57,17 @@ def image_to_records(image: MetadataImage) -> list[Record]:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     if image.zk_migration_state:
         out.append(ZkMigrationStateRecord(migration_state=image.zk_migration_state))
+    for (mechanism, name), credential in sorted(image.scram_credentials.items()):
+        out.append(UserScramCredentialRecord(
+            name=name, mechanism=SCRAM_MECHANISMS[mechanism], salt=credential.salt,
+            stored_key=credential.stored_key, server_key=credential.server_key, iterations=credential.iterations))
+    if image.scram_ever_set and not image.scram_credentials:
+        out.append(RemoveUserScramCredentialRecord(name="", mechanism=0))
+    for acl_id, acl in sorted(image.acls.items(), key=lambda kv: str(kv[0])):
+        out.append(AccessControlEntryRecord(
+            id=acl_id, resource_type=int(acl.resource_type), resource_name=acl.resource_name,
+            pattern_type=int(acl.pattern_type), principal=acl.principal, host=acl.host,
+            operation=int(acl.operation), permission_type=int(acl.permission)))
     return out
 
 

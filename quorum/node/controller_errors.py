@@ -40,6 +40,12 @@ from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterB
 
 from quorum.controller.result import NO_THROTTLE
 from quorum.controller.topic_control import ZERO_UUID
+from kio.schema.alter_user_scram_credentials.v0 import response as ausc_resp
+from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
+from kio.schema.create_acls.v3 import response as ca_resp
+from kio.schema.create_acls.v3.request import CreateAclsRequest
+from kio.schema.delete_acls.v3 import response as da_resp
+from kio.schema.delete_acls.v3.request import DeleteAclsRequest
 
 
 def error_response(request: Any, error: ErrorCode, message: str | None = None) -> Any:
@@ -86,6 +92,17 @@ def error_response(request: Any, error: ErrorCode, message: str | None = None) -
     if isinstance(request, ListPartitionReassignmentsRequest):
         return ListPartitionReassignmentsResponse(throttle_time=t, error_code=error, error_message=message,
                                                   topics=())
+    if isinstance(request, AlterUserScramCredentialsRequest):
+        return ausc_resp.AlterUserScramCredentialsResponse(throttle_time=t, results=tuple(
+            ausc_resp.AlterUserScramCredentialsResult(user=x.name, error_code=error, error_message=message)
+            for x in (*request.deletions, *request.upsertions)))
+    if isinstance(request, CreateAclsRequest):
+        return ca_resp.CreateAclsResponse(throttle_time=t, results=tuple(
+            ca_resp.AclCreationResult(error_code=error, error_message=message) for _ in request.creations))
+    if isinstance(request, DeleteAclsRequest):
+        return da_resp.DeleteAclsResponse(throttle_time=t, filter_results=tuple(
+            da_resp.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=())
+            for _ in request.filters))
     raise TypeError(f"no controller error response for {type(request).__name__}")
 
 

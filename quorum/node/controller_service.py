@@ -71,7 +71,11 @@ class _TooLarge(RaftkaError):
 
 
 class ControllerService:
-    def __init__(self, node: RaftNode, config: ControllerConfig, rng: random.Random | None = None) -> None:
+    def __init__(self, node: RaftNode, config: ControllerConfig, rng: random.Random | None = None,
+                 bootstrap_records: Sequence[Record] = ()) -> None:
+        #: Appended by the first active controller of a cluster that never
+        #: had a SCRAM credential (`quorum.node.bootstrap`).
+        self.bootstrap_records = tuple(bootstrap_records)
         self.node = node
         self.config = config
         self._rng = rng or random.Random()
@@ -92,6 +96,8 @@ class ControllerService:
             self._nursery = nursery
             if self._epoch is not None:  # activated before this task ran
                 nursery.start_soon(self._session_timer, self._epoch)
+                if self.bootstrap_records and self._working is not None and not self._working.scram_ever_set:
+                    nursery.start_soon(self._bootstrap)
             task_status.started()
             await trio.sleep_forever()
 
@@ -105,6 +111,16 @@ class ControllerService:
         _log.info("active controller for epoch %d at offset %d", epoch, image.offset)
         if self._nursery is not None:
             self._nursery.start_soon(self._session_timer, epoch)
+            if self.bootstrap_records and not image.scram_ever_set:
+                self._nursery.start_soon(self._bootstrap)
+
+    async def _bootstrap(self) -> None:
+        try:
+            await self.propose_from_image(
+                lambda image: [] if image.scram_ever_set else list(self.bootstrap_records))
+            _log.info("stored %d bootstrap SCRAM credentials in the metadata log", len(self.bootstrap_records))
+        except (RaftkaError, NotLeaderError) as exc:
+            _log.info("bootstrap SCRAM credentials not stored (%s); the next active controller will", exc)
 
     def on_leader_lost(self, epoch: int) -> None:
         _log.info("no longer the active controller (epoch %d)", epoch)

@@ -98,6 +98,7 @@ from quorum.raft import (
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
 from common.errors import RaftkaError
+from common.security.client import ClientSecurity
 from common.wire import ConnectionPool
 
 _log = logging.getLogger("quorum.node.driver")
@@ -151,8 +152,11 @@ class RaftNode(Applying):
         config: QuorumConfig | None = None,
         rng: random.Random | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        client_security: ClientSecurity | None = None,
     ) -> None:
         self.node_id = node_id
+        #: TLS and SASL of this node's connections to the voters (the controller listener's).
+        self.client_security = client_security
         self.voter_addresses = dict(voters)
         self.is_voter = node_id in voters
         self.cluster_id = cluster_id
@@ -304,7 +308,7 @@ class RaftNode(Applying):
                 request_timeout_ms = self.config.controller_quorum_request_timeout_ms
                 peers = {n: a for n, a in self.voter_addresses.items() if n != self.node_id}
                 pool = ConnectionPool(nursery, peers, client_id=f"raftka-quorum-{self.node_id}",
-                                      connect_timeout_ms=request_timeout_ms)
+                                      connect_timeout_ms=request_timeout_ms, security=self.client_security)
                 self._channel = RaftChannel(
                     node_id=self.node_id, cluster_id=self.cluster_id, voters=frozenset(self.voter_addresses),
                     pool=pool, nursery=nursery, deliver=self._send_events.send,

@@ -36,6 +36,13 @@ from quorum.node.describe_quorum import (
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
 from common.wire import ConnectionContext, DecodedRequest, SupportedApis
+from common.wire.authenticate import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_AUTHENTICATE_VERSIONS,
+    SASL_HANDSHAKE_KEY,
+    SASL_HANDSHAKE_VERSIONS,
+    answer_without_sasl,
+)
 
 
 def controller_apis(with_controller: bool = True) -> SupportedApis:
@@ -43,6 +50,9 @@ def controller_apis(with_controller: bool = True) -> SupportedApis:
     for key, version in RAFT_API_VERSIONS.items():
         apis.declare(key, version, version)
     apis.declare(DESCRIBE_QUORUM, *VERSIONS)
+    # Answered by the wire server's SASL gate on a SASL controller listener.
+    apis.declare(SASL_HANDSHAKE_KEY, *SASL_HANDSHAKE_VERSIONS)
+    apis.declare(SASL_AUTHENTICATE_KEY, *SASL_AUTHENTICATE_VERSIONS)
     if with_controller:
         for request_type in SUPPORTED_REQUESTS:
             apis.declare(request_type.__api_key__, request_type.__version__, request_type.__version__)
@@ -70,6 +80,8 @@ class QuorumRequestHandler:
                 # does not cut another's long poll short.
                 source_id = -2 - ctx.connection_id
             return response_to_kio(await self.node.handle_request(source_id, message))
+        if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            return answer_without_sasl(request)
         if key == DESCRIBE_QUORUM:
             return describe_quorum_response(request.header.api_version, self.node.describe(),
                                             self.node.voter_addresses, self.node.now_ms())

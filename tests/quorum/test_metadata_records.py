@@ -75,8 +75,8 @@ def test_partition_change_carries_only_changed_fields():
 
 
 def test_unknown_type_is_refused_with_upgrade_advice():
-    data = cbor2.dumps({"t": "AccessControlEntry", "v": 1, "x": 1})
-    with pytest.raises(UnsupportedRecordError, match="AccessControlEntry.*upgrade this node") as e:
+    data = cbor2.dumps({"t": "DelegationToken", "v": 1, "x": 1})
+    with pytest.raises(UnsupportedRecordError, match="DelegationToken.*upgrade this node") as e:
         decode_record(data)
     assert isinstance(e.value, RaftkaError)
 

@@ -1,0 +1,192 @@
+"""The ACL authorizer: a principal with Read on one topic and one group
+consumes it and gets Kafka's authorization error for everything else;
+deny beats allow; prefixed ACLs cover new topics; removing an ACL takes
+effect on the next request; `raftka acls` manages them."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from cluster_testing import run_cli
+from secure_clients import ClientSecurity
+
+VALUES = [f"order-{i}".encode() for i in range(10)]
+
+
+def _sec(node, user: str) -> dict:
+    return ClientSecurity(f"127.0.0.1:{node.ports['SASL_PLAINTEXT']}", "SASL_PLAINTEXT", mechanism="PLAIN",
+                          user=user, password=f"{user}-secret").confluent()
+
+
+def _acl(name, operation, principal="User:alice", permission=AclPermissionType.ALLOW,
+         resource=ResourceType.TOPIC, pattern=ResourcePatternType.LITERAL):
+    return AclBinding(resource, name, pattern, principal, "*", operation, permission)
+
+
+def _wait(futures):
+    for f in (futures.values() if isinstance(futures, dict) else futures):
+        f.result(30)
+
+
+@pytest.fixture(scope="module")
+def orders(acl_node):
+    admin = AdminClient(_sec(acl_node, "admin"))
+    _wait(admin.create_topics([NewTopic("orders", 1, 1), NewTopic("payments", 1, 1)], operation_timeout=30))
+    producer = Producer(_sec(acl_node, "admin"))
+    for value in VALUES:
+        producer.produce("orders", value=value)
+    assert producer.flush(30) == 0
+    _wait(admin.create_acls([_acl("orders", AclOperation.READ),
+                             _acl("readers", AclOperation.READ, resource=ResourceType.GROUP)]))
+    return admin
+
+
+def _consume(node, user: str, group: str, topic: str = "orders", count: int = len(VALUES)):
+    consumer = Consumer({**_sec(node, user), "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out, errors = [], []
+    deadline = time.monotonic() + 20
+    try:
+        while len(out) < count and not errors and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                errors.append(message.error().code())
+            else:
+                out.append(message.value())
+        if out and not errors:
+            consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        errors.append(exc.args[0].code())
+    finally:
+        consumer.close()
+    return out, errors
+
+
+def test_read_on_one_topic_and_group_consumes_it(acl_node, orders):
+    out, errors = _consume(acl_node, "alice", "readers")
+    assert (out, errors) == (VALUES, [])
+
+
+def test_everything_else_is_refused_with_kafkas_errors(acl_node, orders):
+    alice = AdminClient(_sec(acl_node, "alice"))
+    # Metadata hides the topics alice may not describe.
+    assert set(alice.list_topics(timeout=10).topics) == {"orders"}
+    # Produce: TOPIC_AUTHORIZATION_FAILED.
+    reports = []
+    producer = Producer({**_sec(acl_node, "alice"), "message.timeout.ms": 5000})
+    producer.produce("orders", value=b"x", on_delivery=lambda err, msg: reports.append(err))
+    producer.flush(10)
+    assert reports and reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Create and delete topics: TOPIC_AUTHORIZATION_FAILED.
+    with pytest.raises(KafkaException) as created:
+        _wait(alice.create_topics([NewTopic("alices", 1, 1)], operation_timeout=10))
+    assert created.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as deleted:
+        _wait(alice.delete_topics(["payments"], operation_timeout=10))
+    assert deleted.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Another group: GROUP_AUTHORIZATION_FAILED.
+    out, errors = _consume(acl_node, "alice", "someone-elses")
+    assert KafkaError.GROUP_AUTHORIZATION_FAILED in errors, (out, errors)
+    # Another topic: TOPIC_AUTHORIZATION_FAILED.
+    out, errors = _consume(acl_node, "alice", "readers", topic="payments", count=1)
+    assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, (out, errors)
+    # ACLs themselves: CLUSTER_AUTHORIZATION_FAILED.
+    with pytest.raises(KafkaException) as acl_change:
+        _wait(alice.create_acls([_acl("payments", AclOperation.READ)]))
+    assert acl_change.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # Configs and partitions: TOPIC_AUTHORIZATION_FAILED (Read does not imply DescribeConfigs).
+    from confluent_kafka.admin import ConfigResource, NewPartitions
+
+    with pytest.raises(KafkaException) as configs:
+        _wait(alice.describe_configs([ConfigResource("topic", "orders")]))
+    assert configs.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    _wait(orders.describe_configs([ConfigResource("topic", "orders")]))
+    with pytest.raises(KafkaException) as grown:
+        _wait(alice.create_partitions([NewPartitions("orders", 2)]))
+    assert grown.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Someone without any ACL sees nothing.
+    assert set(AdminClient(_sec(acl_node, "eve")).list_topics(timeout=10).topics) == set()
+
+
+def test_deny_beats_allow_and_removal_takes_effect_at_once(acl_node, orders):
+    deny = _acl("orders", AclOperation.READ, permission=AclPermissionType.DENY)
+    _wait(orders.create_acls([deny]))
+    out, errors = _consume(acl_node, "alice", "readers")
+    assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, (out, errors)
+    _wait(orders.delete_acls([AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
+                                               "User:alice", "*", AclOperation.READ, AclPermissionType.DENY)]))
+    # Assigned from offset 0: the group's committed offset does not matter.
+    consumer = Consumer({**_sec(acl_node, "alice"), "group.id": "readers"})
+    consumer.assign([TopicPartition("orders", 0, 0)])
+    message = None
+    deadline = time.monotonic() + 10
+    while message is None and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+    consumer.close()
+    assert message is not None and message.error() is None and message.value() == VALUES[0]
+
+
+def test_prefixed_acl_covers_new_topics(acl_node, orders):
+    _wait(orders.create_acls([
+        _acl("logs-", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED),
+        _acl("logs-", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED),
+    ]))
+    alice = AdminClient(_sec(acl_node, "alice"))
+    _wait(alice.create_topics([NewTopic("logs-app", 1, 1)], operation_timeout=30))
+    producer = Producer(_sec(acl_node, "alice"))
+    reports = []
+    producer.produce("logs-app", value=b"line", on_delivery=lambda err, msg: reports.append(err))
+    producer.flush(20)
+    assert reports == [None]
+
+
+def test_acls_command(acl_node, orders, tmp_path):
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                      "sasl.password=admin-secret\n")
+    common = ["--bootstrap-server", f"127.0.0.1:{acl_node.ports['SASL_PLAINTEXT']}", "--command-config", str(config)]
+    added = run_cli("acls", "add", *common, "--allow-principal", "User:eve", "--operation", "Read",
+                    "--operation", "Describe", "--topic", "payments")
+    assert added.returncode == 0, added.stderr
+    assert "Added ACL: ALLOW User:eve from * READ on TOPIC literal payments" in added.stdout
+    assert set(AdminClient(_sec(acl_node, "eve")).list_topics(timeout=10).topics) == {"payments"}
+    listed = run_cli("acls", "list", *common, "--topic", "payments")
+    assert listed.returncode == 0 and listed.stdout.count("User:eve") == 2, listed
+    removed = run_cli("acls", "remove", *common, "--allow-principal", "User:eve", "--topic", "payments")
+    assert removed.returncode == 0 and removed.stdout.count("Removed ACL") == 2, removed
+    assert set(AdminClient(_sec(acl_node, "eve")).list_topics(timeout=10).topics) == set()
+    refused = run_cli("acls", "add", "--bootstrap-server", common[1], "--command-config", str(config),
+                      "--allow-principal", "User:eve", "--operation", "Read", "--topic", "x",
+                      "--resource-pattern-type", "any")
+    assert refused.returncode != 0
+    assert subprocess  # the CLI runs as its own process (run_cli)
+
+
+def test_a_mechanism_the_listener_does_not_enable_is_refused(acl_node):
+    """The SASL listener here enables PLAIN only: SCRAM gets UNSUPPORTED_SASL_MECHANISM."""
+    errors = []
+    admin = AdminClient({**_sec(acl_node, "alice"), "sasl.mechanism": "SCRAM-SHA-512", "error_cb": errors.append,
+                         "log_level": 0})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)
+    assert any("SCRAM-SHA-512" in e.str() and "PLAIN" in e.str() for e in errors), [e.str() for e in errors]
+    assert "asked for mechanism 'SCRAM-SHA-512'; this listener enables PLAIN" in acl_node.log()
+    assert acl_node.alive()
