@@ -124,14 +124,19 @@ class LeaderEpochCache:
         i = bisect_right(self._starts, offset) - 1
         return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int, durable: bool = True) -> None:
+    def truncate_from_end(self, end_offset: int, durable: bool = True, write: bool = True) -> None:
         """Drop the entries that start at or after `end_offset`; with
-        `durable=False` the file is rewritten but not fsynced."""
+        `durable=False` the file is rewritten but not fsynced, with
+        `write=False` it is left as it is (the entries dropped stay on file
+        until the next write, and every load drops them again)."""
         if self._starts and self._starts[-1] >= end_offset:
             while self._starts and self._starts[-1] >= end_offset:
                 self._epochs.pop()
                 self._starts.pop()
-            self._persist(durable=durable)
+            if write:
+                self._persist(durable=durable)
+            else:
+                self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop the entries that start at or before `start_offset`, keeping

@@ -866,7 +866,7 @@ class Log:
         if checkpoint:
             self.write_checkpoints()
         if self.producer_state is not None:
-            self.producer_state.take_snapshot(self._log_end_offset)
+            self.producer_state.maybe_take_snapshot(self._log_end_offset)
         for segment in self._segments:
             segment.close()
         self._closed = True

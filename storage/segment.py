@@ -39,6 +39,8 @@ from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
     OFFSET_ENTRY_SIZE,
+    ON_FILE,
+    ON_FILE_DURABLE,
     TIME_ENTRY_SIZE,
     OffsetIndex,
     TimeIndex,
@@ -327,13 +329,17 @@ class LogSegment:
         The index files are open only while written: a broker with tens of
         thousands of partitions holds one descriptor per segment (`.log`),
         not three, against the process's open-files limit."""
+        wanted = ON_FILE_DURABLE if fsync else ON_FILE
         for suffix, index, entry_size in ((INDEX_SUFFIX, self.offset_index, OFFSET_ENTRY_SIZE),
                                           (TIME_INDEX_SUFFIX, self.time_index, TIME_ENTRY_SIZE)):
+            if index.on_file >= wanted and len(index) == index.written:
+                continue  # the file holds this index already (storage.index, NOT_ON_FILE)
             f = self.fs.open(self.path(suffix))
             try:
                 _write_tail(f, index, entry_size)
                 if fsync:
                     f.fsync()
+                index.on_file = wanted
             finally:
                 f.close()
 
