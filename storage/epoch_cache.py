@@ -74,6 +74,9 @@ class LeaderEpochCache:
         self.latest_epoch = UNDEFINED_EPOCH
         for epoch, start_offset in entries:
             self._assign(epoch, start_offset)
+        # What the file holds: the entries given (read from it, or written
+        # by the caller), then each write's.
+        self._on_file = self.entries
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -157,13 +160,25 @@ class LeaderEpochCache:
             self._starts.clear()
             self._persist()
 
-    def flush(self) -> None:
-        """Write and fsync the entries `assign` added (before the recovery point passes them)."""
-        if self._unwritten:
-            self._persist()
+    def flush(self, log_end_offset: int | None = None) -> None:
+        """Write and fsync the entries `assign` added (before the recovery point passes them).
+
+        With the `log_end_offset` (a log closing), not when the entries
+        that differ from the file's all start at or past it: the next load
+        drops those (`truncate_from_end`) whatever the file says. A new
+        leader's entry for an empty partition is one: a clean shutdown
+        after 30,000 partitions were created wrote a file for each."""
+        if not self._unwritten:
+            return
+        if log_end_offset is not None:
+            below = [e for e in self.entries if e[1] < log_end_offset]
+            if below == [e for e in self._on_file if e[1] < log_end_offset]:
+                return
+        self._persist()
 
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
         if self._checkpoint is not None:
             self._checkpoint.write(self.entries, durable=durable)
+            self._on_file = self.entries
         self._unwritten = False

@@ -48,15 +48,17 @@ MAX_RELATIVE_OFFSET = (1 << 31) - 1
 # the fastest to append to, else `unsigned long long`.
 UINT64 = "L" if array("L").itemsize == 8 else "Q"
 
-# What an index's file is known to hold (`on_file`): nothing known (write
-# it before trusting it), exactly its first `written` entries, or those and
-# fsynced. An index read from its file starts durable: what a read returns
+# What an index's file is known to hold (`on_file`): no file, for a new
+# segment still empty (an empty segment's missing index reads as empty, so
+# the files of a partition never written are never made); nothing known
+# (write it before trusting it); exactly its first `written` entries; or
+# those and fsynced. An index read from its file starts durable: what a read returns
 # is what the file holds (a crash of the machine before the kernel wrote
 # pages another process left dirty loses them, and recovery rebuilds an
 # index past the recovery point anyway). Closing a log skips the files of
 # an index with nothing new: a clean shutdown of 30,000 untouched
 # partitions spent 17 s opening index files to write nothing.
-NOT_ON_FILE, ON_FILE, ON_FILE_DURABLE = 0, 1, 2
+NO_FILE, NOT_ON_FILE, ON_FILE, ON_FILE_DURABLE = -1, 0, 1, 2
 
 
 def floor_index(keys, target) -> int:

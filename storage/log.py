@@ -860,7 +860,7 @@ class Log:
             return
         active = self._segments[-1]
         active.finalize_time_index()
-        self.epoch_cache.flush()
+        self.epoch_cache.flush(self._log_end_offset)
         self.flush()
         active.flush()
         if checkpoint:

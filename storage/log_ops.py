@@ -110,13 +110,16 @@ def load_log(
     )
     if not segments:
         segments = [LogSegment(fs, dir_path, log_start_offset or 0, config, now_ms)]
+        segments[0].without_index_files()
         recovered = list(segments)
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset or 0, segments[0].base_offset)
 
     if rebuild_epochs and not fresh:
         epoch_cache = LeaderEpochCache(epochs_from_batches(segments, log_start_offset), checkpoint=epoch_file)
-        epoch_file.write(epoch_cache.entries)
+        # No file and no entry (a partition never written): a missing file reads as empty.
+        if epoch_cache.entries or fs.exists(epoch_file.path):
+            epoch_file.write(epoch_cache.entries)
     # Not written: entries past the log end offset stay on file until the
     # cache is next written, and every load drops them here again (Kafka
     # since KAFKA-15046 flushes this truncation asynchronously). A broker

@@ -51,7 +51,7 @@ from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptIndexError, CorruptRecordError, UnsupportedCompressionError
 from storage.fs import FileSystem
-from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_index
+from storage.index import MAX_RELATIVE_OFFSET, NO_FILE, parse_offset_index, parse_time_index
 from storage.record_validation import check_stored_batch
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from storage.segment_swap import complete_swaps
@@ -88,9 +88,15 @@ def load_trusted(segment: LogSegment, config: LogConfig) -> None:
     fs = segment.fs
     size = segment.size
     paths = segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX)
-    for p in paths:
-        if not fs.exists(p):
-            raise CorruptIndexError(f"{p} is missing")
+    missing = [p for p in paths if not fs.exists(p)]
+    if missing and size == 0 and len(missing) == len(paths):
+        # An empty segment's index files are made with its first batch
+        # (storage.index, NO_FILE): nothing to load.
+        segment.reset_state()
+        segment.offset_index.on_file = segment.time_index.on_file = NO_FILE
+        return
+    for p in missing:
+        raise CorruptIndexError(f"{p} is missing")
     max_entries = config.segment_index_bytes
     offset_index = parse_offset_index(fs.read_file(paths[0]), segment.base_offset, max_entries, size)
     time_index = parse_time_index(fs.read_file(paths[1]), segment.base_offset, max_entries)

@@ -38,6 +38,7 @@ from storage.fs import File, FileSystem
 from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
+    NO_FILE,
     OFFSET_ENTRY_SIZE,
     ON_FILE,
     ON_FILE_DURABLE,
@@ -89,6 +90,12 @@ class LogSegment:
         #: (`storage.txn_index`); its file is read on first use.
         self.txn_index = TxnIndex(fs, self.path(TXN_INDEX_SUFFIX))
         self.reset_state()
+
+    def without_index_files(self) -> None:
+        """For a new segment of a new log: its index files are made with
+        its first batch, not now (storage.index, NO_FILE)."""
+        assert self.log.size == 0 and not len(self.offset_index) and not len(self.time_index)
+        self.offset_index.on_file = self.time_index.on_file = NO_FILE
 
     def reset_state(self) -> None:
         """Forget everything learned from the batches (before a rebuild)."""
@@ -332,8 +339,9 @@ class LogSegment:
         wanted = ON_FILE_DURABLE if fsync else ON_FILE
         for suffix, index, entry_size in ((INDEX_SUFFIX, self.offset_index, OFFSET_ENTRY_SIZE),
                                           (TIME_INDEX_SUFFIX, self.time_index, TIME_ENTRY_SIZE)):
-            if index.on_file >= wanted and len(index) == index.written:
-                continue  # the file holds this index already (storage.index, NOT_ON_FILE)
+            if len(index) == index.written and (index.on_file >= wanted
+                                                or (index.on_file == NO_FILE and self.log.size == 0)):
+                continue  # the file holds this index already (storage.index, NO_FILE)
             f = self.fs.open(self.path(suffix))
             try:
                 _write_tail(f, index, entry_size)
