@@ -67,7 +67,8 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._checkpoint = checkpoint
-        #: An entry `assign`ed but not written since the last `flush`.
+        #: Entries that differ from the file's: an entry `assign`ed, or a
+        #: truncation not written, since the last write.
         self._unwritten = False
         # The latest epoch, or UNDEFINED_EPOCH (-1) when empty: a plain
         # attribute, since every append reads it.
@@ -131,7 +132,8 @@ class LeaderEpochCache:
         """Drop the entries that start at or after `end_offset`; with
         `durable=False` the file is rewritten but not fsynced, with
         `write=False` it is left as it is (the entries dropped stay on file
-        until the next write, and every load drops them again)."""
+        until the next `flush`, which writes them once the log end offset
+        passes their start, and every load drops them again till then)."""
         if self._starts and self._starts[-1] >= end_offset:
             while self._starts and self._starts[-1] >= end_offset:
                 self._epochs.pop()
@@ -140,6 +142,7 @@ class LeaderEpochCache:
                 self._persist(durable=durable)
             else:
                 self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+                self._unwritten = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop the entries that start at or before `start_offset`, keeping

@@ -229,8 +229,10 @@ class Log:
         loaded = load_log(
             self.fs, self.dir_path, self.config, now_ms, recovery_point, log_start_offset, checkpoint_files
         )
-        # A fresh log's files and names become durable at its first flush.
-        self._parent_dir_dirty = self._dir_dirty = loaded.fresh
+        # A fresh log's files and names (or a segment made for a directory
+        # left without one) become durable at its first flush.
+        self._parent_dir_dirty = loaded.fresh
+        self._dir_dirty = loaded.fresh or loaded.new_segment
         self.topic_partition = loaded.topic_partition
         self.checkpoint_files = checkpoint_files
         self.epoch_cache = loaded.epoch_cache

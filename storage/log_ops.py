@@ -52,6 +52,7 @@ class LoadedLog(NamedTuple):
     log_start_offset: int  # may be past the log end offset: the log restarts there
     epoch_cache: LeaderEpochCache
     checkpointed_recovery_point: int
+    new_segment: bool  # the directory held no segment: one was created
 
 
 def load_log(
@@ -108,7 +109,8 @@ def load_log(
         None if rebuild_epochs else epoch_cache,
         log_start_offset or 0,
     )
-    if not segments:
+    new_segment = not segments
+    if new_segment:
         segments = [LogSegment(fs, dir_path, log_start_offset or 0, config, now_ms)]
         segments[0].without_index_files()
         recovered = list(segments)
@@ -130,7 +132,7 @@ def load_log(
     epoch_cache.truncate_from_start(log_start_offset)
 
     if not fresh:
-        epoch_cache.flush()
+        epoch_cache.flush(log_end_offset)
         # An empty segment holds nothing to make durable: a broker restarted
         # after a crash with thousands of empty partitions spent four fsyncs
         # on each. If one was cut to empty and the cut is lost, the torn
@@ -140,7 +142,8 @@ def load_log(
             segment.flush()
         if written:
             fs.fsync_dir(dir_path)
-    return LoadedLog(fresh, tp, segments, recovered, log_start_offset, epoch_cache, checkpointed_rp or 0)
+    return LoadedLog(fresh, tp, segments, recovered, log_start_offset, epoch_cache, checkpointed_rp or 0,
+                     new_segment)
 
 
 def _read_offset(fs: FileSystem, parent: str, file_name: str, tp: tuple[str, int]) -> int | None:
