@@ -404,6 +404,8 @@ class Log:
         self._log_end_offset = next_offset
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
+        elif self.epoch_cache.stale_on_file:
+            self.epoch_cache.write_stale()
         if self._flush_policy:
             self._unflushed_messages += count
             self.maybe_flush(now_ms)
@@ -440,6 +442,8 @@ class Log:
             producer_state.update(header, base)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
+        elif self.epoch_cache.stale_on_file:
+            self.epoch_cache.write_stale()
         self._unflushed_messages += header[12]
         if self._flush_policy:
             self.maybe_flush(now_ms)
@@ -498,6 +502,8 @@ class Log:
         segment.record_batch(position, base, next_offset, max_timestamp)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
+        elif self.epoch_cache.stale_on_file:
+            self.epoch_cache.write_stale()
         self._unflushed_messages += count
         segment.last_append_ms = now_ms
         self._log_end_offset = next_offset
@@ -527,6 +533,8 @@ class Log:
             epoch = header.partition_leader_epoch
             if epoch > self.epoch_cache.latest_epoch:
                 self.epoch_cache.assign(epoch, header.base_offset)
+            elif self.epoch_cache.stale_on_file:
+                self.epoch_cache.write_stale()
             self._unflushed_messages += header.records_count
         segment.last_append_ms = now_ms
         self._log_end_offset = last.next_offset
@@ -679,15 +687,21 @@ class Log:
 
     # --- truncating, retention ---
 
-    def truncate_to(self, offset: int) -> bool:
+    def truncate_to(self, offset: int, write_checkpoints: bool = True) -> bool:
         """Remove the batches at and after `offset` (a batch holding it
         goes whole, so the LEO may end up below `offset`). Durable on
-        return. False if there was nothing to remove."""
+        return. False if there was nothing to remove.
+
+        A caller truncating many logs passes `write_checkpoints=False` and
+        then writes them all with one `write_checkpoints_of`, before
+        appending to any (a recovery point checkpoint past the new log end
+        would let a crash skip the recovery of what is appended next), as
+        Kafka's `LogManager.truncateTo` checkpoints each directory once."""
         if offset >= self._log_end_offset:
             return False
         assert offset >= 0, f"cannot truncate to negative offset {offset}"
         if offset < self._segments[0].base_offset:
-            self._restart_at(offset)
+            self._restart_at(offset, write_checkpoints)
             self._truncated(fully=True)
             return True
         i = bisect_right(self._base_offsets, offset) - 1
@@ -715,19 +729,19 @@ class Log:
         segment.flush()
         self._dir_dirty = self._dir_dirty or bool(removed)
         self._fsync_dirs()
-        if start_moved or self._recovery_point < self._checkpointed_recovery_point:
+        if write_checkpoints and (start_moved or self._recovery_point < self._checkpointed_recovery_point):
             self.write_checkpoints()
         self._truncated(fully=False)
         return True
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, write_checkpoints: bool = True) -> None:
         """Delete every segment and restart the log, empty, at `offset`
         (a follower too far behind the leader's log start). Durable on
-        return."""
-        self._restart_at(offset)
+        return (`write_checkpoints`: as for `truncate_to`)."""
+        self._restart_at(offset, write_checkpoints)
         self._truncated(fully=True)
 
-    def _restart_at(self, offset: int) -> None:
+    def _restart_at(self, offset: int, write_checkpoints: bool = True) -> None:
         assert offset >= 0
         now_ms = self._segments[-1].last_append_ms if self._segments else 0
         for segment in self._segments:
@@ -740,7 +754,8 @@ class Log:
         segment.flush()
         self._dir_dirty = True
         self._fsync_dirs()
-        self.write_checkpoints()
+        if write_checkpoints:
+            self.write_checkpoints()
         logger.info("%s: deleted every segment; the log restarts empty at offset %d", self.dir_path, offset)
 
     def _truncated(self, fully: bool) -> None:
