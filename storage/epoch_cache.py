@@ -78,6 +78,11 @@ class LeaderEpochCache:
         # What the file holds: the entries given (read from it, or written
         # by the caller), then each write's.
         self._on_file = self.entries
+        #: The file holds entries at or past the log end offset that a
+        #: `truncate_from_end(write=False)` dropped: the log must write the
+        #: file (`write_stale`) before it appends, or a crash after the
+        #: append would bring them back below the log end offset.
+        self.stale_on_file = False
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -131,9 +136,10 @@ class LeaderEpochCache:
     def truncate_from_end(self, end_offset: int, durable: bool = True, write: bool = True) -> None:
         """Drop the entries that start at or after `end_offset`; with
         `durable=False` the file is rewritten but not fsynced, with
-        `write=False` it is left as it is (the entries dropped stay on file
-        until the next `flush`, which writes them once the log end offset
-        passes their start, and every load drops them again till then)."""
+        `write=False` it is left as it is: the entries dropped stay on file,
+        and every load drops them again, until the log appends past them
+        (`write_stale`, called by the log at its first append) or the file
+        is next written."""
         if self._starts and self._starts[-1] >= end_offset:
             while self._starts and self._starts[-1] >= end_offset:
                 self._epochs.pop()
@@ -142,7 +148,7 @@ class LeaderEpochCache:
                 self._persist(durable=durable)
             else:
                 self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
-                self._unwritten = True
+                self.stale_on_file = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop the entries that start at or before `start_offset`, keeping
@@ -179,9 +185,16 @@ class LeaderEpochCache:
                 return
         self._persist()
 
+    def write_stale(self) -> None:
+        """Write the entries over the stale ones on file (not fsynced, as the
+        load-time cut it stands for; see `stale_on_file`)."""
+        self._persist(durable=False)
+
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
         if self._checkpoint is not None:
             self._checkpoint.write(self.entries, durable=durable)
             self._on_file = self.entries
-        self._unwritten = False
+        self.stale_on_file = False
+        if durable:  # an entry `assign`ed is owed an fsync before the recovery point passes it
+            self._unwritten = False

@@ -123,7 +123,8 @@ def load_log(
         if epoch_cache.entries or fs.exists(epoch_file.path):
             epoch_file.write(epoch_cache.entries)
     # Not written: entries past the log end offset stay on file until the
-    # cache is next written, and every load drops them here again (Kafka
+    # log first appends (`stale_on_file`), and every load drops them here
+    # again till then (Kafka
     # since KAFKA-15046 flushes this truncation asynchronously). A broker
     # restarted drops the epoch of every empty partition it led (it starts
     # at the log end offset): rewriting the file of each made a restart with
@@ -132,7 +133,7 @@ def load_log(
     epoch_cache.truncate_from_start(log_start_offset)
 
     if not fresh:
-        epoch_cache.flush(log_end_offset)
+        epoch_cache.flush()
         # An empty segment holds nothing to make durable: a broker restarted
         # after a crash with thousands of empty partitions spent four fsyncs
         # on each. If one was cut to empty and the cut is lost, the torn
