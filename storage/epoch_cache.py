@@ -164,7 +164,7 @@ class LeaderEpochCache:
         self._persist()
 
     def clear(self) -> None:
-        if self._epochs:
+        if self._epochs or self.stale_on_file:
             self._epochs.clear()
             self._starts.clear()
             self._persist()
