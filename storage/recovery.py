@@ -63,9 +63,10 @@ _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 _RECOVERY_CHUNK = 1 << 20
 
 
-def segment_base_offsets(fs: FileSystem, dir_path: str) -> list[int]:
-    """Base offsets of the `.log` files in `dir_path`, sorted; strays removed."""
-    names = fs.listdir(dir_path)
+def segment_base_offsets(fs: FileSystem, dir_path: str, listing: list[str] | None = None) -> list[int]:
+    """Base offsets of the `.log` files in `dir_path`, sorted; strays
+    removed. `listing`: the directory's names, if the caller listed it."""
+    names = fs.listdir(dir_path) if listing is None else listing
     bases = set()
     for name in names:
         stem, suffix = os.path.splitext(name)
@@ -212,8 +213,12 @@ def load_segments(
     `(segments, recovered)`: the log's segments in order, and those that
     were read in full and should be fsynced before the recovery point
     moves past them."""
-    complete_swaps(fs, dir_path, config)
-    bases = segment_base_offsets(fs, dir_path)
+    # One listing for both, unless a swap was finished: a broker opening
+    # 100,000 logs spent half its start-up listing each directory.
+    listing = fs.listdir(dir_path)
+    if complete_swaps(fs, dir_path, config, listing):
+        listing = fs.listdir(dir_path)
+    bases = segment_base_offsets(fs, dir_path, listing)
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
     for i, base in enumerate(bases):
