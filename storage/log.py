@@ -845,6 +845,11 @@ class Log:
             self.fs.fsync_dir(os.path.dirname(os.path.normpath(self.dir_path)) or ".")
             self._parent_dir_dirty = False
 
+    @property
+    def has_flush_policy(self) -> bool:
+        """Whether `flush.messages` or `flush.ms` is set (fixed at open)."""
+        return self._flush_policy
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if `flush.messages` or `flush.ms` says it is time."""
         config = self.config
