@@ -187,8 +187,11 @@ class LeaderEpochCache:
 
     def write_stale(self) -> None:
         """Write the entries over the stale ones on file (not fsynced, as the
-        load-time cut it stands for; see `stale_on_file`)."""
+        load-time cut it stands for; see `stale_on_file`), and again,
+        durably, at the next `flush`: the log's flush must not make its new
+        batches durable while the file still holds the stale entries."""
         self._persist(durable=False)
+        self._unwritten = True
 
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH

@@ -194,6 +194,8 @@ class Log:
         self.producer_state: ProducerStateManager | None = None
         self.truncations = 0
         self._opened_recovery_point = 0
+        # The producer snapshot files `_load` found, for `open` (then None).
+        self._snapshot_offsets_at_open: list[int] | None = None
 
     # --- opening ---
 
@@ -222,7 +224,9 @@ class Log:
         log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
         log._load(now_ms, recovery_point, log_start_offset, checkpoint_files)
         if producer_state:
-            log.producer_state = ProducerStateManager.load(log, recovery_point=log._opened_recovery_point)
+            log.producer_state = ProducerStateManager.load(log, recovery_point=log._opened_recovery_point,
+                                                           snapshot_offsets=log._snapshot_offsets_at_open)
+        log._snapshot_offsets_at_open = None
         return log
 
     def _load(self, now_ms: int, recovery_point, log_start_offset, checkpoint_files: bool) -> None:
@@ -243,6 +247,7 @@ class Log:
         self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
         #: The producer state is rebuilt from a snapshot at or below it.
         self._opened_recovery_point = loaded.checkpointed_recovery_point
+        self._snapshot_offsets_at_open = loaded.snapshot_offsets
         if self._log_start_offset > self._log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; restarting the log there",
@@ -307,6 +312,10 @@ class Log:
         of an idempotent producer's last 5 batches is not written: the base
         offset it got the first time comes back.
         """
+        # Entries a load cut but left on file go before any batch lands
+        # past them (`LeaderEpochCache.stale_on_file`).
+        if self.epoch_cache.stale_on_file:
+            self.epoch_cache.write_stale()
         # The fast path (module doc): every check of `validate_batch(...,
         # from_client=True)` as an integer comparison on one unpack; when one
         # fails, or the producer is idempotent, or a roll is due,
@@ -404,8 +413,6 @@ class Log:
         self._log_end_offset = next_offset
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
-        elif self.epoch_cache.stale_on_file:
-            self.epoch_cache.write_stale()
         if self._flush_policy:
             self._unflushed_messages += count
             self.maybe_flush(now_ms)
@@ -420,6 +427,8 @@ class Log:
 
     def _append_checked(self, batch, now_ms: int, leader_epoch: int | None, check_sequence: bool = True) -> int:
         """`append` for any batch (see its docstring)."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         header = check_client_batch(batch, self._max_message_bytes)
         base = self._log_end_offset
         producer_state = self.producer_state
@@ -442,8 +451,6 @@ class Log:
             producer_state.update(header, base)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
-        elif self.epoch_cache.stale_on_file:
-            self.epoch_cache.write_stale()
         self._unflushed_messages += header[12]
         if self._flush_policy:
             self.maybe_flush(now_ms)
@@ -453,6 +460,8 @@ class Log:
         """Append one or more batches with their own offsets (the first at
         or past the LEO); return the first base offset. The whole buffer
         goes to one segment in one write."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         # The fast path (module doc): `validate_batch`'s checks of a
         # follower's batch as integer comparisons on one unpack, for a
         # buffer holding exactly one batch; anything else, or a failed
@@ -502,8 +511,6 @@ class Log:
         segment.record_batch(position, base, next_offset, max_timestamp)
         if epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(epoch, base)
-        elif self.epoch_cache.stale_on_file:
-            self.epoch_cache.write_stale()
         self._unflushed_messages += count
         segment.last_append_ms = now_ms
         self._log_end_offset = next_offset
@@ -513,6 +520,8 @@ class Log:
 
     def _append_batches_as_follower(self, records, now_ms: int) -> int:
         """`append_as_follower` for any buffer: every batch validated, in order."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         batches = check_follower_batches(records, self._max_message_bytes, self._log_end_offset)
         if not batches:
             return self._log_end_offset
@@ -533,8 +542,6 @@ class Log:
             epoch = header.partition_leader_epoch
             if epoch > self.epoch_cache.latest_epoch:
                 self.epoch_cache.assign(epoch, header.base_offset)
-            elif self.epoch_cache.stale_on_file:
-                self.epoch_cache.write_stale()
             self._unflushed_messages += header.records_count
         segment.last_append_ms = now_ms
         self._log_end_offset = last.next_offset

@@ -25,6 +25,7 @@ from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptCheckpointError, CorruptRecordError
 from storage.fs import FileSystem
+from storage.producer_snapshot import snapshot_offsets_in
 from storage.recovery import load_segments
 from storage.segment import LogSegment
 
@@ -53,6 +54,7 @@ class LoadedLog(NamedTuple):
     epoch_cache: LeaderEpochCache
     checkpointed_recovery_point: int
     new_segment: bool  # the directory held no segment: one was created
+    snapshot_offsets: list[int]  # of the producer snapshot files, as listed
 
 
 def load_log(
@@ -100,6 +102,11 @@ def load_log(
         entries, rebuild_epochs = [], True
     epoch_cache = LeaderEpochCache(entries, checkpoint=epoch_file)
 
+    # One listing of the directory for the segments and the producer
+    # snapshots (none for a directory just made): each listing of 100,000
+    # directories at start-up cost seconds. Nothing below makes or removes
+    # a snapshot file before the producer state reads them.
+    listing = [] if fresh else fs.listdir(dir_path)
     segments, recovered = load_segments(
         fs,
         dir_path,
@@ -108,6 +115,7 @@ def load_log(
         now_ms,
         None if rebuild_epochs else epoch_cache,
         log_start_offset or 0,
+        listing,
     )
     new_segment = not segments
     if new_segment:
@@ -144,7 +152,7 @@ def load_log(
         if written:
             fs.fsync_dir(dir_path)
     return LoadedLog(fresh, tp, segments, recovered, log_start_offset, epoch_cache, checkpointed_rp or 0,
-                     new_segment)
+                     new_segment, snapshot_offsets_in(listing))
 
 
 def _read_offset(fs: FileSystem, parent: str, file_name: str, tp: tuple[str, int]) -> int | None:

@@ -112,6 +112,16 @@ def record_completed(segment: LogSegment, state: ProducerState, completed: Compl
                                             completed.last_offset, state.index_last_stable_offset(completed)))
 
 
+def snapshot_offsets_in(names: list[str]) -> list[int]:
+    """The offsets of the snapshot files among a directory's `names`, ascending."""
+    out = []
+    for name in names:
+        stem, suffix = os.path.splitext(name)
+        if suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
 def snapshot_file_name(offset: int) -> str:
     return f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
@@ -183,12 +193,7 @@ class ProducerStateManager(ProducerState):
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the snapshot files on disk, ascending."""
-        out = []
-        for name in self.fs.listdir(self.dir_path):
-            stem, suffix = os.path.splitext(name)
-            if suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
-                out.append(int(stem))
-        return sorted(out)
+        return snapshot_offsets_in(self.fs.listdir(self.dir_path))
 
     def take_snapshot(self, offset: int) -> None:
         """Write the state, which must cover exactly the batches below
@@ -220,19 +225,20 @@ class ProducerStateManager(ProducerState):
 
     @classmethod
     def load(cls, log: Log, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-             recovery_point: int | None = None):
+             recovery_point: int | None = None, snapshot_offsets: list[int] | None = None):
         """The state of `log` just opened; `recovery_point` is the one it
-        was opened with (the snapshot used is at or below it, module doc)."""
+        was opened with (the snapshot used is at or below it, module doc).
+        `snapshot_offsets`: those on disk, if the opener listed them."""
         manager = cls(log.fs, log.dir_path, producer_id_expiration_ms)
-        manager.reload(log, recovery_point)
+        manager.reload(log, recovery_point, snapshot_offsets)
         return manager
 
-    def reload(self, log: Log, upto: int | None = None) -> None:
+    def reload(self, log: Log, upto: int | None = None, snapshot_offsets: list[int] | None = None) -> None:
         """Drop snapshots past the log end offset; load the newest good one
         (at or below `upto` if given) and replay the batch headers after
         it, rebuilding the aborted-transaction index from there (module doc)."""
         end = log.log_end_offset
-        offsets = self.snapshot_offsets()
+        offsets = self.snapshot_offsets() if snapshot_offsets is None else list(snapshot_offsets)
         self._delete([o for o in offsets if o > end])
         bound = end if upto is None else min(end, upto)
         offsets = [o for o in offsets if o <= bound]

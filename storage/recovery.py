@@ -208,14 +208,17 @@ def load_segments(
     now_ms: int,
     epoch_cache: LeaderEpochCache | None,
     log_start_offset: int = 0,
+    listing: list[str] | None = None,
 ) -> tuple[list[LogSegment], list[LogSegment]]:
     """Open every segment of `dir_path` (see module docstring); return
     `(segments, recovered)`: the log's segments in order, and those that
     were read in full and should be fsynced before the recovery point
-    moves past them."""
+    moves past them. `listing`: the directory's names, if the caller
+    listed it."""
     # One listing for both, unless a swap was finished: a broker opening
     # 100,000 logs spent half its start-up listing each directory.
-    listing = fs.listdir(dir_path)
+    if listing is None:
+        listing = fs.listdir(dir_path)
     if complete_swaps(fs, dir_path, config, listing):
         listing = fs.listdir(dir_path)
     bases = segment_base_offsets(fs, dir_path, listing)
