@@ -67,13 +67,22 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._checkpoint = checkpoint
-        #: An entry `assign`ed but not written since the last `flush`.
+        #: Entries that differ from the file's: an entry `assign`ed, or a
+        #: truncation not written, since the last write.
         self._unwritten = False
         # The latest epoch, or UNDEFINED_EPOCH (-1) when empty: a plain
         # attribute, since every append reads it.
         self.latest_epoch = UNDEFINED_EPOCH
         for epoch, start_offset in entries:
             self._assign(epoch, start_offset)
+        # What the file holds: the entries given (read from it, or written
+        # by the caller), then each write's.
+        self._on_file = self.entries
+        #: The file holds entries at or past the log end offset that a
+        #: `truncate_from_end(write=False)` dropped: the log must write the
+        #: file (`write_stale`) before it appends, or a crash after the
+        #: append would bring them back below the log end offset.
+        self.stale_on_file = False
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -124,14 +133,22 @@ class LeaderEpochCache:
         i = bisect_right(self._starts, offset) - 1
         return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int, durable: bool = True) -> None:
+    def truncate_from_end(self, end_offset: int, durable: bool = True, write: bool = True) -> None:
         """Drop the entries that start at or after `end_offset`; with
-        `durable=False` the file is rewritten but not fsynced."""
+        `durable=False` the file is rewritten but not fsynced, with
+        `write=False` it is left as it is: the entries dropped stay on file,
+        and every load drops them again, until the log appends past them
+        (`write_stale`, called by the log at its first append) or the file
+        is next written."""
         if self._starts and self._starts[-1] >= end_offset:
             while self._starts and self._starts[-1] >= end_offset:
                 self._epochs.pop()
                 self._starts.pop()
-            self._persist(durable=durable)
+            if write:
+                self._persist(durable=durable)
+            else:
+                self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+                self.stale_on_file = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop the entries that start at or before `start_offset`, keeping
@@ -147,18 +164,40 @@ class LeaderEpochCache:
         self._persist()
 
     def clear(self) -> None:
-        if self._epochs:
+        if self._epochs or self.stale_on_file:
             self._epochs.clear()
             self._starts.clear()
             self._persist()
 
-    def flush(self) -> None:
-        """Write and fsync the entries `assign` added (before the recovery point passes them)."""
-        if self._unwritten:
-            self._persist()
+    def flush(self, log_end_offset: int | None = None) -> None:
+        """Write and fsync the entries `assign` added (before the recovery point passes them).
+
+        With the `log_end_offset` (a log closing), not when the entries
+        that differ from the file's all start at or past it: the next load
+        drops those (`truncate_from_end`) whatever the file says. A new
+        leader's entry for an empty partition is one: a clean shutdown
+        after 30,000 partitions were created wrote a file for each."""
+        if not self._unwritten:
+            return
+        if log_end_offset is not None:
+            below = [e for e in self.entries if e[1] < log_end_offset]
+            if below == [e for e in self._on_file if e[1] < log_end_offset]:
+                return
+        self._persist()
+
+    def write_stale(self) -> None:
+        """Write the entries over the stale ones on file (not fsynced, as the
+        load-time cut it stands for; see `stale_on_file`), and again,
+        durably, at the next `flush`: the log's flush must not make its new
+        batches durable while the file still holds the stale entries."""
+        self._persist(durable=False)
+        self._unwritten = True
 
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
         if self._checkpoint is not None:
             self._checkpoint.write(self.entries, durable=durable)
-        self._unwritten = False
+            self._on_file = self.entries
+        self.stale_on_file = False
+        if durable:  # an entry `assign`ed is owed an fsync before the recovery point passes it
+            self._unwritten = False

@@ -48,6 +48,18 @@ MAX_RELATIVE_OFFSET = (1 << 31) - 1
 # the fastest to append to, else `unsigned long long`.
 UINT64 = "L" if array("L").itemsize == 8 else "Q"
 
+# What an index's file is known to hold (`on_file`): no file, for a new
+# segment still empty (an empty segment's missing index reads as empty, so
+# the files of a partition never written are never made); nothing known
+# (write it before trusting it); exactly its first `written` entries; or
+# those and fsynced. An index read from its file starts durable: what a read returns
+# is what the file holds (a crash of the machine before the kernel wrote
+# pages another process left dirty loses them, and recovery rebuilds an
+# index past the recovery point anyway). Closing a log skips the files of
+# an index with nothing new: a clean shutdown of 30,000 untouched
+# partitions spent 17 s opening index files to write nothing.
+NO_FILE, NOT_ON_FILE, ON_FILE, ON_FILE_DURABLE = -1, 0, 1, 2
+
 
 def floor_index(keys, target) -> int:
     """Index of the last key <= target in sorted `keys`, or -1."""
@@ -73,7 +85,7 @@ class OffsetIndex:
     """The `.index` of one segment, in memory. Entries are strictly
     increasing in both offset and position."""
 
-    __slots__ = ("base_offset", "max_entries", "offsets", "positions", "written")
+    __slots__ = ("base_offset", "max_entries", "offsets", "on_file", "positions", "written")
 
     def __init__(self, base_offset: int, max_entries: int) -> None:
         self.base_offset = base_offset
@@ -85,6 +97,7 @@ class OffsetIndex:
         self.positions = array(UINT64)
         # How many leading entries the index file holds already.
         self.written = 0
+        self.on_file = NOT_ON_FILE
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -119,7 +132,8 @@ class OffsetIndex:
         keep = bisect_left(self.positions, position)
         del self.offsets[keep:]
         del self.positions[keep:]
-        self.written = min(self.written, keep)
+        if keep < self.written:
+            self.written, self.on_file = keep, NOT_ON_FILE
 
     def encode(self, start: int = 0) -> bytes:
         """Entries `start..` in the file layout."""
@@ -135,7 +149,7 @@ class TimeIndex:
     """The `.timeindex` of one segment, in memory. Timestamps and offsets
     never decrease; timestamps strictly increase between entries."""
 
-    __slots__ = ("base_offset", "max_entries", "timestamps", "offsets", "written", "last_ts")
+    __slots__ = ("base_offset", "max_entries", "timestamps", "offsets", "on_file", "written", "last_ts")
 
     def __init__(self, base_offset: int, max_entries: int) -> None:
         self.base_offset = base_offset
@@ -146,6 +160,7 @@ class TimeIndex:
         self.timestamps = array(UINT64)
         self.offsets = array(UINT64)
         self.written = 0
+        self.on_file = NOT_ON_FILE
         # The last entry's timestamp (-1 when empty), kept for the append path.
         self.last_ts = -1
 
@@ -183,7 +198,8 @@ class TimeIndex:
         keep = bisect_left(self.offsets, offset)
         del self.timestamps[keep:]
         del self.offsets[keep:]
-        self.written = min(self.written, keep)
+        if keep < self.written:
+            self.written, self.on_file = keep, NOT_ON_FILE
         self.last_ts = self.timestamps[-1] if self.timestamps else -1
 
     def encode(self, start: int = 0) -> bytes:
@@ -220,6 +236,7 @@ def parse_offset_index(
         index.positions.append(pos)
         last_rel, last_pos = rel, pos
     index.written = len(index.offsets)
+    index.on_file = ON_FILE_DURABLE
     return index
 
 
@@ -242,5 +259,6 @@ def parse_time_index(data: bytes, base_offset: int, max_entries: int) -> TimeInd
         index.offsets.append(base_offset + rel)
         last_ts, last_rel = ts, rel
     index.written = len(index.timestamps)
+    index.on_file = ON_FILE_DURABLE
     index.last_ts = index.timestamps[-1] if index.timestamps else -1
     return index

@@ -197,6 +197,8 @@ class Log:
         self.producer_state: ProducerStateManager | None = None
         self.truncations = 0
         self._opened_recovery_point = 0
+        # The producer snapshot files `_load` found, for `open` (then None).
+        self._snapshot_offsets_at_open: list[int] | None = None
 
     # --- opening ---
 
@@ -225,15 +227,19 @@ class Log:
         log = cls(dir_path, config or LogConfig(), fs or OsFileSystem(), now_ms)
         log._load(now_ms, recovery_point, log_start_offset, checkpoint_files)
         if producer_state:
-            log.producer_state = ProducerStateManager.load(log, recovery_point=log._opened_recovery_point)
+            log.producer_state = ProducerStateManager.load(log, recovery_point=log._opened_recovery_point,
+                                                           snapshot_offsets=log._snapshot_offsets_at_open)
+        log._snapshot_offsets_at_open = None
         return log
 
     def _load(self, now_ms: int, recovery_point, log_start_offset, checkpoint_files: bool) -> None:
         loaded = load_log(
             self.fs, self.dir_path, self.config, now_ms, recovery_point, log_start_offset, checkpoint_files
         )
-        # A fresh log's files and names become durable at its first flush.
-        self._parent_dir_dirty = self._dir_dirty = loaded.fresh
+        # A fresh log's files and names (or a segment made for a directory
+        # left without one) become durable at its first flush.
+        self._parent_dir_dirty = loaded.fresh
+        self._dir_dirty = loaded.fresh or loaded.new_segment
         self.topic_partition = loaded.topic_partition
         self.checkpoint_files = checkpoint_files
         self.epoch_cache = loaded.epoch_cache
@@ -244,6 +250,7 @@ class Log:
         self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
         #: The producer state is rebuilt from a snapshot at or below it.
         self._opened_recovery_point = loaded.checkpointed_recovery_point
+        self._snapshot_offsets_at_open = loaded.snapshot_offsets
         if self._log_start_offset > self._log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; restarting the log there",
@@ -320,6 +327,10 @@ class Log:
         of an idempotent producer's last 5 batches is not written: the base
         offset it got the first time comes back.
         """
+        # Entries a load cut but left on file go before any batch lands
+        # past them (`LeaderEpochCache.stale_on_file`).
+        if self.epoch_cache.stale_on_file:
+            self.epoch_cache.write_stale()
         # The fast path (module doc): every check of `validate_batch(...,
         # from_client=True)` as an integer comparison on one unpack; when one
         # fails, or the producer is idempotent, or a roll is due,
@@ -431,6 +442,8 @@ class Log:
 
     def _append_checked(self, batch, now_ms: int, leader_epoch: int | None, check_sequence: bool = True) -> int:
         """`append` for any batch (see its docstring)."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         header = check_client_batch(batch, self._max_message_bytes)
         base = self._log_end_offset
         producer_state = self.producer_state
@@ -462,6 +475,8 @@ class Log:
         """Append one or more batches with their own offsets (the first at
         or past the LEO); return the first base offset. The whole buffer
         goes to one segment in one write."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         # The fast path (module doc): `validate_batch`'s checks of a
         # follower's batch as integer comparisons on one unpack, for a
         # buffer holding exactly one batch; anything else, or a failed
@@ -520,6 +535,8 @@ class Log:
 
     def _append_batches_as_follower(self, records, now_ms: int) -> int:
         """`append_as_follower` for any buffer: every batch validated, in order."""
+        if self.epoch_cache.stale_on_file:  # as in `append`
+            self.epoch_cache.write_stale()
         batches = check_follower_batches(records, self._max_message_bytes, self._log_end_offset)
         if not batches:
             return self._log_end_offset
@@ -706,15 +723,21 @@ class Log:
 
     # --- truncating, retention ---
 
-    def truncate_to(self, offset: int) -> bool:
+    def truncate_to(self, offset: int, write_checkpoints: bool = True) -> bool:
         """Remove the batches at and after `offset` (a batch holding it
         goes whole, so the LEO may end up below `offset`). Durable on
-        return. False if there was nothing to remove."""
+        return. False if there was nothing to remove.
+
+        A caller truncating many logs passes `write_checkpoints=False` and
+        then writes them all with one `write_checkpoints_of`, before
+        appending to any (a recovery point checkpoint past the new log end
+        would let a crash skip the recovery of what is appended next), as
+        Kafka's `LogManager.truncateTo` checkpoints each directory once."""
         if offset >= self._log_end_offset:
             return False
         assert offset >= 0, f"cannot truncate to negative offset {offset}"
         if offset < self._segments[0].base_offset:
-            self._restart_at(offset)
+            self._restart_at(offset, write_checkpoints)
             self._truncated(fully=True)
             return True
         i = bisect_right(self._base_offsets, offset) - 1
@@ -742,19 +765,19 @@ class Log:
         segment.flush()
         self._dir_dirty = self._dir_dirty or bool(removed)
         self._fsync_dirs()
-        if start_moved or self._recovery_point < self._checkpointed_recovery_point:
+        if write_checkpoints and (start_moved or self._recovery_point < self._checkpointed_recovery_point):
             self.write_checkpoints()
         self._truncated(fully=False)
         return True
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, write_checkpoints: bool = True) -> None:
         """Delete every segment and restart the log, empty, at `offset`
         (a follower too far behind the leader's log start). Durable on
-        return."""
-        self._restart_at(offset)
+        return (`write_checkpoints`: as for `truncate_to`)."""
+        self._restart_at(offset, write_checkpoints)
         self._truncated(fully=True)
 
-    def _restart_at(self, offset: int) -> None:
+    def _restart_at(self, offset: int, write_checkpoints: bool = True) -> None:
         assert offset >= 0
         now_ms = self._segments[-1].last_append_ms if self._segments else 0
         for segment in self._segments:
@@ -767,7 +790,8 @@ class Log:
         segment.flush()
         self._dir_dirty = True
         self._fsync_dirs()
-        self.write_checkpoints()
+        if write_checkpoints:
+            self.write_checkpoints()
         logger.info("%s: deleted every segment; the log restarts empty at offset %d", self.dir_path, offset)
 
     def _truncated(self, fully: bool) -> None:
@@ -857,6 +881,11 @@ class Log:
             self.fs.fsync_dir(os.path.dirname(os.path.normpath(self.dir_path)) or ".")
             self._parent_dir_dirty = False
 
+    @property
+    def has_flush_policy(self) -> bool:
+        """Whether `flush.messages` or `flush.ms` is set (fixed at open)."""
+        return self._flush_policy
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if `flush.messages` or `flush.ms` says it is time."""
         config = self.config
@@ -889,13 +918,13 @@ class Log:
             return
         active = self._segments[-1]
         active.finalize_time_index()
-        self.epoch_cache.flush()
+        self.epoch_cache.flush(self._log_end_offset)
         self.flush()
         active.flush()
         if checkpoint:
             self.write_checkpoints()
         if self.producer_state is not None:
-            self.producer_state.take_snapshot(self._log_end_offset)
+            self.producer_state.maybe_take_snapshot(self._log_end_offset)
         for segment in self._segments:
             segment.close()
         self._closed = True

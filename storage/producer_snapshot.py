@@ -112,6 +112,16 @@ def record_completed(segment: LogSegment, state: ProducerState, completed: Compl
                                             completed.last_offset, state.index_last_stable_offset(completed)))
 
 
+def snapshot_offsets_in(names: list[str]) -> list[int]:
+    """The offsets of the snapshot files among a directory's `names`, ascending."""
+    out = []
+    for name in names:
+        stem, suffix = os.path.splitext(name)
+        if suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
 def snapshot_file_name(offset: int) -> str:
     return f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
@@ -172,6 +182,9 @@ class ProducerStateManager(ProducerState):
         super().__init__(producer_id_expiration_ms)
         self.fs = fs
         self.dir_path = dir_path
+        #: The offset of the newest snapshot file this manager loaded or
+        #: wrote (None: none), for `maybe_take_snapshot`.
+        self.snapshot_offset: int | None = None
 
     # --- files ---
 
@@ -180,21 +193,28 @@ class ProducerStateManager(ProducerState):
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the snapshot files on disk, ascending."""
-        out = []
-        for name in self.fs.listdir(self.dir_path):
-            stem, suffix = os.path.splitext(name)
-            if suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
-                out.append(int(stem))
-        return sorted(out)
+        return snapshot_offsets_in(self.fs.listdir(self.dir_path))
 
     def take_snapshot(self, offset: int) -> None:
         """Write the state, which must cover exactly the batches below
         `offset`, to `<offset>.snapshot` (atomically, durably)."""
         write_atomically(self.fs, self._path(offset), encode_snapshot(offset, self.snapshot_entries()))
+        self.snapshot_offset = offset
+
+    def maybe_take_snapshot(self, offset: int) -> None:
+        """`take_snapshot`, unless no batch came since the newest snapshot
+        (or, with no snapshot, none at all: `offset` 0): as Kafka's
+        `takeSnapshot` skips one that is "not a new offset". A clean
+        shutdown of 30,000 untouched partitions spent 8 s rewriting their
+        snapshots."""
+        if offset != (0 if self.snapshot_offset is None else self.snapshot_offset):
+            self.take_snapshot(offset)
 
     def _delete(self, offsets: list[int]) -> None:
         for offset in offsets:
             self.fs.remove(self._path(offset))
+            if offset == self.snapshot_offset:
+                self.snapshot_offset = None
         if offsets:
             self.fs.fsync_dir(self.dir_path)
 
@@ -205,23 +225,25 @@ class ProducerStateManager(ProducerState):
 
     @classmethod
     def load(cls, log: Log, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-             recovery_point: int | None = None):
+             recovery_point: int | None = None, snapshot_offsets: list[int] | None = None):
         """The state of `log` just opened; `recovery_point` is the one it
-        was opened with (the snapshot used is at or below it, module doc)."""
+        was opened with (the snapshot used is at or below it, module doc).
+        `snapshot_offsets`: those on disk, if the opener listed them."""
         manager = cls(log.fs, log.dir_path, producer_id_expiration_ms)
-        manager.reload(log, recovery_point)
+        manager.reload(log, recovery_point, snapshot_offsets)
         return manager
 
-    def reload(self, log: Log, upto: int | None = None) -> None:
+    def reload(self, log: Log, upto: int | None = None, snapshot_offsets: list[int] | None = None) -> None:
         """Drop snapshots past the log end offset; load the newest good one
         (at or below `upto` if given) and replay the batch headers after
         it, rebuilding the aborted-transaction index from there (module doc)."""
         end = log.log_end_offset
-        offsets = self.snapshot_offsets()
+        offsets = self.snapshot_offsets() if snapshot_offsets is None else list(snapshot_offsets)
         self._delete([o for o in offsets if o > end])
         bound = end if upto is None else min(end, upto)
         offsets = [o for o in offsets if o <= bound]
         self.clear()
+        self.snapshot_offset = None
         start = None
         while offsets:
             offset = offsets.pop()
@@ -236,7 +258,7 @@ class ProducerStateManager(ProducerState):
                 continue
             self.producers = {e.producer_id: e for e in entries}
             self._rebuild_ongoing()
-            start = offset
+            start = self.snapshot_offset = offset
             break
         replayed = self._replay(log, start)
         logger.debug(

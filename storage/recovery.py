@@ -51,7 +51,7 @@ from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptIndexError, CorruptRecordError, UnsupportedCompressionError
 from storage.fs import FileSystem
-from storage.index import MAX_RELATIVE_OFFSET, parse_offset_index, parse_time_index
+from storage.index import MAX_RELATIVE_OFFSET, NO_FILE, parse_offset_index, parse_time_index
 from storage.record_validation import check_stored_batch
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from storage.segment_swap import complete_swaps
@@ -63,9 +63,10 @@ _STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 _RECOVERY_CHUNK = 1 << 20
 
 
-def segment_base_offsets(fs: FileSystem, dir_path: str) -> list[int]:
-    """Base offsets of the `.log` files in `dir_path`, sorted; strays removed."""
-    names = fs.listdir(dir_path)
+def segment_base_offsets(fs: FileSystem, dir_path: str, listing: list[str] | None = None) -> list[int]:
+    """Base offsets of the `.log` files in `dir_path`, sorted; strays
+    removed. `listing`: the directory's names, if the caller listed it."""
+    names = fs.listdir(dir_path) if listing is None else listing
     bases = set()
     for name in names:
         stem, suffix = os.path.splitext(name)
@@ -88,9 +89,15 @@ def load_trusted(segment: LogSegment, config: LogConfig) -> None:
     fs = segment.fs
     size = segment.size
     paths = segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX)
-    for p in paths:
-        if not fs.exists(p):
-            raise CorruptIndexError(f"{p} is missing")
+    missing = [p for p in paths if not fs.exists(p)]
+    if missing and size == 0 and len(missing) == len(paths):
+        # An empty segment's index files are made with its first batch
+        # (storage.index, NO_FILE): nothing to load.
+        segment.reset_state()
+        segment.offset_index.on_file = segment.time_index.on_file = NO_FILE
+        return
+    for p in missing:
+        raise CorruptIndexError(f"{p} is missing")
     max_entries = config.segment_index_bytes
     offset_index = parse_offset_index(fs.read_file(paths[0]), segment.base_offset, max_entries, size)
     time_index = parse_time_index(fs.read_file(paths[1]), segment.base_offset, max_entries)
@@ -205,13 +212,20 @@ def load_segments(
     now_ms: int,
     epoch_cache: LeaderEpochCache | None,
     log_start_offset: int = 0,
+    listing: list[str] | None = None,
 ) -> tuple[list[LogSegment], list[LogSegment]]:
     """Open every segment of `dir_path` (see module docstring); return
     `(segments, recovered)`: the log's segments in order, and those that
     were read in full and should be fsynced before the recovery point
-    moves past them."""
-    complete_swaps(fs, dir_path, config)
-    bases = segment_base_offsets(fs, dir_path)
+    moves past them. `listing`: the directory's names, if the caller
+    listed it."""
+    # One listing for both, unless a swap was finished: a broker opening
+    # 100,000 logs spent half its start-up listing each directory.
+    if listing is None:
+        listing = fs.listdir(dir_path)
+    if complete_swaps(fs, dir_path, config, listing):
+        listing = fs.listdir(dir_path)
+    bases = segment_base_offsets(fs, dir_path, listing)
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
     for i, base in enumerate(bases):

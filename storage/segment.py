@@ -61,7 +61,10 @@ from storage.record_validation import check_stored_batch
 from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 from storage.index import (
     MAX_RELATIVE_OFFSET,
+    NO_FILE,
     OFFSET_ENTRY_SIZE,
+    ON_FILE,
+    ON_FILE_DURABLE,
     TIME_ENTRY_SIZE,
     OffsetIndex,
     TimeIndex,
@@ -116,6 +119,12 @@ class LogSegment:
         #: (see the module docstring); `load_trusted` sets it.
         self.unchecked: list[list[int]] = []
         self.reset_state()
+
+    def without_index_files(self) -> None:
+        """For a new segment of a new log: its index files are made with
+        its first batch, not now (storage.index, NO_FILE)."""
+        assert self.log.size == 0 and not len(self.offset_index) and not len(self.time_index)
+        self.offset_index.on_file = self.time_index.on_file = NO_FILE
 
     def reset_state(self) -> None:
         """Forget everything learned from the batches (before a rebuild)."""
@@ -413,13 +422,18 @@ class LogSegment:
         The index files are open only while written: a broker with tens of
         thousands of partitions holds one descriptor per segment (`.log`),
         not three, against the process's open-files limit."""
+        wanted = ON_FILE_DURABLE if fsync else ON_FILE
         for suffix, index, entry_size in ((INDEX_SUFFIX, self.offset_index, OFFSET_ENTRY_SIZE),
                                           (TIME_INDEX_SUFFIX, self.time_index, TIME_ENTRY_SIZE)):
+            if len(index) == index.written and (index.on_file >= wanted
+                                                or (index.on_file == NO_FILE and self.log.size == 0)):
+                continue  # the file holds this index already (storage.index, NO_FILE)
             f = self.fs.open(self.path(suffix))
             try:
                 _write_tail(f, index, entry_size)
                 if fsync:
                     f.fsync()
+                index.on_file = wanted
             finally:
                 f.close()
 

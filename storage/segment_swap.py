@@ -168,9 +168,10 @@ class _SwapSegment(LogSegment):
         return super().path(suffix) + SWAP_SUFFIX
 
 
-def complete_swaps(fs: FileSystem, dir_path: str, config: LogConfig) -> int:
-    """Finish the swaps a crash interrupted (module doc); return how many."""
-    names = set(fs.listdir(dir_path))
+def complete_swaps(fs: FileSystem, dir_path: str, config: LogConfig, listing: list[str] | None = None) -> int:
+    """Finish the swaps a crash interrupted (module doc); return how many.
+    `listing`: the directory's names, if the caller listed it already."""
+    names = set(fs.listdir(dir_path) if listing is None else listing)
     swaps = sorted(int(n[:20]) for n in names if n[:20].isdigit() and n[20:] == LOG_SUFFIX + SWAP_SUFFIX)
     if not swaps:
         return 0

@@ -123,6 +123,10 @@ class LogManager:
         self._fs = log_file_system(self.log_dirs[0] if self.log_dirs else ".", disk_fault_file, self.open_files)
         _log.info("log.max.open.files=%d (open-files limit %s)", self.open_files.capacity, _nofile_limit())
         self._logs: dict[TopicPartitionName, Log] = {}
+        # The logs with `flush.ms` or `flush.messages` (fixed when a log is
+        # opened): the flush pass runs every second, and walking 100,000
+        # logs that have neither held the event loop each time.
+        self._flushed_by_policy: dict[TopicPartitionName, Log] = {}
         self._dir_of: dict[TopicPartitionName, str] = {}
         #: How many partitions each log dir holds (`_pick_dir`, without a walk per new log).
         self._dir_counts: dict[str, int] = {d: 0 for d in self.log_dirs}
@@ -226,6 +230,8 @@ class LogManager:
             write_atomically(self._fs, os.path.join(path, PARTITION_METADATA_FILE),
                              f"version: 0\ntopic_id: {topic_id}\n".encode(), durable=not fresh)
         self._logs[tp] = log
+        if log.has_flush_policy:
+            self._flushed_by_policy[tp] = log
         self._place(tp, log_dir)
         return log
 
@@ -233,6 +239,7 @@ class LogManager:
         """Close and remove a partition's log (durably renamed first)."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
+        self._flushed_by_policy.pop(tp, None)
         log_dir = self._dir_of.pop(tp, None)
         self._checkpointed_hws.pop(tp, None)
         self._start_offsets.pop(tp, None)
@@ -301,7 +308,7 @@ class LogManager:
 
     def flush_due(self, now_ms: int) -> None:
         """Apply `flush.ms` to logs that have it."""
-        for log in self._logs.values():
+        for log in self._flushed_by_policy.values():
             log.maybe_flush(now_ms)
 
     def enforce_retention(self, now_ms: int) -> int:
@@ -367,6 +374,7 @@ class LogManager:
             _log.error("writing the logs' checkpoints failed: %s; the logs are recovered at the next start", e)
             self._unclean_dirs.update(self.log_dirs)
         self._logs.clear()
+        self._flushed_by_policy.clear()
         return failed
 
     # --- helpers -------------------------------------------------------

@@ -51,6 +51,7 @@ from common.wire import ConnectionFailedError
 from common.wire.client import open_connection
 from common.wire.codec import EncodedRequest
 from common.wire.fetch_request import encode_fetch_v12
+from storage.log_checkpoints import write_checkpoints_of
 from storage.record_validation import check_stored_batches
 
 _log = logging.getLogger("broker.replica_fetcher")
@@ -201,9 +202,10 @@ class ReplicaFetchers:
         by_id = replicas.by_id
         timeline = replicas.timeline
         clock_ms = self.broker.clock_ms
+        not_truncated = self._truncate_all(fetcher, actions)
         for action in actions:
             hp = by_id.get(action.key)
-            if hp is None or hp.state.leader is not None:
+            if hp is None or hp.state.leader is not None or action.key in not_truncated:
                 continue
             changed = False
             if action.truncate_to is not None or action.start_at is not None or len(action.records):
@@ -217,20 +219,55 @@ class ReplicaFetchers:
             if leader_high_watermark is not None and timeline.watching:
                 log_timeline(timeline.on_fetch_answered(hp, clock_ms()))
 
+    def _truncate_all(self, fetcher, actions) -> set:
+        """Truncate or start over every log an action of this answer says
+        to, then write the recovery point checkpoints of them all at once,
+        before any append (`Log.truncate_to`): a leader change makes
+        thousands of followers truncate, and a per-directory file rewritten
+        per partition was quadratic. The keys whose truncation failed (the
+        fetcher backs them off)."""
+        not_truncated: set = set()
+        truncated = []
+        by_id = self.broker.replicas.by_id
+        for action in actions:
+            if action.truncate_to is None and action.start_at is None:
+                continue
+            hp = by_id.get(action.key)
+            if hp is None or hp.state.leader is not None:
+                continue
+            log = hp.log
+            try:
+                if action.truncate_to is not None:
+                    _log.info("%s-%d: truncating to %d (DivergingEpoch)", hp.state.topic, hp.state.partition,
+                              action.truncate_to)
+                    log.truncate_to(action.truncate_to, write_checkpoints=False)
+                    log.epoch_cache.truncate_from_end(action.truncate_to)
+                if action.start_at is not None:
+                    _log.info("%s-%d: starting over at the leader's log start %d", hp.state.topic,
+                              hp.state.partition, action.start_at)
+                    log.truncate_fully_and_start_at(action.start_at, write_checkpoints=False)
+                truncated.append(log)
+            except Exception as exc:  # a disk error: retry later
+                _log.warning("%s-%d: follower truncation failed: %s", hp.state.topic, hp.state.partition, exc)
+                fetcher.on_append_failed(action.key, self.broker.clock_ms())
+                not_truncated.add(action.key)
+        if truncated:
+            try:
+                write_checkpoints_of(truncated)
+            except Exception as exc:  # a full or failing disk: none of them takes records before it is written
+                _log.warning("writing the recovery point checkpoints of %d truncated logs failed: %s; "
+                             "their fetches are retried", len(truncated), exc)
+                for action in actions:
+                    if action.truncate_to is not None or action.start_at is not None:
+                        fetcher.on_append_failed(action.key, self.broker.clock_ms())
+                        not_truncated.add(action.key)
+        return not_truncated
+
     def _change_log(self, fetcher, hp, action) -> bool:
-        """Truncate, start over and append as `action` says; False if that
-        failed (the fetcher backs off the partition)."""
+        """Append as `action` says, its truncation done (`_truncate_all`);
+        False if that failed (the fetcher backs off the partition)."""
         log = hp.log
         try:
-            if action.truncate_to is not None:
-                _log.info("%s-%d: truncating to %d (DivergingEpoch)", hp.state.topic, hp.state.partition,
-                          action.truncate_to)
-                log.truncate_to(action.truncate_to)
-                log.epoch_cache.truncate_from_end(action.truncate_to)
-            if action.start_at is not None:
-                _log.info("%s-%d: starting over at the leader's log start %d", hp.state.topic,
-                          hp.state.partition, action.start_at)
-                log.truncate_fully_and_start_at(action.start_at)
             if len(action.records):
                 # The records of what the leader sent are walked as a leader
                 # walks a client's (their structure; the topic's rules were

@@ -20,6 +20,16 @@ A broker's lifecycle, as the image records it (`fenced`,
       DOWN                    respond should_shut_down
     any       => (none)       UnregisterBroker
 
+No metadata batch carries more than MAX_CHANGES_PER_BATCH partition
+changes (as no CreateTopics creates more partitions): a broker leaving
+100,000 partitions in one batch made a request larger than a metadata
+batch may be, and every broker replays a batch whole before acting on its
+first record. A controlled shutdown gets the next changes at each of its
+heartbeats (100 ms apart while it waits); the leaders a returning broker's
+unfencing elects past the first batch come in the ticks after it
+(`tick`), as the moves off a fenced broker do (`LeaderMoves`). Kafka's
+controller, too, appends a large non-atomic result as several batches.
+
 The image is the durable part. The soft part -- when each broker last
 heartbeated -- lives only in this manager on the active controller and is
 rebuilt when a controller becomes active: every registered broker gets a
@@ -36,6 +46,7 @@ from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterB
 from quorum.controller.config import ControllerConfig
 from quorum.controller.elections import LeaderMoves, changes_for_leaving_brokers, changes_for_returning_broker
 from quorum.controller.result import NO_THROTTLE, ControllerResult
+from quorum.controller.topic_control import MAX_PARTITIONS_PER_REQUEST
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
     BrokerRegistrationChangeRecord,
@@ -44,6 +55,9 @@ from quorum.metadata.records import (
     RegisterBrokerRecord,
     UnregisterBrokerRecord,
 )
+
+
+MAX_CHANGES_PER_BATCH = MAX_PARTITIONS_PER_REQUEST
 
 
 def _heartbeat_response(error: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
@@ -63,6 +77,9 @@ class ClusterControlManager:
         # Their partitions, moved a batch per tick (and a fenced broker's
         # leftovers when a controller failover came halfway).
         self._moves = LeaderMoves(image)
+        # Unfenced brokers whose offline partitions may still need a leader
+        # elected (more than one batch's worth when unfenced).
+        self._elections_owed: set[int] = set()
 
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         last = self._last_heartbeat_ms.get(broker_id)
@@ -104,8 +121,11 @@ class ClusterControlManager:
             rack=request.rack, fenced=True)]
         if existing is not None:
             # The previous incarnation may still lead or sit in ISRs; a
-            # restarted process may have lost unflushed data, so it leaves them.
-            records += changes_for_leaving_brokers(image, (broker_id,), self._config)
+            # restarted process may have lost unflushed data, so it leaves
+            # them, a batch now and the rest in the ticks after (`LeaderMoves`).
+            self._elections_owed.discard(broker_id)
+            self._moves.add(image, (broker_id,))
+            records += self._moves.take(image, self._config, MAX_CHANGES_PER_BATCH, fencing=(broker_id,))
         self._touch(broker_id, now_ms)
         return ControllerResult(
             tuple(records),
@@ -135,11 +155,14 @@ class ClusterControlManager:
                 return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up, shut_down=True))
             if request.want_fence or not caught_up:
                 return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up))
-            records = [change(fenced=False), *changes_for_returning_broker(image, broker_id, self._config)]
+            elections = changes_for_returning_broker(image, broker_id, self._config, MAX_CHANGES_PER_BATCH)
+            if len(elections) >= MAX_CHANGES_PER_BATCH:
+                self._elections_owed.add(broker_id)
+            records = [change(fenced=False), *elections]
             return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=True, fenced=False))
 
         if reg.in_controlled_shutdown:
-            moves = changes_for_leaving_brokers(image, (broker_id,), self._config)
+            moves = changes_for_leaving_brokers(image, (broker_id,), self._config, MAX_CHANGES_PER_BATCH)
             if moves:
                 return ControllerResult(tuple(moves), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
             # It leads nothing and has left every ISR it could: let it go.
@@ -147,10 +170,13 @@ class ClusterControlManager:
                                     _heartbeat_response(ok, caught_up=caught_up, shut_down=True))
         if request.want_shut_down:
             records = [change(in_controlled_shutdown=True),
-                       *changes_for_leaving_brokers(image, (broker_id,), self._config)]
+                       *changes_for_leaving_brokers(image, (broker_id,), self._config, MAX_CHANGES_PER_BATCH)]
             return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
         if request.want_fence:
-            records = [change(fenced=True), *changes_for_leaving_brokers(image, (broker_id,), self._config)]
+            self._elections_owed.discard(broker_id)
+            self._moves.add(image, (broker_id,))
+            records = [change(fenced=True),
+                       *self._moves.take(image, self._config, MAX_CHANGES_PER_BATCH, fencing=(broker_id,))]
             return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=caught_up))
         return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
 
@@ -190,7 +216,9 @@ class ClusterControlManager:
                 stale.append(reg)
         limit = self._config.fence_moves_per_batch
         if not stale:
-            return self._moves.take(image, self._config, limit) if self._moves else []
+            if self._moves:
+                return self._moves.take(image, self._config, limit)
+            return self._owed_elections(image)
         stale.sort(key=lambda r: r.broker_id)
         records: list[Record] = [BrokerRegistrationChangeRecord(broker_id=r.broker_id, broker_epoch=r.epoch, fenced=True)
                                  for r in stale]
@@ -200,6 +228,20 @@ class ClusterControlManager:
         self._fencing.update(ids)
         return records
 
+    def _owed_elections(self, image: MetadataImage) -> list[Record]:
+        """The next batch of leaders elected on a returning broker (module doc)."""
+        while self._elections_owed:
+            broker_id = min(self._elections_owed)
+            if not image.is_usable(broker_id):
+                self._elections_owed.discard(broker_id)
+                continue
+            elections = changes_for_returning_broker(image, broker_id, self._config, MAX_CHANGES_PER_BATCH)
+            if len(elections) < MAX_CHANGES_PER_BATCH:
+                self._elections_owed.discard(broker_id)
+            if elections:
+                return list(elections)
+        return []
+
     @property
     def moves_owed(self) -> int:
         """Partitions of fenced brokers that later ticks still have to look at (`LeaderMoves`)."""
@@ -207,7 +249,7 @@ class ClusterControlManager:
 
     def next_deadline_ms(self, image: MetadataImage) -> int | None:
         """When `tick` may next fence someone or move partitions (None: no unfenced broker to watch)."""
-        if self._moves:
+        if self._moves or self._elections_owed:
             return 0
         deadlines = [self._last_heartbeat_ms[b] + self._config.broker_session_timeout_ms + 1
                      for b, reg in image.brokers.items()

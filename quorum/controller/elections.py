@@ -100,15 +100,17 @@ def _sorted_partitions(image: MetadataImage, broker_ids: Collection[int]) -> lis
 
 
 def changes_for_leaving_brokers(
-    image: MetadataImage, leaving: Collection[int], config: ControllerConfig
+    image: MetadataImage, leaving: Collection[int], config: ControllerConfig, limit: int | None = None
 ) -> list[PartitionChangeRecord]:
     """Move leadership off `leaving` and drop them from every ISR (keeping the last member).
 
     Used when brokers start a controlled shutdown or unregister; fencing
-    goes through `LeaderMoves`, a batch at a time.
+    goes through `LeaderMoves`, a batch at a time. With `limit`, the first
+    (at least) `limit` changes only: a broker in controlled shutdown gets
+    the next ones at its next heartbeat.
     """
     gone = set(leaving)
-    return _changes_off(image, gone, iter(_sorted_partitions(image, gone)), config, None)
+    return _changes_off(image, gone, iter(_sorted_partitions(image, gone)), config, limit)
 
 
 def _changes_off(image: MetadataImage, gone: set[int], partitions: Iterator[TopicPartition],
@@ -203,23 +205,30 @@ def _drain(queue: collections.deque[TopicPartition]) -> Iterator[TopicPartition]
 
 
 def changes_for_returning_broker(
-    image: MetadataImage, broker_id: int, config: ControllerConfig
+    image: MetadataImage, broker_id: int, config: ControllerConfig, limit: int | None = None
 ) -> list[PartitionChangeRecord]:
-    """Elect leaders for offline partitions of a broker that is being unfenced."""
+    """Elect leaders for offline partitions of a broker that is being
+    unfenced (or was, by records not in `image` yet); with `limit`, the
+    first (at least) `limit` changes only."""
 
     def is_live(b: int) -> bool:
         return b == broker_id or image.is_usable(b)
 
-    out = []
+    out: list[PartitionChangeRecord] = []
+    unclean: dict[uuid.UUID, bool] = {}
     for tp in _sorted_partitions(image, (broker_id,)):
         current = image.topics_by_id[tp.topic_id].partitions[tp.partition]
         if current.leader != NO_LEADER:
             continue
+        if tp.topic_id not in unclean:
+            unclean[tp.topic_id] = unclean_enabled(image, tp.topic_id, config)
         change = partition_change(tp.topic_id, tp.partition, current, is_live=is_live,
-                                  unclean=unclean_enabled(image, tp.topic_id, config))
+                                  unclean=unclean[tp.topic_id])
         if change is not None:
             out.append(change)
             done = complete_if_done(tp.topic_id, tp.partition, current.merge(change), is_live)
             if done is not None:
                 out.append(done)
+            if limit is not None and len(out) >= limit:
+                break
     return out

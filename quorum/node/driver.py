@@ -296,7 +296,7 @@ class RaftNode(Applying):
             election = quorum_state.read() if self.is_voter else None
             snapshot = log.latest_snapshot_id
             if snapshot is not None:
-                self.state, _ = self.state.load_snapshot(log.snapshot_data(snapshot))
+                self.state, _ = await trio.to_thread.run_sync(self.state.load_snapshot, log.snapshot_data(snapshot))
             self.core = RaftCore(node_id=self.node_id, voters=set(self.voter_addresses), log=log, rng=self._rng,
                                  now_ms=self.now_ms(), config=self.config, election_state=election,
                                  cluster_id=self.cluster_id)
@@ -475,7 +475,7 @@ class RaftNode(Applying):
             # 3. apply
             installed = [o.snapshot_installed for o in outputs if o.snapshot_installed is not None]
             if installed:
-                self._load_snapshot(installed[-1])
+                await self._load_snapshot(installed[-1])
             more = self._apply_committed()
             self._after_turn()
             if outputs[-1].snapshot_suggested:  # the newest view: a snapshot stored this turn reset it

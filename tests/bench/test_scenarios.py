@@ -7,6 +7,7 @@ same rows with --json, record its environment, and stop what it started.
 
 import datetime
 import json
+import os
 import re
 
 import pytest
@@ -116,6 +117,23 @@ def test_metadata_scale_sees_every_partition_on_every_broker_and_times_a_restart
     assert all(0 < v < 120_000 for v in restart) and metrics["broker_shutdown_ms"]["value"] > 0
     _, samples = stored(results, "metadata-scale")
     assert len(samples) == 2  # one per broker: when it listed every partition
+
+
+@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="a soak: RAFTKA_SOAK=1 (20-40 minutes)")
+def test_one_broker_holds_100000_partitions_through_a_controlled_shutdown_and_restart(tmp_path):
+    # Beyond the open-files limit (20,000 on the test machines): segment
+    # files are opened lazily; no metadata batch carries more than 10,000
+    # partition changes, so the controlled shutdown and the restart's
+    # elections fit.
+    results = str(tmp_path / "results")
+    out = run_bench("metadata-scale", "--controllers", "1", "--brokers", "1", "--partitions", "100000",
+                    "--topics", "100", "--sample", "2000", "--timeout", "1800", "--results", results, "--json",
+                    timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = by_metric(json_rows(out.stdout))
+    assert metrics["metadata_propagation_ms"]["partitions"] == 100000
+    assert metrics["broker_shutdown_ms"]["value"] < 300_000
+    assert metrics["broker_catchup_ms"]["value"] < 1_800_000
 
 
 @pytest.mark.parametrize("quick", [True, False])

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import trio
 from broker_testing import (
     batch,
     fetch_request,
@@ -86,6 +87,23 @@ async def test_shutdown_writes_each_checkpoint_file_once(nursery, tmp_path, monk
     recovery_points = OffsetCheckpointFile(fs, str(tmp_path / RECOVERY_POINT_OFFSET_CHECKPOINT)).read()
     assert len(recovery_points) == PARTITIONS
     assert recovery_points[("many", 0)] == 3 and recovery_points[("many", 1)] == 0
+
+
+async def test_the_flush_pass_walks_only_logs_with_a_flush_policy(nursery, tmp_path):
+    # The pass runs every second: over 100,000 idle logs it held the event
+    # loop each time. A topic with flush.ms still gets its flushes.
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("idle", 50)
+    await rb.create_topic("timed", 1, configs={"flush.ms": "100"})
+    manager = rb.broker.log_manager
+    assert list(manager._flushed_by_policy) == [("timed", 0)]
+    conn = await rb.connect(nursery)
+    assert only_partition(await conn.request(produce_request("timed", 0, batch(3)))).error_code == ErrorCode.none
+    log = manager.get("timed", 0)
+    deadline = time.monotonic() + 10
+    while log.recovery_point < 3:
+        assert time.monotonic() < deadline, "flush.ms=100 never flushed the log"
+        await trio.sleep(0.1)
 
 
 async def test_restart_reads_each_checkpoint_file_once(nursery, tmp_path, monkeypatch):

@@ -249,3 +249,43 @@ def test_a_new_active_controller_finishes_the_moves_the_last_one_owed():
     c.tick(9101)
     assert [c.partition("a", i).leader for i in range(7)] == [2] * 7
     assert c.tick(9102) == []
+
+
+def test_a_controlled_shutdown_moves_a_bounded_batch_per_heartbeat(monkeypatch):
+    from quorum.controller import cluster_control
+
+    monkeypatch.setattr(cluster_control, "MAX_CHANGES_PER_BATCH", 4)
+    c = Cluster()
+    c.start_brokers(1, 2)
+    c.create_topic("a", assignments={i: [1, 2] for i in range(10)})
+    before = len(c.log)
+    first = c.heartbeat(1, want_shut_down=True)
+    assert not first.should_shut_down
+    assert len(c.log) - before == 1 + 4  # the shutdown mark and one batch of moves
+    rounds = 1
+    while not c.heartbeat(1, want_shut_down=True).should_shut_down:
+        rounds += 1
+        assert rounds < 10
+    assert rounds == 3  # 4 + 4 + 2 moves, then let go
+    assert all(c.partition("a", i).leader == 2 and c.partition("a", i).isr == (2,) for i in range(10))
+
+
+def test_a_returning_broker_gets_its_leaders_a_batch_at_a_time(monkeypatch):
+    from quorum.controller import cluster_control
+
+    monkeypatch.setattr(cluster_control, "MAX_CHANGES_PER_BATCH", 4)
+    c = Cluster()
+    c.start_brokers(1)
+    c.create_topic("a", partitions=10)
+    assert c.heartbeat(1, want_shut_down=True).should_shut_down is False
+    while not c.heartbeat(1, want_shut_down=True).should_shut_down:
+        pass
+    assert all(c.partition("a", i).leader == -1 for i in range(10))
+    c.register(1)
+    assert not c.heartbeat(1).is_fenced  # unfenced with the first 4 leaders
+    assert sum(c.partition("a", i).leader == 1 for i in range(10)) == 4
+    assert c.controller.next_deadline_ms(c.image) == 0  # the rest at the next ticks, at once
+    assert len(c.tick(c.now_ms + 1)) == 4
+    assert len(c.tick(c.now_ms + 1)) == 2
+    assert all(c.partition("a", i).leader == 1 for i in range(10))
+    assert c.tick(c.now_ms + 1) == [] and c.controller.next_deadline_ms(c.image) != 0

@@ -81,3 +81,49 @@ def test_a_closed_log_never_reopens_its_file(tmp_path):
     logs[0].close()
     with pytest.raises(ValueError):
         piece.file.fileno()
+
+
+class CountingFileSystem(OsFileSystem):
+    """Counts the files opened outside the segments' cache and the renames."""
+
+    def __init__(self) -> None:
+        super().__init__(segment_cache=OpenFileCache(64))
+        self.writes = 0
+
+    def open(self, path: str):
+        self.writes += 1
+        return super().open(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.writes += 1
+        super().rename(src, dst)
+
+
+def test_an_untouched_partition_writes_no_file_at_close_or_reopen(tmp_path):
+    # A broker with 100,000 idle partitions shuts down and starts in time
+    # linear in them only if each costs no file written: no index file of
+    # an empty segment, no producer snapshot at an offset already covered,
+    # no epoch entry a load drops again. (The per-directory checkpoint
+    # files are written once for every log closed: log_checkpoints.)
+    fs = CountingFileSystem()
+    path = str(tmp_path / "t-0")
+    log = Log.open(path, LogConfig(), now_ms=0, fs=fs, producer_state=True)
+    log.epoch_cache.assign(3, 0)  # a new leader's epoch, no batch yet
+    log.close(checkpoint=False)
+    assert fs.writes == 0
+    assert not [n for n in os.listdir(path) if n.endswith((".index", ".timeindex", ".snapshot"))]
+    for _ in range(2):
+        log = Log.open(path, LogConfig(), now_ms=0, fs=fs, producer_state=True)
+        assert log.log_end_offset == 0 and log.epoch_cache.latest_epoch == -1
+        log.close(checkpoint=False)
+    assert fs.writes == 0
+    log = Log.open(path, LogConfig(), now_ms=0, fs=fs, producer_state=True)
+    log.epoch_cache.assign(4, 0)
+    log.append(batch(1), now_ms=0)
+    log.close()  # with the directory's recovery point checkpoint, so the next open recovers nothing
+    log = Log.open(path, LogConfig(), now_ms=0, fs=fs, producer_state=True)
+    assert log.log_end_offset == 1 and log.epoch_cache.latest_epoch == 4
+    assert bytes(log.read_bytes(0, 1 << 20)).count(b"value-1") == 1
+    writes = fs.writes
+    log.close(checkpoint=False)
+    assert fs.writes == writes  # nothing new since the last close
