@@ -237,6 +237,9 @@ class ReplicaFetchers:
                 # not parse must not spread it. The append checks the CRCs.
                 check_stored_batches(action.records)
                 log.append_as_follower(action.records, self.broker.clock_ms())
+                topic_stats = self.broker.replicas.topic_stats
+                if topic_stats is not None:
+                    topic_stats[hp.state.topic][3] += len(action.records)
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
             _log.warning("%s-%d: follower append failed: %s", hp.state.topic, hp.state.partition, exc)
             fetcher.on_append_failed(action.key, self.broker.clock_ms())
