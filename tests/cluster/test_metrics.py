@@ -164,3 +164,22 @@ def _quiet(fn):
         return fn()
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="the Debian `prometheus` package is not installed")
+def test_cluster_up_serves_metrics_and_runs_prometheus_over_them(tmp_path):
+    from cluster_testing import ClusterUp
+
+    (port,) = free_ports(1, "127.0.0.1")
+    up = ClusterUp(tmp_path / "data", 1, 1, "--prometheus", "--prometheus-port", str(port))
+    try:
+        up.start()
+        said = " ".join(up.stderr_path.read_text().split())
+        assert f"Prometheus at http://127.0.0.1:{port} scraping every node" in said
+        for node in up.state()["nodes"]:
+            assert f"http://{node['metrics']}/metrics" in said
+            with urllib.request.urlopen(f"http://{node['metrics']}/metrics", timeout=10) as response:
+                assert b"process_cpu_seconds_total" in response.read()
+        assert up.stop() == 0
+    finally:
+        up.kill_everything()
