@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
             meta = read_meta(log_dir)
             cluster_id = meta.get("cluster.id") if meta else None
             format_log_dir(log_dir, cluster_id or random_cluster_id(), config.node_id)
-        setup_logging(config.node_id)
+        setup_logging(config.node_id, props=config.raw)
         tune_for_server()
         trio.run(lambda: run_broker(
             config, on_ready=lambda ready: print(f"READY bootstrap={ready.host}:{ready.port}", flush=True)))

@@ -57,7 +57,7 @@ from broker.api.metadata_codec import MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import txn, txn_verification
+from broker.api import broker_logger, txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 from common.wire.apis import Feature
@@ -157,6 +157,7 @@ class Broker:
                                                 TRANSACTION_VERSION),)
         self.apis.finalized_features_epoch = 0
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
+        broker_logger.install(self._handlers, config.node_id)  # BROKER_LOGGER configs: answered here
         self._image_changed = trio.Event()
         self._loaded = False
         self._closed = False
