@@ -9,10 +9,12 @@ controller count sums to one over the controllers, also after the active
 one is killed.
 """
 
+import re
 import shutil
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -24,6 +26,7 @@ from cluster_testing import confluent_produce
 from common.wire.ports import free_ports
 
 TOPIC = "watched"
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "raftka.json"
 PARTITIONS = 6
 FAST_SESSIONS = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "300",
                  "replica.lag.time.max.ms": "3000"}
@@ -107,6 +110,11 @@ def test_metrics_of_a_3_plus_3_cluster_follow_a_broker_failure_and_a_controller_
         assert value(c, "kafka_controller_kafkacontroller_globalpartitioncount") >= PARTITIONS
         assert value(c, "kafka_server_raftmetrics_current_leader") in {n.node_id for n in controllers}
         assert sum(v for (name, _), v in c.items() if name == "kafka_server_raftmetrics_current_state") == 1
+
+        # Every metric the shipped Grafana dashboard queries is served.
+        served = {name for node in cluster.nodes.values() for name, _ in scrape(node)}
+        queried = set(re.findall(r"\b(?:kafka|process)_[a-z_]+", DASHBOARD.read_text()))
+        assert queried and queried <= served, sorted(queried - served)
 
         shrinks_before = total(cluster, brokers, "kafka_server_replicamanager_isrshrinks_total")
         victim = brokers[0]
