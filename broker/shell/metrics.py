@@ -52,15 +52,22 @@ def request_name(api_key: int) -> str:
 
 
 class RequestStats:
-    """One API version's request count and its total/local/remote times."""
+    """One API version's latencies. A request answered at once has one
+    duration (its total and local time alike: `at_once`); one that waited
+    has three (`waited`, `waited_local`, `remote`). The scrape merges them
+    into Kafka's total and local times, so the hot path observes once."""
 
-    __slots__ = ("count", "total", "local", "remote")
+    __slots__ = ("at_once", "waited", "waited_local", "remote")
 
     def __init__(self) -> None:
-        self.count = 0
-        self.total = LatencyHistogram()
-        self.local = LatencyHistogram()
+        self.at_once = LatencyHistogram()
+        self.waited = LatencyHistogram()
+        self.waited_local = LatencyHistogram()
         self.remote = LatencyHistogram()
+
+    @property
+    def count(self) -> int:
+        return self.at_once.count + self.waited.count
 
 
 class BrokerMetrics:
@@ -86,13 +93,11 @@ class BrokerMetrics:
             start = perf_counter()
             result = handle(ctx, request)
             local = perf_counter() - start
-            stats.count += 1
-            stats.local.observe(local)
             if type(result) is CoroutineType or (
                 result is not None and not isinstance(result, (bytes, list)) and hasattr(result, "__await__")
             ):
                 return _timed_wait(stats, start, local, result)
-            stats.total.observe(local)
+            stats.at_once.observe(local)
             return result
 
         return timed
@@ -169,13 +174,15 @@ class BrokerMetrics:
             requests.add_metric([name, str(key & 0xFFFF)], stats.count)
             by_api.setdefault(name, []).append(stats)
         yield requests
-        merged = {name: _merge(stats) for name, stats in by_api.items()}
-        for attr, metric, doc in (("total", "totaltimems", "Request time from decode to response (ms)"),
-                                  ("local", "localtimems", "Time in the request's handler (ms)"),
-                                  ("remote", "remotetimems",
-                                   "Time waiting on other replicas or the coordinator (ms)")):
+        merged = {name: (_merged([h for s in stats for h in (s.at_once, s.waited)]),
+                         _merged([h for s in stats for h in (s.at_once, s.waited_local)]),
+                         _merged([s.remote for s in stats]))
+                  for name, stats in by_api.items()}
+        for index, metric, doc in ((0, "totaltimems", "Request time from decode to response (ms)"),
+                                   (1, "localtimems", "Time in the request's handler (ms)"),
+                                   (2, "remotetimems", "Time waiting on other replicas or the coordinator (ms)")):
             yield from histogram_families(f"kafka_network_requestmetrics_{metric}", doc, ["request"],
-                                          (([name], getattr(m, attr)) for name, m in merged.items()))
+                                          (([name], hists[index]) for name, hists in merged.items()))
 
     def _group_families(self):
         counts = {"Stable": 0, "PreparingRebalance": 0, "CompletingRebalance": 0, "Empty": 0, "Dead": 0}
@@ -195,19 +202,15 @@ async def _timed_wait(stats: RequestStats, start: float, local: float, awaitable
         return await awaitable
     finally:
         total = time.perf_counter() - start
-        stats.total.observe(total)
+        stats.waited.observe(total)
+        stats.waited_local.observe(local)
         stats.remote.observe(total - local)
 
 
-def _merge(stats: list[RequestStats]) -> RequestStats:
-    if len(stats) == 1:
-        return stats[0]
-    merged = RequestStats()
-    for s in stats:
-        merged.count += s.count
-        for attr in ("total", "local", "remote"):
-            into, src = getattr(merged, attr), getattr(s, attr)
-            into.buckets = [a + b for a, b in zip(into.buckets, src.buckets)]
-            into.count += src.count
-            into.sum_s += src.sum_s
+def _merged(hists) -> LatencyHistogram:
+    merged = LatencyHistogram()
+    for h in hists:
+        merged.buckets = [a + b for a, b in zip(merged.buckets, h.buckets)]
+        merged.count += h.count
+        merged.sum_s += h.sum_s
     return merged
