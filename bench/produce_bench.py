@@ -123,6 +123,15 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--tansu", default=None, metavar="PATH",
                    help="after the cluster, run the same producers against this Tansu broker binary "
                         "(memory storage) and report its CPU per record and per GB beside raftka's")
+    p.add_argument("--compare-metrics", action="store_true",
+                   help="measure what serving metrics costs: two clusters, one serving metrics (metrics.port, "
+                        "scraped every --scrape-interval) and one not, the same load on each in alternating "
+                        "phases (--rounds), and the broker CPU per GB of each (see bench/metrics_cost.py)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N",
+                   help="with --compare-metrics: phases on each cluster, alternating (default 3)")
+    p.add_argument("--scrape-interval", type=float, default=1.0, metavar="S",
+                   help="with --compare-metrics: scrape every node this often (default 1 s; Prometheus' own "
+                        "default is 15 s)")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -166,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
             console.print("raftka bench produce: --commit-interval-ms must be positive")
             return 2
         return run_transactional(args, console, params, spec)
+    if args.compare_metrics:
+        from bench.metrics_cost import run_metrics_comparison
+
+        return run_metrics_comparison(args, console, params, spec, _measure)
     rows = []
     ceiling = None
     if not args.no_ceiling:

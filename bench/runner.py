@@ -329,7 +329,7 @@ class Runner:
     # --- clusters and faults -----------------------------------------------------------------
 
     def cluster(self, *, controllers: int, brokers: int, overrides: Mapping[str, str] | None = None,
-                broker_overrides: Mapping[str, str] | None = None) -> Any:
+                broker_overrides: Mapping[str, str] | None = None, metrics: bool = False) -> Any:
         """A started `LocalCluster` in this runner's mode, ready (READY, caught up, unfenced)."""
         from cluster import ClusterError, LocalCluster
 
@@ -339,7 +339,7 @@ class Runner:
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))
         base = Path(self._tmp) / f"cluster-{len(self._clusters)}"
         cluster = LocalCluster(base, controllers=controllers, brokers=brokers, overrides=overrides,
-                               broker_overrides=broker_overrides, die_with_parent=True, **kwargs)
+                               broker_overrides=broker_overrides, die_with_parent=True, metrics=metrics, **kwargs)
         self._clusters.append(cluster)
         t0 = time.monotonic()
         cluster.start_all()

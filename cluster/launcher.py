@@ -14,6 +14,8 @@ Layout under `base_dir` (every path absolute):
 
 Ports: with `base_port=P`, broker i (0-based) listens on P+i and
 controller j on P+100+j; with `base_port=0` every port is a free one.
+With `metrics=True` node k (0-based, controllers first) serves its
+Prometheus metrics (`metrics.port`) on P+400+k (`LocalNode.metrics_port`).
 
 `start` runs `python -m raftka.cli controller|broker --config F`, each in a
 session of its own, so that a terminal's Ctrl-C reaches only the launcher,
@@ -61,8 +63,9 @@ from common.meta_properties import format_log_dir, random_cluster_id, read_meta
 from common.wire.ports import free_ports
 
 CONTROLLER_PORT_OFFSET = 100
-#: With --secure, the brokers' SASL_SSL listeners: base port + 200, +201, ...
-SECURE_PORT_OFFSET = 200
+#: With --secure, the brokers' SASL_SSL listeners: base port + 500, +501, ...
+SECURE_PORT_OFFSET = 500
+METRICS_PORT_OFFSET = 400
 DEFAULT_STOP_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
@@ -80,6 +83,8 @@ class LocalNode:
     log_dir: Path
     config_path: Path
     output_path: Path
+    #: Where the node serves its metrics (`metrics.port`), when it does.
+    metrics_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
     #: Size of the output file when the process started: its READY line comes after.
     output_start: int = 0
@@ -123,6 +128,7 @@ class LocalCluster:
         zookeeper_tick_time_ms: int = 2000,
         preexec: Callable[[int], None] | None = None,
         secure: bool = False,
+        metrics: bool = False,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
@@ -149,9 +155,20 @@ class LocalCluster:
         # ports, the default (controller port + 100) might be another node's, so pick them too.
         pysyncobj_ports = (overrides.get("quorum.engine") == "pysyncobj" and base_port == 0
                            and "quorum.pysyncobj.port" not in overrides)
-        ports = free_ports(controllers * (2 if pysyncobj_ports else 1) + brokers, host) if base_port == 0 else (
+        nodes = controllers + brokers
+        # Metrics (`metrics.port`) on P+400+i with --base-port P: clear of the
+        # brokers (P..), the controllers or ZooKeeper's client ports (P+100..),
+        # pysyncobj or ZooKeeper's peer ports (P+200..) and ZooKeeper's
+        # election ports (P+300..); --secure listeners are on P+500...
+        # Free ports are drawn in one call, so that none is drawn twice.
+        ports = free_ports(controllers * (2 if pysyncobj_ports else 1) + brokers + (nodes if metrics else 0),
+                           host) if base_port == 0 else (
             [base_port + CONTROLLER_PORT_OFFSET + j for j in range(controllers)]
-            + [base_port + i for i in range(brokers)])
+            + [base_port + i for i in range(brokers)]
+            + ([base_port + METRICS_PORT_OFFSET + k for k in range(nodes)] if metrics else []))
+        metrics_ports: list[int | None] = [None] * nodes
+        if metrics:
+            metrics_ports, ports = ports[-nodes:], ports[:-nodes]
         if pysyncobj_ports:
             extra, ports = ports[controllers + brokers:], ports[:controllers + brokers]
             overrides["quorum.pysyncobj.port"] = ",".join(f"{j + 1}@{p}" for j, p in enumerate(extra))
@@ -181,7 +198,8 @@ class LocalCluster:
                 continue  # node ids stay as in kraft mode: brokers are N+1..N+M
             name = f"{role}-{node_id}"
             self.nodes[node_id] = LocalNode(node_id, role, host, ports[index], self.base_dir / name,
-                                            self.base_dir / f"{name}.properties", self.base_dir / f"{name}.log")
+                                            self.base_dir / f"{name}.properties", self.base_dir / f"{name}.log",
+                                            metrics_ports[index])
         voters = ",".join(f"{n.node_id}@{n.address}" for n in self.controllers)
         for node in self.nodes.values():
             if self.zookeeper is not None:
@@ -197,6 +215,9 @@ class LocalCluster:
                     props["listeners"] += f",SASL_SSL://{host}:{self.secure_ports[node.node_id]}"
                     props["inter.broker.listener.name"] = "PLAINTEXT"
                     props.update(self.security.listener_properties("SASL_SSL"))
+            if node.metrics_port is not None:
+                props["metrics.host"] = host
+                props["metrics.port"] = str(node.metrics_port)
             props.update(overrides or {})
             if node.role == "broker":
                 props.update(broker_overrides or {})
@@ -249,6 +270,7 @@ class LocalCluster:
                  "zookeeper_connect": None if self.zookeeper is None else self.zookeeper.connect_string,
                  "nodes": [{"node_id": n.node_id, "role": n.role, "address": n.address, "log_dir": str(n.log_dir),
                             "config": str(n.config_path), "output": str(n.output_path),
+                            "metrics": None if n.metrics_port is None else f"{n.host}:{n.metrics_port}",
                             "pid": n.pid if n.is_running() else None} for n in self.nodes.values()]}
         tmp = self.base_dir / "cluster.json.tmp"
         tmp.write_text(json.dumps(state, indent=2))

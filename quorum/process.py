@@ -36,10 +36,12 @@ from quorum.raft import QuorumConfig
 from common.config import NodeConfig, int_property
 from common.errors import ConfigError
 from common.meta_properties import check_log_dir
+from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from common.security import controller_listener_security
 from common.security.client import controller_client_security
 from common.wire import serve
 from quorum.node.bootstrap import read_bootstrap
+from quorum.node.metrics import controller_collector, raft_collector
 
 RESIGN_GRACE_S = 0.5
 #: `quorum.engine`: raftka's own KIP-595 Raft, or pysyncobj's Raft (quorum.node.syncobj_node).
@@ -129,6 +131,12 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
             listener_name=config.controller_listener[0],
             security=controller_listener_security(config.raw, config.controller_listener),
             scram_lookup=scram_lookup(node)))
+        endpoint = metrics_endpoint(config.raw)
+        if endpoint is not None:
+            registry = new_registry()
+            registry.register(raft_collector(node))
+            registry.register(controller_collector(node))
+            await nursery.start(functools.partial(serve_metrics, registry, *endpoint))
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope, node)
         _log.info("controller %d of cluster %s serving on %s:%d", config.node_id, cluster_id, host, server.port)
         print(f"READY node={config.node_id} controller={host}:{server.port}", flush=True)

@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
 
     def start() -> None:
         config = NodeConfig.from_properties(read_properties(args.config))
-        setup_logging(config.node_id)
+        setup_logging(config.node_id, props=config.raw)
         tune_for_server()
         trio.run(lambda: run_broker(config, on_ready=lambda ready: print(ready.line, flush=True)))
 

@@ -2,7 +2,8 @@
 
     raftka cluster up --controllers 3 --brokers 3 [--base-port 9092] [--data-dir D]
                       [--host 127.0.0.1] [--set KEY=VALUE ...] [--mode kraft|zk]
-                      [--quorum-engine raftka|pysyncobj] [--secure]
+                      [--quorum-engine raftka|pysyncobj] [--secure] [--no-metrics]
+                      [--prometheus [--prometheus-port 9090]]
 
 Prints exactly one line on stdout, `READY bootstrap=host:port,...`, once
 every broker is unfenced and every controller has caught up; progress and
@@ -12,9 +13,13 @@ that has not exited after --stop-timeout seconds is killed. Without
 --data-dir the cluster lives in a temporary dir that is removed at the end;
 with it, the data stays and the next `cluster up` on the same dir resumes
 the same cluster. Brokers listen on P, P+1, ... and controllers on P+100,
-P+101, ... for --base-port P (0: free ports).
+P+101, ... for --base-port P (0: free ports). Every node serves its
+Prometheus metrics (metrics.port) on P+400, P+401, ... (controllers
+first), listed on stderr; --no-metrics turns them off. --prometheus also
+runs a Prometheus server (the Debian `prometheus` package) scraping every
+node, its data under the cluster's dir, and prints its URL.
 
---secure adds a SASL_SSL listener to every broker (P+200, P+201, ...): a
+--secure adds a SASL_SSL listener to every broker (P+500, P+501, ...): a
 throwaway CA, a node certificate and an admin SCRAM user (random password)
 are made under D/secure on first start; the client settings are printed on
 stderr and written to D/secure/client-librdkafka.properties (librdkafka's
@@ -74,8 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
     up.add_argument("--secure", action="store_true",
-                    help="also a SASL_SSL listener on every broker (base port + 200, ...), with a throwaway CA "
+                    help="also a SASL_SSL listener on every broker (base port + 500, ...), with a throwaway CA "
                          "and an admin SCRAM user under the data dir; prints the client settings on stderr")
+    up.add_argument("--no-metrics", dest="metrics", action="store_false",
+                    help="serve no Prometheus metrics (default: each node on metrics.port, P+400, P+401, ...)")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also run a Prometheus server (the Debian `prometheus` package) scraping every node")
+    up.add_argument("--prometheus-port", type=int, default=9090, metavar="PORT",
+                    help="the Prometheus server's port (default 9090)")
     up.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up starting after S seconds")
     up.add_argument("--stop-timeout", type=float, default=30.0, metavar="S",
                     help="kill a process that has not stopped S seconds after SIGTERM (default 30)")
@@ -93,7 +104,9 @@ def up_main(args: argparse.Namespace) -> int:
         console.print(f"raftka cluster up: --controllers {args.controllers}: {what}", style="red")
         return 2
     # Brokers on P, P+1, ...; controllers (or ZooKeeper) on P+100, P+101, ...
-    highest = args.base_port + max(args.brokers - 1, 100 + args.controllers - 1)
+    highest = args.base_port + max(args.brokers - 1, 100 + args.controllers - 1,
+                                   400 + args.controllers + args.brokers - 1 if args.metrics else 0,
+                                   500 + args.brokers - 1 if args.secure else 0)
     if args.base_port < 0 or (args.base_port > 0 and highest > MAX_PORT):
         why = "is not a port" if args.base_port < 0 else f"would have the nodes listen on ports up to {highest}"
         console.print(f"raftka cluster up: --base-port {args.base_port} {why}; pass a port from 1 to "
@@ -113,6 +126,14 @@ def up_main(args: argparse.Namespace) -> int:
             console.print(f"raftka cluster up: --mode zk needs ZooKeeper: {reason}", style="red")
             return 2
 
+    if args.prometheus:
+        from cluster.prometheus import prometheus_missing_reason
+
+        reason = prometheus_missing_reason() or (None if args.metrics else "--no-metrics leaves it nothing to scrape")
+        if reason is not None:
+            console.print(f"raftka cluster up: --prometheus: {reason}", style="red")
+            return 2
+
     def on_signal(signum: int, frame: object) -> None:
         raise _StopRequested(signal.Signals(signum).name)
 
@@ -120,6 +141,7 @@ def up_main(args: argparse.Namespace) -> int:
     temp_dir = None if args.data_dir else tempfile.mkdtemp(prefix="raftka-cluster-")
     data_dir = args.data_dir or temp_dir
     cluster = None
+    prometheus = None
     code = 0
     try:
         try:
@@ -127,7 +149,7 @@ def up_main(args: argparse.Namespace) -> int:
                                    base_port=args.base_port, host=args.host,
                                    overrides={**({"quorum.engine": args.quorum_engine} if args.quorum_engine != "raftka" else {}),
                                               **parse_overrides(args.set)}, die_with_parent=True, mode=args.mode,
-                                   secure=args.secure)
+                                   secure=args.secure, metrics=args.metrics)
             metadata = (f"a {args.controllers}-server ZooKeeper ensemble at {cluster.zookeeper.connect_string}"
                         if cluster.zookeeper is not None else f"{args.controllers} controllers")
             console.print(f"cluster {cluster.cluster_id} in {cluster.base_dir} "
@@ -143,6 +165,17 @@ def up_main(args: argparse.Namespace) -> int:
                               "client.properties):", markup=False)
                 for line in cluster.security.client_settings(cluster.secure_bootstrap):
                     console.print(line, markup=False, highlight=False)
+            if args.metrics:
+                console.print("metrics (Prometheus text format): " + ", ".join(
+                    f"{n.role} {n.node_id} http://{n.host}:{n.metrics_port}/metrics" for n in cluster.nodes.values()))
+            if args.prometheus:
+                from cluster.prometheus import PrometheusServer
+
+                prometheus = PrometheusServer(cluster.base_dir / "prometheus", cluster, host=args.host,
+                                              port=args.prometheus_port)
+                prometheus.start()
+                console.print(f"Prometheus at {prometheus.url} scraping every node (its log: "
+                              f"{prometheus.output_path})")
             print(f"READY bootstrap={cluster.bootstrap}", flush=True)
             console.print("serving; Ctrl-C or SIGTERM stops the cluster")
             _watch(cluster, console)
@@ -154,6 +187,8 @@ def up_main(args: argparse.Namespace) -> int:
         finally:
             for s in previous:
                 signal.signal(s, signal.SIG_IGN)  # stopping: further signals must not cut it short
+            if prometheus is not None:
+                prometheus.stop()
             if cluster is not None:
                 clean = cluster.stop_all(args.stop_timeout)
                 console.print("stopped" if clean else

@@ -32,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         config = NodeConfig.from_properties(read_properties(args.config))
-        setup_logging(config.node_id)
+        setup_logging(config.node_id, props=config.raw)
         tune_for_server()
         trio.run(run_controller, config)
     except RaftkaError as exc:

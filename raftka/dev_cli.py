@@ -114,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
                 from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 
                 write_bootstrap(log_dir, [parse_add_scram(value) for value in secure.scram_bootstrap()])
-        setup_logging(config.node_id)
+        setup_logging(config.node_id, props=config.raw)
         tune_for_server()
 
         def ready(ready) -> None:

@@ -67,6 +67,9 @@ from common.security.acl import Operation, ResourceType
 from common.wire import FileSlice, duration_ms
 from storage.errors import OffsetOutOfRangeError, StorageError
 
+#: Positions in a topic's `broker.replicas.topic_stats` list (`broker.shell.metrics.TopicStats`).
+_BYTES_OUT, _REPLICATION_BYTES_OUT = 2, 4
+
 READ_COMMITTED = 1
 #: Error codes the per-partition paths compare with, read once (an enum
 #: member's lookup on its class costs 0.1 us here).
@@ -169,6 +172,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
     Returns (bytes in `answer`, whether to answer now: an error or a
     DivergingEpoch). See `broker.shell.fetch_session` for what stays dirty."""
     partitions = broker.replicas.partitions
+    topic_stats = broker.replicas.topic_stats
     replica_id = session.replica_id
     now_ms = broker.clock_ms()
     if answer:  # a parked fetch's later pass: what it holds of other partitions counts
@@ -220,6 +224,8 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             sp.high_watermark_sent = high_watermark
             sp.log_start_offset_sent = log_start
             kept = records
+            if records and topic_stats is not None:
+                topic_stats[sp.topic][_REPLICATION_BYTES_OUT] += records_size(records)
         else:
             earlier = answer.get(sp)
             kept = earlier.records if earlier is not None else None
@@ -313,6 +319,7 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     (bytes, any error). A parked fetch has no errored partition, so `places`
     holds every partition of its request."""
     changed_ids = {id(hp) for hp in changed}
+    topic_stats = broker.replicas.topic_stats
     total = sum(records_size(results[i].records) for hp, _, results, i in places if id(hp) not in changed_ids)
     budget = body.max_bytes - total
     now_ms = broker.clock_ms() if replica_id >= 0 else -1
@@ -322,6 +329,8 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
             errored = errored or _answers_at_once(result)
             size = records_size(result.records)
+            if size and topic_stats is not None:
+                topic_stats[hp.state.topic][_REPLICATION_BYTES_OUT if replica_id >= 0 else _BYTES_OUT] += size
             total += size
             budget -= size
             results[i] = result
@@ -341,6 +350,8 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int, den
     places), a place being (hosted partition, fetch partition, its topic's
     results, index there) for each partition hosted here."""
     partitions = broker.replicas.partitions
+    topic_stats = broker.replicas.topic_stats
+    stats_index = _REPLICATION_BYTES_OUT if replica_id >= 0 else _BYTES_OUT
     # Only a follower's fetch needs the clock (its fetch time moves the ISR).
     now_ms = broker.clock_ms() if replica_id >= 0 else -1
     budget = body.max_bytes
@@ -377,6 +388,8 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int, den
             if _answers_at_once(result):
                 errored = True
             size = records_size(result.records)
+            if size and topic_stats is not None:
+                topic_stats[name][stats_index] += size
             total += size
             budget -= size
             results.append(result)

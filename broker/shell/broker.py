@@ -57,7 +57,7 @@ from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import security, txn, txn_verification
+from broker.api import broker_logger, security, txn, txn_verification
 from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
@@ -169,6 +169,7 @@ class Broker:
         self.apis.finalized_features = features.FINALIZED_FEATURES
         self.apis.finalized_features_epoch = features.finalized_features_epoch(self.image.offset)
         self._handlers = {api_key: handler for api_key, (_lo, _hi, handler) in _APIS.items()}
+        broker_logger.install(self._handlers, config.node_id)  # BROKER_LOGGER configs: answered here
         self._image_changed = trio.Event()
         self._loaded = False
         self._closed = False

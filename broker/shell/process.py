@@ -48,7 +48,10 @@ import trio
 from broker.shell.broker import Broker
 from broker.config import BrokerConfig
 from broker.core.lifecycle import ListenerSpec
+from broker.shell.metrics import BrokerMetrics
 from broker.shell.quorum_link import BrokerQuorumLink, QuorumControllerChannel
+from common.metrics import metrics_endpoint, new_registry, serve_metrics
+from quorum.node.metrics import controller_collector, raft_collector
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
 from quorum.node.controller_service import ControllerService
@@ -183,6 +186,7 @@ async def run_broker(
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
         broker = Broker(broker_config, QuorumControllerChannel(client),
                         clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
+        await start_metrics(nursery, config, broker=broker, node=node)
         link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
                                 heartbeat_interval_ms=heartbeat_interval_ms,
                                 heartbeat_timeout_ms=max(heartbeat_interval_ms,
@@ -223,6 +227,26 @@ async def run_broker(
         if on_ready is not None:
             on_ready(ready)
         task_status.started(server.port)
+
+
+async def start_metrics(nursery: trio.Nursery, config: NodeConfig, *, broker: Broker | None = None,
+                        node: Any = None) -> int | None:
+    """Serve this node's metrics on `metrics.port` (when set): the broker's,
+    the Raft node's, and the controller's on a voter. The bound port, or None."""
+    endpoint = metrics_endpoint(config.raw)
+    if endpoint is None:
+        return None
+    registry = new_registry()
+    if broker is not None:
+        metrics = BrokerMetrics(broker)
+        # The instance attribute shadows the method: `Broker.run` serves this one.
+        broker.handle = metrics.instrument(broker.handle)
+        registry.register(metrics.collector())
+    if node is not None:
+        registry.register(raft_collector(node))
+        if config.is_controller:
+            registry.register(controller_collector(node))
+    return await nursery.start(functools.partial(serve_metrics, registry, *endpoint))
 
 
 async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float) -> None:

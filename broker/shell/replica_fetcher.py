@@ -275,6 +275,9 @@ class ReplicaFetchers:
                 # not parse must not spread it. The append checks the CRCs.
                 check_stored_batches(action.records)
                 log.append_as_follower(action.records, self.broker.clock_ms())
+                topic_stats = self.broker.replicas.topic_stats
+                if topic_stats is not None:
+                    topic_stats[hp.state.topic][3] += len(action.records)
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
             if isinstance(exc, OSError):  # a full or failing disk: once per partition and cause, with the fix
                 storage_error_logger.report(f"{hp.state.topic}-{hp.state.partition}", "follower append failed", exc,

@@ -100,6 +100,12 @@ class ReplicaManager:
         #: newest delta entry for it. They answer KAFKA_STORAGE_ERROR;
         #: `retry_offline` tries them again. Every other partition serves on.
         self.offline: dict[TopicPartitionName, object] = {}
+        #: ISR changes seen on partitions led here (metrics).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        #: Bytes and records in and out per topic (`broker.shell.metrics.TopicStats`),
+        #: counted only when the node serves metrics (None: not counted).
+        self.topic_stats: dict[str, list[int]] | None = None
         if record_validation.IMPLEMENTATION != "compiled":
             _log.warning("the records of produced batches are checked in pure Python: the "
                          "storage._record_scan extension is not built (`pip install -e .` builds it); "
@@ -307,6 +313,7 @@ class ReplicaManager:
             checkpointed_hw = None
         self._apply_topic_configs(image, hp, settings)
         was = (hp.state.role, hp.state.leader_epoch)
+        isr_was = hp.state.isr
         change = hp.state.apply_registration(local.registration, hp.log, now_ms, eligible=eligible,
                                              checkpointed_high_watermark=checkpointed_hw)
         if change.epoch_start is not None:
@@ -316,6 +323,14 @@ class ReplicaManager:
         if change.follow is not None:
             self.on_follow(local.topic_name, local.partition, local.topic_id, *change.follow)
         self.act(hp, change.update)
+        if isr_was and hp.state.isr != isr_was and hp.state.leader_id == self.broker_id:
+            # Kafka's IsrShrinksPerSec/IsrExpandsPerSec, counted where the
+            # partition is led, whoever decided the change (this leader's
+            # AlterPartition, or the controller fencing a follower).
+            if len(hp.state.isr) < len(isr_was):
+                self.isr_shrinks += 1
+            elif len(hp.state.isr) > len(isr_was):
+                self.isr_expands += 1
         role = None
         if was != (hp.state.role, hp.state.leader_epoch):
             role = hp.state.role
@@ -423,6 +438,11 @@ class ReplicaManager:
                 self.log_manager.open_files.shrink(exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
         self._appended_as_leader(hp, now_ms)
+        topic_stats = self.topic_stats
+        if topic_stats is not None:
+            stats = topic_stats[topic]
+            stats[0] += len(records)
+            stats[1] += log.log_end_offset - base_offset
         result = ProducePartitionResult(partition, ErrorCode.none, base_offset, append_time, log.log_start_offset)
         return result, hp, log.log_end_offset
 

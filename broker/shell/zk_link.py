@@ -59,7 +59,7 @@ from common.clock import node_wall_clock
 from broker.config import BrokerConfig
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.lifecycle import ListenerSpec
-from broker.shell.process import NodeReady, advertised_listener, controlled_shutdown_on_signal
+from broker.shell.process import NodeReady, advertised_listener, controlled_shutdown_on_signal, start_metrics
 from quorum.controller.config import ControllerConfig
 from quorum.metadata.records import Endpoint
 from quorum.zookeeper import messages as m
@@ -407,6 +407,7 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
             finally:
                 broker_stopped.set()
 
+        await start_metrics(nursery, config, broker=broker)
         server = await nursery.start(serve_broker)
         advertised = advertised_listener(config, server.port)
         await nursery.start(link.run, advertised)

@@ -8,9 +8,9 @@ import random
 import uuid
 from typing import Any
 
-from kio.schema.alter_user_scram_credentials.v0 import request as ausc_req, response as ausc_resp
-from kio.schema.create_acls.v3 import request as ca_req, response as ca_resp
-from kio.schema.delete_acls.v3 import request as da_req, response as da_resp
+from kio.schema.alter_user_scram_credentials.v0 import response as ausc_resp
+from kio.schema.create_acls.v3 import response as ca_resp
+from kio.schema.delete_acls.v3 import response as da_resp
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 

@@ -130,7 +130,7 @@ def test_broker_start_up_errors_name_what_to_fix(tmp_path, case):
     (("dev", "--port", "70000"), "raftka dev: --port 70000 is out of range: use 0-65535"),
     (("dev", "--controller-port", "0"), "raftka dev: --controller-port 0 is out of range: use 1-65535"),
     (("cluster", "up", "--base-port", "65500"),
-     "raftka cluster up: --base-port 65500 would have the nodes listen on ports up to 65602"),
+     "raftka cluster up: --base-port 65500 would have the nodes listen on ports up to 65905"),
     (("cluster", "up", "--base-port", "-1"), "raftka cluster up: --base-port -1 is not a port"),
     (("cluster", "up", "--data-dir", "{file}/cluster"), "raftka cluster up: --data-dir {file}/cluster: cannot make"),
 ])
