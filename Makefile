@@ -25,13 +25,15 @@ $(STAMP): pyproject.toml setup.py storage/_record_scan.c
 # them the install goes on with the pure-Python walk); ZooKeeper mode
 # (quorum/zookeeper/) runs the Debian `zookeeper` package; the Spark report
 # needs a Java runtime; `raftka chaos run --nemesis partition` cuts links with
-# nftables (the `nft` command). Each is installed only when missing.
+# nftables (the `nft` command); `raftka cluster up --prometheus` runs the Debian
+# `prometheus` package. Each is installed only when missing.
 sysdeps:
 	test "$(PYTHON)" != /usr/bin/python3.11 || $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || (apt-get update && apt-get install -y python3.11 python3.11-venv)
 	test "$(PYTHON)" != /usr/bin/python3.11 || test -f /usr/include/python3.11/Python.h || (apt-get update && apt-get install -y python3.11-dev)
 	command -v java >/dev/null || (apt-get update && apt-get install -y default-jre-headless)
 	test -f /usr/share/java/zookeeper.jar || (apt-get update && apt-get install -y zookeeper)
 	command -v nft >/dev/null || (apt-get update && apt-get install -y nftables)
+	command -v prometheus >/dev/null || (apt-get update && apt-get install -y prometheus)
 
 setup: sysdeps $(STAMP)
 
