@@ -49,15 +49,18 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 
+from broker.api import configs
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.api.kio_util import build, convert, response_class, response_module
 from quorum.metadata import MetadataImage
+from quorum.metadata.image import ConfigResource
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
 _PREFERRED = 0
 _SET, _DELETE = 0, 1
-_TOPIC_RESOURCE = 2
+#: Topic and broker configs: the resource types kept in the metadata image.
+_IMAGE_RESOURCES = (2, 4)
 
 _log = logging.getLogger("broker.admin")
 
@@ -189,6 +192,9 @@ async def handle_create_partitions(broker, ctx, request):
 
 
 async def handle_describe_configs(broker, ctx, request):
+    # Topics and brokers: answered here (`broker.api.configs`).
+    if all(configs.is_local(r) for r in request.body.resources or ()):
+        return convert(configs.describe_locally(broker, request), response_class(request.header))
     response = await _forward(broker, request, DescribeConfigsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -210,13 +216,14 @@ async def handle_incremental_alter_configs(broker, ctx, request):
                   resource_name=r.resource_name) for r in body.resources))
     if not body.validate_only:
         ok = {(int(r.resource_type), r.resource_name) for r in response.responses if r.error_code == ErrorCode.none}
-        changes = [(r.resource_name, c.name, int(c.config_operation), c.value) for r in body.resources
-                   if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) == _TOPIC_RESOURCE
+        changes = [(int(r.resource_type), r.resource_name, c.name, int(c.config_operation), c.value)
+                   for r in body.resources
+                   if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) in _IMAGE_RESOURCES
                    for c in r.configs if int(c.config_operation) in (_SET, _DELETE)]
 
         def shown(image: MetadataImage) -> bool:
-            for name, key, op, value in changes:
-                current = image.topic_config(name).get(key)
+            for rtype, name, key, op, value in changes:
+                current = image.configs.get(ConfigResource(rtype, name), {}).get(key)
                 if (op == _SET and current != value) or (op == _DELETE and current is not None):
                     return False
             return True

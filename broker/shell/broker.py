@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import admin, configs, fetch, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -59,6 +59,9 @@ from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import txn, txn_verification
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
+from quorum.metadata.broker_configs import topic_defaults
+from quorum.metadata.image import ConfigResource
+from quorum.metadata.records import ConfigResourceType
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 from common.wire.apis import Feature
 
@@ -91,6 +94,7 @@ _APIS = {
     37: (0, 3, admin.handle_create_partitions),
     43: (0, 2, admin.handle_elect_leaders),
     44: (0, 1, admin.handle_incremental_alter_configs),
+    33: (0, 2, configs.handle_alter_configs),
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
@@ -214,11 +218,26 @@ class Broker:
     def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:
         yield from self.replicas.delta_steps(image, delta)
         if configs_changed:
+            self.replicas.log_defaults = self.effective_log_defaults(image)
             self.replicas.refresh_topic_configs(image)
         self.coordinator.on_metadata_update()
         self.txn_coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
+
+    def effective_properties(self, image: MetadataImage | None = None) -> dict[str, str]:
+        """This broker's properties with the dynamic broker configs of the
+        metadata log over them: the cluster default, then this broker's (KIP-226)."""
+        image = image or self.image
+        return {**self.config.properties,
+                **image.configs.get(ConfigResource(ConfigResourceType.BROKER, ""), {}),
+                **image.configs.get(ConfigResource(ConfigResourceType.BROKER, str(self.node_id)), {})}
+
+    def effective_log_defaults(self, image: MetadataImage) -> dict[str, str]:
+        """The broker defaults of topic configs, dynamic broker configs included."""
+        props = self.effective_properties(image)
+        return {"max.message.bytes": str(self.config.message_max_bytes), **self.config.log_defaults,
+                **topic_defaults(props)}
 
     @property
     def loaded(self) -> bool:

@@ -58,7 +58,7 @@ from quorum.process import make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config
-from common.config import NodeConfig, int_property, parse_listener
+from common.config import NodeConfig, int_property, parse_listener, warn_unread_keys
 from common.errors import ConfigError
 from common.wire import ConnectionPool, serve
 
@@ -190,6 +190,9 @@ async def run_broker(
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")
         _log.info("%s (cluster %s)", ready.line, cluster_id)
+        # Every component has read its keys by now: the rest are typos or
+        # keys raftka does not implement.
+        warn_unread_keys(config.raw)
         if on_ready is not None:
             on_ready(ready)
         task_status.started(server.port)

@@ -22,6 +22,7 @@ The partitions themselves and the requests parked on them are
 from __future__ import annotations
 
 import errno
+from typing import Any
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -63,8 +64,8 @@ _BATCH_LENGTH = struct.Struct(">i")
 _log = logging.getLogger("broker.replica_manager")
 
 
-def _topic_config(image: MetadataImage, topic: str, key: str) -> str:
-    return image.topic_config(topic).get(key, TOPIC_CONFIGS[key].default)
+def _topic_config(image: MetadataImage, topic: str, key: str, defaults: Mapping[str, str] = {}) -> str:
+    return image.topic_config(topic).get(key, defaults.get(key, TOPIC_CONFIGS[key].default))
 
 
 class ReplicaManager:
@@ -330,20 +331,26 @@ class ReplicaManager:
         """Adopt changed topic configs (`min.insync.replicas`, the record
         rules: `message.timestamp.*`, `cleanup.policy`, `max.message.bytes`)
         on every hosted partition."""
-        settings: dict[str, tuple[int, RecordPolicy]] = {}
+        settings: dict[str, tuple[int, RecordPolicy, Any]] = {}
         for hp in self.partitions.values():
             self._apply_topic_configs(image, hp, settings)
 
     def _apply_topic_configs(self, image: MetadataImage, hp: HostedPartition,
-                             settings: dict[str, tuple[int, RecordPolicy]]) -> None:
+                             settings: dict[str, tuple[int, RecordPolicy, Any]]) -> None:
         """`settings`: (min.insync.replicas, record policy) by topic, filled
         as topics are met (a delta of 10,000 partitions has a few topics)."""
         topic = hp.state.topic
         setting = settings.get(topic)
         if setting is None:
-            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas")),
-                                         record_policy_for({**self.log_defaults, **image.topic_config(topic)}))
-        min_isr, hp.record_policy = setting
+            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas", self.log_defaults)),
+                                         record_policy_for({**self.log_defaults, **image.topic_config(topic)}),
+                                         log_config_for(image.topic_config(topic), self.log_defaults))
+        min_isr, hp.record_policy, log_config = setting
+        if log_config != hp.log.config:
+            # Retention, segment and flush settings apply to the open log at
+            # once (Kafka's `UnifiedLog.updateConfig`); segments already
+            # written keep their index size.
+            hp.log.config = log_config
         if min_isr != hp.state.min_insync_replicas:
             hp.state.set_min_insync_replicas(min_isr)
             hp.notify()

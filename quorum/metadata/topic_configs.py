@@ -71,6 +71,10 @@ class ConfigDef:
             return None
         if self.type == ConfigType.LIST:
             items = split_list(value)
+            if not items and self.name.endswith("cleanup.policy"):
+                # Kafka 4.1 accepts an empty cleanup.policy (a SUBTRACT of the
+                # last policy): neither deleted by retention nor compacted.
+                return None
             if not items:
                 return f"Invalid value {value!r} for configuration {self.name}: the list must not be empty"
             bad = [i for i in items if self.choices is not None and i not in self.choices]
