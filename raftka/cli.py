@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     partitions_cli.register(sub)
     transactions_cli.register(sub)
 
+    from raftka import configs_cli
+
+    configs_cli.register(sub)
+
     from raftka import chaos_cli, migrate_cli, mirror_cli, report_cli
 
     migrate_cli.register(sub)
