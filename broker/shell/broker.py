@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, configs, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import admin, configs, fetch, log_admin, find_coordinator, list_offsets, produce, txn_markers
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -95,6 +95,9 @@ _APIS = {
     43: (0, 2, admin.handle_elect_leaders),
     44: (0, 1, admin.handle_incremental_alter_configs),
     33: (0, 2, configs.handle_alter_configs),
+    21: (0, 2, log_admin.handle_delete_records),
+    34: (1, 2, log_admin.handle_alter_replica_log_dirs),
+    35: (1, 4, log_admin.handle_describe_log_dirs),
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 1, metadata_api.handle_describe_cluster),
