@@ -122,6 +122,11 @@ class BrokerConfig:
         for key in ("log.retention.minutes", "log.retention.hours", "log.roll.hours"):
             int_property(props, key, 0, -1)
         log_defaults = {k: v for k, v in topic_defaults(props).items() if k != "max.message.bytes"}
+        # Compaction keys the cleaner reads (not topic configs raftka validates).
+        for broker_key, topic_key in (("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+                                      ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio")):
+            if broker_key in props:
+                log_defaults[topic_key] = props[broker_key]
         return cls(
             node_id=int_property(props, "node.id", 0, 0),
             log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
