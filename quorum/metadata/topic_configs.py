@@ -145,6 +145,10 @@ _DEFS = (
               "Bytes between two offset index entries.", minimum=0),
     ConfigDef("segment.index.bytes", ConfigType.INT, "10485760",
               "Maximum size of a segment's offset index.", minimum=4),
+    # Accepted and described as Kafka's; deleted segment files go after the
+    # broker's file.delete.delay.ms whatever the topic says.
+    ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000",
+              "How long a deleted segment's files stay on disk (the broker's setting applies).", minimum=0),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _DEFS}
