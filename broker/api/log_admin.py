@@ -17,10 +17,11 @@ Theory of operation
   it, their size on disk and offset lag (how far the replica's log end is
   behind the high watermark; 0 on a leader), and the disk's total and
   usable bytes.
-* AlterReplicaLogDirs (moving a replica between this broker's dirs) is not
-  implemented: every partition is answered KAFKA_STORAGE_ERROR with no
-  move, and the broker logs why. A replica's dir is chosen when it is
-  created (the dir with fewest partitions).
+* AlterReplicaLogDirs: a replica already in the named dir is answered
+  NONE (a no-op, as in Kafka), a dir not in `log.dirs` LOG_DIR_NOT_FOUND.
+  Moving a replica to another of this broker's dirs is not implemented:
+  KAFKA_STORAGE_ERROR, and the broker logs why. A replica's dir is chosen
+  when it is created (the dir with fewest partitions).
 """
 
 from __future__ import annotations
@@ -107,14 +108,26 @@ async def handle_describe_log_dirs(broker, ctx, request):
 
 async def handle_alter_replica_log_dirs(broker, ctx, request):
     mod = response_module(request.header)
+    log_dirs = set(broker.log_manager.log_dirs)
     topics: dict[str, list] = {}
     for d in request.body.dirs:
-        _log.warning("AlterReplicaLogDirs to %s refused: raftka does not move replicas between log dirs; "
-                     "a replica stays in the dir it was created in", d.path)
+        path = os.path.abspath(d.path)
         for t in d.topics:
-            topics.setdefault(t.name, []).extend(
-                build(mod.AlterReplicaLogDirPartitionResult, partition_index=p,
-                      error_code=ErrorCode.kafka_storage_error) for p in t.partitions)
+            for p in t.partitions:
+                hp = broker.replicas.partitions.get((t.name, p))
+                current = None if hp is None else os.path.dirname(os.path.abspath(hp.log.dir_path))
+                if path not in log_dirs:
+                    error = ErrorCode.log_dir_not_found
+                elif current == path:
+                    error = ErrorCode.none  # already there: a no-op, as in Kafka
+                elif hp is None:
+                    error = ErrorCode.replica_not_available
+                else:
+                    _log.warning("AlterReplicaLogDirs %s-%d to %s refused: raftka does not move replicas "
+                                 "between log dirs; a replica stays in the dir it was created in", t.name, p, path)
+                    error = ErrorCode.kafka_storage_error
+                topics.setdefault(t.name, []).append(
+                    build(mod.AlterReplicaLogDirPartitionResult, partition_index=p, error_code=error))
     return build(mod.AlterReplicaLogDirsResponse, throttle_time=_NO_THROTTLE, results=tuple(
         build(mod.AlterReplicaLogDirTopicResult, topic_name=name, partitions=tuple(parts))
         for name, parts in topics.items()))

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartitionReplica
 from kafka import TopicPartition as KpTopicPartition
-from kafka.errors import KafkaStorageError
+from kafka.errors import LogDirNotFoundError, NoError
 
 from cluster import LocalCluster
 from cluster_replication_testing import SETTINGS, create_topic, partition_state, wait_for, wait_for_isr
@@ -71,9 +71,13 @@ def test_delete_records_holds_on_every_replica_after_leader_changes(tmp_path) ->
                 (log_dir,) = entry["log_dirs"]
                 (topic,) = [t for t in log_dir["topics"] if t["name"] == "purged"]
                 assert topic["partitions"][0]["partition_size"] > 0
-            # One log dir per broker: moving a replica is refused, per partition.
+            # One log dir per broker: to its own dir is a no-op; a dir not
+            # in log.dirs is refused.
+            (here,) = sizes[2]["log_dirs"]
+            moved = kp.alter_replica_log_dirs({TopicPartitionReplica("purged", 0, 2): here["log_dir"]})
+            assert list(moved.values()) == [NoError]
             moved = kp.alter_replica_log_dirs({TopicPartitionReplica("purged", 0, 2): "/elsewhere"})
-            assert list(moved.values()) == [KafkaStorageError]
+            assert list(moved.values()) == [LogDirNotFoundError]
         finally:
             kp.close()
         assert _first_offset_confluent(bootstrap, "purged") == 20
