@@ -48,6 +48,7 @@ from kio.schema.elect_leaders.v2 import request as el_req
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 
 from broker.api import configs
 from broker.shell.controller_channel import ControllerUnavailableError
@@ -369,3 +370,18 @@ async def handle_init_producer_id(broker, ctx, request):
         error, producer_id = await next_producer_id(broker)
     return build(mod.InitProducerIdResponse, throttle_time=_NO_THROTTLE, error_code=error,
                  producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1)
+
+
+# --- UnregisterBroker ----------------------------------------------------
+
+
+async def handle_unregister_broker(broker, ctx, request):
+    """Forwarded to the active controller, which removes the broker's
+    registration (moving its leaderships first), for a broker that is gone
+    for good, as `kafka-cluster unregister` asks any broker to."""
+    response = await _forward(broker, request, UnregisterBrokerRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.UnregisterBrokerResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer")
+    return response

@@ -100,7 +100,8 @@ _APIS = {
     35: (1, 4, log_admin.handle_describe_log_dirs),
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
-    60: (0, 1, metadata_api.handle_describe_cluster),
+    60: (0, 2, metadata_api.handle_describe_cluster),
+    64: (0, 0, admin.handle_unregister_broker),
     # The partition side of transactions: markers, producers.
     27: (1, 2, txn_markers.handle_write_txn_markers),
     61: (0, 0, txn_markers.handle_describe_producers),

@@ -12,6 +12,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartitionReplica
 from kafka import TopicPartition as KpTopicPartition
 from kafka.errors import LogDirNotFoundError, NoError
 
+from kio.schema.errors import ErrorCode
+
 from cluster import LocalCluster
 from cluster_replication_testing import SETTINGS, create_topic, partition_state, wait_for, wait_for_isr
 
@@ -93,3 +95,51 @@ def test_delete_records_holds_on_every_replica_after_leader_changes(tmp_path) ->
         wait_for("the third replica leading",
                  lambda: partition_state(bootstrap, "purged")[0][0] not in (first_leader, second_leader, -1))
         assert _first_offset_confluent(bootstrap, "purged") == 20
+
+        # DescribeCluster v2 lists the fenced brokers when asked; UnregisterBroker
+        # sent to a broker's listener removes one for good.
+        wait_for("both killed brokers fenced",
+                 lambda: _cluster_v2(bootstrap) == {first_leader: True, second_leader: True,
+                                                    _third(first_leader, second_leader): False})
+        assert _unregister(bootstrap, first_leader) == 0
+        wait_for("the unregistered broker gone",
+                 lambda: _cluster_v2(bootstrap) == {second_leader: True,
+                                                    _third(first_leader, second_leader): False})
+        assert _unregister(bootstrap, 99) == ErrorCode.broker_id_not_registered
+
+
+def _third(*gone: int) -> int:
+    (left,) = set(BROKERS) - set(gone)
+    return left
+
+
+def _call(bootstrap: str, request):
+    import trio
+
+    from common.wire import ConnectionFailedError, open_connection
+
+    async def call():
+        for address in bootstrap.split(","):
+            host, _, port = address.rpartition(":")
+            try:
+                async with open_connection(host, int(port), client_id="test") as conn:
+                    return await conn.request(request)
+            except (OSError, ConnectionFailedError):
+                continue  # a killed broker
+        raise AssertionError(f"no broker of {bootstrap} answered")
+
+    return trio.run(call)
+
+
+def _cluster_v2(bootstrap: str) -> dict[int, bool]:
+    from kio.schema.describe_cluster.v2 import request as dc
+
+    answer = _call(bootstrap, dc.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                        include_fenced_brokers=True))
+    return {b.broker_id: b.is_fenced for b in answer.brokers}
+
+
+def _unregister(bootstrap: str, broker_id: int) -> int:
+    from kio.schema.unregister_broker.v0 import request as ub
+
+    return _call(bootstrap, ub.UnregisterBrokerRequest(broker_id=broker_id)).error_code
