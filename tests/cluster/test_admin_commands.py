@@ -14,7 +14,8 @@ from confluent_kafka import Consumer, Producer
 from cluster_testing import ReadyLine, raftka_command, run_cli
 from common.wire.ports import free_ports
 
-COMMANDS = [("storage", "format"), ("configs", "describe"), ("configs", "alter"), ("consumer-groups", "list"),
+DATA: dict = {}
+COMMANDS = [("dump-log", None), ("storage", "format"), ("configs", "describe"), ("configs", "alter"), ("consumer-groups", "list"),
             ("consumer-groups", "describe"), ("consumer-groups", "delete"), ("consumer-groups", "reset-offsets"),
             ("records", "delete"), ("log-dirs", "describe")]
 
@@ -29,6 +30,7 @@ def bootstrap(tmp_path_factory):
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         ReadyLine(process).wait("READY bootstrap=", 120, process)
+        DATA["dir"] = data / "node" / "data"
         yield f"127.0.0.1:{port}"
     finally:
         process.terminate()
@@ -47,7 +49,7 @@ def _rows(text: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("group,command", COMMANDS)
 def test_every_command_has_help(group, command):
-    assert "usage:" in _ok(group, command, "--help")
+    assert "usage:" in _ok(*[a for a in (group, command) if a], "--help")
 
 
 def test_storage_format_takes_kafkas_short_options(tmp_path):
@@ -115,3 +117,34 @@ def test_consumer_groups_and_records_commands(bootstrap):
 
     assert "was successful" in _ok("consumer-groups", "delete", "-b", bootstrap, "--group", "readers")
     assert "readers" not in _ok("consumer-groups", "list", "-b", bootstrap).split()
+
+
+def test_dump_log_prints_batches_records_indexes_and_metadata(bootstrap):
+    _ok("topics", "create", "--bootstrap-server", bootstrap, "--topic", "dumped", "--partitions", "1")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce("dumped", key=b"k%d" % i, value=b"value-%d" % i, timestamp=1700000000000 + i)
+        producer.flush(30)
+    segment = DATA["dir"] / "dumped-0" / "00000000000000000000"
+    out = _ok("dump-log", "--files", f"{segment}.log", "--print-data-log")
+    batches = [line for line in out.splitlines() if line.startswith("baseOffset:")]
+    records = [line for line in out.splitlines() if line.startswith("| offset:")]
+    assert [line.split()[1] for line in batches] == ["0", "1", "2"]
+    assert "| offset: 1 CreateTime: 1700000000001 keySize: 2 valueSize: 7" in records[1]
+    assert records[2].endswith("key: k2 payload: value-2")
+    only_batches = _ok("dump-log", f"{segment}.log")
+    assert "| offset:" not in only_batches and "baseOffset: 2 lastOffset: 2 count: 1" in only_batches
+    metadata = _ok("dump-log", "-p", str(DATA["dir"] / "__cluster_metadata-0" / "00000000000000000000.log"))
+    assert "controlType: LEADER_CHANGE" in metadata
+    assert "payload: TopicRecord(name='dumped'" in metadata
+
+
+def test_dump_log_reads_offset_and_time_indexes(tmp_path):
+    import struct
+
+    index = tmp_path / "00000000000000000100.index"
+    index.write_bytes(struct.pack(">iiii", 0, 0, 7, 4096) + bytes(16))  # a preallocated tail of zeros
+    time_index = tmp_path / "00000000000000000100.timeindex"
+    time_index.write_bytes(struct.pack(">qi", 1700000000000, 7) + bytes(12))
+    assert _ok("dump-log", str(index)).splitlines()[1:] == ["offset: 100 position: 0", "offset: 107 position: 4096"]
+    assert _ok("dump-log", str(time_index)).splitlines()[1:] == ["timestamp: 1700000000000 offset: 107"]
