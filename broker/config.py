@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from broker.core.group import GroupCoordinatorConfig
 from broker.core.txn import TransactionCoordinatorConfig
 from broker.core.replication import ReplicationConfig
+from quorum.metadata.broker_configs import topic_defaults
 from common.config import ListenerAddress, bool_property, broker_listeners, float_property, int_property
 from common.errors import ConfigError
 from common.security import ListenerSecurity
@@ -74,6 +75,9 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 300000
     #: `log.segment.bytes`, `log.retention.ms`, ...: broker defaults of topic configs.
     log_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The properties this config was read from: the STATIC_BROKER_CONFIG
+    #: values DescribeConfigs reports, under the dynamic ones of the metadata log.
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
     #: How Fetch responses send record bytes: "auto" (sendfile, but slices
     #: of at most 64 KiB read into the surrounding sendmsg), "sendfile"
     #: (every slice), or "pread" (read and copy; for benchmarks).
@@ -148,22 +152,16 @@ class BrokerConfig:
         if not listeners:
             raise ConfigError("listeners has no broker listener: add one, e.g. listeners=PLAINTEXT://127.0.0.1:9092")
         name, host, port = listeners[0].name, listeners[0].host, listeners[0].port
-        log_keys = {
-            "log.segment.bytes": "segment.bytes",
-            "log.roll.ms": "segment.ms",
-            "log.retention.ms": "retention.ms",
-            "log.retention.bytes": "retention.bytes",
-            "log.index.interval.bytes": "index.interval.bytes",
-            "log.index.size.max.bytes": "segment.index.bytes",
-            "log.flush.interval.messages": "flush.messages",
-            "log.flush.interval.ms": "flush.ms",
-            "log.cleanup.policy": "cleanup.policy",
-            "log.cleaner.delete.retention.ms": "delete.retention.ms",
-            "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-            "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
-            "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
-        }
-        log_defaults = {topic_key: props[k] for k, topic_key in log_keys.items() if k in props}
+        # log.retention.hours/.minutes/.ms and the other broker defaults of
+        # topic configs, with Kafka's precedence between the time units.
+        for key in ("log.retention.minutes", "log.retention.hours", "log.roll.hours"):
+            int_property(props, key, 0, -1)
+        log_defaults = {k: v for k, v in topic_defaults(props).items() if k != "max.message.bytes"}
+        # Compaction keys the cleaner reads (not topic configs raftka validates).
+        for broker_key, topic_key in (("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms"),
+                                      ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio")):
+            if broker_key in props:
+                log_defaults[topic_key] = props[broker_key]
         return cls(
             node_id=int_property(props, "node.id", 0, 0),
             log_dirs=tuple(d.strip() for d in dirs.split(",") if d.strip()),
@@ -195,6 +193,7 @@ class BrokerConfig:
                 props, "log.flush.start.offset.checkpoint.interval.ms", 60000, 1),
             log_retention_check_interval_ms=int_property(props, "log.retention.check.interval.ms", 300000, 1),
             log_defaults=log_defaults,
+            properties=dict(props),
             fetch_file_transfer=props.get("raftka.fetch.file.transfer", "auto"),
             group_coordinator=GroupCoordinatorConfig.from_properties(props),
             txn_coordinator=TransactionCoordinatorConfig.from_properties(props),

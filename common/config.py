@@ -4,13 +4,16 @@ A config is a properties file (`key=value` lines, `#` comments), exactly the
 format Kafka's `server.properties` uses, so a Kafka operator can read ours.
 `NodeConfig.from_properties` checks every key it knows and refuses a bad
 value with a `ConfigError` that names the key, the value and what is allowed.
-Unknown keys are kept (Kafka warns and ignores them) and logged by the
-caller.
+Unknown keys are kept (Kafka warns and ignores them): `NodeConfig.raw` is
+a `Properties` map that remembers which keys were read, and the node logs
+the keys nobody read once it has started (`warn_unread_keys`), one warning
+per key, as Kafka's `AbstractConfig.logUnused` does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 import re
 from pathlib import Path
@@ -21,6 +24,62 @@ _VOTER = re.compile(r"^(\d+)@([^:]+):(\d+)$")
 _ZK_CONNECT = re.compile(r"^[^,:/\s]+:\d+(,[^,:/\s]+:\d+)*(/[^\s]*)?$")
 _LISTENER = re.compile(r"^(?:([A-Za-z_]+)://)?([^:]*):(\d+)$")
 MAX_PORT = 65535
+
+
+class Properties(dict):
+    """A properties map that remembers the keys read through `get`, `[]` and `in`.
+
+    Keys under `IGNORED_PREFIXES` are families read by iterating (e.g. a
+    per-logger level), so they are never reported as unread."""
+
+    __slots__ = ("read_keys",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_keys: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read_keys.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read_keys.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self.read_keys.add(key)
+        return super().__contains__(key)
+
+    def unread_keys(self) -> list[str]:
+        return sorted(k for k in self.keys() if k not in self.read_keys
+                      and not any(k.startswith(p) for p in IGNORED_PREFIXES))
+
+
+#: Key families that are read by iterating over the map, or that Kafka
+#: passes through to other components (listener-specific and client keys).
+IGNORED_PREFIXES = ("log.level", "listener.name.", "raftka.test.")
+
+_warned: set[str] = set()
+
+
+def warn_unread_keys(props: Mapping[str, str], log: logging.Logger | None = None) -> list[str]:
+    """Log one warning per config key that nothing has read (a typo, or a
+    Kafka key raftka does not implement); the keys warned about."""
+    if not isinstance(props, Properties):
+        return []
+    log = log or logging.getLogger("config")
+    fresh = [k for k in props.unread_keys() if k not in _warned]
+    for key in fresh:
+        _warned.add(key)
+        log.warning("config key %s=%s is not a known configuration and is ignored; check its spelling "
+                    "(docs/operations.md lists every key raftka reads)", key, dict.get(props, key))
+    return fresh
+
+
+def _with(props: Properties, key: str, value: str) -> Properties:
+    out = Properties({**dict(props), key: value})
+    out.read_keys = props.read_keys
+    return out
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -231,6 +290,7 @@ class NodeConfig:
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> NodeConfig:
+        props = props if isinstance(props, Properties) else Properties(props)
         if "zookeeper.connect" in props and "process.roles" not in props:
             return cls._zk_mode(props)
         if "zookeeper.connect" in props and not bool_property(props, "zookeeper.metadata.migration.enable", False):
@@ -286,7 +346,7 @@ class NodeConfig:
             zookeeper_session_timeout_ms=int_property(props, "zookeeper.session.timeout.ms", 18000, 1),
             zookeeper_connection_timeout_ms=int_property(props, "zookeeper.connection.timeout.ms",
                                                  int_property(props, "zookeeper.session.timeout.ms", 18000, 1), 1),
-            raw=dict(props),
+            raw=props,
         )
 
     @classmethod
@@ -330,7 +390,7 @@ class NodeConfig:
             zookeeper_connect=connect,
             zookeeper_session_timeout_ms=session_timeout_ms,
             zookeeper_connection_timeout_ms=int_property(props, "zookeeper.connection.timeout.ms", session_timeout_ms, 1),
-            raw={**props, "node.id": str(node_id)},
+            raw=_with(props, "node.id", str(node_id)),
         )
 
 

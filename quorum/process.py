@@ -33,7 +33,7 @@ from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.node.syncobj_node import PysyncobjNode
 from quorum.raft import QuorumConfig
-from common.config import NodeConfig, int_property
+from common.config import NodeConfig, Properties, int_property, warn_unread_keys
 from common.errors import ConfigError
 from common.meta_properties import check_log_dir
 from common.metrics import metrics_endpoint, new_registry, serve_metrics
@@ -97,6 +97,12 @@ def check_log_dirs(config: NodeConfig) -> str:
         raise ConfigError(f"log dirs belong to different clusters ({listing}): format them with one cluster id")
     return next(iter(cluster_ids.values()))
 
+#: Key families only brokers read (Kafka's broker-side config names).
+BROKER_KEY_PREFIXES = ("log.", "group.", "offsets.", "transaction", "replica.", "num.", "socket.", "message.",
+                       "auto.", "default.", "producer.", "compression.", "queued.", "fetch.", "broker.rack",
+                       "advertised.", "listeners", "inter.broker.", "min.insync", "max.", "connections.",
+                       "delete.topic", "unclean.", "metrics.", "quota.", "client.quota", "raftka.")
+
 
 async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     if not config.is_controller:
@@ -139,6 +145,11 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
             await nursery.start(functools.partial(serve_metrics, registry, *endpoint))
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope, node)
         _log.info("controller %d of cluster %s serving on %s:%d", config.node_id, cluster_id, host, server.port)
+        # A controller-only node reads no broker keys; those in a file
+        # shared with brokers are not typos.
+        if isinstance(config.raw, Properties):
+            config.raw.read_keys.update(k for k in config.raw.keys() if k.startswith(BROKER_KEY_PREFIXES))
+        warn_unread_keys(config.raw)
         print(f"READY node={config.node_id} controller={host}:{server.port}", flush=True)
         task_status.started(server.port)
 

@@ -3,6 +3,7 @@
     raftka storage random-uuid
     raftka storage format --config FILE --cluster-id ID [--ignore-formatted]
                           [--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' ...]
+    raftka storage format -t ID -c FILE [-g]          (Kafka's short options)
 
 `format` writes `meta.properties` (cluster id, node id) into every dir of
 the config's `log.dirs`. A dir already formatted for the same cluster and
@@ -32,9 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     uuid_parser = commands.add_parser("random-uuid", help="print a new cluster id")
     uuid_parser.set_defaults(func=random_uuid)
     fmt = commands.add_parser("format", help="write meta.properties into every log dir of a config")
-    fmt.add_argument("--config", required=True, metavar="FILE")
-    fmt.add_argument("--cluster-id", required=True, metavar="ID")
-    fmt.add_argument("--ignore-formatted", action="store_true",
+    fmt.add_argument("--config", "-c", required=True, metavar="FILE", help="the node's properties file")
+    fmt.add_argument("--cluster-id", "-t", required=True, metavar="ID",
+                     help="the cluster id (make one with `raftka storage random-uuid`)")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="succeed for dirs already formatted with this cluster id and node id")
     fmt.add_argument("--add-scram", action="append", default=[], metavar="'MECHANISM=[name=U,password=P]'",
                      help="a bootstrap SCRAM credential, as kafka-storage takes it (repeatable)")

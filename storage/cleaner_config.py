@@ -58,7 +58,9 @@ class CompactionConfig:
             raw = props["cleanup.policy"]
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
             policies = {p.strip() for p in items if p.strip()}
-            if not policies or not policies <= {"compact", "delete"}:
+            # Empty is allowed (Kafka 4.1): the log is neither compacted nor
+            # trimmed by retention.
+            if not policies <= {"compact", "delete"}:
                 raise ConfigError(
                     f"cleanup.policy={raw!r} is not a list of 'compact' and 'delete'"
                 )

@@ -49,20 +49,24 @@ from kio.schema.delete_topics.v6 import request as dt_req
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.elect_leaders.v2 import request as el_req
 from kio.schema.errors import ErrorCode
-from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 
+from broker.api import configs
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.api.kio_util import build, convert, response_class, response_module
 from quorum.metadata import MetadataImage
-from common.security.acl import Operation
+from common.security.acl import Operation, ResourceType
+from quorum.metadata.image import ConfigResource
 from common.wire import ConnectionFailedError
 
 _NO_THROTTLE = datetime.timedelta(0)
 _PREFERRED = 0
 _SET, _DELETE = 0, 1
+#: Topic and broker configs: the resource types kept in the metadata image.
 _TOPIC_RESOURCE = 2
+_IMAGE_RESOURCES = (2, 4)
 
 _log = logging.getLogger("broker.admin")
 
@@ -271,6 +275,24 @@ async def _split_refused(broker, ctx, request, items_field: str, name_of, operat
     return dataclasses.replace(response, **{results_field: tuple(getattr(response, results_field)) + refusals})
 
 
+async def _split_cluster_refused(broker, ctx, request, operation, refusal, results_field: str, handler):
+    """As `_split_refused` for the resources that are not topics (brokers,
+    the every-broker default, loggers): Kafka asks `operation` on the
+    cluster for them."""
+    if not broker.authorizer.enabled:
+        return None
+    items = request.body.resources or ()
+    if all(int(r.resource_type) == _TOPIC_RESOURCE for r in items) or broker.authorizer.allowed(
+            ctx, operation, ResourceType.CLUSTER, "kafka-cluster"):
+        return None
+    refusals = tuple(refusal(r) for r in items if int(r.resource_type) != _TOPIC_RESOURCE)
+    allowed = tuple(r for r in items if int(r.resource_type) == _TOPIC_RESOURCE)
+    if not allowed:
+        return build(response_class(request.header), throttle_time=_NO_THROTTLE, **{results_field: refusals})
+    response = await handler(broker, ctx, request._replace(body=dataclasses.replace(request.body, resources=allowed)))
+    return dataclasses.replace(response, **{results_field: tuple(getattr(response, results_field)) + refusals})
+
+
 def _topic_resource_name(resource):
     return resource.resource_name if int(resource.resource_type) == _TOPIC_RESOURCE else None
 
@@ -284,6 +306,18 @@ async def handle_describe_configs(broker, ctx, request):
                         resource_name=r.resource_name, configs=()), "results", handle_describe_configs)
     if refused is not None:
         return refused
+    refused = await _split_cluster_refused(
+        broker, ctx, request, Operation.DESCRIBE_CONFIGS,
+        lambda r: build(mod.DescribeConfigsResult, error_code=ErrorCode.cluster_authorization_failed,
+                        error_message="DESCRIBE_CONFIGS on the cluster is needed for a broker's configs",
+                        resource_type=r.resource_type, resource_name=r.resource_name, configs=()),
+        "results", handle_describe_configs)
+    if refused is not None:
+        return refused
+    resources = request.body.resources or ()
+    # Topics and brokers: answered here (`broker.api.configs`).
+    if all(configs.is_local(r) for r in resources):
+        return convert(configs.describe_locally(broker, request), response_class(request.header))
     response = await _forward(broker, request, DescribeConfigsRequest)
     if response is None:
         mod = response_module(request.header)
@@ -302,6 +336,13 @@ async def handle_incremental_alter_configs(broker, ctx, request):
         lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
                         error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
                         resource_name=r.resource_name), "responses", handle_incremental_alter_configs)
+    if refused is None:
+        refused = await _split_cluster_refused(
+            broker, ctx, request, Operation.ALTER_CONFIGS,
+            lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.cluster_authorization_failed,
+                            error_message="ALTER_CONFIGS on the cluster is needed for a broker's configs",
+                            resource_type=r.resource_type, resource_name=r.resource_name),
+            "responses", handle_incremental_alter_configs)
     if refused is not None:
         return refused
     response = await _forward(broker, request, IncrementalAlterConfigsRequest)
@@ -316,50 +357,18 @@ async def handle_incremental_alter_configs(broker, ctx, request):
     return response
 
 
-async def handle_alter_configs(broker, ctx, request):
-    """AlterConfigs, the older whole-set form: a resource's configs become
-    exactly the ones given. Sent to the controller as the
-    IncrementalAlterConfigs that makes them so against this broker's image
-    (SET of each key given, DELETE of each key set now and not given)."""
-    body = request.body
-    mod = response_module(request.header)
-    resources = []
-    for r in body.resources:
-        given = [c.name for c in r.configs]
-        current = broker.image.topic_config(r.resource_name) if int(r.resource_type) == _TOPIC_RESOURCE else {}
-        resources.append(iac_req.AlterConfigsResource(
-            resource_type=r.resource_type, resource_name=r.resource_name, configs=tuple(
-                [iac_req.AlterableConfig(name=c.name, config_operation=_SET, value=c.value) for c in r.configs]
-                + [iac_req.AlterableConfig(name=k, config_operation=_DELETE, value=None)
-                   for k in sorted(current) if k not in given])))
-    incremental = iac_req.IncrementalAlterConfigsRequest(resources=tuple(resources),
-                                                         validate_only=body.validate_only)
-    try:
-        answer = await broker.controller.send(incremental)
-    except (ControllerUnavailableError, ConnectionFailedError) as exc:
-        _log.warning("no answer from the controller: %s", exc)
-        return build(mod.AlterConfigsResponse, throttle_time=_NO_THROTTLE, responses=tuple(
-            build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.request_timed_out,
-                  error_message="the controller did not answer", resource_type=r.resource_type,
-                  resource_name=r.resource_name) for r in body.resources))
-    if not body.validate_only:
-        await _settle_configs(broker, resources, answer.responses, "AlterConfigs")
-    return build(mod.AlterConfigsResponse, throttle_time=answer.throttle_time, responses=tuple(
-        build(mod.AlterConfigsResourceResponse, error_code=r.error_code, error_message=r.error_message,
-              resource_type=r.resource_type, resource_name=r.resource_name) for r in answer.responses))
-
-
 async def _settle_configs(broker, resources, responses, what: str) -> None:
     """Wait until this broker's image shows the SETs and DELETEs of the
-    resources the controller accepted."""
+    resources (topics, brokers) the controller accepted."""
     ok = {(int(r.resource_type), r.resource_name) for r in responses if r.error_code == ErrorCode.none}
-    changes = [(r.resource_name, c.name, int(c.config_operation), c.value) for r in resources
-               if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) == _TOPIC_RESOURCE
+    changes = [(int(r.resource_type), r.resource_name, c.name, int(c.config_operation), c.value)
+               for r in resources
+               if (int(r.resource_type), r.resource_name) in ok and int(r.resource_type) in _IMAGE_RESOURCES
                for c in r.configs if int(c.config_operation) in (_SET, _DELETE)]
 
     def shown(image: MetadataImage) -> bool:
-        for name, key, op, value in changes:
-            current = image.topic_config(name).get(key)
+        for rtype, name, key, op, value in changes:
+            current = image.configs.get(ConfigResource(rtype, name), {}).get(key)
             if (op == _SET and current != value) or (op == _DELETE and current is not None):
                 return False
         return True
@@ -504,3 +513,39 @@ async def handle_init_producer_id(broker, ctx, request):
         error, producer_id = await next_producer_id(broker)
     return build(mod.InitProducerIdResponse, throttle_time=_NO_THROTTLE, error_code=error,
                  producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1)
+
+
+# --- UnregisterBroker ----------------------------------------------------
+
+
+async def handle_unregister_broker(broker, ctx, request):
+    """Forwarded to the active controller, which removes the broker's
+    registration (moving its leaderships first), for a broker that is gone
+    for good, as `kafka-cluster unregister` asks any broker to."""
+    response = await _forward(broker, request, UnregisterBrokerRequest)
+    if response is None:
+        mod = response_module(request.header)
+        return build(mod.UnregisterBrokerResponse, throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.request_timed_out, error_message="the controller did not answer")
+    return response
+
+
+async def handle_alter_configs(broker, ctx, request):
+    """AlterConfigs (the whole-set form, `broker.api.configs`), with the
+    same authorization as IncrementalAlterConfigs."""
+    mod = response_module(request.header)
+    refused = await _split_refused(
+        broker, ctx, request, "resources", _topic_resource_name, Operation.ALTER_CONFIGS,
+        lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
+                        error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
+                        resource_name=r.resource_name), "responses", handle_alter_configs)
+    if refused is None:
+        refused = await _split_cluster_refused(
+            broker, ctx, request, Operation.ALTER_CONFIGS,
+            lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.cluster_authorization_failed,
+                            error_message="ALTER_CONFIGS on the cluster is needed for a broker's configs",
+                            resource_type=r.resource_type, resource_name=r.resource_name),
+            "responses", handle_alter_configs)
+    if refused is not None:
+        return refused
+    return await configs.handle_alter_configs(broker, ctx, request)

@@ -57,14 +57,16 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-def live_brokers(broker, image: MetadataImage, listener_name: str = "") -> list[tuple[int, str, int, str | None]]:
-    """(id, host, port, rack) of the unfenced brokers with an endpoint on
-    `listener_name` (the listener the client connected on: a client on the
-    SSL listener is sent to the SSL endpoints), by default the first listener."""
+def live_brokers(broker, image: MetadataImage, listener_name: str = "",
+                 include_fenced: bool = False) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of the unfenced brokers (also the fenced ones
+    when asked) with an endpoint on `listener_name` (the listener the client
+    connected on: a client on the SSL listener is sent to the SSL
+    endpoints), by default the first listener."""
     listener_name = listener_name or broker.config.listener_name
     out = []
     for b in image.brokers.values():
-        if b.fenced:
+        if b.fenced and not include_fenced:
             continue
         for endpoint in b.endpoints:
             if endpoint.name == listener_name:
@@ -158,8 +160,11 @@ async def handle_describe_cluster(broker, ctx, request):
                      error_message="this is a broker listener: ask a controller for controller endpoints",
                      endpoint_type=endpoint_type, cluster_id=broker.config.cluster_id, controller_id=-1,
                      brokers=(), cluster_authorized_operations=NO_OPERATIONS)
-    brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
-                    for i, h, p, r in live_brokers(broker, image, ctx.listener_name))
+    # v2 (KIP-1073): fenced brokers too when asked, each marked.
+    include_fenced = bool(getattr(body, "include_fenced_brokers", False))
+    brokers = tuple(build(mod.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r,
+                          is_fenced=image.brokers[i].fenced)
+                    for i, h, p, r in live_brokers(broker, image, ctx.listener_name, include_fenced))
     return build(mod.DescribeClusterResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                  error_message=None, endpoint_type=BROKER_ENDPOINT_TYPE, cluster_id=broker.config.cluster_id,
                  controller_id=broker.node_id, brokers=brokers, cluster_authorized_operations=NO_OPERATIONS)

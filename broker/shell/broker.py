@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets, produce, txn_markers
+from broker.api import (admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets,
+                        log_admin, produce, txn_markers)
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -60,6 +61,9 @@ from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, security, txn, txn_verification
 from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
+from quorum.metadata.broker_configs import topic_defaults
+from quorum.metadata.image import ConfigResource
+from quorum.metadata.records import ConfigResourceType
 from common.wire import ConnectionContext, DecodedRequest, Server, SupportedApis, serve
 from common.wire.authenticate import (
     SASL_AUTHENTICATE_KEY,
@@ -101,9 +105,13 @@ _APIS = {
     43: (0, 2, admin.handle_elect_leaders),
     33: (0, 2, admin.handle_alter_configs),
     44: (0, 1, admin.handle_incremental_alter_configs),
+    21: (0, 2, log_admin.handle_delete_records),
+    34: (1, 2, log_admin.handle_alter_replica_log_dirs),
+    35: (1, 4, log_admin.handle_describe_log_dirs),
     45: (0, 0, admin.handle_alter_partition_reassignments),
     46: (0, 0, admin.handle_list_partition_reassignments),
-    60: (0, 1, metadata_api.handle_describe_cluster),
+    60: (0, 2, metadata_api.handle_describe_cluster),
+    64: (0, 0, admin.handle_unregister_broker),
     75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
     # SCRAM credentials and ACLs (KIP-554, KIP-801).
     29: (1, 3, security.handle_describe_acls),
@@ -231,11 +239,26 @@ class Broker:
     def _publish(self, image: MetadataImage, delta: MetadataDelta, configs_changed: bool) -> Iterator[None]:
         yield from self.replicas.delta_steps(image, delta)
         if configs_changed:
+            self.replicas.log_defaults = self.effective_log_defaults(image)
             self.replicas.refresh_topic_configs(image)
         self.coordinator.on_metadata_update()
         self.txn_coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
+
+    def effective_properties(self, image: MetadataImage | None = None) -> dict[str, str]:
+        """This broker's properties with the dynamic broker configs of the
+        metadata log over them: the cluster default, then this broker's (KIP-226)."""
+        image = image or self.image
+        return {**self.config.properties,
+                **image.configs.get(ConfigResource(ConfigResourceType.BROKER, ""), {}),
+                **image.configs.get(ConfigResource(ConfigResourceType.BROKER, str(self.node_id)), {})}
+
+    def effective_log_defaults(self, image: MetadataImage) -> dict[str, str]:
+        """The broker defaults of topic configs, dynamic broker configs included."""
+        props = self.effective_properties(image)
+        return {"max.message.bytes": str(self.config.message_max_bytes), **self.config.log_defaults,
+                **topic_defaults(props)}
 
     @property
     def loaded(self) -> bool:

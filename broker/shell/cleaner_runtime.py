@@ -49,7 +49,8 @@ _BROKER_DEFAULTS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag
 
 
 def compaction_config(broker, topic: str) -> CompactionConfig:
-    defaults = {k: v for k, v in broker.config.log_defaults.items() if k in _BROKER_DEFAULTS}
+    # The replica manager's defaults include the dynamic broker configs.
+    defaults = {k: v for k, v in broker.replicas.log_defaults.items() if k in _BROKER_DEFAULTS}
     return CompactionConfig.from_properties({**defaults, **broker.image.topic_config(topic)})
 
 

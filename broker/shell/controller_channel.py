@@ -29,6 +29,7 @@ CONTROLLER_VERSIONS: dict[int, int] = {
     37: 3,  # CreatePartitions
     44: 1,  # IncrementalAlterConfigs
     67: 0,  # AllocateProducerIds
+    64: 0,  # UnregisterBroker (KIP-631: an admin client may send it to any broker)
 }
 
 

@@ -65,7 +65,8 @@ from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config, scram_
 from common.clock import node_wall_clock
 from common.security import controller_listener_security
 from common.security.client import controller_client_security
-from common.config import SECURITY_PROTOCOLS, NodeConfig, broker_listeners, int_property, parse_listeners
+from common.config import (SECURITY_PROTOCOLS, NodeConfig, broker_listeners, int_property, parse_listeners,
+                           warn_unread_keys)
 from common.errors import ConfigError
 from common.wire import ConnectionPool, serve
 
@@ -224,6 +225,9 @@ async def run_broker(
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")
         _log.info("%s (cluster %s)", ready.line, cluster_id)
+        # Every component has read its keys by now: the rest are typos or
+        # keys raftka does not implement.
+        warn_unread_keys(config.raw)
         if on_ready is not None:
             on_ready(ready)
         task_status.started(server.port)

@@ -212,6 +212,8 @@ class ReplicaFetchers:
                 if not self._change_log(fetcher, hp, action):
                     continue
                 changed = True
+            if action.leader_log_start_offset > hp.log.log_start_offset:
+                self._follow_log_start(hp, action.leader_log_start_offset)
             leader_high_watermark = action.leader_high_watermark
             if changed or leader_high_watermark is not None:
                 if hp.state.on_follower_log_changed(hp.log.log_end_offset, leader_high_watermark) or changed:
@@ -262,6 +264,17 @@ class ReplicaFetchers:
                         fetcher.on_append_failed(action.key, self.broker.clock_ms())
                         not_truncated.add(action.key)
         return not_truncated
+
+    @staticmethod
+    def _follow_log_start(hp, leader_log_start_offset: int) -> None:
+        """Adopt the leader's log start offset (DeleteRecords, retention), up
+        to this log's end: Kafka's follower does the same after each fetch."""
+        try:
+            if hp.log.maybe_increment_log_start_offset(min(leader_log_start_offset, hp.log.log_end_offset)):
+                hp.notify()
+        except OSError as exc:
+            _log.warning("%s-%d: cannot move the log start offset to %d: %s", hp.state.topic,
+                         hp.state.partition, leader_log_start_offset, exc)
 
     def _change_log(self, fetcher, hp, action) -> bool:
         """Append as `action` says, its truncation done (`_truncate_all`);

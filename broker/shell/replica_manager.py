@@ -64,8 +64,8 @@ _BATCH_LENGTH = struct.Struct(">i")
 _log = logging.getLogger("broker.replica_manager")
 
 
-def _topic_config(image: MetadataImage, topic: str, key: str) -> str:
-    return image.topic_config(topic).get(key, TOPIC_CONFIGS[key].default)
+def _topic_config(image: MetadataImage, topic: str, key: str, defaults: Mapping[str, str] = {}) -> str:
+    return image.topic_config(topic).get(key, defaults.get(key, TOPIC_CONFIGS[key].default))
 
 
 class ReplicaManager:
@@ -358,12 +358,14 @@ class ReplicaManager:
         setting = settings.get(topic)
         if setting is None:
             topic_configs = image.topic_config(topic)
-            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas")),
+            setting = settings[topic] = (int(_topic_config(image, topic, "min.insync.replicas", self.log_defaults)),
                                          record_policy_for({**self.log_defaults, **topic_configs}),
                                          log_config_for(topic_configs, self.log_defaults))
         min_isr, hp.record_policy, log_config = setting
         if log_config != hp.log.config:
-            # max.message.bytes, retention, rolls: from the next append or pass.
+            # max.message.bytes, retention, rolls, flushing: from the next
+            # append or pass (Kafka's `UnifiedLog.updateConfig`); segments
+            # already written keep their index size.
             hp.log.reconfigure(log_config)
         if min_isr != hp.state.min_insync_replicas:
             hp.state.set_min_insync_replicas(min_isr)

@@ -13,8 +13,13 @@ that was never set reads as Kafka's default (`topic_configs.TOPIC_CONFIGS`).
   (`cleanup.policy`). Every resulting value is validated before any record
   is written; one bad key fails the whole resource and writes nothing for it.
 
-Broker configs come from each broker's properties file; this controller
-answers INVALID_REQUEST for broker resources.
+Broker resources (KIP-226): IncrementalAlterConfigs on (BROKER, "<id>")
+or on the cluster-wide default (BROKER, "") writes `ConfigRecord`s for the
+keys brokers apply without a restart (`broker_configs.DYNAMIC_BROKER_CONFIGS`);
+any other key is refused with INVALID_CONFIG, as Kafka refuses a key it
+cannot reconfigure. DescribeConfigs on a broker is answered by that broker
+(it alone knows its properties file); this controller answers
+INVALID_REQUEST for broker resources sent to it directly.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from kio.schema.incremental_alter_configs.v1 import request as iac_req
 from kio.schema.incremental_alter_configs.v1 import response as iac_resp
 
 from quorum.controller.result import NO_THROTTLE, ControllerResult
-from quorum.metadata.image import MetadataImage
+from quorum.metadata.broker_configs import DYNAMIC_BROKER_CONFIGS, broker_config_error
+from quorum.metadata.image import ConfigResource, MetadataImage
 from quorum.metadata.records import ConfigRecord, ConfigResourceType, Record
 from quorum.metadata.topic_configs import TOPIC_CONFIGS, ConfigType, split_list, topic_config_error
 
@@ -37,8 +43,8 @@ DEFAULT_CONFIG_SOURCE = 5
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
-_BROKER_REFUSAL = ("raftka's controller manages topic configs only; broker configs come from "
-                   "each broker's properties file")
+_BROKER_REFUSAL = ("describe a broker's configs on that broker (its properties file is there), "
+                   "not on the controller")
 
 
 def topic_config_entries(explicit: dict[str, str], keys: list[str] | None = None,
@@ -108,8 +114,10 @@ class ConfigControlManager:
     @staticmethod
     def _alter_one(r: iac_req.AlterConfigsResource,
                    image: MetadataImage) -> tuple[ErrorCode, str | None, list[Record]]:
+        if r.resource_type == ConfigResourceType.BROKER:
+            return ConfigControlManager._alter_broker(r, image)
         if r.resource_type != ConfigResourceType.TOPIC:
-            return ErrorCode.invalid_request, _BROKER_REFUSAL, []
+            return ErrorCode.invalid_request, f"config resource type {int(r.resource_type)} is not supported", []
         if image.topic_ids_by_name.get(r.resource_name) is None:
             return ErrorCode.unknown_topic_or_partition, f"Topic '{r.resource_name}' does not exist.", []
         if len(r.configs) > 1:
@@ -145,4 +153,42 @@ class ConfigControlManager:
             if problem is not None:
                 return ErrorCode.invalid_config, problem, []
             out.append(ConfigRecord(ConfigResourceType.TOPIC, r.resource_name, c.name, value))
+        return ErrorCode.none, None, out
+
+    @staticmethod
+    def _alter_broker(r: iac_req.AlterConfigsResource,
+                      image: MetadataImage) -> tuple[ErrorCode, str | None, list[Record]]:
+        name = r.resource_name
+        if name != "" and not name.isdigit():
+            return (ErrorCode.invalid_request, f"broker resource name {name!r} is not a broker id: use a "
+                    "node id, or the empty string for the default of every broker", [])
+        current = image.configs.get(ConfigResource(ConfigResourceType.BROKER, name), {})
+        out: list[Record] = []
+        for c in r.configs:
+            op = int(c.config_operation)
+            problem = broker_config_error(c.name, "" if op == DELETE else c.value)
+            if problem is not None and not (op == DELETE and c.name in DYNAMIC_BROKER_CONFIGS):
+                return ErrorCode.invalid_config, problem, []
+            if op == DELETE:
+                out.append(ConfigRecord(ConfigResourceType.BROKER, name, c.name, None))
+                continue
+            if op not in (SET, APPEND, SUBTRACT):
+                return ErrorCode.invalid_request, f"unknown config operation {op} for {c.name}", []
+            if c.value is None:
+                return ErrorCode.invalid_request, f"Null value not supported for : {c.name}", []
+            value = c.value
+            if op in (APPEND, SUBTRACT):
+                d = DYNAMIC_BROKER_CONFIGS[c.name]
+                if d.type != ConfigType.LIST:
+                    verb = "append" if op == APPEND else "subtract"
+                    return ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {c.name}", []
+                items = split_list(current.get(c.name, d.default))
+                given = split_list(value)
+                items = items + [i for i in given if i not in items] if op == APPEND else \
+                    [i for i in items if i not in given]
+                value = ",".join(items)
+                problem = broker_config_error(c.name, value)
+                if problem is not None:
+                    return ErrorCode.invalid_config, problem, []
+            out.append(ConfigRecord(ConfigResourceType.BROKER, name, c.name, value))
         return ErrorCode.none, None, out

@@ -87,6 +87,10 @@ class ConfigDef:
             return None
         if self.type == ConfigType.LIST:
             items = split_list(value)
+            if not items and self.name.endswith("cleanup.policy"):
+                # Kafka 4.1 accepts an empty cleanup.policy (a SUBTRACT of the
+                # last policy): neither deleted by retention nor compacted.
+                return None
             if not items:
                 return f"Invalid value {value!r} for configuration {self.name}: the list must not be empty"
             bad = [i for i in items if self.choices is not None and i not in self.choices]
@@ -164,6 +168,10 @@ _DEFS = (
               "Bytes between two offset index entries.", minimum=0),
     ConfigDef("segment.index.bytes", ConfigType.INT, "10485760",
               "Maximum size of a segment's offset index.", minimum=4),
+    # Accepted and described as Kafka's; deleted segment files go after the
+    # broker's file.delete.delay.ms whatever the topic says.
+    ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000",
+              "How long a deleted segment's files stay on disk (the broker's setting applies).", minimum=0),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _DEFS}

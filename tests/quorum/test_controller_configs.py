@@ -36,7 +36,7 @@ def test_describe_lists_every_known_key_with_kafka_defaults():
     c.start_brokers(1)
     c.create_topic("t", configs={"retention.ms": "1000"})
     v = values(c, "t")
-    assert set(v) == set(TOPIC_CONFIGS) and len(v) == 20
+    assert set(v) == set(TOPIC_CONFIGS) and len(v) == 21
     assert v["retention.ms"] == ("1000", 1)
     assert v["segment.bytes"] == ("1073741824", 5)
     assert v["unclean.leader.election.enable"] == ("false", 5)
@@ -75,8 +75,11 @@ def test_append_and_subtract_work_on_list_configs_only():
     assert values(c, "t")["cleanup.policy"] == ("delete,compact", 1)
     assert alter(c, "t", ("cleanup.policy", SUBTRACT, "delete")).error_code == ErrorCode.none
     assert values(c, "t")["cleanup.policy"] == ("compact", 1)
-    r = alter(c, "t", ("cleanup.policy", SUBTRACT, "compact"))
-    assert r.error_code == ErrorCode.invalid_config  # an empty policy is not a policy
+    # As Kafka 4.1: subtracting the last policy leaves it empty (keep everything).
+    assert alter(c, "t", ("cleanup.policy", SUBTRACT, "compact")).error_code == ErrorCode.none
+    assert values(c, "t")["cleanup.policy"] == ("", 1)
+    r = alter(c, "t", ("cleanup.policy", APPEND, "shred"))
+    assert r.error_code == ErrorCode.invalid_config
     r = alter(c, "t", ("retention.ms", APPEND, "5"))
     assert r.error_code == ErrorCode.invalid_config and "retention.ms" in r.error_message
 

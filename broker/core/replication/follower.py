@@ -309,7 +309,8 @@ class ReplicaFetcher:
                 # above): a fence answers thousands of partitions a round,
                 # each this way, so a Python call per partition would show
                 # in `raftka bench failover --led-partitions 10000 --acks all`.
-                append(new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none)))
+                append(new_tuple(FollowerAction, (key, None, None, result.records, result.high_watermark, none,
+                                                  result.log_start_offset)))
             else:
                 append(self._decide(p, sent, result, log, now_ms))
         return actions
@@ -320,7 +321,8 @@ class ReplicaFetcher:
         if error == ErrorCode.none:
             diverging = result.diverging_epoch
             if diverging is None:
-                return FollowerAction(p.key, records=result.records, leader_high_watermark=result.high_watermark)
+                return FollowerAction(p.key, records=result.records, leader_high_watermark=result.high_watermark,
+                                      leader_log_start_offset=result.log_start_offset)
             offset, _complete = truncation_offset(log, diverging)
             # The leader's HW is not adopted here: until a Fetch succeeds,
             # our log past the common prefix is not known to be the leader's.

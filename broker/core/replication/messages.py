@@ -245,7 +245,8 @@ class FollowerAction(NamedTuple):
     2. `start_at` set: `log.truncate_fully_and_start_at(start_at)` (the
        leader's log start passed our log end);
     3. `records` non-empty: `log.append_as_follower(records)`;
-    4. then, if `leader_high_watermark` is set, or the log was cut:
+    4. `leader_log_start_offset` above the log's: move the log start up to it;
+    5. then, if `leader_high_watermark` is set, or the log was cut:
        `Partition.on_follower_log_changed(log.log_end_offset,
        leader_high_watermark)`.
 
@@ -258,3 +259,7 @@ class FollowerAction(NamedTuple):
     records: bytes | memoryview | bytearray = b""
     leader_high_watermark: int | None = None
     error: ErrorCode = ErrorCode.none
+    #: The leader's log start offset: a follower moves its own up to it
+    #: (at most to its log end), so records deleted with DeleteRecords stay
+    #: deleted on every replica, also after a leader change.
+    leader_log_start_offset: int = UNKNOWN_OFFSET

@@ -1,0 +1,133 @@
+"""DeleteRecords, DescribeLogDirs and AlterReplicaLogDirs: admin requests a
+broker answers from the logs it hosts.
+
+Theory of operation
+-------------------
+* DeleteRecords (KIP-107) is sent to each partition's leader. The leader
+  moves its log start offset up to the given offset (-1: the high
+  watermark), durably, and answers the new log start as the low
+  watermark. Consumers can no longer read below it (a Fetch there is
+  OFFSET_OUT_OF_RANGE, ListOffsets EARLIEST answers it); the segments
+  wholly below it go at the next retention pass. Followers learn the new
+  log start from each Fetch response and move theirs (at most to their
+  own log end), so the records stay deleted after a leader change. Kafka
+  answers once every follower has caught up with the deletion; raftka
+  answers once the leader has it.
+* DescribeLogDirs lists every `log.dirs` directory with the partitions in
+  it, their size on disk and offset lag (how far the replica's log end is
+  behind the high watermark; 0 on a leader), and the disk's total and
+  usable bytes.
+* AlterReplicaLogDirs: a replica already in the named dir is answered
+  NONE (a no-op, as in Kafka), a dir not in `log.dirs` LOG_DIR_NOT_FOUND.
+  Moving a replica to another of this broker's dirs is not implemented:
+  KAFKA_STORAGE_ERROR, and the broker logs why. A replica's dir is chosen
+  when it is created (the dir with fewest partitions).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import shutil
+
+from kio.schema.errors import ErrorCode
+
+from broker.api.kio_util import build, response_module
+
+_NO_THROTTLE = datetime.timedelta(0)
+_HIGH_WATERMARK = -1
+
+_log = logging.getLogger("broker.log_admin")
+
+
+def _delete_one(broker, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+    hp = broker.replicas.partitions.get((topic, partition))
+    if hp is None:
+        known = broker.image.topic(topic)
+        return (ErrorCode.not_leader_or_follower if known is not None and partition in known.partitions
+                else ErrorCode.unknown_topic_or_partition), -1
+    if not hp.state.is_leader:
+        return ErrorCode.not_leader_or_follower, -1
+    high_watermark = hp.state.high_watermark
+    target = high_watermark if offset == _HIGH_WATERMARK else offset
+    if target < 0 or target > high_watermark:
+        # Kafka: only committed records can be deleted.
+        return ErrorCode.offset_out_of_range, -1
+    try:
+        if hp.log.maybe_increment_log_start_offset(target):
+            _log.info("%s-%d: log start offset moved to %d (DeleteRecords)", topic, partition, target)
+            hp.notify()
+    except OSError as exc:
+        _log.error("%s-%d: DeleteRecords to %d failed: %s", topic, partition, target, exc)
+        return ErrorCode.kafka_storage_error, -1
+    return ErrorCode.none, hp.log.log_start_offset
+
+
+async def handle_delete_records(broker, ctx, request):
+    mod = response_module(request.header)
+    topics = []
+    for t in request.body.topics:
+        parts = []
+        for p in t.partitions:
+            error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
+            parts.append(build(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index,
+                               low_watermark=low, error_code=error))
+        topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
+    return build(mod.DeleteRecordsResponse, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_describe_log_dirs(broker, ctx, request):
+    mod = response_module(request.header)
+    wanted = None
+    if request.body.topics is not None:
+        wanted = {(t.topic, p) for t in request.body.topics for p in t.partitions}
+    by_dir: dict[str, dict[str, list]] = {d: {} for d in broker.log_manager.log_dirs}
+    for (topic, partition), hp in sorted(broker.replicas.partitions.items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        log = hp.log
+        log_dir = os.path.dirname(os.path.abspath(log.dir_path))
+        lag = 0 if hp.state.is_leader else max(0, hp.state.high_watermark - log.log_end_offset)
+        by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(build(
+            mod.DescribeLogDirsPartition, partition_index=partition, partition_size=log.size_in_bytes,
+            offset_lag=lag, is_future_key=False))
+    results = []
+    for log_dir, topics in by_dir.items():
+        try:
+            usage = shutil.disk_usage(log_dir)
+            total, usable, error = usage.total, usage.free, ErrorCode.none
+        except OSError:
+            total, usable, error = -1, -1, ErrorCode.kafka_storage_error
+        results.append(build(mod.DescribeLogDirsResult, error_code=error, log_dir=log_dir, topics=tuple(
+            build(mod.DescribeLogDirsTopic, name=name, partitions=tuple(parts)) for name, parts in topics.items()),
+            total_bytes=total, usable_bytes=usable))
+    return build(mod.DescribeLogDirsResponse, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
+                 results=tuple(results))
+
+
+async def handle_alter_replica_log_dirs(broker, ctx, request):
+    mod = response_module(request.header)
+    log_dirs = set(broker.log_manager.log_dirs)
+    topics: dict[str, list] = {}
+    for d in request.body.dirs:
+        path = os.path.abspath(d.path)
+        for t in d.topics:
+            for p in t.partitions:
+                hp = broker.replicas.partitions.get((t.name, p))
+                current = None if hp is None else os.path.dirname(os.path.abspath(hp.log.dir_path))
+                if path not in log_dirs:
+                    error = ErrorCode.log_dir_not_found
+                elif current == path:
+                    error = ErrorCode.none  # already there: a no-op, as in Kafka
+                elif hp is None:
+                    error = ErrorCode.replica_not_available
+                else:
+                    _log.warning("AlterReplicaLogDirs %s-%d to %s refused: raftka does not move replicas "
+                                 "between log dirs; a replica stays in the dir it was created in", t.name, p, path)
+                    error = ErrorCode.kafka_storage_error
+                topics.setdefault(t.name, []).append(
+                    build(mod.AlterReplicaLogDirPartitionResult, partition_index=p, error_code=error))
+    return build(mod.AlterReplicaLogDirsResponse, throttle_time=_NO_THROTTLE, results=tuple(
+        build(mod.AlterReplicaLogDirTopicResult, topic_name=name, partitions=tuple(parts))
+        for name, parts in topics.items()))
