@@ -265,6 +265,22 @@ def run_workers(
                 p.join()
 
 
+def interval_rates(trace: list[tuple[float, int]], interval_s: float = 1.0) -> list[tuple[float, float]]:
+    """Per-interval rates from a progress trace of `(monotonic time, total
+    so far)`: `(end of interval, seconds after the first point; records/s
+    in it)`, one point per whole `interval_s` (a last partial interval is
+    dropped: its rate would rest on a fraction of the time)."""
+    if len(trace) < 2:
+        return []
+    t_start, n_start = trace[0]
+    out, edge, last_n = [], t_start + interval_s, n_start
+    for t, n in trace[1:]:
+        while t >= edge:
+            out.append((edge - t_start, (n - last_n) / interval_s))
+            last_n, edge = n, edge + interval_s
+    return out
+
+
 def _drain(q: Any) -> list[dict[str, Any]]:
     out = []
     while True:
