@@ -217,7 +217,8 @@ def _failover_vs_partitions(stats: list[dict], out_dir: str, names: set[str]) ->
 
 
 def _latency_cdfs(cdfs: list[dict], out_dir: str, names: set[str]) -> list[Plot]:
-    groups = _group(cdfs, lambda c: (c["scenario"], c["metric"], c["unit"]))
+    # A CDF of one sample is one step: not drawn (the table has the value).
+    groups = _group([c for c in cdfs if c["count"] >= 2], lambda c: (c["scenario"], c["metric"], c["unit"]))
     plots = []
     for (scenario, metric, unit), curves in list(groups.items())[:MAX_CDF_FIGURES]:
         vary, constants = split_params(curves)
@@ -256,7 +257,9 @@ def _merged_latency(curves: list[dict], merged: list[dict], out_dir: str, names:
     1/(1-percentile) on a log axis (HdrHistogram's percentile plot), so
     the tail from p99 to p99.99 gets as much room as p50 to p99."""
     runs = {(m["scenario"], m["mode"], m["metric"], json.dumps(m["params"], sort_keys=True), m["unit"]): m
-            for m in merged}
+            for m in merged if m["count"] >= 2}
+    curves = [c for c in curves if (c["scenario"], c["mode"], c["metric"], json.dumps(c["params"], sort_keys=True),
+                                    c["unit"]) in runs]
     plots = []
     for (scenario, metric, unit), group in list(_group(curves, lambda c: (c["scenario"], c["metric"], c["unit"]))
                                                 .items())[:MAX_CDF_FIGURES]:
