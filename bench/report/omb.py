@@ -188,7 +188,13 @@ def export_omb(results_dir: str, out_dir: str) -> list[str]:
     TestResult JSON file in `out_dir`; the files written."""
     import pyarrow.dataset as ds
 
-    from bench.results import HISTOGRAM_SCHEMA, HISTOGRAMS_DIR, SERIES_DIR, SERIES_SCHEMA, read_rows
+    from bench.results import (
+        HISTOGRAM_SCHEMA,
+        HISTOGRAMS_DIR,
+        SERIES_DIR,
+        SERIES_SCHEMA,
+        read_rows,
+    )
 
     def beside(folder: str, schema: Any) -> list[dict[str, Any]]:
         path = os.path.join(results_dir, folder)

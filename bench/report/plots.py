@@ -37,8 +37,9 @@ import os
 import re
 import textwrap
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from matplotlib.figure import Figure
 

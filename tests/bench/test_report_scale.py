@@ -12,7 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from test_bench_report import T0_MS, cli
 
-from bench.results import SERIES_DIR, SERIES_SCHEMA, params_json, write_histogram, write_rows
+from bench.results import (
+    SERIES_DIR,
+    SERIES_SCHEMA,
+    params_json,
+    write_histogram,
+    write_rows,
+)
 
 RUNS = 1000
 POINTS = 10_000  # per run: 10 million series rows in all

@@ -15,8 +15,14 @@ from test_bench_report import PNG_MAGIC, T0_MS, cli, md_tables, number
 from bench.histogram import LatencyHistogram
 from bench.report.changepoints import split_points
 from bench.report.omb import read_test_result
-from bench.results import (read_rows, read_samples, write_events, write_histogram, write_rows, write_samples,
-                           write_series)
+from bench.results import (
+    read_rows,
+    read_samples,
+    write_events,
+    write_histogram,
+    write_rows,
+    write_series,
+)
 from bench.suite import FAST_SESSION
 
 SHAS = [f"{i:02d}" + "abcdef0123" * 4 for i in range(10)]
@@ -164,7 +170,7 @@ def test_a_series_is_drawn_with_its_fault_window(views):
 
 
 def test_an_omb_result_is_imported_beside_raftka_and_raftka_runs_export_as_omb(views):
-    summary, omb = views["summary"], views["known"]["omb"]
+    summary = views["summary"]
     (entry,) = summary["systems"]
     assert entry["system"] == "Kafka" and entry["params"]["record_size"] == 100
     assert entry["raftka_params"]["record_size"] == 100
