@@ -228,6 +228,8 @@ def test_a_real_produce_and_failover_run_report_series_faults_and_merged_latency
     series = {(s["scenario"], s["metric"]): s for s in summary["series"]}
     rates = series[("produce", "produce_records_per_s")]["points"]
     assert len(rates) >= 2 and all(v > 0 for _, v in rates[:-1])
+    p50, p99 = (series[("produce", f"produce_latency_{p}")]["points"] for p in ("p50", "p99"))
+    assert len(p99) >= 2 and all(0 < a <= b for (_, a), (_, b) in zip(p50, p99))
     writable = series[("failover", "partitions_writable_again")]
     led = writable["params"]["led"]  # the partitions the killed broker led
     assert writable["points"][0][1] < led and writable["points"][-1][1] == led
