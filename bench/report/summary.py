@@ -86,15 +86,16 @@ class Summary:
 
 
 def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summary:
-    rows = load_rows(spark, results_dir)
-    runs = run_table(rows)
+    # Every later query reads the rows (and the per-run values) again: read the files once.
+    rows = load_rows(spark, results_dir).cache()
+    runs = run_table(rows).cache()
     run_list = sorted(_collect(runs), key=lambda r: (r["started_ms"], r["run_id"]))
     if settings.baseline_run_id is not None and settings.baseline_run_id not in {r["run_id"] for r in run_list}:
         raise ReportError(
             f"--baseline {settings.baseline_run_id} is not a run in {results_dir}; "
             f"pick a run id from the report's runs table, or omit it to compare with the previous run"
         )
-    per_run = per_run_values(rows, runs)
+    per_run = per_run_values(rows, runs).cache()
     stats = key_stats(per_run)
     summary = Summary(
         settings=settings,
@@ -141,6 +142,7 @@ def merge_histograms(hist: DataFrame) -> tuple[DataFrame, DataFrame]:
     sum: the first bucket whose running count reaches the rank, clamped to
     the recorded min and max (as `bench.histogram.LatencyHistogram` answers).
     Also each key's CDF: (bucket value, fraction at or below)."""
+    hist = hist.cache()
     per_bucket = hist.groupBy(*KEY, "bucket").agg(F.sum("count").alias("count"))
     totals = hist.groupBy(*KEY).agg(
         F.countDistinct("run_id").alias("n_runs"), F.min("min").alias("min"), F.max("max").alias("max"))
@@ -167,7 +169,7 @@ def last_run_series(series: DataFrame, runs: DataFrame) -> DataFrame:
     SERIES_POINTS bins of time (a million-point series draws as 400)."""
     with_start = series.join(runs.select("run_id", "started_ms"), "run_id", "left")
     last = with_start.groupBy(*KEY).agg(F.max(F.struct("started_ms", "run_id")).alias("last"))
-    kept = with_start.join(last, KEY).where(F.col("run_id") == F.col("last.run_id"))
+    kept = with_start.join(last, KEY).where(F.col("run_id") == F.col("last.run_id")).drop("last").cache()
     span = kept.groupBy(*KEY).agg(F.max("t_s").alias("span"), F.count(F.lit(1)).alias("n"))
     binned = kept.join(span, KEY).withColumn(
         "bin", F.when(F.col("n") <= SERIES_POINTS, F.col("t_s"))
