@@ -217,7 +217,7 @@ def test_one_run_draws_no_degenerate_figure(spark, tmp_path):
 
 def test_a_real_produce_and_failover_run_report_series_faults_and_merged_latency(spark, tmp_path):
     results = str(tmp_path / "results")
-    out = run_bench("produce", "--duration", "2", "--producers", "1", "--partitions", "1", "--brokers", "1",
+    out = run_bench("produce", "--duration", "3", "--producers", "1", "--partitions", "1", "--brokers", "1",
                     "--no-ceiling", "--no-floor", "--record-size", "100", "--results", results, timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]
     out = run_bench("failover", "--brokers", "2", "--replication-factor", "2", "--partitions", "2",
