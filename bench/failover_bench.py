@@ -240,6 +240,15 @@ def run(args: argparse.Namespace) -> int:
                                   f"p99 {p99:,.0f}, max {values[-1]:,.0f}, min {values[0]:,.0f}; "
                                   f"{len(values):,} of {expected:,} partitions{after}"))
             runner.row("partitions_without_leader", len(moved) - len(produce_s), "partitions", led=len(moved))
+            if round_no == 0 and produce_s:
+                # Inside the run: partitions writable again over time since the fault, and the
+                # fault's window (injection to the last partition written again) for the report.
+                times = sorted(produce_s[k] for k in moved if k in produce_s)
+                step = max(times[-1] / 200, 0.01)
+                points = [(i * step, sum(1 for t in times if t <= i * step))
+                          for i in range(int(times[-1] / step) + 2)]
+                runner.series("partitions_writable_again", "partitions", points, led=len(moved))
+                runner.event(f"{args.fault} broker {victim}", 0.0, times[-1])
             target = 1000 if args.fault == "term" else session_timeout_ms + 1000
             lines.append(("target (median produce)", f"≤ {target:,}", "term: 1 s; kill/stop: session timeout + 1 s"))
             runner.table(f"round {round_no + 1}: {args.fault} broker {victim}, leader of {len(moved):,} partitions "

@@ -140,6 +140,23 @@ class LatencyHistogram:
         out["max"] = self.max
         return out
 
+    def buckets(self) -> list[tuple[float, int]]:
+        """The histogram as `(bucket's highest equivalent value, count)`
+        pairs, ascending (zero first): the mergeable form the results keep
+        (`bench.results.write_histogram`). Exact samples are folded into
+        buckets here, so two runs' buckets always line up and add."""
+        counts: dict[tuple[int, int], int] = dict(self._buckets)
+        zeros = self._zeros
+        for value in self._samples or ():
+            if value == 0.0:
+                zeros += 1
+                continue
+            mantissa, exponent = math.frexp(value)
+            key = (exponent, int(mantissa * self.sub_bucket_count))
+            counts[key] = counts.get(key, 0) + 1
+        out = [(0.0, zeros)] if zeros else []
+        return out + [(self._highest_equivalent(key), counts[key]) for key in sorted(counts)]
+
     def _fold_samples(self) -> None:
         samples, self._samples = self._samples, None
         assert samples is not None

@@ -128,7 +128,7 @@ def row(scenario: str, params: dict[str, Any], metric: str, value: float, unit: 
 def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], samples: dict[str, list[float]],
          scenario: str, params: dict[str, Any]) -> None:
     """Write the rows (and latency samples) to --results; print them as JSON with --json."""
-    from bench.results import new_run_id, write_rows, write_samples
+    from bench.results import new_run_id, write_events, write_histogram, write_rows, write_samples, write_series
     from bench.runner import environment, write_environment
 
     run_id = new_run_id()
@@ -139,6 +139,14 @@ def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], sam
         if values:
             write_samples(args.results, run_id, scenario=scenario, mode=mode, params=params, metric=metric,
                           unit="ms", values=values)
+            write_histogram(args.results, run_id, scenario=scenario, mode=mode, params=params, metric=metric,
+                            unit="ms", values=values)
+    # Per-interval values inside the run, and its events, when the bench kept them.
+    for metric, unit, points in getattr(args, "series", None) or ():
+        write_series(args.results, run_id, scenario=scenario, mode=mode, params=params, metric=metric, unit=unit,
+                     points=points)
+    write_events(args.results, run_id, scenario=scenario, mode=mode, params=params,
+                 events=getattr(args, "events", None) or ())
     env = getattr(args, "environment", None) or environment()
     if getattr(args, "suite_id", None):
         env["suite_id"] = args.suite_id

@@ -65,6 +65,7 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     sent = [0, 0]  # acked, failed
     errors: list[str] = []
     latencies_ms: list[float] = []
+    latency_at: list[float] = []  # when each sampled latency ended (monotonic clock, as the parent's)
     last_ack = [0.0]
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -80,7 +81,9 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
         def on_sampled_delivery(err: Any, msg: Any) -> None:
             on_delivery(err, msg)
             if err is None:
-                latencies_ms.append((time.perf_counter() - t0) * 1000)
+                now = time.perf_counter()
+                latencies_ms.append((now - t0) * 1000)
+                latency_at.append(now)
         return on_sampled_delivery
 
     config = {**spec["config"], "on_delivery": on_delivery}
@@ -122,6 +125,7 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
             producer.commit_transaction(60)
         sent[:] = [0, 0]
         latencies_ms.clear()
+        latency_at.clear()
     count = spec.get("count")
     duration_s = spec.get("duration_s")
     sample_every = spec["sample_every"]
@@ -169,7 +173,8 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     counter.value = sent[0]
     results.put({"pid": os.getpid(), "records": sent[0], "failed": sent[1] + unsent, "errors": errors,
                  "start": t0, "end": end, "cpu_s": _cpu_seconds() - cpu0,
-                 "latencies_ms": latencies_ms, "commit_ms": commit_ms, "visible_ms": visible_ms})
+                 "latencies_ms": latencies_ms, "latency_at": latency_at, "commit_ms": commit_ms,
+                 "visible_ms": visible_ms})
 
 
 def consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
@@ -265,6 +270,41 @@ def run_workers(
                 p.join()
 
 
+def interval_rates(trace: list[tuple[float, int]], interval_s: float = 1.0) -> list[tuple[float, float]]:
+    """Per-interval rates from a progress trace of `(monotonic time, total
+    so far)`: `(end of interval, seconds after the first point; records/s
+    in it)`, one point per whole `interval_s` (a last partial interval is
+    dropped: its rate would rest on a fraction of the time)."""
+    if len(trace) < 2:
+        return []
+    t_start, n_start = trace[0]
+    out, edge, last_n = [], t_start + interval_s, n_start
+    for t, n in trace[1:]:
+        while t >= edge:
+            out.append((edge - t_start, (n - last_n) / interval_s))
+            last_n, edge = n, edge + interval_s
+    return out
+
+
+def interval_percentiles(start: float, at: list[float], values: list[float], ps: tuple[float, ...] = (50.0, 99.0),
+                         interval_s: float = 1.0) -> dict[float, list[tuple[float, float]]]:
+    """Per-interval nearest-rank percentiles of samples that ended at `at`
+    (monotonic times; `start` is the interval clock's zero): for each p,
+    `(end of interval, value)` for every interval holding samples."""
+    from bench.histogram import percentiles as exact
+
+    bins: dict[int, list[float]] = {}
+    for t, v in zip(at, values):
+        if t >= start:
+            bins.setdefault(int((t - start) // interval_s), []).append(v)
+    out: dict[float, list[tuple[float, float]]] = {p: [] for p in ps}
+    for i in sorted(bins):
+        summary = exact(bins[i], ps)
+        for p in ps:
+            out[p].append(((i + 1) * interval_s, summary[f"p{p:g}".replace(".", "_")]))
+    return out
+
+
 def _drain(q: Any) -> list[dict[str, Any]]:
     out = []
     while True:
@@ -285,6 +325,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         "elapsed_s": max(end - start, 1e-9),
         "cpu_s": sum(r["cpu_s"] for r in results),
         "latencies_ms": [x for r in results for x in r["latencies_ms"]],
+        "latency_at": [x for r in results for x in r.get("latency_at", ())],
         "commit_ms": [x for r in results for x in r.get("commit_ms", ())],
         "visible_ms": [x for r in results for x in r.get("visible_ms", ())],
     }

@@ -80,7 +80,7 @@ from typing import Any
 
 from bench.kafka_bench import (GB, MB, add_cluster_options, bench_cluster, create_topic, emit, resolve_brokers,
                                row, verdict)
-from bench.load_generator import aggregate, produce_worker, run_workers
+from bench.load_generator import aggregate, interval_percentiles, interval_rates, produce_worker, run_workers
 
 SCENARIO = "produce"
 TOPIC = "bench-produce"
@@ -248,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
                           write_cost["cpu_s_per_gb"] if write_cost is not None else None)
     if tansu is not None:
         rows += _tansu_rows(console, params, result, tansu)
+    args.series = [("produce_records_per_s", "records/s", result["series"]),
+                   ("produce_latency_p50", "ms", result["latency_series"][50.0]),
+                   ("produce_latency_p99", "ms", result["latency_series"][99.0])]
     emit(args, console, rows, samples, SCENARIO, params)
     failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
     failed += tansu["failed"] if tansu is not None else 0
@@ -465,19 +468,32 @@ def _print_comparison(console: Any, args: argparse.Namespace, result: dict[str, 
             console.print(verdict_line)
 
 
-def _progress(console, title, total, target, specs, on_start=None) -> list[dict]:
-    """`run_workers(target, specs)` under a progress bar; the workers' results."""
+def _progress(console, title, total, target, specs, on_start=None, trace=None) -> list[dict]:
+    """`run_workers(target, specs)` under a progress bar; the workers' results.
+    With `trace` (a list), appends `(monotonic time, records so far)` every 0.1 s."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    def on_progress(n: int) -> None:
+        progress.update(task, completed=n)
+        if trace is not None:
+            trace.append((time.monotonic(), n))
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} records"),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task(title, total=total)
-        return run_workers(target, specs, on_start=on_start, on_progress=lambda n: progress.update(task, completed=n))
+        return run_workers(target, specs, on_start=on_start, on_progress=on_progress)
 
 
 def _phase(console, title, specs, args, on_start=None) -> dict:
     total = args.count * len(specs) if args.count else None
-    result = aggregate(_progress(console, title, total, produce_worker, specs, on_start))
+    trace: list[tuple[float, int]] = []
+    result = aggregate(_progress(console, title, total, produce_worker, specs, on_start, trace))
+    # Records acknowledged per second inside the phase, and the sampled latency's p50/p99 in
+    # each second (on the same clock: the workers' perf_counter is this process's monotonic),
+    # for the report's time series.
+    result["series"] = interval_rates(trace)
+    start = trace[0][0] if trace else 0.0
+    result["latency_series"] = interval_percentiles(start, result["latency_at"], result["latencies_ms"])
     result["records_per_s"] = result["records"] / result["elapsed_s"]
     result["mb_per_s"] = result["records"] * args.record_size / MB / result["elapsed_s"]
     return result

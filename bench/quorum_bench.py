@@ -467,7 +467,7 @@ async def _catchup(args: argparse.Namespace, quorum: Any, topics: list[str], row
 def _report(args: argparse.Namespace, rows: list, samples: list, console: Any) -> None:
     from rich.table import Table
 
-    from bench.results import new_run_id, write_rows, write_samples
+    from bench.results import new_run_id, write_histogram, write_rows, write_samples
 
     targets = {"failover_median": "≤ 1.5 s", "observer_catch_up": "≤ 10 s"}
     table = Table(title=f"quorum bench: 3 {'ZooKeeper servers' if args.mode == 'zk' else 'voters'} on loopback, "
@@ -490,6 +490,8 @@ def _report(args: argparse.Namespace, rows: list, samples: list, console: Any) -
     for params, metric, values in samples:
         write_samples(args.results, run_id, scenario=SCENARIO, mode=args.mode, params=params, metric=metric,
                       unit="s" if metric == "failover" else "ms", values=values)
+        write_histogram(args.results, run_id, scenario=SCENARIO, mode=args.mode, params=params, metric=metric,
+                        unit="s" if metric == "failover" else "ms", values=values)
     console.print(f"rows appended to {path}")
     if args.json:
         for row in rows:

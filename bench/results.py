@@ -28,6 +28,12 @@ sample). The leading `_` makes Spark's and pyarrow's dataset discovery skip
 that folder when they read the rows; `raftka report` reads it on its own
 for the latency CDFs. Anything else kept inside `results_dir` (such as the
 report's default output, `_report/`) must likewise start with `_`.
+
+Three more tables sit beside the rows the same way, one folder per run:
+`_series/` (per-interval values inside a run, `write_series`), `_events/`
+(faults and their heals on the series' clock, `write_events`) and
+`_histograms/` (each latency measurement's HdrHistogram-style buckets,
+`write_histogram`, which the report merges across repeated runs).
 """
 
 from __future__ import annotations
@@ -75,6 +81,55 @@ SAMPLES_SCHEMA = pa.schema(
 )
 
 SAMPLES_DIR = "_samples"
+
+#: Per-interval values inside a run (throughput, latency percentiles, CPU),
+#: `t_s` seconds after the measured phase began.
+SERIES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("scenario", pa.string()),
+        ("mode", pa.string()),
+        ("params", pa.string()),
+        ("metric", pa.string()),
+        ("t_s", pa.float64()),
+        ("value", pa.float64()),
+        ("unit", pa.string()),
+    ]
+)
+SERIES_DIR = "_series"
+
+#: What happened inside a run (a fault injected and healed), on the series' clock.
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("scenario", pa.string()),
+        ("mode", pa.string()),
+        ("params", pa.string()),
+        ("event", pa.string()),
+        ("start_s", pa.float64()),
+        ("end_s", pa.float64()),
+    ]
+)
+EVENTS_DIR = "_events"
+
+#: A run's latency histogram, one row per non-empty bucket (HdrHistogram-style
+#: log-linear buckets of `bench.histogram`, 3 significant digits): buckets of
+#: repeated runs add up, so the report merges them.
+HISTOGRAM_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("scenario", pa.string()),
+        ("mode", pa.string()),
+        ("params", pa.string()),
+        ("metric", pa.string()),
+        ("unit", pa.string()),
+        ("bucket", pa.float64()),
+        ("count", pa.int64()),
+        ("min", pa.float64()),
+        ("max", pa.float64()),
+    ]
+)
+HISTOGRAMS_DIR = "_histograms"
 
 _REQUIRED = ("scenario", "mode", "params", "metric", "value", "unit")
 
@@ -169,6 +224,92 @@ def write_samples(
     os.makedirs(run_dir, exist_ok=True)
     path = _new_part_path(run_dir, "part-")
     pq.write_table(pa.Table.from_pydict(columns, schema=SAMPLES_SCHEMA), path)
+    return path
+
+
+def write_series(
+    results_dir: str,
+    run_id: str,
+    *,
+    scenario: str,
+    mode: str,
+    params: Mapping[str, Any] | str,
+    metric: str,
+    unit: str,
+    points: Iterable[tuple[float, float]],
+) -> str | None:
+    """Keep one per-interval series of run `run_id`: `(t_s, value)` points,
+    t_s seconds after the measured phase began. None when there are none."""
+    points = [(float(t), float(v)) for t, v in points]
+    if not points:
+        return None
+    n = len(points)
+    columns = {
+        "run_id": [run_id] * n, "scenario": [scenario] * n, "mode": [mode] * n,
+        "params": [params_json(params)] * n, "metric": [metric] * n,
+        "t_s": [t for t, _ in points], "value": [v for _, v in points], "unit": [unit] * n,
+    }
+    return _write_beside(results_dir, SERIES_DIR, run_id, pa.Table.from_pydict(columns, schema=SERIES_SCHEMA))
+
+
+def write_events(
+    results_dir: str,
+    run_id: str,
+    *,
+    scenario: str,
+    mode: str,
+    params: Mapping[str, Any] | str,
+    events: Iterable[tuple[str, float, float]],
+) -> str | None:
+    """Keep the events of run `run_id`: `(what, start_s, end_s)` on the
+    series' clock (a fault from its injection to its heal)."""
+    events = list(events)
+    if not events:
+        return None
+    n = len(events)
+    columns = {
+        "run_id": [run_id] * n, "scenario": [scenario] * n, "mode": [mode] * n,
+        "params": [params_json(params)] * n, "event": [e for e, _, _ in events],
+        "start_s": [float(s) for _, s, _ in events], "end_s": [float(e) for _, _, e in events],
+    }
+    return _write_beside(results_dir, EVENTS_DIR, run_id, pa.Table.from_pydict(columns, schema=EVENTS_SCHEMA))
+
+
+def write_histogram(
+    results_dir: str,
+    run_id: str,
+    *,
+    scenario: str,
+    mode: str,
+    params: Mapping[str, Any] | str,
+    metric: str,
+    unit: str,
+    values: Iterable[float],
+) -> str | None:
+    """Keep the latency histogram of one measurement of run `run_id` (its
+    buckets, see HISTOGRAM_SCHEMA); None when there are no values."""
+    from bench.histogram import LatencyHistogram
+
+    hist = LatencyHistogram(exact_limit=0)
+    hist.record_many(values)
+    if not hist.count:
+        return None
+    buckets = hist.buckets()
+    n = len(buckets)
+    columns = {
+        "run_id": [run_id] * n, "scenario": [scenario] * n, "mode": [mode] * n,
+        "params": [params_json(params)] * n, "metric": [metric] * n, "unit": [unit] * n,
+        "bucket": [b for b, _ in buckets], "count": [c for _, c in buckets],
+        "min": [hist.min] * n, "max": [hist.max] * n,
+    }
+    return _write_beside(results_dir, HISTOGRAMS_DIR, run_id, pa.Table.from_pydict(columns, schema=HISTOGRAM_SCHEMA))
+
+
+def _write_beside(results_dir: str, folder: str, run_id: str, table: pa.Table) -> str:
+    run_dir = os.path.join(results_dir, folder, run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    path = _new_part_path(run_dir, "part-")
+    pq.write_table(table, path)
     return path
 
 

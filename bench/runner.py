@@ -268,6 +268,8 @@ class Runner:
             self.env["suite_id"] = args.suite_id
         self.rows: list[dict[str, Any]] = []
         self._samples: list[tuple[str, str, list[float], dict[str, Any]]] = []
+        self._series: list[tuple[str, str, list[tuple[float, float]], dict[str, Any]]] = []
+        self._events: list[tuple[str, float, float]] = []
         self._clusters: list[Any] = []
         self._paused: list[tuple[Any, int]] = []
         self._faults: dict[tuple[int, int], str] = {}
@@ -482,9 +484,18 @@ class Runner:
         if values:
             self._samples.append((metric, unit, [float(v) for v in values], extra_params))
 
+    def series(self, metric: str, unit: str, points: list[tuple[float, float]], **extra_params: Any) -> None:
+        """Per-interval values inside the run: `(t_s, value)` on the run's event clock."""
+        if points:
+            self._series.append((metric, unit, [(float(t), float(v)) for t, v in points], extra_params))
+
+    def event(self, what: str, start_s: float, end_s: float) -> None:
+        """Something that happened inside the run (a fault from injection to heal), on the series' clock."""
+        self._events.append((what, float(start_s), float(end_s)))
+
     def finish(self) -> str | None:
         """Write the rows, samples and environment; print JSON rows with --json; the rows' file."""
-        from bench.results import write_rows, write_samples
+        from bench.results import write_events, write_histogram, write_rows, write_samples, write_series
 
         if not self.rows:
             self.say("no measurement to write")
@@ -494,6 +505,13 @@ class Runner:
         for metric, unit, values, extra in self._samples:
             write_samples(results, self.run_id, scenario=self.scenario, mode=self.mode,
                           params={**self.params, **extra}, metric=metric, unit=unit, values=values)
+            write_histogram(results, self.run_id, scenario=self.scenario, mode=self.mode,
+                            params={**self.params, **extra}, metric=metric, unit=unit, values=values)
+        for metric, unit, points, extra in self._series:
+            write_series(results, self.run_id, scenario=self.scenario, mode=self.mode,
+                         params={**self.params, **extra}, metric=metric, unit=unit, points=points)
+        write_events(results, self.run_id, scenario=self.scenario, mode=self.mode, params=self.params,
+                     events=self._events)
         write_environment(results, self.run_id, {
             **self.env, "run_id": self.run_id, "scenario": self.scenario, "mode": self.mode,
             "params": self.params, "ended_ms": int(time.time() * 1000)})

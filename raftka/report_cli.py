@@ -2,6 +2,7 @@
 
     raftka report [--results DIR] [--out DIR] [--master local[*]|spark://...]
                   [--baseline RUN_ID] [--noise-floor 0.05]
+                  [--import-omb FILE... [--system NAME]] [--export-omb DIR]
 
 Reads the result rows (and raw samples) the benches wrote to `--results`,
 and writes report.html, report.md, summary.json and PNG plots to `--out`
@@ -54,6 +55,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--noise-iqr-factor", type=float, default=1.0, metavar="K",
         help="noise band = max(floor, K x IQR/median of the earlier runs) (default 1.0)",
     )
+    parser.add_argument(
+        "--import-omb", nargs="+", default=None, metavar="FILE",
+        help="first append these OpenMessaging Benchmark result JSON files to --results (as scenario omb, "
+        "params.system = the file's driver), then report them beside raftka's produce runs",
+    )
+    parser.add_argument(
+        "--system", default=None, metavar="NAME",
+        help="with --import-omb: the system's name in the report (default: the file's driver field)",
+    )
+    parser.add_argument(
+        "--export-omb", default=None, metavar="DIR",
+        help="also write every raftka produce run as an OpenMessaging Benchmark TestResult JSON file into DIR",
+    )
     parser.set_defaults(func=run)
 
 
@@ -68,6 +82,15 @@ def run(args: argparse.Namespace) -> int:
     if args.noise_floor < 0 or args.noise_iqr_factor < 0:
         raise SystemExit("raftka report: --noise-floor and --noise-iqr-factor must be >= 0")
     out_dir = args.out or os.path.join(args.results, DEFAULT_OUT_SUBDIR)
+    if args.import_omb:
+        from bench.report.omb import OmbFormatError, import_omb
+
+        try:
+            run_ids = import_omb(args.results, args.import_omb, args.system)
+        except OmbFormatError as e:
+            print(f"raftka report: {e}", file=sys.stderr)
+            return 2
+        print(f"imported {len(run_ids)} OMB result file(s) into {args.results}: runs {', '.join(run_ids)}")
     settings = Settings(
         baseline_run_id=args.baseline, noise_floor=args.noise_floor, noise_iqr_factor=args.noise_iqr_factor
     )
@@ -88,4 +111,9 @@ def run(args: argparse.Namespace) -> int:
           f"{len(regressions)} regressions")
     for name in ("report.html", "report.md", "summary.json"):
         print(f"wrote {report.files[name]}")
+    if args.export_omb:
+        from bench.report.omb import export_omb
+
+        written = export_omb(args.results, args.export_omb)
+        print(f"wrote {len(written)} OMB result file(s) to {args.export_omb}")
     return 0

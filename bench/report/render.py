@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.report.backends import BACKENDS
-from bench.report.plots import Plot, params_label
-from bench.report.summary import CDF_GRID, Summary
+from bench.report.plots import Plot, params_label, side_of, split_params, vary_label
+from bench.report.summary import CDF_GRID, MERGED_PERCENTILES, Summary
 
 MD_FILE = "report.md"
 HTML_FILE = "report.html"
@@ -105,13 +105,91 @@ def build_sections(summary: Summary, plots: list[Plot], results_dir: str) -> lis
              for r in summary.runs],
         )
     )
+    head.tables.insert(0, _headline_table(summary))
     sections = [head]
     backends = _backends_section(summary)
     if backends is not None:
         sections.append(backends)
+    systems = _systems_section(summary, [p for p in plots if p.kind == "systems"])
+    if systems is not None:
+        sections.append(systems)
+    changes = _changes_section(summary)
+    if changes is not None:
+        sections.append(changes)
     for scenario in sorted({st["scenario"] for st in summary.stats}):
-        sections.append(_scenario_section(summary, [p for p in plots if p.scenario == scenario], scenario))
+        sections.append(_scenario_section(summary, [p for p in plots if p.scenario == scenario
+                                                    and p.kind != "systems"], scenario))
     return sections
+
+
+#: At most this many lines in the headline table.
+HEADLINES = 20
+
+
+def _headline_table(summary: Summary) -> Table:
+    """The latest run's figures against their baseline, the biggest moves
+    (relative to their noise band) first: the one-page summary."""
+    rows = [c for c in summary.comparisons if c["direction"] and c["change"] is not None]
+    rows.sort(key=lambda c: (-abs(c["change"]) / max(c["noise_band"], 1e-9), c["scenario"], c["metric"]))
+    by_scenario: dict[str, list[dict]] = {}
+    for st in summary.stats:
+        by_scenario.setdefault(st["scenario"], []).append(st)
+    varying = {scenario: split_params(items)[0] for scenario, items in by_scenario.items()}
+    return Table(
+        f"Headline: the latest run against its baseline ({min(len(rows), HEADLINES)} of {len(rows)} "
+        "measurements with a known better direction, biggest moves first)",
+        ["scenario", "metric", "mode", "varying params", "last", "baseline", "change", "noise band", "verdict"],
+        [[c["scenario"], c["metric"], side_of(c), vary_label(c["params"], varying.get(c["scenario"], []), ", "),
+          f"{fmt(c['last'])} {c['unit']}", f"{fmt(c['baseline'])} {c['unit']}", pct(c["change"]),
+          f"±{c['noise_band']:.1%}", f"**{c['verdict']}**" if c["regression"] else c["verdict"]]
+         for c in rows[:HEADLINES]],
+    )
+
+
+def _systems_section(summary: Summary, plots: list[Plot]) -> Section | None:
+    from bench.report.omb import MAPPED, NOT_MAPPED
+
+    if not summary.systems:
+        return None
+    section = Section(
+        "Other systems beside raftka",
+        text=(f"OpenMessaging Benchmark result files imported with `raftka report --import-omb`, each beside "
+              f"raftka's `produce` runs of the same record size (medians across runs; raftka's p99.9 and beyond "
+              f"from its merged histograms). Mapped: {MAPPED}. Not mapped: {NOT_MAPPED}."),
+        plots=plots)
+    for entry in summary.systems:
+        section.tables.append(Table(
+            f"{entry['system']} ({entry['workload']}) beside raftka "
+            f"({params_label(entry['raftka_params']) if entry['raftka_params'] else 'no raftka run of that size'})",
+            ["measurement", "unit", "raftka", str(entry["system"]), f"{entry['system']}/raftka"],
+            [[m["what"], m["unit"], fmt(m["raftka"]), fmt(m["other"]),
+              fmt(m["other"] / m["raftka"]) if m["raftka"] and m["other"] is not None else "–"]
+             for m in entry["metrics"]]))
+    return section
+
+
+def _changes_section(summary: Summary) -> Section | None:
+    from bench.report.changepoints import MIN_SIDE, T_THRESHOLD
+
+    commits = {h["git_sha"] for h in summary.history}
+    if len(commits) < 2 * MIN_SIDE:
+        return None
+    section = Section(
+        "Across commits",
+        text=(f"{len(commits)} commits benched. Each measurement's history is one value per commit (the median of "
+              f"its runs), in the order the commits were first benched. Change points: binary segmentation (the "
+              f"search of E-divisive means, as Apache Otava runs it) scored by Welch's t between the two sides, "
+              f"kept when t ≥ {T_THRESHOLD:g}, each side has {MIN_SIDE} or more commits, and the medians differ "
+              f"by more than the noise band max({summary.settings.noise_floor:.0%}, IQR/median before)."))
+    section.tables.append(Table(
+        f"Change points ({len(summary.change_points)})" if summary.change_points else "Change points: none",
+        ["scenario", "metric", "mode", "params", "last commit before", "first commit after", "before", "after",
+         "change", "verdict"],
+        [[c["scenario"], c["metric"], c["mode"], params_label(c["params"]), (c["before_sha"] or "?")[:10],
+          (c["after_sha"] or "?")[:10], f"{fmt(c['before'])} {c['unit']}", f"{fmt(c['after'])} {c['unit']}",
+          pct(c["change"]), f"**{c['verdict']}**" if c["verdict"] == "regression" else c["verdict"]]
+         for c in summary.change_points]))
+    return section
 
 
 def _backends_section(summary: Summary) -> Section | None:
@@ -179,6 +257,17 @@ def _scenario_section(summary: Summary, plots: list[Plot], scenario: str) -> Sec
                  + [fmt(x[k]) for k in ("p50", "p95", "p99", "p99_9", "max")] for x in samples],
             )
         )
+    merged = [m for m in summary.merged_histograms if m["scenario"] == scenario]
+    if merged:
+        names = [n for n, _, _ in MERGED_PERCENTILES]
+        section.tables.append(
+            Table(
+                "Latency histograms merged across runs (nearest rank, 3 significant digits)",
+                ["metric", "mode", "params", "unit", "runs", "n", *[n.replace("_", ".") for n in names], "max"],
+                [[m["metric"], m["mode"], params_label(m["params"]), m["unit"], str(m["n_runs"]), f"{m['count']:,}"]
+                 + [fmt(m[n]) for n in names] + [fmt(m["max"])] for m in merged],
+            )
+        )
     return section
 
 
@@ -201,7 +290,7 @@ def to_markdown(sections: list[Section]) -> str:
             out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
             out.append("")
         for plot in section.plots:
-            out += [f"![{plot.title}]({plot.file})", ""]
+            out += [f"![{plot.title}]({plot.file})", "", f"*{plot.title}*: {plot.caption}", ""]
     return "\n".join(out)
 
 
@@ -232,8 +321,8 @@ def to_html(sections: list[Section]) -> str:
             out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in table.rows]
             out.append("</table>")
         for plot in section.plots:
-            out.append(f"<figure><img src='{e(plot.file)}' alt='{e(plot.title)}'><figcaption>{e(plot.title)}"
-                       "</figcaption></figure>")
+            out.append(f"<figure><img src='{e(plot.file)}' alt='{e(plot.title)}'><figcaption>{e(plot.title)}: "
+                       f"{e(plot.caption)}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -259,5 +348,12 @@ def to_json(summary: Summary, plots: list[Plot], results_dir: str, generated_ms:
         "latency_samples": summary.latency_samples,
         "cdf_grid": CDF_GRID,
         "cdfs": summary.cdfs,
+        "merged_histograms": summary.merged_histograms,
+        "merged_cdfs": summary.merged_cdfs,
+        "series": summary.series,
+        "events": summary.events,
+        "history": summary.history,
+        "change_points": summary.change_points,
+        "systems": summary.systems,
         "plots": [asdict(p) for p in plots],
     }

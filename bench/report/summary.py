@@ -19,13 +19,27 @@ from bench.histogram import PERCENTILES, percentile_key
 from bench.report import ReportError
 from bench.report.backends import backend_table
 from bench.report.units import HIGHER, LOWER, LOWER_IS_BETTER_UNITS, RATE_SUFFIX
-from bench.results import SAMPLES_DIR
+from bench.results import EVENTS_DIR, HISTOGRAMS_DIR, SAMPLES_DIR, SERIES_DIR
 
 ROWS_DDL = (
     "run_id string, scenario string, mode string, params string, metric string, "
     "value double, unit string, timestamp_ms bigint, git_sha string"
 )
 SAMPLES_DDL = "run_id string, scenario string, mode string, params string, metric string, value double, unit string"
+SERIES_DDL = (
+    "run_id string, scenario string, mode string, params string, metric string, t_s double, value double, unit string"
+)
+EVENTS_DDL = "run_id string, scenario string, mode string, params string, event string, start_s double, end_s double"
+HISTOGRAM_DDL = (
+    "run_id string, scenario string, mode string, params string, metric string, unit string, "
+    "bucket double, count bigint, min double, max double"
+)
+#: Percentiles of the merged histograms, as exact fractions (numerator, denominator)
+#: so the nearest rank is integer arithmetic: 99.99 % of n is never off by one.
+MERGED_PERCENTILES = (("p50", 50, 100), ("p90", 90, 100), ("p99", 99, 100), ("p99_9", 999, 1000),
+                      ("p99_99", 9999, 10000))
+#: Points per drawn series: longer series are averaged into this many bins.
+SERIES_POINTS = 400
 
 KEY = ["scenario", "mode", "metric", "params", "unit"]
 MODE_KEY = ["scenario", "metric", "params", "unit"]
@@ -56,18 +70,32 @@ class Summary:
     cdfs: list[dict[str, Any]] = field(default_factory=list)
     #: The metadata backends side by side (`bench.report.backends`).
     backends: list[dict[str, Any]] = field(default_factory=list)
+    #: Each key's latency histograms merged across its runs: percentiles up to p99.99 and max.
+    merged_histograms: list[dict[str, Any]] = field(default_factory=list)
+    #: CDF points of each merged histogram: (key..., "points": [[value, fraction], ...]).
+    merged_cdfs: list[dict[str, Any]] = field(default_factory=list)
+    #: Per-interval series of each key's last run per mode (binned to SERIES_POINTS), and the runs' events.
+    series: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: One value per key and commit (median of that commit's runs), in commit order.
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: Change points found in `history` (`bench.report.changepoints`).
+    change_points: list[dict[str, Any]] = field(default_factory=list)
+    #: Other systems' results (imported OMB runs) beside raftka's (`bench.report.omb`).
+    systems: list[dict[str, Any]] = field(default_factory=list)
 
 
 def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summary:
-    rows = load_rows(spark, results_dir)
-    runs = run_table(rows)
+    # Every later query reads the rows (and the per-run values) again: read the files once.
+    rows = load_rows(spark, results_dir).cache()
+    runs = run_table(rows).cache()
     run_list = sorted(_collect(runs), key=lambda r: (r["started_ms"], r["run_id"]))
     if settings.baseline_run_id is not None and settings.baseline_run_id not in {r["run_id"] for r in run_list}:
         raise ReportError(
             f"--baseline {settings.baseline_run_id} is not a run in {results_dir}; "
             f"pick a run id from the report's runs table, or omit it to compare with the previous run"
         )
-    per_run = per_run_values(rows, runs)
+    per_run = per_run_values(rows, runs).cache()
     stats = key_stats(per_run)
     summary = Summary(
         settings=settings,
@@ -81,7 +109,105 @@ def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summ
     if samples is not None:
         summary.latency_samples = _collect(sample_stats(samples))
         summary.cdfs = _collect(last_run_cdfs(samples, runs))
+    histograms = _load_beside(spark, results_dir, HISTOGRAMS_DIR, HISTOGRAM_DDL)
+    if histograms is not None:
+        merged, cdf_points = merge_histograms(histograms)
+        summary.merged_histograms = _collect(merged)
+        summary.merged_cdfs = _group_points(_collect(cdf_points), ["fraction"])
+    series = _load_beside(spark, results_dir, SERIES_DIR, SERIES_DDL)
+    if series is not None:
+        summary.series = _group_points(_collect(last_run_series(series, runs)), [])
+    events = _load_beside(spark, results_dir, EVENTS_DIR, EVENTS_DDL)
+    if events is not None:
+        summary.events = _collect(events)
+    summary.history = _collect(commit_history(per_run, rows))
+    from bench.report.changepoints import find_change_points
+    from bench.report.omb import systems_table
+
+    summary.change_points = find_change_points(summary.history, settings.noise_floor)
+    summary.systems = systems_table(summary.stats, summary.merged_histograms)
     return summary
+
+
+def _load_beside(spark: SparkSession, results_dir: str, folder: str, ddl: str) -> DataFrame | None:
+    path = os.path.join(results_dir, folder)
+    if "://" not in results_dir and not _has_parquet(path, recursive=True):
+        return None
+    return spark.read.schema(ddl).option("recursiveFileLookup", "true").parquet(path)
+
+
+def merge_histograms(hist: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Each key's bucket counts added across its runs (HdrHistogram's merge:
+    the buckets line up), then per key the nearest-rank percentiles of the
+    sum: the first bucket whose running count reaches the rank, clamped to
+    the recorded min and max (as `bench.histogram.LatencyHistogram` answers).
+    Also each key's CDF: (bucket value, fraction at or below)."""
+    hist = hist.cache()
+    per_bucket = hist.groupBy(*KEY, "bucket").agg(F.sum("count").alias("count"))
+    totals = hist.groupBy(*KEY).agg(
+        F.countDistinct("run_id").alias("n_runs"), F.min("min").alias("min"), F.max("max").alias("max"))
+    upto = Window.partitionBy(*KEY).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    everything = Window.partitionBy(*KEY)
+    cum = (per_bucket.withColumn("cum", F.sum("count").over(upto))
+           .withColumn("total", F.sum("count").over(everything)))
+    picks = []
+    for name, num, den in MERGED_PERCENTILES:
+        rank = F.greatest(F.lit(1), F.expr(f"(total * {num} + {den - 1}) div {den}"))
+        picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bucket"))).alias(name))
+    raw = cum.groupBy(*KEY).agg(F.max("total").alias("count"), *picks).join(totals, KEY)
+    clamp = [F.least(F.col("max"), F.greatest(F.col("min"), F.col(name))).alias(name)
+             for name, _, _ in MERGED_PERCENTILES]
+    merged = raw.select(*KEY, "n_runs", "count", "min", *clamp, "max")
+    cdf = cum.join(totals, KEY).select(
+        *KEY, F.least(F.col("max"), F.greatest(F.col("min"), F.col("bucket"))).alias("value"),
+        (F.col("cum") / F.col("total")).alias("fraction"))
+    return merged, cdf
+
+
+def last_run_series(series: DataFrame, runs: DataFrame) -> DataFrame:
+    """The series of each key's last run per mode, averaged into at most
+    SERIES_POINTS bins of time (a million-point series draws as 400)."""
+    with_start = series.join(runs.select("run_id", "started_ms"), "run_id", "left")
+    last = with_start.groupBy(*KEY).agg(F.max(F.struct("started_ms", "run_id")).alias("last"))
+    kept = with_start.join(last, KEY).where(F.col("run_id") == F.col("last.run_id")).drop("last").cache()
+    span = kept.groupBy(*KEY).agg(F.max("t_s").alias("span"), F.count(F.lit(1)).alias("n"))
+    binned = kept.join(span, KEY).withColumn(
+        "bin", F.when(F.col("n") <= SERIES_POINTS, F.col("t_s"))
+        .otherwise(F.floor(F.col("t_s") / F.col("span") * SERIES_POINTS) * F.col("span") / SERIES_POINTS))
+    return binned.groupBy(*KEY, "run_id").agg(
+        F.sort_array(F.collect_list(F.struct("bin", "value"))).alias("raw")).select(
+        *KEY, "run_id", "raw")
+
+
+def commit_history(per_run: DataFrame, rows: DataFrame) -> DataFrame:
+    """One value per (key, commit): the median of the commit's run values;
+    commits ordered by their first run."""
+    shas = rows.groupBy("run_id").agg(F.min("git_sha").alias("git_sha"))
+    with_sha = per_run.join(shas, "run_id")
+    return with_sha.groupBy(*KEY, "git_sha").agg(
+        F.percentile("value", 0.5).alias("value"),
+        F.min("started_ms").alias("first_ms"),
+        F.count(F.lit(1)).alias("runs")).withColumn("direction", direction_column(F.col("unit")))
+
+
+def _group_points(items: list[dict[str, Any]], extra: list[str]) -> list[dict[str, Any]]:
+    """Rows of points into one dict per key with its points, in order."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for item in items:
+        key = (item["scenario"], item["mode"], item["metric"], json.dumps(item["params"], sort_keys=True),
+               item["unit"], item.get("run_id"))
+        entry = out.setdefault(key, {k: item[k] for k in ("scenario", "mode", "metric", "params", "unit")}
+                               | ({"run_id": item["run_id"]} if "run_id" in item else {}) | {"points": []})
+        if "raw" in item:
+            bins: dict[float, list[float]] = {}
+            for p in item["raw"]:
+                bins.setdefault(p["bin"], []).append(p["value"])
+            entry["points"] = [[t, sum(v) / len(v)] for t, v in sorted(bins.items())]
+        else:
+            entry["points"].append([item["value"], item["fraction"]])
+    for entry in out.values():
+        entry["points"].sort()
+    return list(out.values())
 
 
 def load_rows(spark: SparkSession, results_dir: str) -> DataFrame:

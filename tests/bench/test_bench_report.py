@@ -219,12 +219,16 @@ def test_report_numbers_equal_plain_python(spark, tmp_path):
     (regression_rows,) = tables["Regressions (2)"]
     assert {(r["mode"], r["metric"], r["params"]) for r in regression_rows} == {
         ("kraft", "throughput", "acks=all, record_size=1000"), ("zk", "latency_p99", "acks=all")}
-    assert markdown.count("**regression**") == 2
+    # Flagged twice each: in the headline table at the top and in the regressions table.
+    assert markdown.count("**regression**") == 4
+    headline = next(rows for title, tables_ in tables.items() if title.startswith("Headline") for rows in tables_)
+    assert {(r["mode"], r["metric"]) for r in headline if r["verdict"] == "**regression**"} == {
+        ("kraft", "throughput"), ("zk", "latency_p99")}
 
     # Plots: every kind drawn, valid PNGs next to the HTML, linked from both documents.
     html = (tmp_path / "report" / "report.html").read_text()
     kinds = {p["kind"] for p in summary["plots"]}
-    assert kinds == {"bars", "throughput_vs_record_size", "latency_cdf", "failover_vs_partitions"}
+    assert kinds == {"compare", "throughput_vs_record_size", "latency_cdf", "failover_vs_partitions"}
     from PIL import Image
 
     for plot in summary["plots"]:
@@ -234,7 +238,7 @@ def test_report_numbers_equal_plain_python(spark, tmp_path):
             image.verify()
         assert f"src='{plot['file']}'" in html
         assert f"]({plot['file']})" in markdown
-    assert html.count("<strong>regression</strong>") == 2
+    assert html.count("<strong>regression</strong>") == 4
 
 
 def test_chosen_baseline_and_unknown_baseline(spark, tmp_path, capsys):
