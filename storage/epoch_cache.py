@@ -42,6 +42,13 @@ a restart, since the restarted replica no longer leads in it. A leader
 change of thousands of partitions thus costs no file write each (the
 write, open + write + rename, was 1-2 ms under load, paid once on the new
 leader and once on each follower's first batch of the epoch).
+
+Loading a log keeps only the entries below its recovery point and assigns
+the others again from the batches past it, which recovery re-reads
+(`storage.log_ops.load_log`): past the recovery point the file may hold
+entries that no longer match the batches, such as a cut the last load
+made, which `write_stale` writes without fsync, undone by a crash that
+kept the unflushed batches appended after it.
 """
 
 from __future__ import annotations
