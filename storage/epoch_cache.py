@@ -42,13 +42,6 @@ a restart, since the restarted replica no longer leads in it. A leader
 change of thousands of partitions thus costs no file write each (the
 write, open + write + rename, was 1-2 ms under load, paid once on the new
 leader and once on each follower's first batch of the epoch).
-
-Loading a log keeps only the entries below its recovery point and assigns
-the others again from the batches past it, which recovery re-reads
-(`storage.log_ops.load_log`): past the recovery point the file may hold
-entries that no longer match the batches, such as a cut the last load
-made, which `write_stale` writes without fsync, undone by a crash that
-kept the unflushed batches appended after it.
 """
 
 from __future__ import annotations
@@ -193,12 +186,14 @@ class LeaderEpochCache:
         self._persist()
 
     def write_stale(self) -> None:
-        """Write the entries over the stale ones on file (not fsynced, as the
-        load-time cut it stands for; see `stale_on_file`), and again,
-        durably, at the next `flush`: the log's flush must not make its new
-        batches durable while the file still holds the stale entries."""
-        self._persist(durable=False)
-        self._unwritten = True
+        """Write the entries over the stale ones on file, durably (see
+        `stale_on_file`). Not fsynced, a crash could undo the write while
+        keeping the batches appended after it, unflushed as they are (a disk
+        writes pages back in any order): the stale entries would then start
+        below the recovered log end offset, and credit those batches to an
+        epoch they were not written in. A log pays this once after a
+        restart, at its first append, and only if the load cut an entry."""
+        self._persist()
 
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH

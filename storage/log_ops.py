@@ -101,14 +101,6 @@ def load_log(
         logger.warning("%s: %s; rebuilding the leader epoch cache from the batches", dir_path, e)
         entries, rebuild_epochs = [], True
     epoch_cache = LeaderEpochCache(entries, checkpoint=epoch_file)
-    # Entries at or past the recovery point are not to be trusted: one the
-    # last load cut may be back on file (its rewrite, at the first append
-    # after that load, is fsynced only by the log's next flush), above
-    # batches that a crash kept although they were never flushed. Every
-    # batch from the recovery point on is read again below (a trusted
-    # segment ends at or below it), and recovery assigns the entries of
-    # those batches afresh.
-    epoch_cache.truncate_from_end(recovery_point, write=False)
 
     # One listing of the directory for the segments and the producer
     # snapshots (none for a directory just made): each listing of 100,000
