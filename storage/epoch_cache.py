@@ -186,12 +186,14 @@ class LeaderEpochCache:
         self._persist()
 
     def write_stale(self) -> None:
-        """Write the entries over the stale ones on file (not fsynced, as the
-        load-time cut it stands for; see `stale_on_file`), and again,
-        durably, at the next `flush`: the log's flush must not make its new
-        batches durable while the file still holds the stale entries."""
-        self._persist(durable=False)
-        self._unwritten = True
+        """Write the entries over the stale ones on file, durably (see
+        `stale_on_file`). Not fsynced, a crash could undo the write while
+        keeping the batches appended after it, unflushed as they are (a disk
+        writes pages back in any order): the stale entries would then start
+        below the recovered log end offset, and credit those batches to an
+        epoch they were not written in. A log pays this once after a
+        restart, at its first append, and only if the load cut an entry."""
+        self._persist()
 
     def _persist(self, durable: bool = True) -> None:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH

@@ -327,8 +327,8 @@ class Log:
         of an idempotent producer's last 5 batches is not written: the base
         offset it got the first time comes back.
         """
-        # Entries a load cut but left on file go before any batch lands
-        # past them (`LeaderEpochCache.stale_on_file`).
+        # Entries a load cut but left on file go, durably, before any batch
+        # lands past them (`LeaderEpochCache.stale_on_file`).
         if self.epoch_cache.stale_on_file:
             self.epoch_cache.write_stale()
         # The fast path (module doc): every check of `validate_batch(...,

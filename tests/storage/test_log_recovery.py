@@ -329,3 +329,49 @@ def test_a_trusted_segment_is_checked_once():
     log.truncate_to(offsets[3])
     assert log.segments[-1].unchecked == [[0, end]]
     log.close()
+
+
+def test_a_crash_does_not_bring_back_an_epoch_entry_the_load_cut_below_surviving_batches():
+    """An epoch entry at the log end offset (the log start moved there) is
+    cut on open but stays on file until the next append rewrites the file.
+    A crash that keeps that append's unflushed batch must not bring the
+    entry back and credit the batch to its epoch."""
+    fs = SimFileSystem(seed=0)
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    log.append(RAW[0], now_ms=0, leader_epoch=0)  # offsets 0-1, epoch 0
+    log.append(RAW[1], now_ms=0)  # offsets 2-3, no leader epoch
+    log.maybe_increment_log_start_offset(4)  # the file now holds (0, 4)
+    log.close()
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    assert log.epoch_cache.entries == []
+    log.append(RAW[2], now_ms=0)  # offsets 4-5, no leader epoch: never flushed
+    log.active_segment.log.fsync()  # but the disk wrote the batch back before the cut
+    fs.crash(lose_dir_ops=True)  # the epoch file's rewrite (a rename) is lost
+    again = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    assert again.log_end_offset == 6
+    assert again.epoch_cache.entries == []
+    assert again.end_offset_for_epoch(0) == (-1, -1)
+    again.close()
+
+
+def test_an_epoch_entry_moved_up_to_the_log_start_survives_a_crash_that_keeps_later_batches():
+    """The other side of the rule above: an entry the log start moved up
+    (durable at once) stays, whatever later batches a crash keeps. Its
+    epoch's batches lie below the log start, so recovery could not assign
+    it again from the batches: dropping the entries past the recovery point
+    at open would lose it."""
+    fs = SimFileSystem(seed=0)
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    log.append(RAW[0], now_ms=0, leader_epoch=0)  # offsets 0-1, epoch 0
+    log.close()
+    log = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    log.maybe_increment_log_start_offset(2)
+    assert log.epoch_cache.entries == [(0, 2)]
+    log.append(RAW[1], now_ms=0)  # offsets 2-3, no leader epoch: never flushed
+    log.active_segment.log.fsync()  # but the disk wrote the batch back before the cut
+    fs.crash(lose_dir_ops=True)
+    again = Log.open("/d/t-0", CONFIG, fs=fs, now_ms=0)
+    assert again.log_end_offset == 4
+    assert again.epoch_cache.entries == [(0, 2)]
+    assert again.end_offset_for_epoch(0) == (0, 4)
+    again.close()
