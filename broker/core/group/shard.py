@@ -43,7 +43,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.core.group import join, membership, offsets, rebalance
+from broker.core.group import consumer_group, consumer_records, join, membership, offsets, rebalance
 from broker.core.group.classic_group import ClassicGroup, GroupState, Member
 from broker.core.group.config import GroupCoordinatorConfig
 from broker.core.group.effects import CoordinatorResult, Effects, RequestContext
@@ -90,6 +90,11 @@ class GroupCoordinatorShard:
         self.rng = rng
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = offsets.OffsetStore()
+        #: KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat).
+        self.consumer = consumer_group.ConsumerGroups(config)
+        #: name -> (topic id, partitions) of the cluster's topics; the shell
+        #: sets it from its metadata image before each step.
+        self.topics: dict = {}
         self.loaded = False
         self._next_sweep_ms: int | None = None
         self._handlers: dict[int, Callable[[Any, RequestContext, Any, Effects], None]] = {
@@ -104,6 +109,8 @@ class GroupCoordinatorShard:
             42: _handle_delete_groups,
             47: offsets.handle_offset_delete,
             28: offsets.handle_txn_offset_commit,
+            68: _handle_consumer_group_heartbeat,
+            69: _handle_consumer_group_describe,
         }
         #: Transactional offset commits not yet ended by a marker:
         #: producer id -> group -> (topic, partition) -> offset.
@@ -121,6 +128,10 @@ class GroupCoordinatorShard:
         assert not self.loaded, "replay is for loading; a loaded shard changes only through its own steps"
         if record_offset is not None:
             self._next_position = max(self._next_position, record_offset + 1)
+        consumer_record = consumer_records.decode(key, value)
+        if consumer_record is not None:
+            self.consumer.replay(*consumer_record)
+            return
         decoded = decode_record(key, value)
         if decoded is None:
             return
@@ -203,6 +214,7 @@ class GroupCoordinatorShard:
         for group in self.groups.values():
             for member in group.members.values():
                 rebalance.reschedule_heartbeat(member, now_ms)
+        self.consumer.on_loaded(now_ms)
         self._next_sweep_ms = now_ms + self.config.offsets_retention_check_interval_ms
 
     # --- steps ---------------------------------------------------------------
@@ -257,6 +269,7 @@ class GroupCoordinatorShard:
             for member in group.members.values():
                 rebalance.answer_parked(member, fx, ErrorCode.not_coordinator, member_id=member.member_id)
         self.groups = {}
+        self.consumer = consumer_group.ConsumerGroups(self.config)
         self.offsets = offsets.OffsetStore()
         self.pending_txn_offsets = {}
         self._next_position = 0
@@ -286,6 +299,7 @@ class GroupCoordinatorShard:
             for member_id, member in group.members.items():
                 if member.heartbeat_deadline_ms is not None:
                     yield member.heartbeat_deadline_ms, 3, group_id, "heartbeat", member_id
+        yield from self.consumer.timers()
 
     def _due_timers(self, now_ms: int) -> list:
         return sorted(t for t in self._timers() if t[0] <= now_ms)
@@ -293,6 +307,9 @@ class GroupCoordinatorShard:
     def _fire(self, group_id: str, kind: str, member_id: str, fx: Effects) -> None:
         # An earlier timer of this round may have changed or removed what
         # this one was for: fire only if it is still due.
+        if kind.startswith("consumer-"):
+            self.consumer.fire(group_id, kind, member_id, self.topics, fx)
+            return
         group = self.groups.get(group_id)
         if group is None:
             return
@@ -407,3 +424,26 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
     del shard.groups[group_id]
     return ErrorCode.none
 
+
+
+def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
+                                     fx: Effects) -> None:
+    if request.group_id in shard.groups and request.member_epoch >= 0:
+        mod = response_module(request)
+        fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
+            throttle_time=0, error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=0,
+            error_message=f"Group {request.group_id} is a classic group: its members must leave before "
+                          "consumer-protocol members can join.", assignment=None))
+        return
+    mod = response_module(request)
+    fx.respond(ctx.token, shard.consumer.heartbeat(
+        ctx, request, shard.topics, fx, mod.ConsumerGroupHeartbeatResponse, shard.new_member_id("member")))
+
+
+def _handle_consumer_group_describe(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
+                                    fx: Effects) -> None:
+    mod = response_module(request)
+    names = {tid: name for name, (tid, _n) in shard.topics.items()}
+    fx.respond(ctx.token, mod.ConsumerGroupDescribeResponse(throttle_time=0, groups=tuple(
+        consumer_group.describe(shard.consumer.groups.get(g), g, names, mod, request.include_authorized_operations)
+        for g in request.group_ids)))
