@@ -36,6 +36,8 @@ formats (`consumer_records`) and rebuilt from them by replay.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import re
 import uuid
 from collections.abc import Mapping
@@ -234,8 +236,8 @@ class ConsumerGroups:
         now_ms = fx.now_ms
 
         def error(code: ErrorCode, message: str) -> Any:
-            return response_cls(throttle_time=0, error_code=code, error_message=message,
-                                member_id=None, member_epoch=-1, heartbeat_interval=0, assignment=None)
+            return response_cls(throttle_time=timedelta(0), error_code=code, error_message=message,
+                                member_id=None, member_epoch=-1, heartbeat_interval=timedelta(0), assignment=None)
 
         if not request.group_id:
             return error(ErrorCode.invalid_request, "GroupId can't be empty.")
@@ -254,8 +256,8 @@ class ConsumerGroups:
             if group is not None and member_id in group.members:
                 self._remove_member(group, member_id, fx)
                 self._maybe_assign(group, topics, fx)
-            return response_cls(throttle_time=0, error_code=ErrorCode.none, member_id=member_id,
-                                member_epoch=epoch, heartbeat_interval=0, assignment=None)
+            return response_cls(throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=member_id,
+                                member_epoch=epoch, heartbeat_interval=timedelta(0), assignment=None)
         if group is None:
             if epoch != 0:
                 return error(ErrorCode.unknown_member_id if epoch > 0 else ErrorCode.group_id_not_found,
@@ -318,9 +320,9 @@ class ConsumerGroups:
         if member.assignment_changed or epoch == 0:
             assignment = _assignment(response_cls, member.assigned)
             member.assignment_changed = False
-        return response_cls(throttle_time=0, error_code=ErrorCode.none, member_id=member_id,
+        return response_cls(throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=member_id,
                             member_epoch=member.member_epoch,
-                            heartbeat_interval=cfg.group_consumer_heartbeat_interval_ms, assignment=assignment)
+                            heartbeat_interval=timedelta(milliseconds=cfg.group_consumer_heartbeat_interval_ms), assignment=assignment)
 
     def _maybe_assign(self, group: ConsumerGroup, topics: TopicMetadata, fx: Effects) -> None:
         """Bump the epoch if subscribed topics changed; recompute the target if behind."""

@@ -15,6 +15,8 @@ returns the first error and the groups it could list).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dataclasses
 from typing import Any
 
@@ -126,7 +128,7 @@ def merge_responses(request: Any, parts: list[Any]) -> Any:
         return describe_groups_response(mod, [_described(found[g]) for g in request.groups])
     if key == CONSUMER_GROUP_DESCRIBE:
         found = {g.group_id: g for p in parts for g in p.groups}
-        return mod.ConsumerGroupDescribeResponse(throttle_time=0, groups=tuple(found[g] for g in request.group_ids))
+        return mod.ConsumerGroupDescribeResponse(throttle_time=timedelta(0), groups=tuple(found[g] for g in request.group_ids))
     if key == DELETE_GROUPS:
         found = {r.group_id: r.error_code for p in parts for r in p.results}
         return delete_groups_response(mod, [(g, found[g]) for g in request.groups_names])

@@ -35,6 +35,8 @@ sessions restarted) and every committed offset.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dataclasses
 
 import random
@@ -431,7 +433,7 @@ def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestC
     if request.group_id in shard.groups and request.member_epoch >= 0:
         mod = response_module(request)
         fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
-            throttle_time=0, error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=0,
+            throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=timedelta(0),
             error_message=f"Group {request.group_id} is a classic group: its members must leave before "
                           "consumer-protocol members can join.", assignment=None))
         return
@@ -444,6 +446,6 @@ def _handle_consumer_group_describe(shard: GroupCoordinatorShard, ctx: RequestCo
                                     fx: Effects) -> None:
     mod = response_module(request)
     names = {tid: name for name, (tid, _n) in shard.topics.items()}
-    fx.respond(ctx.token, mod.ConsumerGroupDescribeResponse(throttle_time=0, groups=tuple(
+    fx.respond(ctx.token, mod.ConsumerGroupDescribeResponse(throttle_time=timedelta(0), groups=tuple(
         consumer_group.describe(shard.consumer.groups.get(g), g, names, mod, request.include_authorized_operations)
         for g in request.group_ids)))

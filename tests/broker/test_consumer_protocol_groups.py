@@ -1,0 +1,111 @@
+"""KIP-848 consumer groups with a real librdkafka consumer (`group.protocol=consumer`).
+
+The broker computes the assignment (ConsumerGroupHeartbeat): three
+consumers split twelve partitions; a fourth joins and the others keep
+consuming what they keep (incremental revocation, no stop-the-world);
+commits made with the member epoch are read back; the partition's records
+alone rebuild the group (what a coordinator that takes over does)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import trio
+
+from broker.core.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, GroupCoordinatorShard
+from broker_testing import in_thread, start_broker
+from storage.batch import iter_batch_headers, iter_records
+
+PARTITIONS = 12
+GROUP_CONFIG = GroupCoordinatorConfig(offsets_topic_num_partitions=1, offsets_topic_replication_factor=1,
+                                      group_consumer_heartbeat_interval_ms=300,
+                                      group_consumer_session_timeout_ms=6000)
+
+
+def member(bootstrap: str, name: str, stop: threading.Event, assignments: dict, gaps: dict) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kc", "client.id": name,
+                         "group.protocol": "consumer", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["t"])
+    last = None
+    try:
+        while not stop.is_set():
+            consumer.poll(0.05)
+            now = time.monotonic()
+            owned = frozenset(tp.partition for tp in consumer.assignment())
+            if last is not None and owned:
+                # The longest stretch this member held no partitions at all.
+                gaps[name] = max(gaps.get(name, 0.0), now - last) if not assignments.get(name) else gaps.get(name, 0.0)
+            last = now
+            assignments[name] = owned
+        consumer.commit(offsets=[TopicPartition("t", p, 100 + p) for p in assignments[name]], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def wait_for_split(assignments: dict, names: list[str], timeout_s: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snap = {n: assignments.get(n, frozenset()) for n in names}
+        parts = sorted(p for s in snap.values() for p in s)
+        if all(snap.values()) and parts == list(range(PARTITIONS)):
+            return snap
+        time.sleep(0.05)
+    raise AssertionError(f"the group never split the partitions: {assignments}")
+
+
+async def test_librdkafka_consumer_protocol_assigns_incrementally_and_commits(nursery, tmp_path) -> None:
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG)
+    await running.create_topic("t", partitions=PARTITIONS)
+    names = ["c0", "c1", "c2"]
+    stop = {n: threading.Event() for n in names + ["c3"]}
+    assignments: dict = {}
+    gaps: dict = {}
+    async with trio.open_nursery() as members:
+        for n in names:
+            members.start_soon(in_thread, member, running.bootstrap, n, stop[n], assignments, gaps)
+        first = await in_thread(wait_for_split, assignments, names)
+        assert sorted(len(s) for s in first.values()) == [4, 4, 4]
+        # A fourth member: each of the three gives up one partition and keeps the rest throughout.
+        kept_seen = {n: True for n in names}
+
+        def watch() -> dict:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for n in names:
+                    if not (first[n] & assignments.get(n, frozenset())):
+                        kept_seen[n] = False
+                snap = {n: assignments.get(n, frozenset()) for n in names + ["c3"]}
+                parts = sorted(p for s in snap.values() for p in s)
+                if all(snap.values()) and parts == list(range(PARTITIONS)):
+                    return snap
+                time.sleep(0.01)
+            raise AssertionError(f"the fourth member never got partitions: {assignments}")
+
+        members.start_soon(in_thread, member, running.bootstrap, "c3", stop["c3"], assignments, gaps)
+        second = await in_thread(watch)
+        assert sorted(len(s) for s in second.values()) == [3, 3, 3, 3]
+        assert all(kept_seen.values()), "a member lost all its partitions while the fourth joined"
+        for n in names:
+            assert second[n] <= first[n], "a kept member was given a partition it did not have"
+        for n in stop:
+            stop[n].set()
+    shard = running.broker.coordinator.shards[0].shard
+    got = {p: o.offset for (t, p), o in shard.offsets.items("kc")}
+    assert got == {p: 100 + p for p in range(PARTITIONS)}
+    # The log alone rebuilds the consumer group and its offsets.
+    log = running.partition(OFFSETS_TOPIC_NAME, 0).log
+    rebuilt = GroupCoordinatorShard(0, GROUP_CONFIG, random.Random(0))
+    data = log.read_bytes(log.log_start_offset, 1 << 30)
+    for position, _header in iter_batch_headers(data):
+        for record in iter_records(data, position):
+            rebuilt.replay(record.key, record.value)
+    group = rebuilt.consumer.groups["kc"]
+    live = shard.consumer.groups["kc"]
+    assert group.group_epoch == live.group_epoch and set(group.members) == set(live.members)
+    assert {p: o.offset for (t, p), o in rebuilt.offsets.items("kc")} == got
+    running.stop()
