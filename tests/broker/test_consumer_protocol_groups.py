@@ -109,3 +109,83 @@ async def test_librdkafka_consumer_protocol_assigns_incrementally_and_commits(nu
     assert group.group_epoch == live.group_epoch and set(group.members) == set(live.members)
     assert {p: o.offset for (t, p), o in rebuilt.offsets.items("kc")} == got
     running.stop()
+
+
+class MemberProcess:
+    """One `consumer_protocol_member.py` process and what it printed."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        here = Path(__file__).parent
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here.parent.parent), os.environ.get("PYTHONPATH", "")]))
+        self.proc = subprocess.Popen([sys.executable, str(here / "consumer_protocol_member.py"), bootstrap, "kp",
+                                      "t", name], stdout=subprocess.PIPE, text=True, env=env)
+        self.assigned: frozenset = frozenset()
+        self.records: list[tuple[int, int]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            kind, *rest = line.split()
+            if kind == "assigned":
+                self.assigned = frozenset(int(p) for p in rest[0].split(",")) if rest else frozenset()
+            else:
+                self.records.append((int(rest[0]), int(rest[1])))
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def produce(bootstrap: str, per_partition: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(PARTITIONS):
+        for i in range(per_partition):
+            producer.produce("t", value=b"v%d" % i, partition=p)
+    assert producer.flush(30) == 0
+
+
+async def test_killed_member_partitions_move_after_session_timeout_and_resume_exactly(nursery, tmp_path) -> None:
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG)
+    await running.create_topic("t", partitions=PARTITIONS)
+    await in_thread(produce, running.bootstrap, 5)
+    members = [MemberProcess(running.bootstrap, f"p{i}") for i in range(3)]
+    try:
+        def until(cond, timeout_s: float = 60.0) -> float:
+            start = time.monotonic()
+            while not cond():
+                assert time.monotonic() - start < timeout_s, [sorted(m.assigned) for m in members]
+                time.sleep(0.02)
+            return time.monotonic() - start
+
+        def split(ms) -> bool:
+            parts = sorted(p for m in ms for p in m.assigned)
+            return all(m.assigned for m in ms) and parts == list(range(PARTITIONS))
+
+        await in_thread(until, lambda: split(members) and sum(len(m.records) for m in members) == 5 * PARTITIONS)
+        victim, survivors = members[0], members[1:]
+        lost = victim.assigned
+        victim.kill()
+        await in_thread(produce, running.bootstrap, 5)
+        moved_s = await in_thread(until, lambda: split(survivors))
+        # Not before the session timeout (6 s here), and not long after it.
+        assert 4.0 < moved_s < 15.0, moved_s
+        await in_thread(until, lambda: sum(len(m.records) for m in members) >= 10 * PARTITIONS)
+        # Committed offsets resume exactly: every record of the victim's
+        # partitions after its last commit is read once by the new owner.
+        seen = [r for m in members for r in m.records]
+        assert sorted(seen) == sorted((p, o) for p in range(PARTITIONS) for o in range(10))
+        assert lost
+    finally:
+        for m in members:
+            if m.proc.poll() is None:
+                m.kill()
+    running.stop()
