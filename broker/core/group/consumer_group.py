@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import importlib
 import re
 import uuid
 from collections.abc import Mapping
@@ -468,8 +469,7 @@ class ConsumerGroups:
 
 
 def _assignment(response_cls: Any, assigned: Assignment) -> Any:
-    import sys
-    mod = sys.modules[response_cls.__module__]
+    mod = importlib.import_module(response_cls.__module__)
     return mod.Assignment(topic_partitions=tuple(
         mod.TopicPartitions(topic_id=t, partitions=tuple(sorted(ps))) for t, ps in sorted(assigned.items(), key=lambda x: str(x[0]))))
 
