@@ -332,7 +332,9 @@ class ConsumerGroups:
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
             fx.records.append(cr.partition_metadata_record(group.group_id, metadata))
-            if group.members:
+            # One bump per change: an epoch already ahead of the target
+            # gets a target computed from these topics anyway.
+            if group.members and group.group_epoch <= group.assignment_epoch:
                 self._bump(group, fx)
         if group.group_epoch <= group.assignment_epoch:
             return
