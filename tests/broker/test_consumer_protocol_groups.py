@@ -86,8 +86,11 @@ async def test_librdkafka_consumer_protocol_assigns_incrementally_and_commits(nu
                 time.sleep(0.01)
             raise AssertionError(f"the fourth member never got partitions: {assignments}")
 
+        joined = time.monotonic()
         members.start_soon(in_thread, member, running.bootstrap, "c3", stop["c3"], assignments, gaps)
         second = await in_thread(watch)
+        print(f"fourth member assigned after {time.monotonic() - joined:.2f} s; "
+              f"kept partitions never unassigned: {all(kept_seen.values())}")
         assert sorted(len(s) for s in second.values()) == [3, 3, 3, 3]
         assert all(kept_seen.values()), "a member lost all its partitions while the fourth joined"
         for n in names:
@@ -176,6 +179,7 @@ async def test_killed_member_partitions_move_after_session_timeout_and_resume_ex
         victim.kill()
         await in_thread(produce, running.bootstrap, 5)
         moved_s = await in_thread(until, lambda: split(survivors))
+        print(f"killed member's partitions moved after {moved_s:.2f} s (session timeout 6 s)")
         # Not before the session timeout (6 s here), and not long after it.
         assert 4.0 < moved_s < 15.0, moved_s
         await in_thread(until, lambda: sum(len(m.records) for m in members) >= 10 * PARTITIONS)
