@@ -107,3 +107,13 @@ def test_regex_subscription_and_unknown_assignor():
                                                topic_partitions=None)
     answer = s.handle(RequestContext("z"), request, 5).response_for("z")
     assert answer.error_code == ErrorCode.unsupported_assignor and "group.consumer.assignors" in answer.error_message
+
+
+def test_list_groups_shows_consumer_groups_with_their_type():
+    from broker.core.group.shard import list_groups
+
+    s = shard(2)
+    beat(s, "a", 0, 0)
+    assert [(g.group_id, g.state, g.group_type) for g in list_groups(s)] == [("g", "Stable", "consumer")]
+    assert list_groups(s, types_filter=("classic",)) == []
+    assert [g.group_id for g in list_groups(s, states_filter=("stable",), types_filter=("Consumer",))] == ["g"]

@@ -75,6 +75,7 @@ from common.errors import RaftkaError
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
 #: ListGroups type filter value of classic groups (case-insensitive, KIP-848).
 CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 class NotAGroupRequestError(RaftkaError):
@@ -390,11 +391,16 @@ def _handle_list_groups(shard: GroupCoordinatorShard, ctx: RequestContext, reque
 def list_groups(shard: GroupCoordinatorShard, states_filter: Any = (), types_filter: Any = ()) -> list[ListedGroup]:
     states = {s.strip().lower() for s in states_filter or ()}
     types = {t.strip().lower() for t in types_filter or ()}
-    if types and CLASSIC_GROUP_TYPE not in types:
-        return []
-    return [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE)
-            for g in sorted(shard.groups.values(), key=lambda g: g.group_id)
-            if not states or g.state.value.lower() in states]
+    listed = []
+    if not types or CLASSIC_GROUP_TYPE in types:
+        listed += [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE)
+                   for g in shard.groups.values() if not states or g.state.value.lower() in states]
+    if not types or CONSUMER_GROUP_TYPE in types:
+        # KIP-848 groups: listed with their own states (Empty, Assigning, Reconciling, Stable).
+        listed += [ListedGroup(g.group_id, "consumer", g.state_name(), CONSUMER_GROUP_TYPE)
+                   for g in shard.consumer.groups.values()
+                   if g.group_id not in shard.groups and (not states or g.state_name().lower() in states)]
+    return sorted(listed, key=lambda g: g.group_id)
 
 
 def _handle_delete_groups(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, fx: Effects) -> None:
