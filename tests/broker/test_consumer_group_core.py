@@ -4,6 +4,7 @@ session expiry, offsets by member epoch, and replay of the records."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from datetime import timedelta
@@ -117,3 +118,26 @@ def test_list_groups_shows_consumer_groups_with_their_type():
     assert [(g.group_id, g.state, g.group_type) for g in list_groups(s)] == [("g", "Stable", "consumer")]
     assert list_groups(s, types_filter=("classic",)) == []
     assert [g.group_id for g in list_groups(s, states_filter=("stable",), types_filter=("Consumer",))] == ["g"]
+
+
+def test_a_group_with_only_offsets_becomes_a_consumer_group_and_keeps_them():
+    from kio.schema.offset_commit.v9 import request as oc
+
+    s = shard(2)
+    commit = oc.OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                                    group_instance_id=None, topics=(oc.OffsetCommitRequestTopic(
+                                        name="t", partitions=(oc.OffsetCommitRequestPartition(
+                                            partition_index=0, committed_offset=42, committed_leader_epoch=-1,
+                                            committed_metadata=None),)),))
+    s.handle(RequestContext("c"), commit, 0)
+    assert "g" in s.groups
+    r, _ = beat(s, "a", 0, 10)
+    assert owned(r) == {0, 1} and "g" not in s.groups
+    assert s.offsets.get("g", "t", 0).offset == 42
+    # A commit at the member's epoch is accepted, at another epoch refused.
+    ok = s.handle(RequestContext("c2"), dataclasses.replace(commit, generation_id_or_member_epoch=r.member_epoch,
+                                                            member_id="a"), 20).response_for("c2")
+    assert ok.topics[0].partitions[0].error_code == ErrorCode.none
+    stale = s.handle(RequestContext("c3"), dataclasses.replace(commit, generation_id_or_member_epoch=r.member_epoch + 5,
+                                                               member_id="a"), 30).response_for("c3")
+    assert stale.topics[0].partitions[0].error_code == ErrorCode.stale_member_epoch

@@ -151,7 +151,7 @@ class GroupCoordinatorShard:
             if record_value is None:
                 self.remove_offset(group_id, record_key.topic, record_key.partition)
                 return
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 # Offsets without group metadata: a simple consumer's group.
                 self.groups[group_id] = ClassicGroup(group_id)
             self.offsets.put(group_id, record_key.topic, record_key.partition, dataclasses.replace(
@@ -173,7 +173,7 @@ class GroupCoordinatorShard:
         if not pending or not commit:
             return
         for group_id, by_partition in pending.items():
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 self.groups[group_id] = ClassicGroup(group_id)
             for (topic, partition), offset in by_partition.items():
                 current = self.offsets.get(group_id, topic, partition)
@@ -436,7 +436,12 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
 
 def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
                                      fx: Effects) -> None:
-    if request.group_id in shard.groups and request.member_epoch >= 0:
+    classic = shard.groups.get(request.group_id)
+    if classic is not None and not classic.members and request.member_epoch == 0:
+        # An empty classic group (offsets only) becomes a consumer group,
+        # as Kafka converts it; its committed offsets stay.
+        del shard.groups[request.group_id]
+    elif classic is not None and request.member_epoch >= 0:
         mod = response_module(request)
         fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
             throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=timedelta(0),
