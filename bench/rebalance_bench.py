@@ -26,9 +26,14 @@ import argparse
 import threading
 import time
 import uuid
-from typing import Any
 
-from bench.kafka_bench import add_cluster_options, bench_cluster, emit, resolve_brokers, row
+from bench.kafka_bench import (
+    add_cluster_options,
+    bench_cluster,
+    emit,
+    resolve_brokers,
+    row,
+)
 
 TOPIC = "bench-rebalance"
 SAMPLE_S = 0.005

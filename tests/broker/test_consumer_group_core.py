@@ -12,7 +12,11 @@ from datetime import timedelta
 from kio.schema.consumer_group_heartbeat.v1 import request as hb
 from kio.schema.errors import ErrorCode
 
-from broker.core.group import GroupCoordinatorConfig, GroupCoordinatorShard, RequestContext
+from broker.core.group import (
+    GroupCoordinatorConfig,
+    GroupCoordinatorShard,
+    RequestContext,
+)
 from broker.core.group.consumer_group import ConsumerGroup, ConsumerMember, assign
 
 T = uuid.UUID(int=7)

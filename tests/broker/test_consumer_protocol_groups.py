@@ -13,9 +13,13 @@ import threading
 import time
 
 import trio
-
-from broker.core.group import OFFSETS_TOPIC_NAME, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_testing import in_thread, start_broker
+
+from broker.core.group import (
+    OFFSETS_TOPIC_NAME,
+    GroupCoordinatorConfig,
+    GroupCoordinatorShard,
+)
 from storage.batch import iter_batch_headers, iter_records
 
 PARTITIONS = 12
@@ -87,8 +91,8 @@ async def test_librdkafka_consumer_protocol_assigns_incrementally_and_commits(nu
         assert gapless, "a member stopped owning a partition it keeps while the fourth joined"
         for n in names:
             assert second[n] <= first[n], "a kept member was given a partition it did not have"
-        for n in stop:
-            stop[n].set()
+        for event in stop.values():
+            event.set()
     shard = running.broker.coordinator.shards[0].shard
     got = {p: o.offset for (t, p), o in shard.offsets.items("kc")}
     assert got == {p: 100 + p for p in range(PARTITIONS)}

@@ -36,13 +36,12 @@ formats (`consumer_records`) and rebuilt from them by replay.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import importlib
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -114,7 +113,7 @@ class ConsumerGroup:
 def subscribed_topics(member: ConsumerMember, topics: TopicMetadata) -> list[str]:
     """The topics a member subscribes to that exist. A regex is matched
     with Python's `re.fullmatch` (Kafka uses RE2/J: see docs/operations.md)."""
-    names = set(t for t in member.subscribed_topic_names if t in topics)
+    names = {t for t in member.subscribed_topic_names if t in topics}
     if member.subscribed_topic_regex:
         try:
             pattern = re.compile(member.subscribed_topic_regex)
@@ -283,7 +282,7 @@ class ConsumerGroups:
                 return error(ErrorCode.fenced_member_epoch,
                              f"The member epoch {epoch} is not {member.member_epoch}: rejoin with epoch 0.")
         # Subscription and member metadata (null fields: unchanged).
-        updates = dict(client_id=ctx.client_id, client_host=ctx.client_host)
+        updates = {"client_id": ctx.client_id, "client_host": ctx.client_host}
         if request.instance_id is not None:
             updates["instance_id"] = request.instance_id
         if request.rack_id is not None:
@@ -460,11 +459,7 @@ class ConsumerGroups:
             group.assignment_epoch = value
         elif kind == cr.TARGET_MEMBER_KEY:
             group.target[mid] = value
-        elif kind == cr.MEMBER_METADATA_KEY:
-            member = group.members.setdefault(mid, ConsumerMember(mid))
-            for name, v in value.items():
-                setattr(member, name, v)
-        elif kind == cr.CURRENT_ASSIGNMENT_KEY:
+        elif kind == cr.MEMBER_METADATA_KEY or kind == cr.CURRENT_ASSIGNMENT_KEY:
             member = group.members.setdefault(mid, ConsumerMember(mid))
             for name, v in value.items():
                 setattr(member, name, v)

@@ -210,8 +210,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] 
                 v.skip_tags()
             v.skip_tags()
     elif kind == MEMBER_METADATA_KEY:
-        decoded = dict(instance_id=v.cstr(), rack_id=v.cstr(), client_id=v.cstr() or "",
-                       client_host=v.cstr() or "")
+        decoded = {"instance_id": v.cstr(), "rack_id": v.cstr(), "client_id": v.cstr() or "",
+                       "client_host": v.cstr() or ""}
         decoded["subscribed_topic_names"] = tuple(v.cstr() or "" for _ in range(v.uvarint() - 1))
         decoded["subscribed_topic_regex"] = v.cstr()
         decoded["server_assignor"] = v.cstr()
@@ -219,7 +219,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] 
     elif kind == TARGET_MEMBER_KEY:
         decoded = v.partitions()
     else:
-        decoded = dict(member_epoch=v.i32(), previous_member_epoch=v.i32(), state=v.i8(),
-                       assigned=v.partitions(), pending_revocation=v.partitions())
+        decoded = {"member_epoch": v.i32(), "previous_member_epoch": v.i32(), "state": v.i8(),
+                       "assigned": v.partitions(), "pending_revocation": v.partitions()}
     v.skip_tags()
     return (kind, group_id, member_id), decoded
