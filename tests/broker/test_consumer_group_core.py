@@ -145,3 +145,24 @@ def test_a_group_with_only_offsets_becomes_a_consumer_group_and_keeps_them():
     stale = s.handle(RequestContext("c3"), dataclasses.replace(commit, generation_id_or_member_epoch=r.member_epoch + 5,
                                                                member_id="a"), 30).response_for("c3")
     assert stale.topics[0].partitions[0].error_code == ErrorCode.stale_member_epoch
+
+
+def test_an_empty_consumer_groups_offsets_expire_and_the_group_goes():
+    from kio.schema.offset_commit.v9 import request as oc
+
+    s = shard(2)
+    r, _ = beat(s, "a", 0, 0)
+    commit = oc.OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=r.member_epoch, member_id="a",
+                                    group_instance_id=None, topics=(oc.OffsetCommitRequestTopic(
+                                        name="t", partitions=(oc.OffsetCommitRequestPartition(
+                                            partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                            committed_metadata=None),)),))
+    s.written += s.handle(RequestContext("c"), commit, 10).records
+    beat(s, "a", -1, 20)  # leaves: the group is empty
+    later = 20 + CONFIG.offsets_retention_ms + CONFIG.offsets_retention_check_interval_ms
+    s.written += s.tick(later).records
+    assert "g" not in s.consumer.groups and s.offsets.get("g", "t", 0) is None
+    rebuilt = GroupCoordinatorShard(0, CONFIG, random.Random(2))
+    for rec in s.written:
+        rebuilt.replay(rec.key, rec.value)
+    assert "g" not in rebuilt.consumer.groups and "g" not in rebuilt.groups

@@ -228,6 +228,13 @@ class ConsumerGroups:
         group.group_epoch += 1
         fx.records.append(cr.group_metadata_record(group.group_id, group.group_epoch))
 
+    def delete_group(self, group_id: str, fx: Effects) -> None:
+        """Forget an empty group: tombstones for its group-level records."""
+        group = self.groups.pop(group_id)
+        assert not group.members, "only an empty consumer group is deleted"
+        for kind in (cr.TARGET_METADATA_KEY, cr.PARTITION_METADATA_KEY, cr.GROUP_METADATA_KEY):
+            fx.records.append(cr.tombstone(kind, group_id))
+
     # --- requests -----------------------------------------------------------
 
     def heartbeat(self, ctx: RequestContext, request: Any, topics: TopicMetadata, fx: Effects,

@@ -353,6 +353,13 @@ def sweep_expired(shard: GroupCoordinatorShard, fx: Effects) -> None:
             # KIP-394 pending id; keeping it spares that member a retry.)
             fx.records.append(group_metadata_record(group_id, None))
             del shard.groups[group_id]
+    for group_id in sorted(shard.consumer.groups):
+        # An empty consumer-protocol group: its offsets expire by commit
+        # time, as a simple group's do; with none left, the group goes.
+        if shard.consumer.groups[group_id].members or group_id in shard.groups:
+            continue
+        if _expire_offsets(shard, ClassicGroup(group_id), fx):
+            shard.consumer.delete_group(group_id, fx)
 
 
 def _expire_offsets(shard: GroupCoordinatorShard, group: ClassicGroup, fx: Effects) -> bool:
