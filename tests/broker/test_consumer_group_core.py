@@ -166,3 +166,16 @@ def test_an_empty_consumer_groups_offsets_expire_and_the_group_goes():
     for rec in s.written:
         rebuilt.replay(rec.key, rec.value)
     assert "g" not in rebuilt.consumer.groups and "g" not in rebuilt.groups
+
+
+def test_delete_groups_refuses_a_consumer_group_with_members_and_deletes_an_empty_one():
+    from broker.core.group.effects import Effects
+    from broker.core.group.shard import delete_group
+
+    s = shard(2)
+    beat(s, "a", 0, 0)
+    assert delete_group(s, "g", Effects(5)) == ErrorCode.non_empty_group
+    beat(s, "a", -1, 10)
+    fx = Effects(20)
+    assert delete_group(s, "g", fx) == ErrorCode.none
+    assert "g" not in s.consumer.groups and fx.records

@@ -415,12 +415,19 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
     if not group_id:
         return ErrorCode.invalid_group_id
     group = shard.groups.get(group_id)
-    if group is None:
+    consumer_group = shard.consumer.groups.get(group_id)
+    if group is None and consumer_group is None:
         return ErrorCode.group_id_not_found
-    if group.state is not GroupState.EMPTY:
+    if (group is not None and group.state is not GroupState.EMPTY) or \
+            (consumer_group is not None and consumer_group.members):
         return ErrorCode.non_empty_group
     for (topic, partition), _ in shard.offsets.items(group_id):
         fx.records.append(offset_commit_record(group_id, topic, partition, None))
+    if consumer_group is not None:
+        shard.consumer.delete_group(group_id, fx)
+    if group is None:
+        shard.offsets.by_group.pop(group_id, None)
+        return ErrorCode.none
     fx.records.append(group_metadata_record(group_id, None))
     shard.offsets.by_group.pop(group_id, None)
     # The open transactions' offsets of the group go too (as Kafka's
