@@ -91,6 +91,21 @@ async def test_librdkafka_consumer_protocol_assigns_incrementally_and_commits(nu
         assert gapless, "a member stopped owning a partition it keeps while the fourth joined"
         for n in names:
             assert second[n] <= first[n], "a kept member was given a partition it did not have"
+        # The coordinator's shard is dropped and rebuilt from its log (what
+        # a new coordinator does): the group goes on with the same epoch,
+        # and its members keep their partitions.
+        coordinator = running.broker.coordinator
+        epoch = coordinator.shards[0].shard.consumer.groups["kc"].group_epoch
+        coordinator._unload(coordinator.shards[0], "a test moves the coordinator")
+        coordinator.on_metadata_update()
+        with trio.fail_after(10):
+            while 0 not in coordinator.shards or not coordinator.shards[0].shard.loaded:
+                await trio.sleep(0.01)
+        reloaded = coordinator.shards[0].shard.consumer.groups["kc"]
+        assert reloaded.group_epoch == epoch and len(reloaded.members) == 4
+        await trio.sleep(2.0)  # a few heartbeats against the rebuilt shard
+        assert {n: assignments[n] for n in second} == second
+        assert coordinator.shards[0].shard.consumer.groups["kc"].group_epoch == epoch
         for event in stop.values():
             event.set()
     shard = running.broker.coordinator.shards[0].shard
