@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     scenarios = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
     scenarios.required = True
     from bench import (consume_bench, controller_failover_bench, failover_bench, latency_bench,
-                       metadata_ops_bench, metadata_scale_bench, mirror_bench, produce_bench, quorum_bench, storage_bench,
-                       suite)
+                       metadata_ops_bench, metadata_scale_bench, mirror_bench, produce_bench, quorum_bench, rebalance_bench,
+                       storage_bench, suite)
 
     storage_bench.register(scenarios)
     quorum_bench.register(scenarios)
@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     metadata_scale_bench.register(scenarios)
     metadata_ops_bench.register(scenarios)
     mirror_bench.register(scenarios)
+    rebalance_bench.register(scenarios)
     suite.register(scenarios)
     for name, parser in scenarios.choices.items():
         parser.set_defaults(func=_reporting(name, parser.get_default("func")))

@@ -70,9 +70,12 @@ PURE_RULES = [
     PureRule("the broker's pure state", ("broker/core/*.py", "broker/core/replication/*.py"),
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "storage", "broker.api", "broker.shell"},
              forbidden_calls=IO_CALLS | {"uuid1", "uuid4", "getnode"}),
+    # KIP-848 records and requests name topics by id: `uuid.UUID` values
+    # are fine, drawing new ones (uuid1/uuid4) is not.
     PureRule("the group coordinator", ("broker/core/group/*.py",),
-             forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "storage",
-                                       "broker.api", "broker.shell"}),
+             forbidden=IO_AND_CLOCK | {"os", "pathlib", "logging", "io", "sys", "storage",
+                                       "broker.api", "broker.shell"},
+             forbidden_calls=IO_CALLS | {"uuid1", "uuid4", "getnode"}),
     PureRule("the transaction coordinator", ("broker/core/txn/*.py",),
              forbidden=IO_AND_CLOCK | {"os", "pathlib", "uuid", "logging", "io", "sys", "random", "storage",
                                        "broker.api", "broker.shell"}),

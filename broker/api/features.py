@@ -18,8 +18,9 @@ raftka claims only what it serves:
 - `kraft.version` 0: the controller quorum is static (KIP-853's dynamic
   quorum is level 1). Supported 0..0; a level 0 is not listed as
   finalized, as Kafka leaves out features at level 0.
-- `group.version` 0: groups speak only the classic protocol (KIP-848's
-  consumer protocol is level 1). Supported 0..0, not finalized.
+- `group.version` 1: KIP-848's consumer protocol (ConsumerGroupHeartbeat,
+  ConsumerGroupDescribe) is served next to the classic one. Supported
+  0..1, finalized 1.
 - `transaction.version` 2: transactions v2 (KIP-890 part 2) are served and
   on.
 
@@ -38,7 +39,7 @@ METADATA_VERSION = 25
 KRAFT_VERSION_FEATURE = "kraft.version"
 KRAFT_VERSION = 0
 GROUP_VERSION_FEATURE = "group.version"
-GROUP_VERSION = 0
+GROUP_VERSION = 1
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 #: KIP-890's transactions v2: the epoch bumped by every EndTxn.
 TRANSACTION_VERSION = 2

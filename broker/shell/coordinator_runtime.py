@@ -148,8 +148,20 @@ class GroupCoordinatorRuntime(ShardHost):
         # Member ids must differ across coordinators and restarts: each
         # shard's generator is seeded from the system's entropy.
         self._seeds = random.SystemRandom()
+        self._topics_image = None
+        self._topics: dict = {}
+
+    def _topic_metadata(self) -> dict:
+        """name -> (topic id, partitions) for the consumer groups' assignors,
+        rebuilt only when the metadata image moved."""
+        image = self.broker.image
+        if self._topics_image is not image:
+            self._topics_image = image
+            self._topics = {t.name: (t.topic_id, len(t.partitions)) for t in image.topics_by_id.values()}
+        return self._topics
 
     def _on_due(self, runner: GroupShardRunner, now_ms: int) -> None:
+        runner.shard.topics = self._topic_metadata()
         self._absorb(runner, runner.shard.tick(now_ms))
 
     # --- loading ---------------------------------------------------------
@@ -265,6 +277,7 @@ class GroupCoordinatorRuntime(ShardHost):
                 return error_response(part, ErrorCode(checked.error))
         token = next(self._tokens)
         held = self._held[token] = HeldResponse(token, part, runner)
+        runner.shard.topics = self._topic_metadata()
         result = runner.shard.handle(RequestContext(token, client_id, client_host), part, self.broker.clock_ms())
         self._absorb(runner, result)
         return held

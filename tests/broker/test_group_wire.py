@@ -5,6 +5,7 @@ request; multi-group requests split by partition and merge in order."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from typing import Any
 
@@ -202,6 +203,13 @@ def any_request(api_key: int, version: int) -> Any:
         return delete_request("g", "h", version=version)
     if api_key == 28:
         return txn_commit_request("g", {("t", 0): 1}, version=version)
+    if api_key == 68:
+        mod = importlib.import_module(f"kio.schema.consumer_group_heartbeat.v{version}.request")
+        return mod.ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=0,
+                                                 subscribed_topic_names=("t",), topic_partitions=None)
+    if api_key == 69:
+        mod = importlib.import_module(f"kio.schema.consumer_group_describe.v{version}.request")
+        return mod.ConsumerGroupDescribeRequest(group_ids=("g", "h"), include_authorized_operations=False)
     return offset_delete_request("g", version)
 
 

@@ -43,14 +43,15 @@ async def test_api_versions_reports_the_features_raftka_serves(tmp_path):
         request = av4.ApiVersionsRequest(client_software_name="raw", client_software_version="1")
         versions = await conn.request(request)
         assert {(f.name, f.min_version, f.max_version) for f in versions.supported_features} == {
-            ("metadata.version", 25, 25), ("kraft.version", 0, 0), ("group.version", 0, 0),
+            ("metadata.version", 25, 25), ("kraft.version", 0, 0), ("group.version", 0, 1),
             ("transaction.version", 0, 2)}
-        # Levels at 0 (a static quorum, classic groups only) are not finalized, as Kafka reports them.
+        # Levels at 0 (a static quorum) are not finalized, as Kafka reports them.
         assert {(f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features} == {
-            ("metadata.version", 25, 25), ("transaction.version", 2, 2)}
+            ("metadata.version", 25, 25), ("group.version", 1, 1), ("transaction.version", 2, 2)}
         assert versions.finalized_features_epoch == running.broker.image.offset >= 0
         served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert served[1] == (4, 17) and served[2] == (1, 9) and served[3] == (1, 13) and served[75] == (0, 0)
+        assert served[68] == (0, 1) and served[69] == (0, 1)
         # The epoch follows the metadata: a new topic moves it.
         await running.create_topic("later")
         again = await conn.request(request)

@@ -1,4 +1,5 @@
-"""The consumer group coordinator (Kafka's classic group protocol), pure.
+"""The consumer group coordinator (Kafka's classic group protocol and
+KIP-848's consumer protocol, `consumer_group`), pure.
 
 Public API
 ----------

@@ -8,6 +8,7 @@ default is Kafka's.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass
 
 from common.errors import ConfigError
@@ -46,6 +47,15 @@ class GroupCoordinatorConfig:
     #: `offsets.commit.timeout.ms`: how long the shell waits for a write's
     #: records to commit before answering COORDINATOR_NOT_AVAILABLE.
     offsets_commit_timeout_ms: int = 5000
+    #: `group.consumer.session.timeout.ms`: a consumer-protocol (KIP-848)
+    #: member without a heartbeat for this long leaves its group.
+    group_consumer_session_timeout_ms: int = 45_000
+    #: `group.consumer.heartbeat.interval.ms`: how often a consumer-protocol
+    #: member is told to heartbeat.
+    group_consumer_heartbeat_interval_ms: int = 5000
+    #: `group.consumer.assignors`: the server-side assignors a member may
+    #: name; the first is the default.
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
     def __post_init__(self) -> None:
         if self.offsets_topic_num_partitions <= 0:
@@ -58,6 +68,11 @@ class GroupCoordinatorConfig:
             raise ConfigError("group.max.size must be at least 1")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group.initial.rebalance.delay.ms must not be negative")
+        unknown = [a for a in self.group_consumer_assignors if a not in ("uniform", "range")]
+        if unknown or not self.group_consumer_assignors:
+            raise ConfigError(f"group.consumer.assignors must list some of uniform, range; got {unknown or 'none'}")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
         if self.offsets_retention_ms <= 0:
             raise ConfigError("offsets.retention.minutes must be at least 1")
         if self.offsets_retention_check_interval_ms <= 0:
@@ -67,13 +82,18 @@ class GroupCoordinatorConfig:
     def from_properties(cls, props: Mapping[str, str]) -> GroupCoordinatorConfig:
         """Build from Kafka-named properties; unknown keys are ignored (they
         belong to other parts of the broker)."""
-        kwargs: dict[str, int] = {}
+        kwargs: dict[str, Any] = {}
         for key, field_name in _INT_KEYS.items():
             if key in props:
                 kwargs[field_name] = _parse_int(key, props[key])
         if "offsets.retention.minutes" in props:
             kwargs["offsets_retention_ms"] = _parse_int("offsets.retention.minutes",
                                                         props["offsets.retention.minutes"]) * 60_000
+        if "group.consumer.assignors" in props:
+            # Kafka also accepts class names; the last dotted part names the assignor.
+            kwargs["group_consumer_assignors"] = tuple(
+                a.strip().rsplit(".", 1)[-1].lower().removesuffix("assignor")
+                for a in str(props["group.consumer.assignors"]).split(",") if a.strip())
         return cls(**kwargs)
 
 
@@ -88,6 +108,8 @@ _INT_KEYS = {
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",
     "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
     "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+    "group.consumer.session.timeout.ms": "group_consumer_session_timeout_ms",
+    "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
 }
 
 

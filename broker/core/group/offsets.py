@@ -153,18 +153,24 @@ def handle_offset_commit(shard: GroupCoordinatorShard, ctx: RequestContext, requ
     generation_id = request.generation_id_or_member_epoch
     member_id = request.member_id
     instance_id = getattr(request, "group_instance_id", None)
+    consumer_group = shard.consumer.groups.get(group_id)
     group = shard.groups.get(group_id)
     created = False
-    if group is None:
+    if consumer_group is not None and group is None:
+        # KIP-848: a consumer-protocol member commits with its member epoch.
+        error = shard.consumer.validate_offset_commit(consumer_group, member_id, generation_id)
+        if error is not None:
+            return fail(error)
+    elif group is None:
         if generation_id >= 0:
             return fail(ErrorCode.group_id_not_found if request_version(request) >= GROUP_ID_NOT_FOUND_COMMIT_VERSION
                         else ErrorCode.illegal_generation)
         group = shard.groups[group_id] = ClassicGroup(group_id)
         created = True
-    error = validate_offset_commit(group, member_id, instance_id, generation_id)
+    error = None if group is None else validate_offset_commit(group, member_id, instance_id, generation_id)
     if error is not None:
         return fail(error)
-    if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+    if group is not None and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
         # A commit is a sign of life: it keeps the member's session.
         rebalance.reschedule_heartbeat(group.members[member_id], fx.now_ms)
     retention_ms = _retention_ms(getattr(request, "retention_time", None))
@@ -347,6 +353,13 @@ def sweep_expired(shard: GroupCoordinatorShard, fx: Effects) -> None:
             # KIP-394 pending id; keeping it spares that member a retry.)
             fx.records.append(group_metadata_record(group_id, None))
             del shard.groups[group_id]
+    for group_id in sorted(shard.consumer.groups):
+        # An empty consumer-protocol group: its offsets expire by commit
+        # time, as a simple group's do; with none left, the group goes.
+        if shard.consumer.groups[group_id].members or group_id in shard.groups:
+            continue
+        if _expire_offsets(shard, ClassicGroup(group_id), fx):
+            shard.consumer.delete_group(group_id, fx)
 
 
 def _expire_offsets(shard: GroupCoordinatorShard, group: ClassicGroup, fx: Effects) -> bool:

@@ -270,6 +270,13 @@ def error_response(request: Any, error: ErrorCode) -> Any:
         return delete_groups_response(mod, [(g, error) for g in request.groups_names])
     if name == "OffsetDeleteRequest":
         return offset_delete_response(mod, error)
+    if name == "ConsumerGroupHeartbeatRequest":
+        return mod.ConsumerGroupHeartbeatResponse(throttle_time=timedelta(0), error_code=error, member_epoch=-1,
+                                                  heartbeat_interval=timedelta(0), assignment=None)
+    if name == "ConsumerGroupDescribeRequest":
+        return mod.ConsumerGroupDescribeResponse(throttle_time=timedelta(0), groups=tuple(mod.DescribedGroup(
+            error_code=error, group_id=g, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+            members=(), authorized_operations=-2147483648) for g in request.group_ids))
     raise AssertionError(f"{name} is not a group coordinator request")
 
 

@@ -15,6 +15,8 @@ returns the first error and the groups it could list).
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dataclasses
 from typing import Any
 
@@ -37,6 +39,7 @@ from broker.core.group.responses import FetchedPartition as _FetchedPartition
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 TXN_OFFSET_COMMIT = 28
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 #: API key -> (min, max) version the coordinator implements. What the three
 #: clients send (checked in their sources): librdkafka 2.16 JoinGroup <=5,
@@ -66,6 +69,9 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     # coordinator, v5 (transactions v2) adds the offsets partition to the
     # transaction (broker.api.txn_verification).
     TXN_OFFSET_COMMIT: (0, 5),
+    # KIP-848: v1 has the member id chosen by the client and the regex.
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 
@@ -75,7 +81,7 @@ def api_key(request: Any) -> int:
 
 def is_multi_group(request: Any) -> bool:
     key = api_key(request)
-    return key in (DESCRIBE_GROUPS, DELETE_GROUPS, LIST_GROUPS) or (key == OFFSET_FETCH and hasattr(request, "groups"))
+    return key in (DESCRIBE_GROUPS, DELETE_GROUPS, LIST_GROUPS, CONSUMER_GROUP_DESCRIBE) or (key == OFFSET_FETCH and hasattr(request, "groups"))
 
 
 def split_by_partition(request: Any, num_partitions: int) -> dict[int, Any]:
@@ -86,6 +92,9 @@ def split_by_partition(request: Any, num_partitions: int) -> dict[int, Any]:
     if key == DESCRIBE_GROUPS:
         return {p: dataclasses.replace(request, groups=ids)
                 for p, ids in _by_partition(request.groups, num_partitions).items()}
+    if key == CONSUMER_GROUP_DESCRIBE:
+        return {p: dataclasses.replace(request, group_ids=ids)
+                for p, ids in _by_partition(request.group_ids, num_partitions).items()}
     if key == DELETE_GROUPS:
         return {p: dataclasses.replace(request, groups_names=ids)
                 for p, ids in _by_partition(request.groups_names, num_partitions).items()}
@@ -117,6 +126,9 @@ def merge_responses(request: Any, parts: list[Any]) -> Any:
     if key == DESCRIBE_GROUPS:
         found = {g.group_id: g for p in parts for g in p.groups}
         return describe_groups_response(mod, [_described(found[g]) for g in request.groups])
+    if key == CONSUMER_GROUP_DESCRIBE:
+        found = {g.group_id: g for p in parts for g in p.groups}
+        return mod.ConsumerGroupDescribeResponse(throttle_time=timedelta(0), groups=tuple(found[g] for g in request.group_ids))
     if key == DELETE_GROUPS:
         found = {r.group_id: r.error_code for p in parts for r in p.results}
         return delete_groups_response(mod, [(g, found[g]) for g in request.groups_names])

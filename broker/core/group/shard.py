@@ -35,6 +35,8 @@ sessions restarted) and every committed offset.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dataclasses
 
 import random
@@ -43,7 +45,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.core.group import join, membership, offsets, rebalance
+from broker.core.group import consumer_group, consumer_records, join, membership, offsets, rebalance
 from broker.core.group.classic_group import ClassicGroup, GroupState, Member
 from broker.core.group.config import GroupCoordinatorConfig
 from broker.core.group.effects import CoordinatorResult, Effects, RequestContext
@@ -73,6 +75,7 @@ from common.errors import RaftkaError
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
 #: ListGroups type filter value of classic groups (case-insensitive, KIP-848).
 CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 class NotAGroupRequestError(RaftkaError):
@@ -90,6 +93,11 @@ class GroupCoordinatorShard:
         self.rng = rng
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = offsets.OffsetStore()
+        #: KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat).
+        self.consumer = consumer_group.ConsumerGroups(config)
+        #: name -> (topic id, partitions) of the cluster's topics; the shell
+        #: sets it from its metadata image before each step.
+        self.topics: dict = {}
         self.loaded = False
         self._next_sweep_ms: int | None = None
         self._handlers: dict[int, Callable[[Any, RequestContext, Any, Effects], None]] = {
@@ -104,6 +112,8 @@ class GroupCoordinatorShard:
             42: _handle_delete_groups,
             47: offsets.handle_offset_delete,
             28: offsets.handle_txn_offset_commit,
+            68: _handle_consumer_group_heartbeat,
+            69: _handle_consumer_group_describe,
         }
         #: Transactional offset commits not yet ended by a marker:
         #: producer id -> group -> (topic, partition) -> offset.
@@ -121,6 +131,10 @@ class GroupCoordinatorShard:
         assert not self.loaded, "replay is for loading; a loaded shard changes only through its own steps"
         if record_offset is not None:
             self._next_position = max(self._next_position, record_offset + 1)
+        consumer_record = consumer_records.decode(key, value)
+        if consumer_record is not None:
+            self.consumer.replay(*consumer_record)
+            return
         decoded = decode_record(key, value)
         if decoded is None:
             return
@@ -137,7 +151,7 @@ class GroupCoordinatorShard:
             if record_value is None:
                 self.remove_offset(group_id, record_key.topic, record_key.partition)
                 return
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 # Offsets without group metadata: a simple consumer's group.
                 self.groups[group_id] = ClassicGroup(group_id)
             self.offsets.put(group_id, record_key.topic, record_key.partition, dataclasses.replace(
@@ -159,7 +173,7 @@ class GroupCoordinatorShard:
         if not pending or not commit:
             return
         for group_id, by_partition in pending.items():
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 self.groups[group_id] = ClassicGroup(group_id)
             for (topic, partition), offset in by_partition.items():
                 current = self.offsets.get(group_id, topic, partition)
@@ -203,6 +217,7 @@ class GroupCoordinatorShard:
         for group in self.groups.values():
             for member in group.members.values():
                 rebalance.reschedule_heartbeat(member, now_ms)
+        self.consumer.on_loaded(now_ms)
         self._next_sweep_ms = now_ms + self.config.offsets_retention_check_interval_ms
 
     # --- steps ---------------------------------------------------------------
@@ -257,6 +272,7 @@ class GroupCoordinatorShard:
             for member in group.members.values():
                 rebalance.answer_parked(member, fx, ErrorCode.not_coordinator, member_id=member.member_id)
         self.groups = {}
+        self.consumer = consumer_group.ConsumerGroups(self.config)
         self.offsets = offsets.OffsetStore()
         self.pending_txn_offsets = {}
         self._next_position = 0
@@ -286,6 +302,7 @@ class GroupCoordinatorShard:
             for member_id, member in group.members.items():
                 if member.heartbeat_deadline_ms is not None:
                     yield member.heartbeat_deadline_ms, 3, group_id, "heartbeat", member_id
+        yield from self.consumer.timers()
 
     def _due_timers(self, now_ms: int) -> list:
         return sorted(t for t in self._timers() if t[0] <= now_ms)
@@ -293,6 +310,9 @@ class GroupCoordinatorShard:
     def _fire(self, group_id: str, kind: str, member_id: str, fx: Effects) -> None:
         # An earlier timer of this round may have changed or removed what
         # this one was for: fire only if it is still due.
+        if kind.startswith("consumer-"):
+            self.consumer.fire(group_id, kind, member_id, self.topics, fx)
+            return
         group = self.groups.get(group_id)
         if group is None:
             return
@@ -371,11 +391,16 @@ def _handle_list_groups(shard: GroupCoordinatorShard, ctx: RequestContext, reque
 def list_groups(shard: GroupCoordinatorShard, states_filter: Any = (), types_filter: Any = ()) -> list[ListedGroup]:
     states = {s.strip().lower() for s in states_filter or ()}
     types = {t.strip().lower() for t in types_filter or ()}
-    if types and CLASSIC_GROUP_TYPE not in types:
-        return []
-    return [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE)
-            for g in sorted(shard.groups.values(), key=lambda g: g.group_id)
-            if not states or g.state.value.lower() in states]
+    listed = []
+    if not types or CLASSIC_GROUP_TYPE in types:
+        listed += [ListedGroup(g.group_id, g.protocol_type or "", g.state.value, CLASSIC_GROUP_TYPE)
+                   for g in shard.groups.values() if not states or g.state.value.lower() in states]
+    if not types or CONSUMER_GROUP_TYPE in types:
+        # KIP-848 groups: listed with their own states (Empty, Assigning, Reconciling, Stable).
+        listed += [ListedGroup(g.group_id, "consumer", g.state_name(), CONSUMER_GROUP_TYPE)
+                   for g in shard.consumer.groups.values()
+                   if g.group_id not in shard.groups and (not states or g.state_name().lower() in states)]
+    return sorted(listed, key=lambda g: g.group_id)
 
 
 def _handle_delete_groups(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, fx: Effects) -> None:
@@ -390,12 +415,19 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
     if not group_id:
         return ErrorCode.invalid_group_id
     group = shard.groups.get(group_id)
-    if group is None:
+    consumer_group = shard.consumer.groups.get(group_id)
+    if group is None and consumer_group is None:
         return ErrorCode.group_id_not_found
-    if group.state is not GroupState.EMPTY:
+    if (group is not None and group.state is not GroupState.EMPTY) or \
+            (consumer_group is not None and consumer_group.members):
         return ErrorCode.non_empty_group
     for (topic, partition), _ in shard.offsets.items(group_id):
         fx.records.append(offset_commit_record(group_id, topic, partition, None))
+    if consumer_group is not None:
+        shard.consumer.delete_group(group_id, fx)
+    if group is None:
+        shard.offsets.by_group.pop(group_id, None)
+        return ErrorCode.none
     fx.records.append(group_metadata_record(group_id, None))
     shard.offsets.by_group.pop(group_id, None)
     # The open transactions' offsets of the group go too (as Kafka's
@@ -407,3 +439,31 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
     del shard.groups[group_id]
     return ErrorCode.none
 
+
+
+def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
+                                     fx: Effects) -> None:
+    classic = shard.groups.get(request.group_id)
+    if classic is not None and not classic.members and request.member_epoch == 0:
+        # An empty classic group (offsets only) becomes a consumer group,
+        # as Kafka converts it; its committed offsets stay.
+        del shard.groups[request.group_id]
+    elif classic is not None and request.member_epoch >= 0:
+        mod = response_module(request)
+        fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
+            throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=timedelta(0),
+            error_message=f"Group {request.group_id} is a classic group: its members must leave before "
+                          "consumer-protocol members can join.", assignment=None))
+        return
+    mod = response_module(request)
+    fx.respond(ctx.token, shard.consumer.heartbeat(
+        ctx, request, shard.topics, fx, mod.ConsumerGroupHeartbeatResponse, shard.new_member_id("member")))
+
+
+def _handle_consumer_group_describe(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
+                                    fx: Effects) -> None:
+    mod = response_module(request)
+    names = {tid: name for name, (tid, _n) in shard.topics.items()}
+    fx.respond(ctx.token, mod.ConsumerGroupDescribeResponse(throttle_time=timedelta(0), groups=tuple(
+        consumer_group.describe(shard.consumer.groups.get(g), g, names, mod, request.include_authorized_operations)
+        for g in request.group_ids)))
