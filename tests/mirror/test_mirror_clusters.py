@@ -363,3 +363,20 @@ def test_exactly_once_sigkill_neither_loses_nor_duplicates(clusters, mirrors) ->
     for p, records in source.items():
         assert target[p] == [r[2] for r in records], f"partition {p}: not exactly once, in order"
     assert m.stop() == 0
+
+
+def test_a_client_setting_passed_through_reaches_the_broker(clusters, mirrors) -> None:
+    src, tgt = clusters
+    create(src, "passthrough", 1)
+    m = mirrors("--source", src, "--target", tgt, "--topics", "passthrough", "--set", "group.id=mirror-passthrough",
+                "--set", "source.consumer.client.id=mirror-eu-reader", "--set", "source.consumer.fetch.max.bytes=2000000",
+                *FAST)
+    admin = AdminClient({"bootstrap.servers": src})
+
+    def members() -> list[str]:
+        group = admin.describe_consumer_groups(["mirror-passthrough"])["mirror-passthrough"].result(30)
+        return [member.client_id for member in group.members]
+
+    # the broker records each member's client.id, as the client sent it
+    assert wait_until(members, 30, "the mirror's consumer in its group") == ["mirror-eu-reader"]
+    assert m.stop() == 0
