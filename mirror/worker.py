@@ -255,6 +255,11 @@ class Flow:
         if src is None or tgt is None:
             return False
         ready = self.topics.follow(src, tgt, self.policy)
+        # A topic whose metadata carries an error during a fault (no leader for a
+        # moment) is still there: keep copying it rather than drop the subscription.
+        kept = {s: t for s, t in self.topic_map.items() if s in src.topics and src.topics[s].error is not None
+                and t in tgt.topics}
+        ready = {**kept, **ready}
         self.topic_map = ready
         self.stats.topics = dict(ready)
         topics = sorted(ready)
@@ -421,7 +426,12 @@ class Flow:
                     self._error(f"reading {self.cfg.source}: {err.str()}")
                 continue
             tp = (msg.topic(), msg.partition())
-            if tp in self._blocked or tp[0] not in self.topic_map:
+            if tp in self._blocked:
+                continue  # sought back to the refused record: this one comes again after it
+            if tp[0] not in self.topic_map:
+                # A topic refresh during a fault of either cluster did not confirm the target
+                # topic: the record waits (the consumer is sought back to it), never skipped.
+                self._blocked[tp] = (msg.offset(), "the target topic was not confirmed at the last topic refresh")
                 continue
             self._forward(msg)
         self.producer.poll(0)
