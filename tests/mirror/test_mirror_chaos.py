@@ -145,7 +145,7 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
         summary = {"duration_s": duration, "faults": applied, "acknowledged": total, "source_records": expected,
                    "target_records": sum(map(len, target.values())), "failed_sends": len(failed),
                    "acked_lost_on_source": lost_on_source, "not_on_target": lost, "duplicated_on_target": duplicated,
-                   "in_order": in_order}
+                   "in_order": in_order, "positions_on_target": _positions(tgt)}
         print("MIRROR CHAOS", json.dumps(summary))
         assert not lost_on_source, summary
         assert not lost and not duplicated and in_order, f"{summary}: {mirror.output()[-1500:]}"
@@ -166,3 +166,14 @@ def create_rf2(bootstrap: str, topic: str) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 2)])[topic].result(60)
+
+
+def _positions(bootstrap: str) -> dict[int, int]:
+    """The source positions the mirror committed on the target with its transactions."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    group = "mirror-source-target"
+    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    return {p.partition: p.offset for p in result.topic_partitions}
