@@ -58,7 +58,7 @@ class Invariants:
     def on_restart(self, node: SimNode) -> None:
         """What a node reported committed must have survived its crash."""
         log = node.log
-        if not node.is_voter:
+        if not node.voter_at_crash:
             durable = min(node.max_high_watermark, node.flushed_before_crash)
             if log.log_end_offset < durable:
                 raise SafetyViolation(
