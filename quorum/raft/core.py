@@ -177,6 +177,17 @@ class RaftCore:
         return self.node_id in previous
 
     @property
+    def _flushes_eagerly(self) -> bool:
+        """A voter flushes before it acks. So does any node that was a voter
+        (configured, or named in a voter-set record): one removed may have
+        truncated an uncommitted tail, which must not come back after a
+        crash, and a lost record of its own removal would make it a voter
+        again in its own eyes."""
+        if self.may_stand or self.node_id in self.static_voters:
+            return True
+        return any(self.node_id in v for _, v in self.log.voter_sets())
+
+    @property
     def voter_change_pending(self) -> bool:
         """The latest voter-set record is not committed yet: no other change
         may start until it is (one change at a time)."""
@@ -343,7 +354,7 @@ class RaftCore:
         installed, self._snapshot_installed = self._snapshot_installed, None
         latest = log.latest_snapshot_id
         flush_to = None
-        if log.flushed_offset < log.log_end_offset and (self.may_stand or now_ms >= self._observer_flush_at_ms):
+        if log.flushed_offset < log.log_end_offset and (self._flushes_eagerly or now_ms >= self._observer_flush_at_ms):
             flush_to = log.log_end_offset
             self._observer_flush_at_ms = now_ms + OBSERVER_FLUSH_INTERVAL_MS
         suggested = (

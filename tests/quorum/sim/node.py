@@ -52,6 +52,7 @@ class SimNode:
         self.config = config
         self.seed = seed
         self.max_high_watermark = -1  # over every life of this node
+        self.max_high_watermark_as_voter = -1  # the highest it reported while a voter
         self.disk = (StorageDisk if disk == "storage" else MemoryDisk)(self, seed * 1000 + node_id)
         self.disk_election: ElectionState | None = None
         self.core: RaftCore | None = None
