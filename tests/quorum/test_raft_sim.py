@@ -3,7 +3,8 @@
 Hypothesis draws whole scenarios: 3 or 5 voters plus 1-2 observers, network
 delay/drop/duplication (hence reordering), partitions, crashes that lose
 unflushed writes, crashes in the middle of handling an event, paused
-processes, graceful resignations. After every event the invariants of
+processes, graceful resignations; a second property draws voter additions
+and removals among those faults (KIP-853). After every event the invariants of
 `sim/invariants.py` are checked; after the faults heal, a new record must
 commit everywhere within bounded simulated time. A failure names the seed
 and the scenario; replay it with `run_scenario(scenario)`.

@@ -1,7 +1,8 @@
 """SimCluster: voters and observers, a network, a clock, a fault schedule.
 
 `run_scenario(scenario)` runs the fault phase (faults fire at their times,
-a client proposes records to whoever is leader), then heals everything
+a client proposes records to whoever is leader, and the leader is asked to
+add or remove one voter at the times of `MEMBERSHIP_KINDS` faults), then heals everything
 (partitions end, crashed nodes restart, the network stops losing messages)
 and demands liveness: within `LIVENESS_BOUND_MS` of simulated time a record
 proposed after the heal must be committed and every node must have learned
