@@ -86,11 +86,13 @@ class _Election(EpochState):
         (self.granted if response.vote_granted else self.rejected).add(voter)
         if not response.vote_granted and self.on_rejected(core, response, now_ms):
             return
-        if not self._tally(core, now_ms) and len(self.rejected) >= core.majority:
+        if not self._tally(core, now_ms) and len(self.rejected & core.voters) >= core.majority:
             self.on_lost(core, now_ms)
 
     def _tally(self, core: RaftCore, now_ms: int) -> bool:
-        if len(self.granted) >= core.majority:
+        # Only votes of the latest set count; a removed voter standing to
+        # commit its removal does not count its own.
+        if len(self.granted & core.voters) >= core.majority:
             self.on_won(core, now_ms)
             return True
         return False

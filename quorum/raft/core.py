@@ -99,17 +99,20 @@ class RaftCore:
         if not voters:
             raise RaftUsageError("the voter set is empty; configure controller.quorum.voters")
         self.node_id = node_id
-        self.voters = frozenset(voters)
-        self.is_voter = node_id in self.voters
-        self.majority = len(self.voters) // 2 + 1
+        # The configured set (controller.quorum.voters, or the bootstrap set):
+        # in force until the log holds a voter-set record.
+        self.static_voters = frozenset(voters)
         self.log = log
         self.rng = rng
         self.config = config or QuorumConfig()
         self.cluster_id = cluster_id
         self.high_watermark: int | None = None
+        self._known_voters = (self.voters, self.may_stand)
         self._messages: list[Outbound] = []
         self._next_correlation = rng.getrandbits(31)
-        self._persisted = election_state if self.is_voter else None
+        # A non-voter keeps what it persisted too: it may have voted when a
+        # candidate asked it by name (it was added by a record it lacks).
+        self._persisted = election_state
         self._snapshot_installed: SnapshotId | None = None
         self._bytes_since_snapshot = 0
         self._observer_flush_at_ms = now_ms
@@ -118,7 +121,11 @@ class RaftCore:
 
     def _initial_state(self, persisted: ElectionState | None, now_ms: int) -> EpochState:
         log_epoch = self.log.last_fetched_epoch
-        if not self.is_voter or persisted is None or persisted.epoch < log_epoch:
+        if not self.may_stand and persisted is not None and persisted.epoch >= log_epoch \
+                and persisted.voted_id not in (None, self.node_id):
+            # It must not vote twice in this epoch.
+            return VotedState(persisted.epoch, persisted.voted_id, core=self, now_ms=now_ms)
+        if not self.may_stand or persisted is None or persisted.epoch < log_epoch:
             # An epoch seen only in the log (its records reached the disk, the
             # quorum-state write did not) carries no vote and no leader to trust.
             epoch = max(log_epoch, persisted.epoch if persisted else 0)
@@ -129,7 +136,7 @@ class RaftCore:
             # Leader; its unflushed tail may be gone, and followers may have
             # moved on. It helps elect a successor instead.
             return ResignedState(epoch, [], core=self, now_ms=now_ms)
-        if persisted.leader_id is not None and persisted.leader_id in self.voters:
+        if persisted.leader_id is not None:
             return FollowerState(epoch, persisted.leader_id, persisted.voted_id, core=self, now_ms=now_ms)
         if persisted.voted_id == self.node_id:
             return CandidateState(epoch, core=self, now_ms=now_ms)
@@ -138,6 +145,56 @@ class RaftCore:
         return UnattachedState(epoch, core=self, now_ms=now_ms)
 
     # --- views ---------------------------------------------------------------
+
+    @property
+    def voters(self) -> frozenset[int]:
+        """The voter set of the latest voter-set record in the log, committed
+        or not (KIP-853, as Raft's single-server changes: a node uses the
+        newest configuration it has, the moment it has it)."""
+        sets = self.log.voter_sets()
+        return sets[-1][1] if sets else self.static_voters
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    @property
+    def may_stand(self) -> bool:
+        """Whether this node times out and stands for election: a voter, or
+        a voter removed by a record not committed yet, which may still be
+        needed to commit it (Raft §4.2.2). It counts its own vote only if it
+        is in the latest set."""
+        if self.is_voter:
+            return True
+        sets = self.log.voter_sets()
+        if not sets or not self.voter_change_pending:
+            return False
+        previous = sets[-2][1] if len(sets) > 1 else self.static_voters
+        return self.node_id in previous
+
+    @property
+    def _flushes_eagerly(self) -> bool:
+        """A voter flushes before it acks. So does any node that was a voter
+        (configured, or named in a voter-set record): one removed may have
+        truncated an uncommitted tail, which must not come back after a
+        crash, and a lost record of its own removal would make it a voter
+        again in its own eyes."""
+        if self.may_stand or self.node_id in self.static_voters:
+            return True
+        return any(self.node_id in v for _, v in self.log.voter_sets())
+
+    @property
+    def voter_change_pending(self) -> bool:
+        """The latest voter-set record is not committed yet: no other change
+        may start until it is (one change at a time)."""
+        sets = self.log.voter_sets()
+        if not sets:
+            return False
+        return self.high_watermark is None or sets[-1][0] >= self.high_watermark
 
     @property
     def epoch(self) -> int:
@@ -205,6 +262,18 @@ class RaftCore:
         result = self.state.propose(self, records, now_ms)
         return result, self._finish(now_ms)
 
+    def change_voters(self, voters: frozenset[int] | set[int], now_ms: int) -> tuple[AppendResult, Output]:
+        """Append a voter-set record adding or removing exactly one voter
+        (leader only). Refused while the previous change is uncommitted, or
+        before this leader committed a record of its own epoch (Raft's
+        single-server change rule). The new set counts from the append on; a
+        leader that removed itself leads until the record is committed, then
+        resigns."""
+        if not isinstance(self.state, LeaderState):
+            raise NotLeaderError(self.leader_and_epoch.leader_id, self.epoch)
+        result = self.state.change_voters(self, frozenset(voters), now_ms)
+        return result, self._finish(now_ms)
+
     def resign(self, now_ms: int) -> Output:
         """Graceful shutdown: a leader resigns and hands over (EndQuorumEpoch)."""
         if isinstance(self.state, LeaderState):
@@ -249,10 +318,35 @@ class RaftCore:
             if snapshot_id not in keep:
                 log.delete_snapshot(snapshot_id)
 
+    def _on_voters_changed(self, now_ms: int) -> None:
+        """A voter-set record was appended or truncated away: a node that left
+        the set stops taking part in elections; one that joined starts."""
+        (_, was_voter), self._known_voters = self._known_voters, (self.voters, self.may_stand)
+        is_voter = self.may_stand
+        st = self.state
+        if isinstance(st, LeaderState):
+            st.on_voters_changed(self, now_ms)
+        elif isinstance(st, VotedState) and was_voter != is_voter:
+            # Keep the vote: one binding vote per epoch, voter or not.
+            self._transition(VotedState(self.epoch, st.voted_id, core=self, now_ms=now_ms), now_ms)
+        elif was_voter and not is_voter and not isinstance(st, (FollowerState, UnattachedState)):
+            if st.voted_id is not None:  # a Candidate voted for itself
+                self._transition(VotedState(self.epoch, st.voted_id, core=self, now_ms=now_ms), now_ms)
+            else:
+                self._transition(UnattachedState(self.epoch, core=self, now_ms=now_ms), now_ms)
+        elif was_voter != is_voter and isinstance(st, UnattachedState):
+            # An Unattached observer looks for the leader; a voter waits to stand.
+            self._transition(UnattachedState(self.epoch, core=self, now_ms=now_ms), now_ms)
+
+    def notice_voters_changed(self, now_ms: int) -> None:
+        if (self.voters, self.may_stand) != self._known_voters:
+            self._on_voters_changed(now_ms)
+
     def _finish(self, now_ms: int) -> Output:
+        self.notice_voters_changed(now_ms)
         messages, self._messages = tuple(self._messages), []
         persist = None
-        if self.is_voter:
+        if self.may_stand or self.state.voted_id is not None:
             election = self.state.election_state(self.voters)
             if election != self._persisted:
                 persist = self._persisted = election
@@ -260,7 +354,7 @@ class RaftCore:
         installed, self._snapshot_installed = self._snapshot_installed, None
         latest = log.latest_snapshot_id
         flush_to = None
-        if log.flushed_offset < log.log_end_offset and (self.is_voter or now_ms >= self._observer_flush_at_ms):
+        if log.flushed_offset < log.log_end_offset and (self._flushes_eagerly or now_ms >= self._observer_flush_at_ms):
             flush_to = log.log_end_offset
             self._observer_flush_at_ms = now_ms + OBSERVER_FLUSH_INTERVAL_MS
         suggested = (
@@ -323,15 +417,15 @@ class RaftCore:
         new_state.on_enter(self, now_ms)
 
     def become_unattached(self, epoch: int, now_ms: int, election_delay_ms: int | None = None) -> None:
-        assert epoch > self.epoch or not self.is_voter, (self.state, epoch)
+        assert epoch > self.epoch or not self.may_stand, (self.state, epoch)
         self._transition(UnattachedState(epoch, core=self, now_ms=now_ms, election_delay_ms=election_delay_ms), now_ms)
 
     def become_voted(self, candidate_id: int, now_ms: int) -> None:
-        assert self.is_voter and self.state.voted_id is None
+        assert self.state.voted_id is None
         self._transition(VotedState(self.epoch, candidate_id, core=self, now_ms=now_ms), now_ms)
 
     def become_prospective(self, now_ms: int) -> None:
-        assert self.is_voter
+        assert self.may_stand
         st = self.state
         self._transition(
             ProspectiveState(st.epoch, leader_id=st.leader_id, voted_id=st.voted_id, core=self, now_ms=now_ms), now_ms
@@ -359,7 +453,9 @@ class RaftCore:
     def learn_leader(self, leader_id: int, epoch: int, now_ms: int) -> None:
         """Someone reports `leader_id` (or NO_LEADER) leads `epoch`."""
         if epoch > self.epoch:
-            if leader_id != NO_LEADER and leader_id in self.voters and leader_id != self.node_id:
+            # Any reported leader, not only one of our voters: a voter added by
+            # a record we have not fetched yet may have been elected.
+            if leader_id != NO_LEADER and leader_id != self.node_id:
                 self.become_follower(epoch, leader_id, now_ms)
             else:
                 self.become_unattached(epoch, now_ms)
@@ -371,7 +467,7 @@ class RaftCore:
         assert st.leader_id in (None, leader_id), f"epoch {epoch} has leaders {st.leader_id} and {leader_id}"
         # A Prospective that already knows this leader timed out on it; only
         # news of a leader it did not know makes it follow (see candidate.py).
-        if st.leader_id is None and leader_id in self.voters:
+        if st.leader_id is None:
             self.become_follower(epoch, leader_id, now_ms)
 
     def _on_response(self, inbound: Inbound, now_ms: int) -> None:

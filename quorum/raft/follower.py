@@ -38,7 +38,7 @@ class FollowerState(EpochState):
 
     def on_tick(self, core: RaftCore, now_ms: int) -> None:
         if now_ms >= self.fetch_deadline_ms:
-            if core.is_voter:
+            if core.may_stand:
                 core.become_prospective(now_ms)
             else:
                 core.become_unattached(self.epoch, now_ms)

@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from quorum.raft.errors import ErrorCode
+from quorum.raft.errors import ErrorCode, RaftUsageError
 from quorum.raft.log import VALID, ValidPosition, validate_fetch_position
 from quorum.raft.messages import (
     BeginQuorumEpochRequest,
@@ -107,6 +107,8 @@ class LeaderState(EpochState):
 
     def on_tick(self, core: RaftCore, now_ms: int) -> None:
         self.maybe_advance_high_watermark(core, now_ms)
+        if core.state is not self:
+            return  # resigned: its own removal was committed
         if now_ms >= self._quorum_lost_at_ms(core):
             core.become_resigned(self.preferred_successors(), now_ms)
             return
@@ -132,7 +134,7 @@ class LeaderState(EpochState):
     # --- check-quorum ------------------------------------------------------------
 
     def _quorum_lost_at_ms(self, core: RaftCore) -> int:
-        needed = core.majority - 1  # the leader counts itself
+        needed = core.majority - 1 if core.is_voter else core.majority  # a voter leader counts itself
         if needed == 0:
             return 2**62
         contacts = sorted((max(s.last_fetch_ms, self.start_ms) for s in self.voter_states.values()), reverse=True)
@@ -165,8 +167,38 @@ class LeaderState(EpochState):
         self._complete_parked(core, now_ms)
         return AppendResult(info.base_offset, info.last_offset, self.epoch)
 
+    def change_voters(self, core: RaftCore, voters: frozenset[int], now_ms: int) -> AppendResult:
+        current = core.voters
+        if len(voters ^ current) != 1 or not voters:
+            raise RaftUsageError(
+                f"a voter change adds or removes exactly one voter and leaves at least one: "
+                f"{sorted(current)} -> {sorted(voters)}"
+            )
+        if core.high_watermark is None or core.high_watermark <= self.epoch_start_offset:
+            raise RaftUsageError("the leader has not committed a record of its epoch yet; retry the voter change")
+        if core.voter_change_pending:
+            raise RaftUsageError("the previous voter change is not committed yet; retry once it is")
+        info = core.log.append_voters(self.epoch, voters)
+        core.note_appended(info.size_in_bytes)
+        core.notice_voters_changed(now_ms)
+        self._complete_parked(core, now_ms)
+        return AppendResult(info.base_offset, info.last_offset, self.epoch)
+
+    def on_voters_changed(self, core: RaftCore, now_ms: int) -> None:
+        """The set changed by our own append: count the new set at once."""
+        voters = core.voters
+        for v in [v for v in self.voter_states if v not in voters]:
+            self.observer_states[v] = self.voter_states.pop(v)
+            self.unacked_voters.discard(v)
+        for v in voters - {core.node_id} - set(self.voter_states):
+            self.voter_states[v] = self.observer_states.pop(v, None) or ReplicaState(v)
+            self.unacked_voters.add(v)  # tell it of this epoch
+        self.maybe_advance_high_watermark(core, now_ms)
+
     def maybe_advance_high_watermark(self, core: RaftCore, now_ms: int) -> None:
-        offsets = [core.log.flushed_offset] + [s.end_offset for s in self.voter_states.values()]
+        offsets = [s.end_offset for s in self.voter_states.values()]
+        if core.is_voter:
+            offsets.append(core.log.flushed_offset)
         offsets.sort(reverse=True)
         majority_offset = offsets[core.majority - 1]
         # Raft §5.4.2: commit only through a record of this epoch.
@@ -177,6 +209,9 @@ class LeaderState(EpochState):
         core.learn_high_watermark(majority_offset)
         self.high_watermark_established = True
         self._complete_parked(core, now_ms)
+        if not core.is_voter and not core.voter_change_pending:
+            # Its own removal is committed: hand over (KIP-853).
+            core.become_resigned(self.preferred_successors(), now_ms)
 
     # --- Fetch -------------------------------------------------------------------
 
@@ -204,6 +239,9 @@ class LeaderState(EpochState):
                 replica.last_fetch_ms = now_ms
         if verdict is VALID and replica is not None and replica.replica_id in self.voter_states:
             self.maybe_advance_high_watermark(core, now_ms)
+            if core.state is not self:  # resigned: its own removal was committed
+                core.answer_as_non_leader(inbound.source_id, request, inbound.correlation)
+                return
         park_until_ms = now_ms + request.max_wait_ms if request.max_wait_ms > 0 else None
         self._answer(core, inbound.source_id, request, inbound.correlation, park_until_ms=park_until_ms)
 

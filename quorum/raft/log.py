@@ -75,6 +75,15 @@ class ReplicatedLog(Protocol):
     ) -> AppendInfo:
         """Append a control batch with one LeaderChange record (control type 2)."""
 
+    def append_voters(self, epoch: int, voters: frozenset[int]) -> AppendInfo:
+        """Append a control batch with one record of the voter set (Kafka's
+        VotersRecord, control type 6)."""
+
+    def voter_sets(self) -> tuple[tuple[int, frozenset[int]], ...]:
+        """(offset, voters) of every voter-set record the log holds, oldest
+        first; the latest snapshot's voter set, if the log starts at one, at
+        offset log_start_offset - 1. Empty: the static configured set applies."""
+
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         """Append batches read from the leader; the first must start at the log end."""
 

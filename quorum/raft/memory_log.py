@@ -28,6 +28,24 @@ _LEN = struct.Struct(">i")
 _LENGTH_COVERS_FROM = 12  # the length field counts the bytes after base_offset and itself
 
 
+#: A control record holding a voter set (standing in for Kafka's VotersRecord).
+VOTERS_PREFIX = b"Voters "
+#: A stored snapshot starts with the voter set in force at its end offset
+#: (Kafka writes the VotersRecord into the snapshot's header), then a newline.
+_SNAPSHOT_VOTERS = b"SnapshotVoters "
+
+
+def encode_voters(voters: frozenset[int] | set[int] | Sequence[int]) -> bytes:
+    return VOTERS_PREFIX + ",".join(str(v) for v in sorted(voters)).encode()
+
+
+def decode_voters(record: bytes) -> frozenset[int] | None:
+    """The voter set of a voters control record, None for any other record."""
+    if not record.startswith(VOTERS_PREFIX):
+        return None
+    return frozenset(int(v) for v in record[len(VOTERS_PREFIX) :].split(b","))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class MemoryBatch:
     base_offset: int
@@ -85,6 +103,7 @@ class MemoryLog:
         self._snapshots: dict[SnapshotId, bytes] = {}
         self._epochs: list[tuple[int, int]] = []  # (epoch, start offset), ascending
         self._start_snapshot: SnapshotId | None = None  # the snapshot the log starts after
+        self._voter_sets: list[tuple[int, frozenset[int]]] = []  # (offset, voters) of voters records
 
     # --- positions ----------------------------------------------------------
 
@@ -135,6 +154,7 @@ class MemoryLog:
         assert batch.epoch >= self.last_fetched_epoch, "epochs never go backwards in a log"
         if not self._epochs or self._epochs[-1][0] != batch.epoch:
             self._epochs.append((batch.epoch, batch.base_offset))
+        self._note_voters(batch)
         self._batches.append(batch)
         self._bases.append(batch.base_offset)
         return AppendInfo(batch.base_offset, batch.last_offset, len(batch.raw))
@@ -147,6 +167,34 @@ class MemoryLog:
     ) -> AppendInfo:
         value = f"LeaderChange leader={leader_id} voters={sorted(voters)} granting={sorted(granting_voters)}"
         return self._append(encode_batch(self.log_end_offset, epoch, [value.encode()], control=True))
+
+    def append_voters(self, epoch: int, voters: frozenset[int]) -> AppendInfo:
+        return self._append(encode_batch(self.log_end_offset, epoch, [encode_voters(voters)], control=True))
+
+    def _note_voters(self, batch: MemoryBatch) -> None:
+        if batch.control:
+            for i, record in enumerate(batch.records):
+                voters = decode_voters(record)
+                if voters is not None:
+                    self._voter_sets.append((batch.base_offset + i, voters))
+
+    def voter_sets(self) -> tuple[tuple[int, frozenset[int]], ...]:
+        """(offset, voters) of each voters record in the log, oldest first,
+        led by the snapshot's voter set (at offset log start - 1) if the log
+        starts at a snapshot that holds one."""
+        base: list[tuple[int, frozenset[int]]] = []
+        if self._start_snapshot is not None:
+            voters = self._snapshot_voters(self._snapshots[self._start_snapshot])
+            if voters is not None:
+                base.append((self._log_start - 1, voters))
+        return tuple(base + self._voter_sets)
+
+    @staticmethod
+    def _snapshot_voters(stored: bytes) -> frozenset[int] | None:
+        header, _, _ = stored.partition(b"\n")
+        if not header.startswith(_SNAPSHOT_VOTERS) or header == _SNAPSHOT_VOTERS:
+            return None
+        return frozenset(int(v) for v in header[len(_SNAPSHOT_VOTERS) :].split(b","))
 
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         decoded = decode_batches(batches)
@@ -169,7 +217,9 @@ class MemoryLog:
 
     def _rebuild_epochs(self) -> None:
         self._epochs = []
+        self._voter_sets = []
         for batch in self._batches:
+            self._note_voters(batch)
             if not self._epochs or self._epochs[-1][0] != batch.epoch:
                 self._epochs.append((batch.epoch, batch.base_offset))
 
@@ -239,7 +289,9 @@ class MemoryLog:
         assert self._log_start <= end_offset <= self.log_end_offset, (end_offset, self._log_start)
         epoch = self._epoch_of(end_offset - 1) if end_offset > self._log_start else self._base_epoch()
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=epoch)
-        self._snapshots[snapshot_id] = bytes(data)
+        in_force = [v for o, v in self.voter_sets() if o < end_offset]
+        header = _SNAPSHOT_VOTERS + (",".join(str(v) for v in sorted(in_force[-1])).encode() if in_force else b"")
+        self._snapshots[snapshot_id] = header + b"\n" + bytes(data)
         return snapshot_id
 
     def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
@@ -250,13 +302,15 @@ class MemoryLog:
         return self._snapshots[snapshot_id][position : position + max_bytes]
 
     def snapshot_data(self, snapshot_id: SnapshotId) -> bytes:
-        return self._snapshots[snapshot_id]
+        """The state machine's image, without the voter-set header."""
+        return self._snapshots[snapshot_id].partition(b"\n")[2]
 
     def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._snapshots[snapshot_id] = bytes(data)
         self._batches = []
         self._bases = []
         self._epochs = []
+        self._voter_sets = []
         self._log_start = snapshot_id.end_offset
         self._start_snapshot = snapshot_id
         self._durable = []

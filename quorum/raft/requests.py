@@ -74,7 +74,11 @@ def reply(core: RaftCore, inbound: Inbound, error: ErrorCode, *, vote_granted: b
 
 
 def _voter_only_error(core: RaftCore, sender_id: int, receiver_id: int, sender_epoch: int) -> ErrorCode | None:
-    if not core.is_voter or sender_id not in core.voters:
+    # The sender need not be in our voter set: a voter added by a record we
+    # have not fetched yet may stand or lead. Nor need we be in it, if the
+    # sender names us: we may be that added voter (KIP-853; Raft §4.2.3
+    # lets servers answer without consulting their configuration).
+    if not core.may_stand and receiver_id != core.node_id:
         return ErrorCode.INCONSISTENT_VOTER_SET
     if receiver_id != NO_LEADER and receiver_id != core.node_id:
         return ErrorCode.INVALID_VOTER_KEY

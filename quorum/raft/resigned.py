@@ -39,7 +39,10 @@ class ResignedState(EpochState):
 
     def on_tick(self, core: RaftCore, now_ms: int) -> None:
         if now_ms >= self.election_deadline_ms:
-            core.become_prospective(now_ms)
+            if core.may_stand:
+                core.become_prospective(now_ms)
+            else:  # a leader that removed itself looks for its successor
+                core.become_unattached(self.epoch, now_ms)
             return
         self._send_end_quorum_epoch(core, now_ms)
 

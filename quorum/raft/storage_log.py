@@ -207,6 +207,16 @@ class StorageReplicatedLog:
         base = self._log.append_as_follower(batch, now_ms)
         return AppendInfo(base, base, len(batch))
 
+    def append_voters(self, epoch: int, voters: frozenset[int]) -> AppendInfo:
+        raise RaftUsageError(
+            "this metadata log keeps a static voter set (controller.quorum.voters); "
+            "voter changes need a log that records VotersRecords"
+        )
+
+    def voter_sets(self) -> tuple[tuple[int, frozenset[int]], ...]:
+        """No VotersRecords are kept here yet: the static set applies."""
+        return ()
+
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         last = None
         for _, header in iter_batch_headers(batches):

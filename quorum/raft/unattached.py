@@ -31,7 +31,7 @@ class UnattachedState(EpochState):
         delay = core.random_election_timeout_ms() if election_delay_ms is None else election_delay_ms
         self.election_deadline_ms = now_ms + delay
         self.discovery: Fetcher | None = None
-        if not core.is_voter:
+        if not core.may_stand:
             self.discovery = Fetcher(core.random_voter(), max_wait_ms=0)
 
     def on_enter(self, core: RaftCore, now_ms: int) -> None:
@@ -64,19 +64,17 @@ class UnattachedState(EpochState):
         self.election_deadline_ms = min(self.election_deadline_ms, now_ms + delay_ms)
 
 
-class VotedState(EpochState):
+class VotedState(UnattachedState):
+    """Unattached with a binding vote in this epoch. A node outside its own
+    voter set may hold one too: a voter added by a record it has not fetched
+    yet is asked to vote by name (KIP-853); it keeps the vote, and, like an
+    Unattached observer, looks for the leader instead of standing."""
+
     name = "Voted"
 
     def __init__(self, epoch: int, voted_id: int, *, core: RaftCore, now_ms: int) -> None:
-        super().__init__(epoch, voted_id=voted_id)
-        self.election_deadline_ms = now_ms + core.random_election_timeout_ms()
-
-    def on_tick(self, core: RaftCore, now_ms: int) -> None:
-        if now_ms >= self.election_deadline_ms:
-            core.become_prospective(now_ms)
-
-    def wake_at_ms(self, core: RaftCore, now_ms: int) -> int:
-        return self.election_deadline_ms
+        super().__init__(epoch, core=core, now_ms=now_ms)
+        self.voted_id = voted_id
 
     def grant_vote(self, core: RaftCore, candidate_id: int, log_up_to_date: bool, pre_vote: bool) -> bool:
         if pre_vote:

@@ -218,3 +218,28 @@ def test_quorum_config_rejects_values_that_cannot_work() -> None:
     assert config.controller_quorum_fetch_timeout_ms == 3000
     assert config.controller_quorum_election_backoff_max_ms == 800
     assert config.metadata_log_max_record_bytes_between_snapshots == 1 << 20
+
+
+def test_the_voter_set_is_the_latest_voters_record_and_a_snapshot_carries_it() -> None:
+    log = MemoryLog()
+    assert log.voter_sets() == ()
+    log.append_as_leader([b"a"], epoch=1)
+    log.append_voters(1, frozenset({1, 2}))
+    log.append_as_leader([b"b"], epoch=1)
+    log.append_voters(1, frozenset({1, 2, 3}))
+    assert log.voter_sets() == ((1, frozenset({1, 2})), (3, frozenset({1, 2, 3})))
+    # an uncommitted change truncated away gives the older set back
+    log.truncate_to(3)
+    assert log.voter_sets() == ((1, frozenset({1, 2})),)
+    log.append_as_leader([b"c"], epoch=2)
+    snapshot = log.create_snapshot(4, b"state")
+    assert log.snapshot_data(snapshot) == b"state"
+    log.delete_before(snapshot)
+    # the record itself is gone with the prefix; the snapshot still names the set
+    assert log.voter_sets() == ((3, frozenset({1, 2})),)
+    follower = MemoryLog()
+    size = log.snapshot_size(snapshot)
+    assert size is not None
+    follower.install_snapshot(snapshot, log.read_snapshot(snapshot, 0, size))
+    assert follower.voter_sets() == ((3, frozenset({1, 2})),)
+    assert follower.snapshot_data(snapshot) == b"state"

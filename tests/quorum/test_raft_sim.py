@@ -3,7 +3,8 @@
 Hypothesis draws whole scenarios: 3 or 5 voters plus 1-2 observers, network
 delay/drop/duplication (hence reordering), partitions, crashes that lose
 unflushed writes, crashes in the middle of handling an event, paused
-processes, graceful resignations. After every event the invariants of
+processes, graceful resignations; a second property draws voter additions
+and removals among those faults (KIP-853). After every event the invariants of
 `sim/invariants.py` are checked; after the faults heal, a new record must
 commit everywhere within bounded simulated time. A failure names the seed
 and the scenario; replay it with `run_scenario(scenario)`.
@@ -14,11 +15,15 @@ profile (RAFTKA_HYPOTHESIS_PROFILE=thorough) runs 8,000.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import example, given, settings
+
+from quorum.raft import RaftUsageError
 
 from sim.cluster import Fault, Scenario, SimCluster, run_scenario
 from sim.network import NetworkConditions
-from sim.schedule import scenarios
+from sim.schedule import reconfiguring_scenarios, scenarios
 
 SCENARIOS = settings(settings(), max_examples=settings().max_examples * 4)
 
@@ -40,6 +45,47 @@ SCENARIOS = settings(settings(), max_examples=settings().max_examples * 4)
 def test_quorum_stays_safe_and_live_under_faults(scenario: Scenario) -> None:
     result = run_scenario(scenario)
     assert result.committed > 0
+
+
+@SCENARIOS
+@given(reconfiguring_scenarios())
+def test_quorum_stays_safe_and_live_while_voters_are_added_and_removed(scenario: Scenario) -> None:
+    """KIP-853: voters join and leave (one change at a time, each committed
+    by the old majority first) among crashes, partitions and lost messages;
+    still one leader per epoch and no committed record lost."""
+    result = run_scenario(scenario)
+    assert result.committed > 0
+
+
+def test_a_leader_grows_the_quorum_from_one_to_three_and_removes_itself() -> None:
+    cluster = SimCluster(dataclasses.replace(_quiet(seed=5, voters=1), observers=2))
+    for node in cluster.nodes.values():
+        cluster.at(0, lambda node=node: node.start(cluster.now_ms))
+    cluster.at(1, cluster.propose)
+    cluster.run_until(500)
+    (leader,) = [n for n in cluster.nodes.values() if n.is_leader()]
+    assert leader.core is not None and leader.node_id == 1
+    observer = 100
+    for voters in ({1, observer}, {1, observer, 101}, {observer, 101}):
+        _, out = leader.core.change_voters(voters, cluster.now_ms)
+        cluster.ever_voters |= voters
+        leader.obey(out, cluster.now_ms)
+        # a second change waits until this one is committed
+        try:
+            leader.core.change_voters(voters ^ {99}, cluster.now_ms)
+        except RaftUsageError:
+            pass
+        else:
+            raise AssertionError("a second voter change started before the first committed")
+        cluster.run_until(cluster.now_ms + 600)
+    # the leader removed itself: once that committed it resigned, and a voter of the new set leads
+    cluster.run_until(cluster.now_ms + 2000)
+    leaders = [n for n in cluster.nodes.values() if n.is_leader()]
+    assert len(leaders) == 1 and leaders[0].node_id != 1
+    new_voters = leaders[0].core.voters
+    assert new_voters == {observer, 101}
+    assert all(n.core.voters == new_voters for n in cluster.nodes.values() if n.core is not None)
+    assert not cluster.nodes[1].core.is_voter
 
 
 def _quiet(seed: int, voters: int = 3, faults: tuple[Fault, ...] = ()) -> Scenario:

@@ -1,7 +1,8 @@
 """SimCluster: voters and observers, a network, a clock, a fault schedule.
 
 `run_scenario(scenario)` runs the fault phase (faults fire at their times,
-a client proposes records to whoever is leader), then heals everything
+a client proposes records to whoever is leader, and the leader is asked to
+add or remove one voter at the times of `MEMBERSHIP_KINDS` faults), then heals everything
 (partitions end, crashed nodes restart, the network stops losing messages)
 and demands liveness: within `LIVENESS_BOUND_MS` of simulated time a record
 proposed after the heal must be committed and every node must have learned
@@ -15,7 +16,7 @@ import heapq
 import random
 from collections.abc import Callable
 
-from quorum.raft import NotLeaderError, QuorumConfig
+from quorum.raft import NotLeaderError, QuorumConfig, RaftUsageError
 
 from sim.invariants import Invariants, SafetyViolation
 from sim.network import NetworkConditions, SimNetwork
@@ -33,6 +34,8 @@ SIM_CONFIG = QuorumConfig(
 )
 LIVENESS_BOUND_MS = 5000
 FAULT_KINDS = ("crash", "isolate", "split", "crash_mid_event", "resign", "lossy", "pause")
+#: Voter-set changes the leader is asked to make, drawn among the faults.
+MEMBERSHIP_KINDS = ("add_voter", "remove_voter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +76,8 @@ class SimCluster:
         self.rng = random.Random(scenario.seed)
         self.now_ms = 0
         self.voters = frozenset(range(1, scenario.voters + 1))
+        self.ever_voters = set(self.voters)
+        self.voter_changes: list[tuple[int, frozenset[int]]] = []  # (at ms, new set) the leader accepted
         ids = list(range(1, scenario.voters + 1)) + [100 + i for i in range(scenario.observers)]
         config = dataclasses.replace(
             SIM_CONFIG, metadata_log_max_record_bytes_between_snapshots=scenario.snapshot_every_bytes
@@ -166,8 +171,37 @@ class SimCluster:
 
             self.at(fault.at_ms, lossy)
             self.at(end, calm)
+        elif fault.kind in MEMBERSHIP_KINDS:
+            self.at(fault.at_ms, lambda: self.change_voters(fault))
         else:
             raise ValueError(fault.kind)
+
+    def change_voters(self, fault: Fault) -> None:
+        """Ask the leader to add or remove one voter (AddRaftVoter /
+        RemoveRaftVoter); it refuses while the previous change is uncommitted."""
+        leaders = [n for n in self.nodes.values() if n.is_leader() and n.paused_until_ms <= self.now_ms]
+        if not leaders:
+            return
+        leader = leaders[0]
+        assert leader.core is not None
+        current = leader.core.voters
+        ids = sorted(self.nodes)
+        if fault.kind == "add_voter":
+            candidates = [i for i in ids if i not in current]
+        else:
+            candidates = sorted(current) if len(current) > 1 else []
+        if not candidates:
+            return
+        target = candidates[fault.arg % len(candidates)]
+        new = current ^ {target}
+        try:
+            _, out = leader.core.change_voters(new, self.now_ms)
+        except RaftUsageError:
+            return  # a change is in flight, or the leader has not committed in its epoch yet
+        self.ever_voters |= new
+        self.voter_changes.append((self.now_ms, new))
+        leader.obey(out, self.now_ms)
+        self.invariants.after_event(leader)
 
     def heal(self) -> None:
         self.heal_ms = self.now_ms

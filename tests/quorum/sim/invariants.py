@@ -54,11 +54,13 @@ class Invariants:
         if high_watermark > node.log.log_end_offset:
             raise SafetyViolation(f"node {node.node_id}: HW {high_watermark} beyond its log end")
         node.max_high_watermark = high_watermark
+        if node.core is not None and node.core.may_stand:
+            node.max_high_watermark_as_voter = high_watermark
 
     def on_restart(self, node: SimNode) -> None:
         """What a node reported committed must have survived its crash."""
         log = node.log
-        if not node.is_voter:
+        if not node.voter_at_crash:
             durable = min(node.max_high_watermark, node.flushed_before_crash)
             if log.log_end_offset < durable:
                 raise SafetyViolation(
@@ -69,12 +71,16 @@ class Invariants:
             # It fetches the lost tail again: its HW starts over from what it holds.
             node.max_high_watermark = min(node.max_high_watermark, log.log_end_offset)
             return
-        if log.log_end_offset < node.max_high_watermark:
+        # A voter keeps all it reported as a voter; a node made a voter may
+        # lose the unflushed part of what it fetched as an observer.
+        durable = max(node.max_high_watermark_as_voter, min(node.max_high_watermark, node.flushed_before_crash))
+        if log.log_end_offset < durable:
             raise SafetyViolation(
                 f"node {node.node_id} lost committed records: log end {log.log_end_offset} "
-                f"< HW {node.max_high_watermark} it reported before crashing"
+                f"< HW {durable} it reported before crashing"
             )
-        self._check_log(node, log.log_start_offset, node.max_high_watermark, "still holds")
+        self._check_log(node, log.log_start_offset, min(log.log_end_offset, node.max_high_watermark), "still holds")
+        node.max_high_watermark = min(node.max_high_watermark, log.log_end_offset)
 
     def _check_log(self, node: SimNode, start: int, end: int, what: str) -> None:
         for batch in node.disk.batches(start, end):

@@ -52,6 +52,7 @@ class SimNode:
         self.config = config
         self.seed = seed
         self.max_high_watermark = -1  # over every life of this node
+        self.max_high_watermark_as_voter = -1  # the highest it reported while a voter
         self.disk = (StorageDisk if disk == "storage" else MemoryDisk)(self, seed * 1000 + node_id)
         self.disk_election: ElectionState | None = None
         self.core: RaftCore | None = None
@@ -61,6 +62,7 @@ class SimNode:
         self.crash_mid_next_event = False
         self.observer_checked_offset = 0
         self.flushed_before_crash = 0
+        self.voter_at_crash = False  # a voter flushes before it acks; an observer now and then
         self.paused_until_ms = 0  # a paused process (SIGSTOP, a long GC) does nothing until then
         self._ticks_at: tuple[int, int] = (-1, 0)
 
@@ -74,7 +76,9 @@ class SimNode:
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self.cluster.voters
+        """Whether it ever was a voter: a voter's log may hold uncommitted
+        records, also after it was removed from the set."""
+        return self.node_id in self.cluster.ever_voters
 
     # --- life cycle ---------------------------------------------------------
 
@@ -101,6 +105,7 @@ class SimNode:
 
     def crash(self, rng: random.Random) -> None:
         """Lose memory and every unflushed write (some may reach the disk anyway)."""
+        self.voter_at_crash = self.core is not None and self.core.may_stand
         self.core = None
         self.flushed_before_crash = self.log.flushed_offset
         self.disk.crash(rng)
