@@ -1,15 +1,21 @@
 """`raftka consumer-groups list|describe|delete|reset-offsets`: like Kafka's `kafka-consumer-groups`.
 
-    raftka consumer-groups list          -b H:P [--state Stable,Empty]
-    raftka consumer-groups describe      -b H:P --group G [--members | --state]
+    raftka consumer-groups list          -b H:P [--state [Stable,Empty]] [--type [classic,consumer]]
+    raftka consumer-groups describe      -b H:P --group G [--members [--verbose] | --state]
     raftka consumer-groups delete        -b H:P --group G [--group G2 ...]
     raftka consumer-groups reset-offsets -b H:P --group G (--topic T[:P,P] ... | --all-topics)
                                          (--to-earliest | --to-latest | --to-offset O | --shift-by N |
                                           --to-datetime YYYY-MM-DDTHH:mm:SS.sss | --by-duration PnDTnHnMnS)
                                          [--dry-run | --execute]
 
+list shows classic groups (JoinGroup/SyncGroup) and consumer-protocol
+groups (KIP-848, `group.protocol=consumer`); --type adds a TYPE column
+and, given types, lists only those; --state adds a STATE column likewise.
 describe prints each partition's committed offset, log end offset and lag,
-with the member that owns it. reset-offsets computes the new committed
+with the member that owns it; --members lists the members and how many
+partitions each owns, and --verbose adds, for a consumer-protocol group,
+each member's epoch, its partitions and its target assignment.
+reset-offsets computes the new committed
 offsets (clamped to each partition's earliest and latest offset, as Kafka
 does), prints them, and commits them with --execute only (--dry-run is the
 default); the group must have no active members. Uses confluent-kafka's
@@ -46,12 +52,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         return p
 
     listing = command("list", "every consumer group", _list)
-    listing.add_argument("--state", default="", metavar="S,S", help="only groups in these states")
+    listing.add_argument("--state", nargs="?", const="", default=None, metavar="S,S",
+                         help="add a STATE column; given states, only groups in these states")
+    listing.add_argument("--type", nargs="?", const="", default=None, metavar="T,T",
+                         help="add a TYPE column (classic or consumer); given types, only groups of these types")
     describe = command("describe", "a group's offsets and lag, members or state", _describe)
     describe.add_argument("--group", required=True, metavar="G")
     which = describe.add_mutually_exclusive_group()
     which.add_argument("--members", action="store_true")
     which.add_argument("--state", action="store_true")
+    describe.add_argument("--verbose", action="store_true",
+                          help="with --members: each consumer-protocol member's epoch and target assignment")
     delete = command("delete", "delete groups (with no active members) and their offsets", _delete)
     delete.add_argument("--group", action="append", required=True, metavar="G")
     reset = command("reset-offsets", "set a group's committed offsets", _reset)
@@ -112,25 +123,40 @@ def _result(future: Any, args: argparse.Namespace, what: str) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
 
     admin = _admin(args)
     states = set()
-    for s in (x.strip() for x in args.state.split(",") if x.strip()):
+    for s in (x.strip() for x in (args.state or "").split(",") if x.strip()):
         try:
-            states.add(ConsumerGroupState[re.sub(r"(?<!^)(?=[A-Z])", "_", s).upper()])
+            # librdkafka spells the rebalancing states PREPARING_REBALANCING, COMPLETING_REBALANCING.
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", s).upper()
+            states.add(ConsumerGroupState[name + "ING" if name.endswith("_REBALANCE") else name])
         except KeyError:
             raise _Failed(f"--state {s}: use Stable, Empty, PreparingRebalance, CompletingRebalance or Dead",
                           2) from None
-    listed = _result(admin.list_consumer_groups(request_timeout=args.timeout, states=states),
+    types = set()
+    for t in (x.strip() for x in (args.type or "").split(",") if x.strip()):
+        if t.lower() not in ("classic", "consumer"):
+            raise _Failed(f"--type {t}: use classic or consumer", 2)
+        types.add(ConsumerGroupType[t.upper()])
+    listed = _result(admin.list_consumer_groups(request_timeout=args.timeout, states=states, types=types),
                      args, "ListGroups")
-    rows = sorted((g.group_id, _state(g.state)) for g in listed.valid)
-    if args.state:
-        wire_cli.table(["GROUP", "STATE"], [list(r) for r in rows])
-    else:
-        for group_id, _ in rows:
+    rows = sorted((g.group_id, _type(g), _state(g.state)) for g in listed.valid)
+    columns = ["GROUP"] + (["TYPE"] if args.type is not None else []) + (["STATE"] if args.state is not None else [])
+    if len(columns) == 1:
+        for group_id, _, _ in rows:
             print(group_id)
+        return 0
+    wire_cli.table(columns, [[g] + ([t] if args.type is not None else []) + ([s] if args.state is not None else [])
+                             for g, t, s in rows])
     return 0
+
+
+def _type(group: Any) -> str:
+    # librdkafka reports UNKNOWN for a broker that does not say (ListGroups < v5).
+    kind = getattr(group, "type", None)
+    return "Unknown" if kind is None else kind.name.capitalize()
 
 
 def _state(state: Any) -> str:
@@ -169,9 +195,17 @@ def _describe(args: argparse.Namespace) -> int:
             group.partition_assignor, _state(group.state), len(group.members)]])
         return 0
     if args.members:
-        wire_cli.table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], [[
-            args.group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions)]
-            for m in group.members])
+        columns = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        rows = [[args.group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions)]
+                for m in sorted(group.members, key=lambda m: m.member_id)]
+        if args.verbose and _type(group) == "Consumer":
+            # librdkafka does not hand out the member epochs: ask the coordinator itself.
+            epochs = _member_epochs(group.coordinator, args)
+            columns += ["EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"]
+            for row, m in zip(rows, sorted(group.members, key=lambda m: m.member_id)):
+                row += [epochs.get(m.member_id, "-"), _partitions(m.assignment),
+                        _partitions(m.target_assignment)]
+        wire_cli.table(columns, rows)
         return 0
     owners = {(tp.topic, tp.partition): m for m in group.members for tp in m.assignment.topic_partitions}
     committed = _committed(admin, args.group, args)
@@ -189,6 +223,38 @@ def _describe(args: argparse.Namespace) -> int:
     wire_cli.table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                     "HOST", "CLIENT-ID"], rows)
     return 0
+
+
+def _partitions(assignment: Any) -> str:
+    """t:0,1;u:2 -- a member's partitions on one line, as kafka-consumer-groups --verbose prints them."""
+    if assignment is None or not assignment.topic_partitions:
+        return "-"
+    by_topic: dict[str, list[int]] = {}
+    for tp in assignment.topic_partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ";".join(f"{t}:" + ",".join(str(p) for p in sorted(ps)) for t, ps in sorted(by_topic.items()))
+
+
+def _member_epochs(coordinator: Any, args: argparse.Namespace) -> dict[str, int]:
+    import trio
+    from kio.schema.consumer_group_describe.v0 import request as cgd
+
+    from common.wire import ConnectionFailedError
+
+    async def ask() -> Any:
+        with trio.fail_after(args.timeout):
+            return await wire_cli.request(coordinator.host, coordinator.port, cgd.ConsumerGroupDescribeRequest(
+                group_ids=(args.group,), include_authorized_operations=False))
+
+    try:
+        answer = trio.run(ask)
+    except (ConnectionFailedError, OSError, trio.TooSlowError) as exc:
+        raise _Failed(f"ConsumerGroupDescribe at {coordinator.host}:{coordinator.port}: {exc}", 2) from None
+    (described,) = answer.groups
+    if described.error_code:
+        raise _Failed(f"ConsumerGroupDescribe {args.group}: {wire_cli.error_name(described.error_code)} "
+                      f"{described.error_message or ''}", 1)
+    return {m.member_id: m.member_epoch for m in described.members}
 
 
 def _delete(args: argparse.Namespace) -> int:

@@ -148,3 +148,79 @@ def test_dump_log_reads_offset_and_time_indexes(tmp_path):
     time_index.write_bytes(struct.pack(">qi", 1700000000000, 7) + bytes(12))
     assert _ok("dump-log", str(index)).splitlines()[1:] == ["offset: 100 position: 0", "offset: 107 position: 4096"]
     assert _ok("dump-log", str(time_index)).splitlines()[1:] == ["timestamp: 1700000000000 offset: 107"]
+
+
+def test_consumer_groups_commands_on_a_consumer_protocol_group(bootstrap):
+    """Two librdkafka consumers with group.protocol=consumer (KIP-848): listed
+    as type Consumer, described with their partitions and epochs; once they
+    close, reset-offsets rewinds the empty group and a new member resumes there."""
+    import threading
+
+    _ok("topics", "create", "--bootstrap-server", bootstrap, "--topic", "kip848", "--partitions", "4")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        producer.produce("kip848", b"v%d" % i, partition=i % 4)
+    assert producer.flush(30) == 0
+    config = {"bootstrap.servers": bootstrap, "group.id": "kip848-readers", "group.protocol": "consumer",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    stop, read, lock = threading.Event(), [], threading.Lock()
+
+    def member(name: str) -> None:
+        consumer = Consumer({**config, "client.id": name})
+        consumer.subscribe(["kip848"])
+        try:
+            while not stop.is_set():
+                message = consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    with lock:
+                        read.append(message.value())
+                    consumer.commit(message, asynchronous=False)
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in ("m0", "m1")]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            members = _rows(_ok("consumer-groups", "describe", "-b", bootstrap, "--group", "kip848-readers",
+                                "--members", "--verbose"))
+            if len(read) == 40 and sorted(int(r[4]) for r in members) == [2, 2]:
+                break
+            time.sleep(0.5)
+        assert sorted(r[3] for r in members) == ["m0", "m1"] and sorted(int(r[4]) for r in members) == [2, 2], members
+        # Each member's epoch and partitions; together they own the topic's four.
+        assert all(int(r[5]) > 0 and r[6] == r[7] for r in members), members
+        owned = sorted(int(p) for r in members for p in r[6].split(":")[1].split(","))
+        assert owned == [0, 1, 2, 3]
+        listed = _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type"))
+        assert ["kip848-readers", "Consumer"] in listed and ["readers", "Classic"] not in listed
+        assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type", "consumer", "--state")) == [
+            ["kip848-readers", "Consumer", "Stable"]]
+        assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type", "classic")) == [
+            r for r in listed if r[1] == "Classic"]
+        rows = _rows(_ok("consumer-groups", "describe", "-b", bootstrap, "--group", "kip848-readers"))
+        assert [(r[2], r[3], r[5]) for r in rows] == [(str(p), "10", "0") for p in range(4)]
+        assert all(r[6] != "-" for r in rows), rows
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    # Closed, the members left: the group is empty, and its offsets can be reset.
+    assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type", "consumer", "--state")) == [
+        ["kip848-readers", "Consumer", "Empty"]]
+    assert _rows(_ok("consumer-groups", "reset-offsets", "-b", bootstrap, "--group", "kip848-readers",
+                     "--topic", "kip848", "--to-earliest", "--execute")) == [
+        ["kip848-readers", "kip848", str(p), "0"] for p in range(4)]
+    consumer = Consumer({**config, "client.id": "m2"})
+    consumer.subscribe(["kip848"])
+    again, deadline = [], time.monotonic() + 60
+    while len(again) < 40 and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            again.append(message.value())
+    consumer.close()
+    assert sorted(again) == sorted(read), "the new member did not resume at the reset offsets"
+    assert "was successful" in _ok("consumer-groups", "delete", "-b", bootstrap, "--group", "kip848-readers")
+    assert "kip848-readers" not in _ok("consumer-groups", "list", "-b", bootstrap).split()
