@@ -154,7 +154,14 @@ def test_consumer_groups_commands_on_a_consumer_protocol_group(bootstrap):
     """Two librdkafka consumers with group.protocol=consumer (KIP-848): listed
     as type Consumer, described with their partitions and epochs; once they
     close, reset-offsets rewinds the empty group and a new member resumes there."""
+    import argparse
     import threading
+
+    import trio
+    from kio.schema.describe_groups.v6 import request as dg
+    from kio.schema.errors import ErrorCode
+
+    from raftka import wire_cli
 
     _ok("topics", "create", "--bootstrap-server", bootstrap, "--topic", "kip848", "--partitions", "4")
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -200,6 +207,12 @@ def test_consumer_groups_commands_on_a_consumer_protocol_group(bootstrap):
             ["kip848-readers", "Consumer", "Stable"]]
         assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type", "classic")) == [
             r for r in listed if r[1] == "Classic"]
+        # DescribeGroups (the classic API) answers for it as Kafka 4 does: not a classic group.
+        described = trio.run(wire_cli.bootstrap_request, argparse.Namespace(bootstrap_server=bootstrap),
+                             dg.DescribeGroupsRequest(groups=("kip848-readers",), include_authorized_operations=False))
+        (group,) = described.groups
+        assert (group.error_code, group.error_message, group.group_state) == (
+            ErrorCode.group_id_not_found, "Group kip848-readers is not a classic group.", "Dead")
         rows = _rows(_ok("consumer-groups", "describe", "-b", bootstrap, "--group", "kip848-readers"))
         assert [(r[2], r[3], r[5]) for r in rows] == [(str(p), "10", "0") for p in range(4)]
         assert all(r[6] != "-" for r in rows), rows

@@ -371,8 +371,12 @@ def describe_group(shard: GroupCoordinatorShard, group_id: str, version: int) ->
         return DescribedGroup(group_id, ErrorCode.invalid_group_id)
     group = shard.groups.get(group_id)
     if group is None:
+        # A consumer-protocol group is not described here but with
+        # ConsumerGroupDescribe: Kafka 4 answers DescribeGroups for one as
+        # for an unknown group, saying which kind it is.
+        kind = "is not a classic group" if group_id in shard.consumer.groups else "not found"
         if version >= DESCRIBE_GROUP_NOT_FOUND_VERSION:
-            return DescribedGroup(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.", "Dead")
+            return DescribedGroup(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {kind}.", "Dead")
         return DescribedGroup(group_id, state="Dead")
     stable = group.state is GroupState.STABLE
     members = tuple(
