@@ -79,6 +79,8 @@ def test_consumer_groups_and_records_commands(bootstrap):
 
     assert "readers" in _ok("consumer-groups", "list", "-b", bootstrap).split()
     assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--state", "Empty")) == [["readers", "Empty"]]
+    assert _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type", "classic", "--state")) == [
+        ["readers", "Classic", "Empty"]]
     assert _rows(_ok("consumer-groups", "describe", "-b", bootstrap, "--group", "readers")) == [
         ["readers", "cmd", "0", "10", "10", "0", "-", "-", "-"],
         ["readers", "cmd", "1", "10", "10", "0", "-", "-", "-"]]
