@@ -160,7 +160,9 @@ def _type(group: Any) -> str:
 
 
 def _state(state: Any) -> str:
-    return "".join(w.capitalize() for w in state.name.split("_"))
+    # PREPARING_REBALANCING -> PreparingRebalance, the name Kafka's tool prints.
+    name = state.name[:-3] + "E" if state.name.endswith("_REBALANCING") else state.name
+    return "".join(w.capitalize() for w in name.split("_"))
 
 
 def _committed(admin: Any, group: str, args: argparse.Namespace) -> dict[tuple[str, int], int]:
