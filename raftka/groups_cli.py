@@ -1,7 +1,7 @@
 """`raftka consumer-groups list|describe|delete|reset-offsets`: like Kafka's `kafka-consumer-groups`.
 
     raftka consumer-groups list          -b H:P [--state [Stable,Empty]] [--type [classic,consumer]]
-    raftka consumer-groups describe      -b H:P --group G [--members [--verbose] | --state]
+    raftka consumer-groups describe      -b H:P --group G [--members | --state] [--verbose]
     raftka consumer-groups delete        -b H:P --group G [--group G2 ...]
     raftka consumer-groups reset-offsets -b H:P --group G (--topic T[:P,P] ... | --all-topics)
                                          (--to-earliest | --to-latest | --to-offset O | --shift-by N |
@@ -14,7 +14,8 @@ and, given types, lists only those; --state adds a STATE column likewise.
 describe prints each partition's committed offset, log end offset and lag,
 with the member that owns it; --members lists the members and how many
 partitions each owns, and --verbose adds, for a consumer-protocol group,
-each member's epoch, its partitions and its target assignment.
+each member's epoch and partitions and the target epoch and assignment;
+--state --verbose adds the group epoch and the target assignment epoch.
 reset-offsets computes the new committed
 offsets (clamped to each partition's earliest and latest offset, as Kafka
 does), prints them, and commits them with --execute only (--dry-run is the
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--members", action="store_true")
     which.add_argument("--state", action="store_true")
     describe.add_argument("--verbose", action="store_true",
-                          help="with --members: each consumer-protocol member's epoch and target assignment")
+                          help="with --members or --state: the epochs and target assignment of a "
+                          "consumer-protocol group")
     delete = command("delete", "delete groups (with no active members) and their offsets", _delete)
     delete.add_argument("--group", action="append", required=True, metavar="G")
     reset = command("reset-offsets", "set a group's committed offsets", _reset)
@@ -191,22 +193,29 @@ def _describe(args: argparse.Namespace) -> int:
     admin = _admin(args)
     (described,) = admin.describe_consumer_groups([args.group], request_timeout=args.timeout).values()
     group = _result(described, args, f"DescribeGroups {args.group}")
+    verbose = args.verbose and _type(group) == "Consumer"
+    # librdkafka does not hand out the epochs: ask the coordinator itself.
+    epochs = _epochs(group.coordinator, args) if verbose else None
     if args.state:
-        wire_cli.table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], [[
-            args.group, f"{group.coordinator.host}:{group.coordinator.port} ({group.coordinator.id})",
-            group.partition_assignor, _state(group.state), len(group.members)]])
+        columns = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+        row = [args.group, f"{group.coordinator.host}:{group.coordinator.port} ({group.coordinator.id})",
+               group.partition_assignor, _state(group.state)]
+        if epochs is not None:
+            columns += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+            row += [epochs.group_epoch, epochs.assignment_epoch]
+        wire_cli.table(columns + ["#MEMBERS"], [row + [len(group.members)]])
         return 0
     if args.members:
         columns = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
         rows = [[args.group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions)]
                 for m in sorted(group.members, key=lambda m: m.member_id)]
-        if args.verbose and _type(group) == "Consumer":
-            # librdkafka does not hand out the member epochs: ask the coordinator itself.
-            epochs = _member_epochs(group.coordinator, args)
-            columns += ["EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"]
+        if epochs is not None:
+            # As Kafka 4's tool: the member's epoch and partitions, then the target's.
+            member_epochs = {m.member_id: m.member_epoch for m in epochs.members}
+            columns += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
             for row, m in zip(rows, sorted(group.members, key=lambda m: m.member_id)):
-                row += [epochs.get(m.member_id, "-"), _partitions(m.assignment),
-                        _partitions(m.target_assignment)]
+                row += [member_epochs.get(m.member_id, "-"), _partitions(m.assignment),
+                        epochs.assignment_epoch, _partitions(m.target_assignment)]
         wire_cli.table(columns, rows)
         return 0
     owners = {(tp.topic, tp.partition): m for m in group.members for tp in m.assignment.topic_partitions}
@@ -237,7 +246,8 @@ def _partitions(assignment: Any) -> str:
     return ";".join(f"{t}:" + ",".join(str(p) for p in sorted(ps)) for t, ps in sorted(by_topic.items()))
 
 
-def _member_epochs(coordinator: Any, args: argparse.Namespace) -> dict[str, int]:
+def _epochs(coordinator: Any, args: argparse.Namespace) -> Any:
+    """The coordinator's ConsumerGroupDescribe answer for the group."""
     import trio
     from kio.schema.consumer_group_describe.v0 import request as cgd
 
@@ -256,7 +266,7 @@ def _member_epochs(coordinator: Any, args: argparse.Namespace) -> dict[str, int]
     if described.error_code:
         raise _Failed(f"ConsumerGroupDescribe {args.group}: {wire_cli.error_name(described.error_code)} "
                       f"{described.error_message or ''}", 1)
-    return {m.member_id: m.member_epoch for m in described.members}
+    return described
 
 
 def _delete(args: argparse.Namespace) -> int:

@@ -199,8 +199,11 @@ def test_consumer_groups_commands_on_a_consumer_protocol_group(bootstrap):
                 break
             time.sleep(0.5)
         assert sorted(r[3] for r in members) == ["m0", "m1"] and sorted(int(r[4]) for r in members) == [2, 2], members
-        # Each member's epoch and partitions; together they own the topic's four.
-        assert all(int(r[5]) > 0 and r[6] == r[7] for r in members), members
+        # Each member's epoch and partitions; reconciled, they are the target's.
+        assert all(0 < int(r[5]) <= int(r[7]) and r[6] == r[8] for r in members), members
+        (state,) = _rows(_ok("consumer-groups", "describe", "-b", bootstrap, "--group", "kip848-readers",
+                             "--state", "--verbose"))
+        assert state[4] == "Stable" and int(state[5]) >= int(state[6]) == int(members[0][7]) and state[7] == "2", state
         owned = sorted(int(p) for r in members for p in r[6].split(":")[1].split(","))
         assert owned == [0, 1, 2, 3]
         listed = _rows(_ok("consumer-groups", "list", "-b", bootstrap, "--type"))
