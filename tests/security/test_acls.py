@@ -190,3 +190,82 @@ def test_a_mechanism_the_listener_does_not_enable_is_refused(acl_node):
     assert any("SCRAM-SHA-512" in e.str() and "PLAIN" in e.str() for e in errors), [e.str() for e in errors]
     assert "asked for mechanism 'SCRAM-SHA-512'; this listener enables PLAIN" in acl_node.log()
     assert acl_node.alive()
+
+
+def test_offsets_need_read_on_the_topic_as_well_as_the_group(acl_node, orders):
+    """OffsetCommit needs READ on each topic, OffsetFetch DESCRIBE; the
+    refused partitions get TOPIC_AUTHORIZATION_FAILED and the rest commit."""
+    consumer = Consumer({**_sec(acl_node, "alice"), "group.id": "readers", "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as committed:
+            consumer.commit(offsets=[TopicPartition("orders", 0, 3), TopicPartition("payments", 0, 1)],
+                            asynchronous=False)
+        assert committed.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        fetched = consumer.committed([TopicPartition("orders", 0), TopicPartition("payments", 0)], timeout=10)
+        by_topic = {tp.topic: tp for tp in fetched}
+        assert by_topic["orders"].error is None and by_topic["orders"].offset == 3
+        assert by_topic["payments"].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+    # The admin's committed offset on payments in the same group is hidden from alice's "all topics" fetch.
+    admin_consumer = Consumer({**_sec(acl_node, "admin"), "group.id": "readers", "enable.auto.commit": False})
+    admin_consumer.commit(offsets=[TopicPartition("payments", 0, 1)], asynchronous=False)
+    admin_consumer.close()
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    alice = AdminClient(_sec(acl_node, "alice"))
+    listed = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions("readers")])["readers"].result(10)
+    assert {tp.topic for tp in listed.topic_partitions} == {"orders"}
+    listed = orders.list_consumer_group_offsets([ConsumerGroupTopicPartitions("readers")])["readers"].result(10)
+    assert {tp.topic for tp in listed.topic_partitions} == {"orders", "payments"}
+
+
+def test_group_listing_and_describing_answer_per_group(acl_node, orders):
+    """ListGroups shows only the groups the principal may describe;
+    DescribeGroups and DeleteGroups answer each group on its own."""
+    admin_consumer = Consumer({**_sec(acl_node, "admin"), "group.id": "admins-group", "enable.auto.commit": False})
+    admin_consumer.commit(offsets=[TopicPartition("orders", 0, 1)], asynchronous=False)
+    admin_consumer.close()
+    alice = AdminClient(_sec(acl_node, "alice"))
+    everyone = {g.group_id for g in orders.list_consumer_groups().result(10).valid}
+    assert "admins-group" in everyone
+    assert {g.group_id for g in alice.list_consumer_groups().result(10).valid} <= {"readers"}
+    described = alice.describe_consumer_groups(["readers", "admins-group"])
+    assert described["readers"].result(10).group_id == "readers"
+    with pytest.raises(KafkaException) as refused:
+        described["admins-group"].result(10)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as deleted:
+        _wait(alice.delete_consumer_groups(["admins-group"], request_timeout=10))
+    assert deleted.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert "admins-group" in {g.group_id for g in orders.list_consumer_groups().result(10).valid}
+
+
+def test_transactions_need_write_on_the_transactional_id_and_the_topics(acl_node, orders):
+    """InitProducerId and AddPartitionsToTxn need WRITE on the transactional
+    id; AddPartitionsToTxn WRITE on each topic, AddOffsetsToTxn READ on the group."""
+    def producer(txn_id):
+        return Producer({**_sec(acl_node, "alice"), "transactional.id": txn_id, "transaction.timeout.ms": 10000})
+
+    with pytest.raises(KafkaException) as no_id:
+        producer("alice-tx").init_transactions(10)
+    assert no_id.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _wait(orders.create_acls([_acl("alice-tx", AclOperation.WRITE, resource=ResourceType.TRANSACTIONAL_ID),
+                              _acl("alice-tx", AclOperation.DESCRIBE, resource=ResourceType.TRANSACTIONAL_ID)]))
+    p = producer("alice-tx")
+    p.init_transactions(10)
+    # orders: alice may read (so describe) but not write it.
+    p.begin_transaction()
+    p.produce("orders", value=b"x")
+    with pytest.raises(KafkaException) as no_topic:
+        p.commit_transaction(10)
+    assert no_topic.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Offsets of a group alice may not read (a new producer instance: the old one's state is fatal).
+    p = producer("alice-tx")
+    p.init_transactions(10)
+    p.begin_transaction()
+    consumer = Consumer({**_sec(acl_node, "alice"), "group.id": "someone-elses"})
+    with pytest.raises(KafkaException) as no_group:
+        p.send_offsets_to_transaction([TopicPartition("orders", 0, 1)], consumer.consumer_group_metadata(), 10)
+    assert no_group.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    consumer.close()
