@@ -34,6 +34,7 @@ import shutil
 from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, response_module
+from common.security.acl import Operation
 
 _NO_THROTTLE = datetime.timedelta(0)
 _HIGH_WATERMARK = -1
@@ -66,11 +67,16 @@ def _delete_one(broker, topic: str, partition: int, offset: int) -> tuple[ErrorC
 
 async def handle_delete_records(broker, ctx, request):
     mod = response_module(request.header)
+    # Kafka's rule: DELETE on each topic, refused per partition with TOPIC_AUTHORIZATION_FAILED.
+    denied = broker.authorizer.denied_topics(ctx, (t.name for t in request.body.topics), Operation.DELETE)
     topics = []
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
+            if t.name in denied:
+                error, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
             parts.append(build(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index,
                                low_watermark=low, error_code=error))
         topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))

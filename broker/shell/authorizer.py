@@ -49,7 +49,8 @@ _GROUP_OPERATIONS = {
 _FIND_COORDINATOR, _INIT_PRODUCER_ID = 10, 22
 _OFFSET_COMMIT, _OFFSET_FETCH, _LIST_GROUPS, _DESCRIBE_GROUPS, _DELETE_GROUPS = 8, 9, 16, 15, 42
 _ADD_PARTITIONS_TO_TXN, _ADD_OFFSETS_TO_TXN, _END_TXN, _TXN_OFFSET_COMMIT = 24, 25, 26, 28
-_CLUSTER_OPERATIONS = {43: Operation.ALTER, 45: Operation.ALTER, 46: Operation.DESCRIBE, 27: Operation.CLUSTER_ACTION}
+_CLUSTER_OPERATIONS = {43: Operation.ALTER, 45: Operation.ALTER, 46: Operation.DESCRIBE, 27: Operation.CLUSTER_ACTION,
+                       35: Operation.DESCRIBE}
 
 
 class BrokerAuthorizer:
@@ -125,6 +126,8 @@ class BrokerAuthorizer:
             if key == 46:
                 return build(mod.ListPartitionReassignmentsResponse, throttle_time=_NO_THROTTLE, error_code=error,
                              error_message=message, topics=())
+            if key == 35:  # DescribeLogDirs: before v3 there is no error field, only no directories
+                return build(mod.DescribeLogDirsResponse, throttle_time=_NO_THROTTLE, error_code=error, results=())
             if key == 27:
                 return build(mod.WriteTxnMarkersResponse, markers=tuple(
                     build(mod.WritableTxnMarkerResult, producer_id=m.producer_id, topics=tuple(

@@ -269,3 +269,33 @@ def test_transactions_need_write_on_the_transactional_id_and_the_topics(acl_node
         p.send_offsets_to_transaction([TopicPartition("orders", 0, 1)], consumer.consumer_group_metadata(), 10)
     assert no_group.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     consumer.close()
+
+
+def test_delete_records_and_log_dirs_need_their_own_acls(acl_node, orders):
+    """DeleteRecords needs DELETE on the topic; DescribeLogDirs DESCRIBE on the cluster."""
+    from confluent_kafka import TopicPartition as TP
+
+    alice = AdminClient(_sec(acl_node, "alice"))
+    with pytest.raises(KafkaException) as trimmed:
+        _wait(alice.delete_records([TP("orders", 0, 1)], request_timeout=10))
+    assert trimmed.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    from kafka import KafkaAdminClient
+
+    def kafka_python(user):
+        return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{acl_node.ports['SASL_PLAINTEXT']}",
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                sasl_plain_username=user, sasl_plain_password=f"{user}-secret")
+
+    # kafka-python does not surface the answer's CLUSTER_AUTHORIZATION_FAILED: alice sees no directories.
+    admin = kafka_python("admin")
+    try:
+        assert admin.describe_log_dirs()[0]["log_dirs"]
+    finally:
+        admin.close()
+    client = kafka_python("alice")
+    try:
+        assert client.describe_log_dirs()[0]["log_dirs"] == []
+    finally:
+        client.close()
+    assert "Principal = User:alice is Denied operation = DESCRIBE" in acl_node.log()
+    assert "on resource = CLUSTER:LITERAL:kafka-cluster" in acl_node.log()
