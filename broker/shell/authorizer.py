@@ -45,10 +45,12 @@ _GROUP_OPERATIONS = {
     9: Operation.DESCRIBE,   # OffsetFetch
     47: Operation.DELETE,    # OffsetDelete
     28: Operation.READ,      # TxnOffsetCommit
+    68: Operation.READ,      # ConsumerGroupHeartbeat
 }
 _FIND_COORDINATOR, _INIT_PRODUCER_ID = 10, 22
 _OFFSET_COMMIT, _OFFSET_FETCH, _LIST_GROUPS, _DESCRIBE_GROUPS, _DELETE_GROUPS = 8, 9, 16, 15, 42
 _ADD_PARTITIONS_TO_TXN, _ADD_OFFSETS_TO_TXN, _END_TXN, _TXN_OFFSET_COMMIT = 24, 25, 26, 28
+_CONSUMER_GROUP_HEARTBEAT, _CONSUMER_GROUP_DESCRIBE = 68, 69
 _CLUSTER_OPERATIONS = {43: Operation.ALTER, 45: Operation.ALTER, 46: Operation.DESCRIBE, 27: Operation.CLUSTER_ACTION,
                        35: Operation.DESCRIBE}
 
@@ -102,6 +104,10 @@ class BrokerAuthorizer:
             groups = _group_ids(key, body)
             if any(not self.allowed(ctx, operation, ResourceType.GROUP, g) for g in groups):
                 return group_error_response(body, ErrorCode.group_authorization_failed)
+            if key == _CONSUMER_GROUP_HEARTBEAT and self.denied_topics(
+                    ctx, getattr(body, "subscribed_topic_names", None) or (), Operation.DESCRIBE):
+                # Kafka's rule: subscribing to a topic needs DESCRIBE on it.
+                return group_error_response(body, ErrorCode.topic_authorization_failed)
             return None
         if key == _FIND_COORDINATOR:
             return self._find_coordinator(ctx, request)
@@ -199,15 +205,21 @@ class BrokerAuthorizer:
             return request, lambda response: dataclasses.replace(response, groups=tuple(
                 g for g in response.groups
                 if self.allowed_quietly(ctx, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)))
-        if key in (_DESCRIBE_GROUPS, _DELETE_GROUPS):
-            field = "groups" if key == _DESCRIBE_GROUPS else "groups_names"
-            operation = Operation.DESCRIBE if key == _DESCRIBE_GROUPS else Operation.DELETE
+        if key in (_DESCRIBE_GROUPS, _DELETE_GROUPS, _CONSUMER_GROUP_DESCRIBE):
+            field = {_DESCRIBE_GROUPS: "groups", _DELETE_GROUPS: "groups_names"}.get(key, "group_ids")
+            operation = Operation.DELETE if key == _DELETE_GROUPS else Operation.DESCRIBE
             names = list(getattr(body, field))
             denied = [g for g in names if not self.allowed(ctx, operation, ResourceType.GROUP, g)]
             if not denied:
                 return None
             error = ErrorCode.group_authorization_failed
-            if key == _DESCRIBE_GROUPS:
+            if key == _CONSUMER_GROUP_DESCRIBE:
+                refused = tuple(build(mod.DescribedGroup, error_code=error, error_message=None, group_id=g,
+                                      group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                                      members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                                for g in denied)
+                result_field = "groups"
+            elif key == _DESCRIBE_GROUPS:
                 refused = tuple(build(mod.DescribedGroup, error_code=error, error_message=None, group_id=g,
                                       group_state="", protocol_type="", protocol_data="", members=(),
                                       authorized_operations=AUTHORIZED_OPERATIONS_OMITTED) for g in denied)

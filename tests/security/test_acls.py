@@ -299,3 +299,30 @@ def test_delete_records_and_log_dirs_need_their_own_acls(acl_node, orders):
         client.close()
     assert "Principal = User:alice is Denied operation = DESCRIBE" in acl_node.log()
     assert "on resource = CLUSTER:LITERAL:kafka-cluster" in acl_node.log()
+
+
+def test_consumer_protocol_groups_are_checked(acl_node, orders):
+    """KIP-848's ConsumerGroupHeartbeat needs READ on the group and DESCRIBE
+    on each subscribed topic."""
+    def consume(group, topic):
+        consumer = Consumer({**_sec(acl_node, "alice"), "group.id": group, "group.protocol": "consumer",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 15
+        try:
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None:
+                    return message.error() or message.value()
+        except KafkaException as exc:
+            return exc.args[0]
+        finally:
+            consumer.close()
+        return None
+
+    assert consume("readers", "orders") == VALUES[0]
+    # DESCRIBE on a group lets alice find its coordinator, not join it.
+    _wait(orders.create_acls([_acl("watchers", AclOperation.DESCRIBE, resource=ResourceType.GROUP)]))
+    refused = consume("watchers", "orders")
+    # librdkafka makes a refused heartbeat a fatal error carrying the broker's error.
+    assert isinstance(refused, KafkaError) and "Group authorization failed" in refused.str(), refused
