@@ -1,17 +1,22 @@
 """The broker's authorizer: Kafka's StandardAuthorizer rules
 (`common.security.acl.authorize`) over the ACLs of this broker's image,
-and the request-level checks (groups, transactional ids, cluster
-operations) made before a request reaches its handler.
+and the request-level checks made before a request reaches its handler.
 
 Topic-level checks are made by the handlers, which answer per topic:
 Produce (WRITE), Fetch (READ; CLUSTER_ACTION for a follower), Metadata
 (DESCRIBE: topics listed only if describable; CREATE for auto-creation),
-CreateTopics (CREATE on the cluster or the topic), DeleteTopics (DELETE),
-ListOffsets (DESCRIBE). Here: the group APIs (READ, DESCRIBE or DELETE on
-the group: GROUP_AUTHORIZATION_FAILED), FindCoordinator (DESCRIBE on the
-group or transactional id), InitProducerId with a transactional id (WRITE:
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and cluster operations
-(ElectLeaders, reassignments: CLUSTER_AUTHORIZATION_FAILED).
+CreateTopics (CREATE on the cluster or the topic), DeleteTopics and
+DeleteRecords (DELETE), ListOffsets (DESCRIBE). Here, before the handler
+(`refuse`): the group APIs (READ, DESCRIBE or DELETE on the group:
+GROUP_AUTHORIZATION_FAILED), FindCoordinator (DESCRIBE on the group or
+transactional id), the transactional APIs (WRITE on the transactional id:
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; AddPartitionsToTxn WRITE on each
+topic, AddOffsetsToTxn READ on the group) and cluster operations
+(CLUSTER_AUTHORIZATION_FAILED). Around the handler (`narrow`): requests
+Kafka answers per part lose the refused parts before the handler and get
+them back, with their error, in its answer (OffsetCommit and
+TxnOffsetCommit topics, OffsetFetch groups and topics, DescribeGroups,
+DeleteGroups and ConsumerGroupDescribe groups, ListGroups' listing).
 A denial is logged at INFO on `kafka.authorizer.logger`, as Kafka does.
 """
 
