@@ -33,6 +33,7 @@ from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.node.syncobj_node import PysyncobjNode
 from quorum.raft import QuorumConfig
+from common.security.acl import authorizer_config
 from common.config import NodeConfig, Properties, int_property, warn_unread_keys
 from common.errors import ConfigError
 from common.meta_properties import check_log_dir
@@ -122,7 +123,7 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
     migration = MigrationConfig.from_node_config(config)
     if migration is not None and not isinstance(node, RaftNode):
         raise ConfigError("zookeeper.metadata.migration.enable=true needs quorum.engine=raftka")
-    handler = QuorumRequestHandler(node, controller)
+    handler = QuorumRequestHandler(node, controller, authorizer_config(config.raw))
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
         await nursery.start(controller.run)

@@ -34,6 +34,7 @@ import shutil
 from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, response_module
+from common.security.acl import Operation, ResourceType
 
 _NO_THROTTLE = datetime.timedelta(0)
 _HIGH_WATERMARK = -1
@@ -66,11 +67,16 @@ def _delete_one(broker, topic: str, partition: int, offset: int) -> tuple[ErrorC
 
 async def handle_delete_records(broker, ctx, request):
     mod = response_module(request.header)
+    # Kafka's rule: DELETE on each topic, refused per partition with TOPIC_AUTHORIZATION_FAILED.
+    denied = broker.authorizer.denied_topics(ctx, (t.name for t in request.body.topics), Operation.DELETE)
     topics = []
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
+            if t.name in denied:
+                error, low = ErrorCode.topic_authorization_failed, -1
+            else:
+                error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
             parts.append(build(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index,
                                low_watermark=low, error_code=error))
         topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
@@ -109,6 +115,9 @@ async def handle_describe_log_dirs(broker, ctx, request):
 async def handle_alter_replica_log_dirs(broker, ctx, request):
     mod = response_module(request.header)
     log_dirs = set(broker.log_manager.log_dirs)
+    # Kafka's rule: moving replicas between dirs needs ALTER on the cluster, refused per partition.
+    refused = broker.authorizer.enabled and not broker.authorizer.allowed(
+        ctx, Operation.ALTER, ResourceType.CLUSTER, "kafka-cluster")
     topics: dict[str, list] = {}
     for d in request.body.dirs:
         path = os.path.abspath(d.path)
@@ -116,7 +125,9 @@ async def handle_alter_replica_log_dirs(broker, ctx, request):
             for p in t.partitions:
                 hp = broker.replicas.partitions.get((t.name, p))
                 current = None if hp is None else os.path.dirname(os.path.abspath(hp.log.dir_path))
-                if path not in log_dirs:
+                if refused:
+                    error = ErrorCode.cluster_authorization_failed
+                elif path not in log_dirs:
                     error = ErrorCode.log_dir_not_found
                 elif current == path:
                     error = ErrorCode.none  # already there: a no-op, as in Kafka

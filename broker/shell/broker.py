@@ -59,7 +59,7 @@ from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, security, txn, txn_verification
-from broker.shell.authorizer import BrokerAuthorizer
+from broker.shell.authorizer import BrokerAuthorizer, finished
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from quorum.metadata.broker_configs import topic_defaults
 from quorum.metadata.image import ConfigResource
@@ -287,6 +287,13 @@ class Broker:
             refused = self.authorizer.refuse(ctx, request)
             if refused is not None:
                 return refused
+            narrowed = self.authorizer.narrow(ctx, request)
+            if narrowed is not None:
+                replacement, finish = narrowed
+                if replacement is not request:
+                    ctx.stand_in(request, replacement)
+                return finished(ctx, replacement,
+                                self._handlers[request.header.api_key](self, ctx, replacement), finish)
         return self._handlers[request.header.api_key](self, ctx, request)
 
     async def run(self, *, listen: bool = True,

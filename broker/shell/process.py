@@ -50,6 +50,7 @@ from broker.config import BrokerConfig
 from broker.core.lifecycle import ListenerSpec
 from broker.shell.metrics import BrokerMetrics
 from broker.shell.quorum_link import BrokerQuorumLink, QuorumControllerChannel
+from common.security.acl import authorizer_config
 from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from quorum.node.metrics import controller_collector, raft_collector
 from quorum.controller import ControllerConfig
@@ -166,7 +167,7 @@ async def run_broker(
             controller = ControllerService(node, ControllerConfig.from_node_config(config, cluster_id),
                                            random.Random(), read_bootstrap(config.log_dirs[0]))
             await nursery.start(controller.run)
-            handler = QuorumRequestHandler(node, controller)
+            handler = QuorumRequestHandler(node, controller, authorizer_config(config.raw))
             assert config.controller_listener is not None
             _name, host, port = config.controller_listener
             controller_server = await nursery.start(functools.partial(

@@ -97,6 +97,15 @@ class ConnectionContext:
             raise LocalProtocolError("in_order() takes the request object the handler was given")
         return seq
 
+    def stand_in(self, request: DecodedRequest, replacement: DecodedRequest) -> None:
+        """Let `replacement` (a copy of `request` with parts taken out, as
+        an authorizer narrows it) take `request`'s turn in `in_order`;
+        `end_stand_in` when its handler is done."""
+        self._sequence_of[id(replacement)] = self._seq(request)
+
+    def end_stand_in(self, replacement: DecodedRequest) -> None:
+        self._sequence_of.pop(id(replacement), None)
+
     @asynccontextmanager
     async def in_order(self, request: DecodedRequest) -> AsyncIterator[None]:
         """Run the block only after every earlier request on this connection

@@ -22,7 +22,10 @@ v0..v2 for tools; ApiVersions tells clients which.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from quorum.controller import SUPPORTED_REQUESTS
 from quorum.node.controller_service import ControllerService
@@ -33,8 +36,10 @@ from quorum.node.describe_quorum import (
     is_node_config_request,
     node_configs_response,
 )
+from quorum.node.controller_errors import error_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
+from common.security.acl import AuthorizerConfig, Operation, ResourceType, authorize
 from common.wire import ConnectionContext, DecodedRequest, SupportedApis
 from common.wire.authenticate import (
     SASL_AUTHENTICATE_KEY,
@@ -59,18 +64,42 @@ def controller_apis(with_controller: bool = True) -> SupportedApis:
     return apis
 
 
-class QuorumRequestHandler:
-    """`common.wire.serve` handler for a controller listener."""
+_authorizer_log = logging.getLogger("kafka.authorizer.logger")
 
-    def __init__(self, node: RaftNode, controller: ControllerService | None = None) -> None:
+
+class QuorumRequestHandler:
+    """`common.wire.serve` handler for a controller listener.
+
+    With an authorizer configured, the Raft RPCs and the controller APIs
+    need CLUSTER_ACTION on the cluster (Kafka's rule for what brokers and
+    voters send here; admin requests reach the controller forwarded by a
+    broker, which checked the client's own principal), judged on this
+    node's committed metadata image; otherwise CLUSTER_AUTHORIZATION_FAILED."""
+
+    def __init__(self, node: RaftNode, controller: ControllerService | None = None,
+                 authorizer: AuthorizerConfig | None = None) -> None:
         self.node = node
         self.controller = controller
+        self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
+
+    def _cluster_action_denied(self, ctx: ConnectionContext) -> bool:
+        if self.authorizer is None:
+            return False
+        host = ctx.peer.rsplit(":", 1)[0]
+        if authorize(self.authorizer, self.node.image.acls.values(), ctx.principal, host, Operation.CLUSTER_ACTION,
+                     ResourceType.CLUSTER, "kafka-cluster"):
+            return False
+        _authorizer_log.info("Principal = %s is Denied operation = CLUSTER_ACTION from host = %s on resource = "
+                             "CLUSTER:LITERAL:kafka-cluster (controller listener)", ctx.principal, host)
+        return True
 
     async def __call__(self, ctx: ConnectionContext, request: DecodedRequest) -> Any:
         body = request.body
         key = request.header.api_key
         if key in RAFT_API_VERSIONS:
+            if self._cluster_action_denied(ctx):
+                return shape_error_response(body, ErrorCode.cluster_authorization_failed)
             try:
                 source_id, message = request_from_kio(body)
             except RpcShapeError:
@@ -88,4 +117,7 @@ class QuorumRequestHandler:
         if is_node_config_request(body):
             return node_configs_response(body, self.node.node_id, self.node.engine_configs())
         assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
+        if self._cluster_action_denied(ctx):
+            return error_response(body, ErrorCode.cluster_authorization_failed,
+                                  f"{ctx.principal} needs ClusterAction on the cluster to use the controller listener")
         return await self.controller.handle(body)

@@ -307,17 +307,18 @@ def failure_response(request: Message, error: int) -> Message:
                                  unaligned_records=b"")
 
 
-def shape_error_response(body: Any) -> Any:
-    """INVALID_REQUEST at the top level, for a request `request_from_kio` refused."""
+def shape_error_response(body: Any, error: KioErrorCode = KioErrorCode.invalid_request) -> Any:
+    """INVALID_REQUEST (or `error`) at the top level, for a request
+    `request_from_kio` refused (or the authorizer did)."""
     if isinstance(body, fetch_req.FetchRequest):
-        return fetch_resp.FetchResponse(throttle_time=_NO_THROTTLE, error_code=KioErrorCode.invalid_request,
+        return fetch_resp.FetchResponse(throttle_time=_NO_THROTTLE, error_code=error,
                                         responses=())
     if isinstance(body, vote_req.VoteRequest):
-        return vote_resp.VoteResponse(error_code=KioErrorCode.invalid_request, topics=())
+        return vote_resp.VoteResponse(error_code=error, topics=())
     if isinstance(body, bqe_req.BeginQuorumEpochRequest):
-        return bqe_resp.BeginQuorumEpochResponse(error_code=KioErrorCode.invalid_request, topics=())
+        return bqe_resp.BeginQuorumEpochResponse(error_code=error, topics=())
     if isinstance(body, eqe_req.EndQuorumEpochRequest):
-        return eqe_resp.EndQuorumEpochResponse(error_code=KioErrorCode.invalid_request, topics=())
+        return eqe_resp.EndQuorumEpochResponse(error_code=error, topics=())
     assert isinstance(body, fs_req.FetchSnapshotRequest)
-    return fs_resp.FetchSnapshotResponse(throttle_time=_NO_THROTTLE, error_code=KioErrorCode.invalid_request,
+    return fs_resp.FetchSnapshotResponse(throttle_time=_NO_THROTTLE, error_code=error,
                                          topics=())

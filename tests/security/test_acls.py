@@ -190,3 +190,145 @@ def test_a_mechanism_the_listener_does_not_enable_is_refused(acl_node):
     assert any("SCRAM-SHA-512" in e.str() and "PLAIN" in e.str() for e in errors), [e.str() for e in errors]
     assert "asked for mechanism 'SCRAM-SHA-512'; this listener enables PLAIN" in acl_node.log()
     assert acl_node.alive()
+
+
+def test_offsets_need_read_on_the_topic_as_well_as_the_group(acl_node, orders):
+    """OffsetCommit needs READ on each topic, OffsetFetch DESCRIBE; the
+    refused partitions get TOPIC_AUTHORIZATION_FAILED and the rest commit."""
+    consumer = Consumer({**_sec(acl_node, "alice"), "group.id": "readers", "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as committed:
+            consumer.commit(offsets=[TopicPartition("orders", 0, 3), TopicPartition("payments", 0, 1)],
+                            asynchronous=False)
+        assert committed.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        fetched = consumer.committed([TopicPartition("orders", 0), TopicPartition("payments", 0)], timeout=10)
+        by_topic = {tp.topic: tp for tp in fetched}
+        assert by_topic["orders"].error is None and by_topic["orders"].offset == 3
+        assert by_topic["payments"].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+    # The admin's committed offset on payments in the same group is hidden from alice's "all topics" fetch.
+    admin_consumer = Consumer({**_sec(acl_node, "admin"), "group.id": "readers", "enable.auto.commit": False})
+    admin_consumer.commit(offsets=[TopicPartition("payments", 0, 1)], asynchronous=False)
+    admin_consumer.close()
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    alice = AdminClient(_sec(acl_node, "alice"))
+    listed = alice.list_consumer_group_offsets([ConsumerGroupTopicPartitions("readers")])["readers"].result(10)
+    assert {tp.topic for tp in listed.topic_partitions} == {"orders"}
+    listed = orders.list_consumer_group_offsets([ConsumerGroupTopicPartitions("readers")])["readers"].result(10)
+    assert {tp.topic for tp in listed.topic_partitions} == {"orders", "payments"}
+
+
+def test_group_listing_and_describing_answer_per_group(acl_node, orders):
+    """ListGroups shows only the groups the principal may describe;
+    DescribeGroups and DeleteGroups answer each group on its own."""
+    admin_consumer = Consumer({**_sec(acl_node, "admin"), "group.id": "admins-group", "enable.auto.commit": False})
+    admin_consumer.commit(offsets=[TopicPartition("orders", 0, 1)], asynchronous=False)
+    admin_consumer.close()
+    alice = AdminClient(_sec(acl_node, "alice"))
+    everyone = {g.group_id for g in orders.list_consumer_groups().result(10).valid}
+    assert "admins-group" in everyone
+    assert {g.group_id for g in alice.list_consumer_groups().result(10).valid} <= {"readers"}
+    described = alice.describe_consumer_groups(["readers", "admins-group"])
+    assert described["readers"].result(10).group_id == "readers"
+    with pytest.raises(KafkaException) as refused:
+        described["admins-group"].result(10)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as deleted:
+        _wait(alice.delete_consumer_groups(["admins-group"], request_timeout=10))
+    assert deleted.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert "admins-group" in {g.group_id for g in orders.list_consumer_groups().result(10).valid}
+
+
+def test_transactions_need_write_on_the_transactional_id_and_the_topics(acl_node, orders):
+    """InitProducerId and AddPartitionsToTxn need WRITE on the transactional
+    id; AddPartitionsToTxn WRITE on each topic, AddOffsetsToTxn READ on the group."""
+    def producer(txn_id):
+        return Producer({**_sec(acl_node, "alice"), "transactional.id": txn_id, "transaction.timeout.ms": 10000})
+
+    with pytest.raises(KafkaException) as no_id:
+        producer("alice-tx").init_transactions(10)
+    assert no_id.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _wait(orders.create_acls([_acl("alice-tx", AclOperation.WRITE, resource=ResourceType.TRANSACTIONAL_ID),
+                              _acl("alice-tx", AclOperation.DESCRIBE, resource=ResourceType.TRANSACTIONAL_ID)]))
+    p = producer("alice-tx")
+    p.init_transactions(10)
+    # orders: alice may read (so describe) but not write it.
+    p.begin_transaction()
+    p.produce("orders", value=b"x")
+    with pytest.raises(KafkaException) as no_topic:
+        p.commit_transaction(10)
+    assert no_topic.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Offsets of a group alice may not read (a new producer instance: the old one's state is fatal).
+    p = producer("alice-tx")
+    p.init_transactions(10)
+    p.begin_transaction()
+    consumer = Consumer({**_sec(acl_node, "alice"), "group.id": "someone-elses"})
+    with pytest.raises(KafkaException) as no_group:
+        p.send_offsets_to_transaction([TopicPartition("orders", 0, 1)], consumer.consumer_group_metadata(), 10)
+    assert no_group.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    consumer.close()
+
+
+def test_delete_records_and_log_dirs_need_their_own_acls(acl_node, orders):
+    """DeleteRecords needs DELETE on the topic; DescribeLogDirs DESCRIBE and
+    AlterReplicaLogDirs ALTER on the cluster."""
+    from confluent_kafka import TopicPartition as TP
+
+    alice = AdminClient(_sec(acl_node, "alice"))
+    with pytest.raises(KafkaException) as trimmed:
+        _wait(alice.delete_records([TP("orders", 0, 1)], request_timeout=10))
+    assert trimmed.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    from kafka import KafkaAdminClient
+
+    def kafka_python(user):
+        return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{acl_node.ports['SASL_PLAINTEXT']}",
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                sasl_plain_username=user, sasl_plain_password=f"{user}-secret")
+
+    # kafka-python does not surface the answer's CLUSTER_AUTHORIZATION_FAILED: alice sees no directories.
+    admin = kafka_python("admin")
+    try:
+        assert admin.describe_log_dirs()[0]["log_dirs"]
+    finally:
+        admin.close()
+    client = kafka_python("alice")
+    try:
+        assert client.describe_log_dirs()[0]["log_dirs"] == []
+        # Moving a replica between dirs needs ALTER on the cluster.
+        from kafka.errors import ClusterAuthorizationFailedError
+
+        moved = client.alter_replica_log_dirs({("orders", 0, 1): "/elsewhere"})
+        assert list(moved.values()) == [ClusterAuthorizationFailedError], moved
+    finally:
+        client.close()
+    assert "Principal = User:alice is Denied operation = DESCRIBE" in acl_node.log()
+    assert "on resource = CLUSTER:LITERAL:kafka-cluster" in acl_node.log()
+
+
+def test_consumer_protocol_groups_are_checked(acl_node, orders):
+    """KIP-848's ConsumerGroupHeartbeat needs READ on the group and DESCRIBE
+    on each subscribed topic."""
+    def consume(group, topic):
+        consumer = Consumer({**_sec(acl_node, "alice"), "group.id": group, "group.protocol": "consumer",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 15
+        try:
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None:
+                    return message.error() or message.value()
+        except KafkaException as exc:
+            return exc.args[0]
+        finally:
+            consumer.close()
+        return None
+
+    assert consume("readers", "orders") in VALUES  # from the group's committed offset, if any
+    # DESCRIBE on a group lets alice find its coordinator, not join it.
+    _wait(orders.create_acls([_acl("watchers", AclOperation.DESCRIBE, resource=ResourceType.GROUP)]))
+    refused = consume("watchers", "orders")
+    # librdkafka makes a refused heartbeat a fatal error carrying the broker's error.
+    assert isinstance(refused, KafkaError) and "Group authorization failed" in refused.str(), refused

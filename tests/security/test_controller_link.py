@@ -121,3 +121,24 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(secure_quorum):
     assert sorted(isr) == [2, 3]
     # Both registered their INTERNAL endpoint as SASL_SSL, which the followers used.
     assert "fetcher from broker" not in (tmp_path / "n2.err").read_text() + (tmp_path / "n3.err").read_text()
+
+
+def test_controller_listener_needs_cluster_action(secure_quorum):
+    """With an authorizer, the controller listener is checked like a broker's:
+    a broker whose principal lacks ClusterAction on the cluster cannot fetch
+    the metadata log or register, however right its password."""
+    node, tmp_path, ports = secure_quorum
+    acl = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+           "super.users": "User:controller1;User:broker2"}
+    controller = node(1, "controller", f"CONTROLLER://127.0.0.1:{ports['controller']}", "controller1", "c-secret",
+                      **acl)
+    controller.ready.wait("READY ", 60, controller)
+    broker = node(2, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker']}", "broker2", "b-secret")
+    broker.ready.wait("READY ", 60, broker)
+    outsider = node(3, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker3']}", "broker3", "b3-secret")
+    time.sleep(8)
+    assert outsider.poll() is None and not any(line.startswith("READY") for line in outsider.ready.lines)
+    controller_log = (tmp_path / "n1.err").read_text()
+    assert "Principal = User:broker3 is Denied operation = CLUSTER_ACTION" in controller_log
+    listed = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['broker']}"}).list_topics(timeout=10)
+    assert sorted(listed.brokers) == [2]
