@@ -58,7 +58,7 @@ from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import broker_logger, security, txn, txn_verification
+from broker.api import broker_logger, quotas, security, txn, txn_verification
 from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from quorum.metadata.broker_configs import topic_defaults
@@ -119,6 +119,9 @@ _APIS = {
     31: (1, 3, security.handle_delete_acls),
     50: (0, 0, security.handle_describe_user_scram_credentials),
     51: (0, 0, security.handle_alter_user_scram_credentials),
+    # Client quotas (KIP-546).
+    48: (0, 1, quotas.handle_describe_client_quotas),
+    49: (0, 1, quotas.handle_alter_client_quotas),
     # Answered by the wire server's SASL gate on SASL listeners; here on the others.
     SASL_HANDSHAKE_KEY: (*SASL_HANDSHAKE_VERSIONS, lambda _broker, _ctx, request: answer_without_sasl(request)),
     SASL_AUTHENTICATE_KEY: (*SASL_AUTHENTICATE_VERSIONS,
