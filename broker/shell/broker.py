@@ -59,6 +59,8 @@ from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, quotas, security, txn, txn_verification
+from broker.core.client_quotas import QuotaEnforcer, enforcer_for
+from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from broker.shell.authorizer import BrokerAuthorizer
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from quorum.metadata.broker_configs import topic_defaults
@@ -157,6 +159,10 @@ class Broker:
         self.controller = controller
         self.clock_ms = clock_ms
         self.image = MetadataImage()
+        #: Byte-rate quota enforcers, None while no quota sets their key: the
+        #: produce and fetch paths look at one attribute when no quota is set.
+        self.produce_quotas: QuotaEnforcer | None = None
+        self.fetch_quotas: QuotaEnforcer | None = None
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms,
                                       max_open_files=config.log_max_open_files,
@@ -235,6 +241,9 @@ class Broker:
         if delta is None:
             delta = image_delta(self.image, image, self.node_id)
         configs_changed = image.configs is not self.image.configs
+        if image.client_quotas is not self.image.client_quotas:
+            self.produce_quotas = enforcer_for(PRODUCER_BYTE_RATE, image.client_quotas, self.produce_quotas)
+            self.fetch_quotas = enforcer_for(CONSUMER_BYTE_RATE, image.client_quotas, self.fetch_quotas)
         self.image = image
         self.apis.finalized_features_epoch = features.finalized_features_epoch(image.offset)
         return self._publish(image, delta, configs_changed)

@@ -85,6 +85,12 @@ class ConnectionContext:
     _sequence_of: dict[int, int] = field(default_factory=dict)
     _in_flight: int = 0
     _last_activity: float = 0.0
+    #: Until when (trio clock) no more requests are read: a client over its quota.
+    muted_until: float = 0.0
+
+    def mute(self, seconds: float) -> None:
+        """Read no further request for `seconds` (Kafka mutes a throttled client's channel)."""
+        self.muted_until = max(self.muted_until, trio.current_time() + seconds)
 
     def close(self) -> None:
         """Close this connection now; pending responses are dropped."""

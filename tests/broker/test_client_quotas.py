@@ -4,6 +4,9 @@ produce byte-rate quota held with throttle_time_ms and a muted channel.
 Neither kafka-python nor confluent-kafka has a client-quota admin call, so
 the admin requests are raw."""
 
+import os
+
+import pytest
 from kio.schema.alter_client_quotas.v1 import request as acq
 from kio.schema.describe_client_quotas.v1 import request as dcq
 from kio.schema.errors import ErrorCode
@@ -83,3 +86,67 @@ def test_the_most_specific_entity_gives_each_quota():
     assert resolve(quotas, None, "c", "producer_byte_rate")[0] == 2.0
     assert resolve(quotas, None, "other", "producer_byte_rate")[0] == 1.0
     assert resolve(quotas, None, "other", "consumer_byte_rate") == (None, None)
+
+
+def _paced_produce(producer, topic: str, seconds: float, target_bytes_per_s: float, size: int = 10_000) -> dict:
+    """Try to send `target_bytes_per_s` for `seconds`; the bytes delivered in that time and any errors."""
+    import time
+
+    delivered, errors = [0], []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        elif time.monotonic() <= end:
+            delivered[0] += len(msg.value())
+
+    payload = b"x" * size
+    start = time.monotonic()
+    end = start + seconds
+    next_send = start
+    while (now := time.monotonic()) < end:
+        if now >= next_send:
+            try:
+                producer.produce(topic, payload, on_delivery=on_delivery)
+                next_send += size / target_bytes_per_s
+            except BufferError:
+                pass  # the client's queue is full: the broker is holding it back
+        producer.poll(0.001)
+    producer.poll(0)
+    return {"rate": delivered[0] / seconds, "errors": errors}
+
+
+async def _produce_quota_holds(nursery, tmp_path, seconds: float):
+    from confluent_kafka import Producer
+
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("q")
+    conn = await rb.connect(nursery)
+    quota = 1_000_000
+    (ok,) = (await conn.request(alter({"client-id": "slow"}, producer_byte_rate=quota))).entries
+    assert ok.error_code == ErrorCode.none
+    producer = Producer({"bootstrap.servers": rb.bootstrap, "client.id": "slow", "linger.ms": 5,
+                         # Batches of 100 kB: the last request of a window overshoots by at most that.
+                         "batch.size": 100_000, "queue.buffering.max.kbytes": 512, "max.in.flight": 1, "message.timeout.ms": 120_000})
+    held = await in_thread(_paced_produce, producer, "q", seconds, 10 * quota)
+    assert held["errors"] == []
+    assert 0.9 * quota <= held["rate"] <= 1.1 * quota, held
+    (ok,) = (await conn.request(alter({"client-id": "slow"}, producer_byte_rate=None))).entries
+    assert ok.error_code == ErrorCode.none
+    free = await in_thread(_paced_produce, producer, "q", 3.0, 10 * quota)
+    assert free["errors"] == [] and free["rate"] > 3 * quota, free
+    await in_thread(producer.flush, 30)
+    return held, free
+
+
+async def test_a_produce_quota_holds_a_client_id_and_lifting_it_frees_the_client(nursery, tmp_path):
+    # 10 s: the first window. The client's first burst fills it, then it is
+    # throttled until the rate over the window is back at the quota.
+    await _produce_quota_holds(nursery, tmp_path, 10.0)
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="a 30 s run; set RAFTKA_SOAK=1")
+async def test_a_produce_quota_holds_a_client_id_for_30_s(nursery, tmp_path):
+    await _produce_quota_holds(nursery, tmp_path, 30.0)
