@@ -151,3 +151,39 @@ async def test_a_produce_quota_holds_a_client_id_and_lifting_it_frees_the_client
 @pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="a 30 s run; set RAFTKA_SOAK=1")
 async def test_a_produce_quota_holds_a_client_id_for_30_s(nursery, tmp_path):
     await _produce_quota_holds(nursery, tmp_path, 30.0)
+
+
+def run_cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "raftka.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_quotas_command(nursery, tmp_path):
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    b = ["quotas", "alter", "-b", rb.bootstrap]
+    done = await in_thread(run_cli, *b, "--user", "alice", "--client", "c1",
+                           "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    assert done.returncode == 0 and "Completed updating quotas for user-principal 'alice', client-id 'c1'" in done.stdout
+    done = await in_thread(run_cli, *b, "--client-defaults", "--add-config", "request_percentage=25")
+    assert done.returncode == 0, done.stderr
+    listed = await in_thread(run_cli, "quotas", "describe", "-b", rb.bootstrap)
+    assert listed.stdout.splitlines() == [
+        "Quota configs for client-id <default> are request_percentage=25.0",
+        "Quota configs for user-principal 'alice', client-id 'c1' are consumer_byte_rate=2048.0,"
+        "producer_byte_rate=1024.0",
+    ], listed
+    one = await in_thread(run_cli, "quotas", "describe", "-b", rb.bootstrap, "--client-defaults")
+    assert one.stdout.splitlines() == ["Quota configs for client-id <default> are request_percentage=25.0"], one
+    refused = await in_thread(run_cli, *b, "--client", "c1", "--add-config", "producer_byte_rate=0")
+    assert refused.returncode == 1 and "must be above 0" in refused.stderr, refused
+    bad = await in_thread(run_cli, *b, "--client", "c1", "--add-config", "producer_byte_rate")
+    assert bad.returncode == 2 and "KEY=NUMBER" in bad.stderr, bad
+    done = await in_thread(run_cli, *b, "--user", "alice", "--client", "c1", "--delete-config",
+                           "producer_byte_rate,consumer_byte_rate")
+    assert done.returncode == 0, done.stderr
+    listed = await in_thread(run_cli, "quotas", "describe", "-b", rb.bootstrap)
+    assert listed.stdout.splitlines() == ["Quota configs for client-id <default> are request_percentage=25.0"]
