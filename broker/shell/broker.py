@@ -244,6 +244,11 @@ class Broker:
         if image.client_quotas is not self.image.client_quotas:
             self.produce_quotas = enforcer_for(PRODUCER_BYTE_RATE, image.client_quotas, self.produce_quotas)
             self.fetch_quotas = enforcer_for(CONSUMER_BYTE_RATE, image.client_quotas, self.fetch_quotas)
+            # A changed or lifted quota holds from the next request on: muted
+            # connections read again, and are muted anew if still over.
+            for server in self.servers.values():
+                for ctx in server.connections.values():
+                    ctx.unmute()
         self.image = image
         self.apis.finalized_features_epoch = features.finalized_features_epoch(image.offset)
         return self._publish(image, delta, configs_changed)

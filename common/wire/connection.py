@@ -92,6 +92,19 @@ class ConnectionContext:
         """Read no further request for `seconds` (Kafka mutes a throttled client's channel)."""
         self.muted_until = max(self.muted_until, trio.current_time() + seconds)
 
+    def unmute(self) -> None:
+        """Read again now (the quota that muted the connection was lifted)."""
+        self.muted_until = 0.0
+
+    async def wait_unmuted(self) -> None:
+        # Woken at least every 0.1 s, so that `unmute` takes effect at once.
+        while self.muted_until:
+            now = trio.current_time()
+            if now >= self.muted_until:
+                self.muted_until = 0.0
+                return
+            await trio.sleep_until(min(self.muted_until, now + 0.1))
+
     def close(self) -> None:
         """Close this connection now; pending responses are dropped."""
         if self._scope is not None:

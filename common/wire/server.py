@@ -471,8 +471,7 @@ class _Connection:
                             return
                         if ctx.muted_until:
                             # Throttled by a quota: the requests after it wait out the mute.
-                            await trio.sleep_until(ctx.muted_until)
-                            ctx.muted_until = 0.0
+                            await ctx.wait_unmuted()
                         request = decode_request(frame, supports)
                         if (len(pipeline.slots) < pipeline.max_in_flight
                                 and request.header.api_key != API_VERSIONS_KEY and self.gate is None):

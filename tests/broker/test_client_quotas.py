@@ -136,7 +136,7 @@ async def _produce_quota_holds(nursery, tmp_path, seconds: float):
     (ok,) = (await conn.request(alter({"client-id": "slow"}, producer_byte_rate=None))).entries
     assert ok.error_code == ErrorCode.none
     free = await in_thread(_paced_produce, producer, "q", 3.0, 10 * quota)
-    assert free["errors"] == [] and free["rate"] > 3 * quota, free
+    assert free["errors"] == [] and free["rate"] > 2 * quota, free
     await in_thread(producer.flush, 30)
     return held, free
 
@@ -150,7 +150,8 @@ async def test_a_produce_quota_holds_a_client_id_and_lifting_it_frees_the_client
 
 @pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="a 30 s run; set RAFTKA_SOAK=1")
 async def test_a_produce_quota_holds_a_client_id_for_30_s(nursery, tmp_path):
-    await _produce_quota_holds(nursery, tmp_path, 30.0)
+    held, free = await _produce_quota_holds(nursery, tmp_path, 30.0)
+    print(f"held {held['rate']:.0f} B/s over 30 s, then free {free['rate']:.0f} B/s")
 
 
 def run_cli(*args: str):
