@@ -188,3 +188,57 @@ async def test_quotas_command(nursery, tmp_path):
     assert done.returncode == 0, done.stderr
     listed = await in_thread(run_cli, "quotas", "describe", "-b", rb.bootstrap)
     assert listed.stdout.splitlines() == ["Quota configs for client-id <default> are request_percentage=25.0"]
+
+
+def _fill(bootstrap: str, topic: str, nbytes: int, size: int = 10_000) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for _ in range(nbytes // size):
+        while True:
+            try:
+                producer.produce(topic, b"y" * size)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(60) == 0
+
+
+def _timed_consume(bootstrap: str, topic: str, seconds: float) -> float:
+    """Bytes per second a consumer reads, timed from its first record."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "quota-readers", "client.id": "reader",
+                         "max.partition.fetch.bytes": 200_000, "fetch.max.bytes": 200_000,
+                         "message.max.bytes": 200_000})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    total, start = 0, None
+    try:
+        while start is None or time.monotonic() < start + seconds:
+            msg = consumer.poll(0.1)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            if start is None:
+                start = time.monotonic()
+            total += len(msg.value())
+    finally:
+        consumer.close()
+    return total / seconds
+
+
+async def test_a_fetch_quota_holds_a_client_id(nursery, tmp_path):
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("f")
+    await in_thread(_fill, rb.bootstrap, "f", 15_000_000)
+    conn = await rb.connect(nursery)
+    quota = 1_000_000
+    (ok,) = (await conn.request(alter({"client-id": "reader"}, consumer_byte_rate=quota))).entries
+    assert ok.error_code == ErrorCode.none
+    rate = await in_thread(_timed_consume, rb.bootstrap, "f", 10.0)
+    print(f"consumer held at {rate:.0f} B/s")
+    assert 0.9 * quota <= rate <= 1.1 * quota
