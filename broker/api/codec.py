@@ -168,6 +168,7 @@ def encode_fetch_response(
     session_id: int,
     topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchPartitionResult]]],
     node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
+    throttle_ms: int = 0,
 ) -> list[ResponsePart]:
     """One complete FetchResponse frame as a list of parts (size prefix first).
 
@@ -183,7 +184,7 @@ def encode_fetch_response(
     flexible = version >= 12
     parts: list[ResponsePart] = [b""]  # the size prefix, filled in last
     out = bytearray(encode_response_header(header))
-    out += _I32.pack(0)  # throttle_time_ms
+    out += _I32.pack(throttle_ms)
     if version >= 7:
         out += _ERROR_SESSION.pack(error_code, session_id)
     out += array_length_bytes(len(topics), flexible)

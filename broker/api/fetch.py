@@ -84,7 +84,7 @@ _REPLICA_STATE_VERSION = 15
 _NODE_ENDPOINTS_VERSION = 16
 
 
-def handle_fetch(broker, ctx, request):
+def handle_fetch(broker, ctx, request, quota_checked=False):
     """The response, or (long poll) a coroutine giving it."""
     body = request.body
     header = request.header
@@ -92,6 +92,8 @@ def handle_fetch(broker, ctx, request):
     session_epoch = getattr(body, "session_epoch", -1)
     replica_id = body.replica_state.replica_id if version >= _REPLICA_STATE_VERSION \
         else getattr(body, "replica_id", -1)
+    if broker.fetch_quotas is not None and not quota_checked and replica_id < 0:
+        return _fetch_within_quota(broker, ctx, request)
     # Sessions are for followers at v12, the version raftka's followers
     # send: a session keeps each partition's last fetched epoch (KIP-595),
     # which v7-v11 do not carry, and names topics as v12 does. Any other
@@ -129,6 +131,26 @@ def handle_fetch(broker, ctx, request):
         return encode_fetch_response(header, ErrorCode.none, 0, topics)
     deadline = trio.current_time() + max_wait_ms / 1000
     return _long_poll(broker, body, header, replica_id, read_committed, deadline)
+
+
+async def _fetch_within_quota(broker, ctx, request):
+    """A consumer's fetch under a `consumer_byte_rate` quota, as Kafka answers
+    it: the response's bytes count against the quota; one that takes the
+    client over is not sent -- an empty response carries throttle_time_ms
+    instead, its bytes are not counted, and the connection is muted that long."""
+    response = handle_fetch(broker, ctx, request, True)
+    if not isinstance(response, list):
+        response = await response
+    quotas = broker.fetch_quotas
+    if quotas is None:
+        return response
+    size = int.from_bytes(response[0], "big")  # the frame's size prefix
+    throttle_ms = quotas.record(ctx.principal, request.header.client_id, size, trio.current_time())
+    if not throttle_ms:
+        return response
+    quotas.record(ctx.principal, request.header.client_id, -size, trio.current_time())
+    ctx.mute(throttle_ms / 1000)
+    return encode_fetch_response(request.header, ErrorCode.none, 0, [], throttle_ms=throttle_ms)
 
 
 def _session_fetch(broker, session, body, header, full: bool):

@@ -66,8 +66,13 @@ TRANSACTIONS_V2_PRODUCE_VERSION = 12
 Waiting = list[tuple[int, int, HostedPartition, int, int]]
 
 
-def handle_produce(broker, ctx, request):
+def handle_produce(broker, ctx, request, throttle_ms=None):
     """The response, None (acks=0), or a coroutine giving one of them."""
+    if throttle_ms is None and broker.produce_quotas is not None:
+        throttle_ms = broker.produce_quotas.record(ctx.principal, request.header.client_id, request.size_bytes,
+                                                   trio.current_time())
+        if throttle_ms:
+            return _throttled(broker, ctx, request, throttle_ms)
     acks = request.body.acks
     if acks not in (0, 1, -1):
         results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
@@ -146,6 +151,26 @@ def _append(broker, body, refused=None) -> tuple[Results, Waiting, bool]:
             partition_results.append(result)
         results.append((topic_data.name, partition_results))
     return results, waiting, any_error
+
+
+def _throttled(broker, ctx, request, throttle_ms: int):
+    """The response with `throttle_ms` in it; the connection reads nothing more for that long."""
+    ctx.mute(throttle_ms / 1000)
+    response = handle_produce(broker, ctx, request, throttle_ms)
+    if response is None or isinstance(response, bytes):
+        return _with_throttle(request, response, throttle_ms)
+
+    async def later():
+        return _with_throttle(request, await response, throttle_ms)
+    return later()
+
+
+def _with_throttle(request, response: bytes | None, throttle_ms: int) -> bytes | None:
+    if response is None:
+        return None
+    # throttle_time_ms ends the response, before the tag buffer when flexible (v9+).
+    end = len(response) - (1 if request.header.api_version >= 9 else 0)
+    return response[:end - 4] + throttle_ms.to_bytes(4, "big") + response[end:]
 
 
 def _respond(ctx, request, results: Results, any_error: bool):

@@ -58,7 +58,9 @@ from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import broker_logger, security, txn, txn_verification
+from broker.api import broker_logger, quotas, security, txn, txn_verification
+from broker.core.client_quotas import QuotaEnforcer, enforcer_for
+from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from broker.shell.authorizer import BrokerAuthorizer, finished
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from quorum.metadata.broker_configs import topic_defaults
@@ -119,6 +121,9 @@ _APIS = {
     31: (1, 3, security.handle_delete_acls),
     50: (0, 0, security.handle_describe_user_scram_credentials),
     51: (0, 0, security.handle_alter_user_scram_credentials),
+    # Client quotas (KIP-546).
+    48: (0, 1, quotas.handle_describe_client_quotas),
+    49: (0, 1, quotas.handle_alter_client_quotas),
     # Answered by the wire server's SASL gate on SASL listeners; here on the others.
     SASL_HANDSHAKE_KEY: (*SASL_HANDSHAKE_VERSIONS, lambda _broker, _ctx, request: answer_without_sasl(request)),
     SASL_AUTHENTICATE_KEY: (*SASL_AUTHENTICATE_VERSIONS,
@@ -154,6 +159,10 @@ class Broker:
         self.controller = controller
         self.clock_ms = clock_ms
         self.image = MetadataImage()
+        #: Byte-rate quota enforcers, None while no quota sets their key: the
+        #: produce and fetch paths look at one attribute when no quota is set.
+        self.produce_quotas: QuotaEnforcer | None = None
+        self.fetch_quotas: QuotaEnforcer | None = None
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms,
                                       max_open_files=config.log_max_open_files,
@@ -232,6 +241,14 @@ class Broker:
         if delta is None:
             delta = image_delta(self.image, image, self.node_id)
         configs_changed = image.configs is not self.image.configs
+        if image.client_quotas is not self.image.client_quotas:
+            self.produce_quotas = enforcer_for(PRODUCER_BYTE_RATE, image.client_quotas, self.produce_quotas)
+            self.fetch_quotas = enforcer_for(CONSUMER_BYTE_RATE, image.client_quotas, self.fetch_quotas)
+            # A changed or lifted quota holds from the next request on: muted
+            # connections read again, and are muted anew if still over.
+            for server in self.servers.values():
+                for ctx in server.connections.values():
+                    ctx.unmute()
         self.image = image
         self.apis.finalized_features_epoch = features.finalized_features_epoch(image.offset)
         return self._publish(image, delta, configs_changed)

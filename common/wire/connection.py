@@ -85,6 +85,25 @@ class ConnectionContext:
     _sequence_of: dict[int, int] = field(default_factory=dict)
     _in_flight: int = 0
     _last_activity: float = 0.0
+    #: Until when (trio clock) no more requests are read: a client over its quota.
+    muted_until: float = 0.0
+
+    def mute(self, seconds: float) -> None:
+        """Read no further request for `seconds` (Kafka mutes a throttled client's channel)."""
+        self.muted_until = max(self.muted_until, trio.current_time() + seconds)
+
+    def unmute(self) -> None:
+        """Read again now (the quota that muted the connection was lifted)."""
+        self.muted_until = 0.0
+
+    async def wait_unmuted(self) -> None:
+        # Woken at least every 0.1 s, so that `unmute` takes effect at once.
+        while self.muted_until:
+            now = trio.current_time()
+            if now >= self.muted_until:
+                self.muted_until = 0.0
+                return
+            await trio.sleep_until(min(self.muted_until, now + 0.1))
 
     def close(self) -> None:
         """Close this connection now; pending responses are dropped."""

@@ -469,6 +469,9 @@ class _Connection:
                             # A handler closed the connection: the requests
                             # after it are not handled (nor their appends done).
                             return
+                        if ctx.muted_until:
+                            # Throttled by a quota: the requests after it wait out the mute.
+                            await ctx.wait_unmuted()
                         request = decode_request(frame, supports)
                         if (len(pipeline.slots) < pipeline.max_in_flight
                                 and request.header.api_key != API_VERSIONS_KEY and self.gate is None):

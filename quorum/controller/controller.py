@@ -64,11 +64,14 @@ from quorum.controller.security_control import SecurityControlManager
 from quorum.controller.topic_control import TopicControlManager
 from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 from kio.schema.create_acls.v3.request import CreateAclsRequest
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
+from quorum.controller.quota_control import QuotaControlManager
 from kio.schema.delete_acls.v3.request import DeleteAclsRequest
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import Record
 
 SUPPORTED_REQUESTS: tuple[type, ...] = (
+    AlterClientQuotasRequest,         # v1
     BrokerRegistrationRequest,        # v4
     BrokerHeartbeatRequest,           # v2
     UnregisterBrokerRequest,          # v0
@@ -107,6 +110,7 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager(self.config)
         self.reassignments = ReassignmentControlManager()
         self.security = SecurityControlManager(rng)
+        self.quotas = QuotaControlManager()
         # Soft state: the first automatic leader rebalance is one interval
         # after activation, as Kafka schedules it.
         self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms
@@ -127,6 +131,7 @@ class QuorumController:
             AlterUserScramCredentialsRequest: self.security.alter_user_scram_credentials,
             CreateAclsRequest: self.security.create_acls,
             DeleteAclsRequest: self.security.delete_acls,
+            AlterClientQuotasRequest: self.quotas.alter_client_quotas,
         }
         assert set(self._handlers) == set(SUPPORTED_REQUESTS)
 

@@ -14,6 +14,7 @@ from quorum.metadata.pmap import PMap
 from quorum.metadata.records import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -41,6 +42,7 @@ __all__ = [
     "ConfigDef",
     "BrokerRegistration",
     "BrokerRegistrationChangeRecord",
+    "ClientQuotaRecord",
     "ConfigRecord",
     "ConfigResource",
     "ConfigResourceType",

@@ -150,6 +150,9 @@ class MetadataImage:
     scram_ever_set: bool = False
     #: ACLs (KIP-801) by their id.
     acls: PMap[uuid.UUID, AclBinding] = field(default_factory=PMap)
+    #: Client quotas (KIP-546) by entity ((type, name or None for the default), ...)
+    #: -> {quota key: value}.
+    client_quotas: PMap[tuple[tuple[str, str | None], ...], PMap[str, float]] = field(default_factory=PMap)
 
     def apply(self, records: Iterable[LoggedRecord]) -> MetadataImage:
         """The image after replaying `records` (offsets strictly above `self.offset`).

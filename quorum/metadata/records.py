@@ -246,6 +246,20 @@ class RemoveAccessControlEntryRecord:
     id: uuid.UUID
 
 
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """Set (value) or remove (value None) one client quota (KIP-546).
+
+    `entity` is ((entity type, name), ...) sorted by type, with type "user"
+    or "client-id" and name None for that type's default entity.
+    """
+
+    TYPE: ClassVar[str] = "ClientQuota"
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float | None = None
+
+
 Record = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -262,6 +276,7 @@ Record = (
     | RemoveUserScramCredentialRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | ClientQuotaRecord
 )
 
 # Field kinds: how a Python value maps to a CBOR value and back.
@@ -269,6 +284,7 @@ _INT, _OPT_INT, _STR, _OPT_STR = "int", "int?", "str", "str?"
 _BOOL, _OPT_BOOL, _UUID = "bool", "bool?", "uuid"
 _INTS, _OPT_INTS, _ENDPOINTS, _RESOURCE = "ints", "ints?", "endpoints", "resource"
 _BYTES = "bytes"
+_FLOAT, _ENTITY = "float", "entity"
 
 # type -> (current version, ((field, kind), ...)). Bump the version when a
 # field's meaning changes or a field without a default is added.
@@ -310,6 +326,7 @@ _SCHEMAS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
         ("principal", _STR), ("host", _STR), ("operation", _INT), ("permission_type", _INT),
     )),
     RemoveAccessControlEntryRecord: (1, (("id", _UUID),)),
+    ClientQuotaRecord: (1, (("entity", _ENTITY), ("key", _STR), ("value", _FLOAT + "?"))),
 }
 
 _BY_TAG: dict[str, type] = {cls.TYPE: cls for cls in _SCHEMAS}
@@ -413,13 +430,31 @@ def _bytes_from(value: Any, where: str) -> Any:
     raise _malformed(_BYTES, value, where)
 
 
+def _float_from(value: Any, where: str) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise _malformed(_FLOAT, value, where)
+
+
+def _entity_from(value: Any, where: str) -> Any:
+    if not isinstance(value, list):
+        raise _malformed(_ENTITY, value, where)
+    out = []
+    for part in value:
+        if (not isinstance(part, list) or len(part) != 2 or type(part[0]) is not str
+                or not (part[1] is None or type(part[1]) is str)):
+            raise _malformed(_ENTITY, value, where)
+        out.append((part[0], part[1]))
+    return tuple(out)
+
+
 _FROM_CBOR: dict[str, Any] = {
-    _BYTES: _bytes_from,
+    _BYTES: _bytes_from, _FLOAT: _float_from, _ENTITY: _entity_from,
     _INT: _int_from, _STR: _str_from, _BOOL: _bool_from, _UUID: _uuid_from, _INTS: _ints_from,
     _RESOURCE: _resource_from, _ENDPOINTS: _endpoints_from,
 }
 _TO_CBOR: dict[str, Any] = {
-    _BYTES: None,
+    _BYTES: None, _FLOAT: float, _ENTITY: lambda v: [[t, n] for t, n in v],
     _INT: None, _STR: None, _BOOL: None, _UUID: lambda v: v.bytes, _INTS: list, _RESOURCE: int,
     _ENDPOINTS: _endpoints_to,
 }

@@ -36,6 +36,7 @@ from quorum.metadata.pmap import DELETE, PMap
 from quorum.metadata.records import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     NoOpRecord,
@@ -116,6 +117,7 @@ class _ImageBuilder:
         self.topics: dict[uuid.UUID, Any] = {}
         self.names: dict[str, Any] = {}
         self.configs: dict[ConfigResource, _ConfigBuilder] = {}
+        self.client_quotas: dict[tuple, _ConfigBuilder] = {}
         self.replica_index: dict[int, dict[TopicPartition, Any]] = {}
         self.preferred: dict[int, int] = {}
         self._current: tuple[int | None, Record] | None = None
@@ -220,6 +222,11 @@ class _ImageBuilder:
             built = c.build()
             if built is not c.base:
                 configs[resource] = built if len(built) else DELETE
+        quotas: dict[tuple, Any] = {}
+        for entity, c in self.client_quotas.items():
+            built = c.build()
+            if built is not c.base:
+                quotas[entity] = built if len(built) else DELETE
         index: dict[int, Any] = {}
         for b, changes in self.replica_index.items():
             built = base.broker_replicas.get(b, _EMPTY).update(changes)
@@ -232,6 +239,7 @@ class _ImageBuilder:
             topics_by_id=base.topics_by_id.update(topics),
             topic_ids_by_name=base.topic_ids_by_name.update(self.names),
             configs=base.configs.update(configs),
+            client_quotas=base.client_quotas.update(quotas),
             next_producer_id=self.next_producer_id,
             broker_replicas=base.broker_replicas.update(index),
             preferred_leader_counts=base.preferred_leader_counts.update(preferred),
@@ -318,6 +326,13 @@ def _config(b: _ImageBuilder, _: int | None, r: ConfigRecord) -> None:
         DELETE if r.value is None else r.value)
 
 
+def _client_quota(b: _ImageBuilder, _: int | None, r: ClientQuotaRecord) -> None:
+    c = b.client_quotas.get(r.entity)
+    if c is None:
+        c = b.client_quotas[r.entity] = _ConfigBuilder(b.base.client_quotas.get(r.entity, _EMPTY))
+    c.changes[r.key] = DELETE if r.value is None else r.value
+
+
 def _producer_ids(b: _ImageBuilder, _: int | None, r: ProducerIdsRecord) -> None:
     if r.next_producer_id <= b.next_producer_id:
         raise b.fail(f"next producer id {r.next_producer_id} does not advance past {b.next_producer_id}")
@@ -369,6 +384,7 @@ _HANDLERS: dict[type, Callable[[_ImageBuilder, Any, Any], None]] = {
     PartitionChangeRecord: _partition_change,
     RemoveTopicRecord: _remove_topic,
     ConfigRecord: _config,
+    ClientQuotaRecord: _client_quota,
     ProducerIdsRecord: _producer_ids,
     NoOpRecord: _noop,
     ZkMigrationStateRecord: _zk_migration_state,

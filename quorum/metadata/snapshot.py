@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import (
+    ClientQuotaRecord,
     ConfigRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -53,6 +54,9 @@ def image_to_records(image: MetadataImage) -> list[Record]:
     for resource, values in sorted(image.configs.items(), key=lambda kv: (int(kv[0].type), kv[0].name)):
         for key, value in sorted(values.items()):
             out.append(ConfigRecord(resource_type=resource.type, resource_name=resource.name, key=key, value=value))
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]]):
+        for key, value in sorted(values.items()):
+            out.append(ClientQuotaRecord(entity=entity, key=key, value=value))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
     if image.zk_migration_state:

@@ -43,6 +43,8 @@ from quorum.controller.topic_control import ZERO_UUID
 from kio.schema.alter_user_scram_credentials.v0 import response as ausc_resp
 from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 from kio.schema.create_acls.v3 import response as ca_resp
+from kio.schema.alter_client_quotas.v1 import response as acq_resp
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
 from kio.schema.create_acls.v3.request import CreateAclsRequest
 from kio.schema.delete_acls.v3 import response as da_resp
 from kio.schema.delete_acls.v3.request import DeleteAclsRequest
@@ -92,6 +94,11 @@ def error_response(request: Any, error: ErrorCode, message: str | None = None) -
     if isinstance(request, ListPartitionReassignmentsRequest):
         return ListPartitionReassignmentsResponse(throttle_time=t, error_code=error, error_message=message,
                                                   topics=())
+    if isinstance(request, AlterClientQuotasRequest):
+        return acq_resp.AlterClientQuotasResponse(throttle_time=t, entries=tuple(
+            acq_resp.EntryData(error_code=error, error_message=message, entity=tuple(
+                acq_resp.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in x.entity))
+            for x in request.entries))
     if isinstance(request, AlterUserScramCredentialsRequest):
         return ausc_resp.AlterUserScramCredentialsResponse(throttle_time=t, results=tuple(
             ausc_resp.AlterUserScramCredentialsResult(user=x.name, error_code=error, error_message=message)

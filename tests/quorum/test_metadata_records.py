@@ -120,3 +120,20 @@ def test_unknown_extra_fields_are_ignored_for_a_known_version():
 def test_malformed_bytes_raise_malformed_record_error(raw):
     with pytest.raises(MalformedRecordError):
         decode_record(raw)
+
+
+def test_client_quota_record_round_trips_through_log_image_and_snapshot():
+    from quorum.metadata.image import LoggedRecord, MetadataImage
+    from quorum.metadata.records import ClientQuotaRecord, decode_record, encode_record
+    from quorum.metadata.snapshot import image_from_records, image_to_records
+
+    set_client = ClientQuotaRecord((("client-id", "c1"),), "producer_byte_rate", 1048576.0)
+    set_default_user = ClientQuotaRecord((("user", None),), "consumer_byte_rate", 5.0)
+    assert decode_record(encode_record(set_client)) == set_client
+    assert decode_record(encode_record(set_default_user)) == set_default_user
+    image = MetadataImage().apply([LoggedRecord(1, 1, set_client), LoggedRecord(2, 1, set_default_user)])
+    assert image.client_quotas[(("client-id", "c1"),)]["producer_byte_rate"] == 1048576.0
+    assert image_from_records(image_to_records(image), 2, 1).client_quotas == image.client_quotas
+    removed = image.apply([LoggedRecord(3, 1, ClientQuotaRecord(set_client.entity, set_client.key, None))])
+    assert (("client-id", "c1"),) not in removed.client_quotas
+    assert (("user", None),) in removed.client_quotas
