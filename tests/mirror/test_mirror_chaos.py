@@ -145,7 +145,9 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
         summary = {"duration_s": duration, "faults": applied, "acknowledged": total, "source_records": expected,
                    "target_records": sum(map(len, target.values())), "failed_sends": len(failed),
                    "acked_lost_on_source": lost_on_source, "not_on_target": lost, "duplicated_on_target": duplicated,
-                   "in_order": in_order, "positions_on_target": _positions(tgt)}
+                   "in_order": in_order, "positions_on_target": _positions(tgt),
+                   "mirror_errors": [line for line in mirror.reader.lines if line.startswith("[")
+                                     and " mirroring: " not in line][-8:]}
         print("MIRROR CHAOS", json.dumps(summary))
         assert not lost_on_source, summary
         assert not lost and not duplicated and in_order, f"{summary}: {mirror.output()[-1500:]}"
