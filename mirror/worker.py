@@ -504,8 +504,9 @@ class Flow:
             try:
                 if not self._bounded(call):
                     # librdkafka (2.16) can leave send_offsets_to_transaction waiting for ever
-                    # after a fault of the target, whatever its timeout: the stuck call is
-                    # left behind with its producer, and a new producer fences it.
+                    # when the target's group coordinator went away, whatever its timeout
+                    # (its coordinator requests never time out: librdkafka issues 5456, 5511):
+                    # the stuck call is left behind with its producer, a new producer fences it.
                     self._error(f"the transactional producer on {self.cfg.target} did not {what} within "
                                 f"{TXN_TIMEOUT_S + TXN_GRACE_S:.0f} s; starting a new one (the open "
                                 "transaction is aborted and its records copied again)")
