@@ -477,8 +477,8 @@ class Flow:
         if left and not self._blocked:
             # Records still unacknowledged would be committed without their source
             # offsets (a restart would copy them twice): the batch goes again.
-            self._blocked[("", -1)] = (0, f"{left} records not acknowledged by {self.cfg.target} "
-                                          f"within {TXN_TIMEOUT_S:.0f} s")
+            reason = f"{left} records not acknowledged by {self.cfg.target} within {TXN_TIMEOUT_S:.0f} s"
+            self._blocked[("", -1)] = (0, reason)
         if self._blocked:
             return self._abort_batch()
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._txn_offsets.items())]
