@@ -566,6 +566,7 @@ class Flow:
                     break  # no transaction open (begin failed)
                 self._error(f"cannot abort the transaction on {self.cfg.target} ({err.name()}: {err.str()}); "
                             f"retrying in {backoff.delay:.0f} s")
+                self._update_lag()  # the source goes on: the lag shown grows while the target is away
                 self.stop.wait(backoff.next())
         self._renewed = False
         self._rewind_to_committed()
