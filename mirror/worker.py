@@ -590,14 +590,19 @@ class Flow:
         backoff = Backoff()
         while assigned and not self.stop.is_set():
             try:
-                for tp in self._target_positions(assigned):
-                    self.consumer.seek(tp)
-                return
+                positions = self._target_positions(assigned)
             except KafkaException as exc:
                 # Going on without the seek would skip the aborted batch's records.
                 self._error(f"cannot read the positions committed on {self.cfg.target} to copy the aborted "
                             f"batch again ({exc.args[0].str()}); retrying in {backoff.delay:.0f} s")
                 self.stop.wait(backoff.next())
+                continue
+            for tp in positions:
+                try:
+                    self.consumer.seek(tp)
+                except KafkaException:
+                    pass  # no longer assigned here: whoever gets it starts from these positions (`_on_assign`)
+            return
 
     # --- offset syncs, checkpoints, heartbeats -----------------------------
 
