@@ -1,7 +1,8 @@
 """Lag of a flow, read from the clusters (no running mirror needed).
 
 Records behind: the source partition's high watermark minus the offset the
-mirror's consumer group committed there. Seconds behind: how long ago the
+mirror committed for it (in the source's group, or exactly once with the
+copy's transactions on the target). Seconds behind: how long ago the
 source appended the first record the mirror has not committed yet (0 when
 nothing is behind).
 """
@@ -41,8 +42,14 @@ def flow_status(flow: FlowConfig) -> list[PartitionStatus]:
                           f"{exc.args[0].str()}") from None
     mapping = mirrored_topics([t for t, m in metadata.topics.items() if m.error is None], flow.source, flow.target,
                               flow.policy, flow.topics)
+    # Exactly once, the positions commit on the target with the copy's transactions
+    # (the source group holds none); at least once, in the source group.
+    offsets_admin = admin
+    if flow.exactly_once:
+        offsets_admin = AdminClient({"bootstrap.servers": flow.target_bootstrap, "logger": _quiet("status-admin"),
+                                     **flow.target_client("admin")})
     try:
-        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(flow.mirror_group)],
+        result = offsets_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(flow.mirror_group)],
                                                    request_timeout=ADMIN_TIMEOUT_S)[flow.mirror_group].result(
                                                        ADMIN_TIMEOUT_S + 5)
         committed = {(p.topic, p.partition): p.offset for p in result.topic_partitions}

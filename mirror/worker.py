@@ -63,6 +63,13 @@ UNASSIGNED_WARNING_S = 30.0
 REACH_TIMEOUT_S = 3.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+#: One wait of a transactional call (flush, send offsets, commit, abort);
+#: faults of the target shorter than this are ridden out within one call.
+TXN_TIMEOUT_S = 10.0
+#: How long a timed-out transactional call is retried before its batch is aborted and copied again.
+TXN_RETRY_S = 60.0
+#: How long past its own timeout a transactional call may take before it counts as stuck.
+TXN_GRACE_S = 5.0
 
 
 
@@ -147,6 +154,11 @@ class Flow:
         self._last_ts: dict[tuple[str, int], int] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
         self._acked: dict[tuple[str, int], int] = {}
+        #: Per source partition, the next offset whose copy is committed (on the
+        #: target with a transaction, or in the source group): what the lag counts from.
+        self._done: dict[tuple[str, int], int] = {}
+        self._stored: dict[tuple[str, int], int] = {}
+        self._renewed = False
         #: When a list (`raftka bench mirror`): per acknowledged record, the
         #: ms from its source timestamp to the target's acknowledgement.
         self.ack_lag_ms: list[float] | None = None
@@ -193,6 +205,7 @@ class Flow:
             "linger.ms": 5, "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES, "logger": _quiet("producer"),
         }
         self.positions = None
+        self._producer_config = producer
         if c.exactly_once:
             producer["transactional.id"] = f"{c.mirror_group}-{self.instance or 0}"
             # Exactly once, the source positions commit on the target, in the
@@ -278,7 +291,16 @@ class Flow:
         self._assigned |= {(p.topic, p.partition) for p in partitions}
         if self.positions is not None:
             # Exactly once: start where the last committed transaction left off.
-            consumer.assign(self._target_positions(partitions))
+            backoff = Backoff()
+            while not self.stop.is_set():
+                try:
+                    consumer.assign(self._target_positions(partitions))
+                    return
+                except KafkaException as exc:
+                    # Assigned without these positions the consumer would start from the source group's.
+                    self._error(f"cannot read the positions committed on {self.cfg.target} for the assigned "
+                                f"partitions ({exc.args[0].str()}); retrying in {backoff.delay:.0f} s")
+                    self.stop.wait(backoff.next())
 
     def _target_positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The source positions committed on the target with the last
@@ -301,6 +323,7 @@ class Flow:
             self._paused.pop(tp, None)
             self._backoffs.pop(tp, None)
             self.stats.lag.pop(tp, None)
+            self._done.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
 
@@ -389,6 +412,10 @@ class Flow:
     def _retry_batch(self) -> None:
         """Exactly once: the aborted batch's refusals, then one backoff for the flow."""
         for tp, (offset, reason) in sorted(self._blocked.items()):
+            if tp == ("", -1):
+                self._error(f"{reason}; the transaction is aborted and its records copied again in "
+                            f"{self._backoff.delay:.0f} s")
+                continue
             self._error(f"{self.topic_map.get(tp[0], tp[0])}[{tp[1]}] on {self.cfg.target} refused the record "
                         f"{tp[0]}[{tp[1]}]@{offset}: {reason}; the transaction is aborted and retried in "
                         f"{self._backoff.delay:.0f} s")
@@ -400,6 +427,7 @@ class Flow:
         if not self._acked:
             return
         acked, self._acked = self._acked, {}
+        self._stored.update(acked)
         offsets = [TopicPartition(t, p, o) for (t, p), o in acked.items() if (t, p) in self._assigned]
         if offsets:
             try:
@@ -413,6 +441,8 @@ class Flow:
             self._send_sync(sync)
         try:
             self.consumer.commit(asynchronous=False)
+            self._done.update((tp, o) for tp, o in self._stored.items() if tp in self._assigned)
+            self._stored = {}
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 self._error(f"cannot commit the source offsets on {self.cfg.source}: {exc.args[0].str()}")
@@ -440,27 +470,139 @@ class Flow:
     def _copy_transaction(self, messages: list[Any]) -> None:
         """Exactly once: the batch and the source offsets commit together on the target."""
         self._txn_offsets = {}
-        self.producer.begin_transaction()
+        if not self._txn_call("begin the transaction", self.producer.begin_transaction):
+            return self._abort_batch()
         self._copy_batch(messages)
-        self.producer.flush(60)
+        left = self.producer.flush(TXN_TIMEOUT_S)
+        if left and not self._blocked:
+            # Records still unacknowledged would be committed without their source
+            # offsets (a restart would copy them twice): the batch goes again.
+            reason = f"{left} records not acknowledged by {self.cfg.target} within {TXN_TIMEOUT_S:.0f} s"
+            self._blocked[("", -1)] = (0, reason)
         if self._blocked:
-            self.producer.abort_transaction()
-            self._rewind_to_committed()
-            self._retry_batch()
-            return
+            return self._abort_batch()
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._txn_offsets.items())]
-        if offsets:
-            self.producer.send_offsets_to_transaction(offsets, self.positions.consumer_group_metadata())
-        self.producer.commit_transaction()
+        if offsets and not self._txn_call("send the source offsets to the transaction",
+                                          lambda: self.producer.send_offsets_to_transaction(
+                                              offsets, self.positions.consumer_group_metadata(), TXN_TIMEOUT_S)):
+            return self._abort_batch()
+        if not self._txn_call("commit the transaction", lambda: self.producer.commit_transaction(TXN_TIMEOUT_S)):
+            return self._abort_batch()
+        for tp, offset in self._txn_offsets.items():
+            self._done[tp] = offset
+        self._backoff.reset()
         for sync in self.emitter.pending():
             self._send_sync(sync)
 
+    def _txn_call(self, what: str, call: Callable[[], Any]) -> bool:
+        """One step of the transaction, with a bounded wait (librdkafka's own
+        default waits forever, and a target that stops answering one request
+        would stall the copy without a word). A timeout is retried until
+        TXN_RETRY_S; False when the batch must be aborted and copied again."""
+        deadline = time.monotonic() + TXN_RETRY_S
+        while True:
+            try:
+                if not self._bounded(call):
+                    # librdkafka (2.16) can leave send_offsets_to_transaction waiting for ever
+                    # when the target's group coordinator went away, whatever its timeout
+                    # (its coordinator requests never time out: librdkafka issues 5456, 5511):
+                    # the stuck call is left behind with its producer, a new producer fences it.
+                    self._error(f"the transactional producer on {self.cfg.target} did not {what} within "
+                                f"{TXN_TIMEOUT_S + TXN_GRACE_S:.0f} s; starting a new one (the open "
+                                "transaction is aborted and its records copied again)")
+                    self._renew_producer(abandon=True)
+                    return False
+                return True
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():
+                    self._error(f"the transactional producer on {self.cfg.target} failed to {what}: "
+                                f"{err.name()}: {err.str()}; starting a new one (the open transaction is aborted)")
+                    self._renew_producer()
+                    return False
+                if err.txn_requires_abort() or not err.retriable() or time.monotonic() >= deadline \
+                        or self.stop.is_set():
+                    self._blocked.setdefault(("", -1), (0, f"cannot {what}: {err.name()}: {err.str()}"))
+                    return False
+                self._error(f"{self.cfg.target} did not let the mirror {what} ({err.name()}: {err.str()}); "
+                            "retrying")
+
+    @staticmethod
+    def _bounded(call: Callable[[], Any]) -> bool:
+        """Run a transactional call in a helper thread; False if it has not
+        returned within its own timeout and a grace (its exception, if any, is raised here)."""
+        outcome: list[BaseException | None] = []
+
+        def body() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the worker thread
+                outcome.append(exc)
+
+        helper = threading.Thread(target=body, name="mirror-txn", daemon=True)
+        helper.start()
+        helper.join(TXN_TIMEOUT_S + TXN_GRACE_S)
+        if not outcome:
+            return False
+        if outcome[0] is not None:
+            raise outcome[0]
+        return True
+
+    def _abort_batch(self) -> None:
+        """Abort the open transaction (retrying until the target answers), set the
+        consumer back to the positions of the last committed one, and back off."""
+        backoff = Backoff()
+        while not self.stop.is_set() and not self._renewed:
+            try:
+                self.producer.abort_transaction(TXN_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():
+                    self._renew_producer()
+                    break
+                if err.code() == KafkaError._STATE:
+                    break  # no transaction open (begin failed)
+                self._error(f"cannot abort the transaction on {self.cfg.target} ({err.name()}: {err.str()}); "
+                            f"retrying in {backoff.delay:.0f} s")
+                self._update_lag()  # the source goes on: the lag shown grows while the target is away
+                self.stop.wait(backoff.next())
+        self._renewed = False
+        self._rewind_to_committed()
+        self._retry_batch()
+
+    def _renew_producer(self, abandon: bool = False) -> None:
+        """A new transactional producer (same transactional.id): its
+        init_transactions fences the old one and aborts what it left open.
+        `abandon`: a call of the old one is stuck; it is left alone (not closed)."""
+        if not abandon:
+            try:
+                self.producer.flush(0)
+            except (KafkaException, RuntimeError):
+                pass
+        self.producer = self._client(Producer, "producer", True, self._producer_config)
+        self._init_transactions()
+        self._renewed = True  # nothing open on the new producer: no abort
+
     def _rewind_to_committed(self) -> None:
         assigned = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
-        if not assigned:
+        backoff = Backoff()
+        while assigned and not self.stop.is_set():
+            try:
+                positions = self._target_positions(assigned)
+            except KafkaException as exc:
+                # Going on without the seek would skip the aborted batch's records.
+                self._error(f"cannot read the positions committed on {self.cfg.target} to copy the aborted "
+                            f"batch again ({exc.args[0].str()}); retrying in {backoff.delay:.0f} s")
+                self.stop.wait(backoff.next())
+                continue
+            for tp in positions:
+                try:
+                    self.consumer.seek(tp)
+                except KafkaException:
+                    pass  # no longer assigned here: whoever gets it starts from these positions (`_on_assign`)
             return
-        for tp in self._target_positions(assigned):
-            self.consumer.seek(tp)
 
     # --- offset syncs, checkpoints, heartbeats -----------------------------
 
@@ -510,15 +652,21 @@ class Flow:
         self.aux_producer.poll(0)
 
     def _update_lag(self) -> None:
+        """Records behind: the source's end minus the next offset whose copy is
+        committed (not the consumer's position, which runs ahead of what the
+        target holds)."""
         now_ms = time.time() * 1000
         for tp in sorted(self._assigned):
             try:
-                position = self.consumer.position([TopicPartition(*tp)])[0].offset
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2, cached=False)
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2, cached=False)
+                if tp not in self._done:
+                    reader = self.positions if self.positions is not None else self.consumer
+                    committed = reader.committed([TopicPartition(*tp)], timeout=2)[0].offset
+                    self._done[tp] = committed if committed >= 0 else low
             except KafkaException:
                 continue
             lag = self.stats.lag.setdefault(tp, PartitionLag())
-            lag.records = max(0, high - position) if position >= 0 else high
+            lag.records = max(0, high - max(self._done[tp], low))
             last = self._last_ts.get(tp)
             lag.seconds = max(0.0, (now_ms - last) / 1000) if lag.records and last else 0.0
 
