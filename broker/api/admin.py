@@ -328,21 +328,29 @@ async def handle_describe_configs(broker, ctx, request):
     return response
 
 
-async def handle_incremental_alter_configs(broker, ctx, request):
-    body = request.body
-    mod = response_module(request.header)
+async def _alter_configs_refused(broker, ctx, request, mod, handler):
+    """The answer to an (Incremental)AlterConfigs some of whose resources
+    the principal may not alter: ALTER_CONFIGS on each topic, and on the
+    cluster for brokers; None when every resource is allowed."""
     refused = await _split_refused(
         broker, ctx, request, "resources", _topic_resource_name, Operation.ALTER_CONFIGS,
         lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
                         error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
-                        resource_name=r.resource_name), "responses", handle_incremental_alter_configs)
-    if refused is None:
-        refused = await _split_cluster_refused(
-            broker, ctx, request, Operation.ALTER_CONFIGS,
-            lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.cluster_authorization_failed,
-                            error_message="ALTER_CONFIGS on the cluster is needed for a broker's configs",
-                            resource_type=r.resource_type, resource_name=r.resource_name),
-            "responses", handle_incremental_alter_configs)
+                        resource_name=r.resource_name), "responses", handler)
+    if refused is not None:
+        return refused
+    return await _split_cluster_refused(
+        broker, ctx, request, Operation.ALTER_CONFIGS,
+        lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.cluster_authorization_failed,
+                        error_message="ALTER_CONFIGS on the cluster is needed for a broker's configs",
+                        resource_type=r.resource_type, resource_name=r.resource_name),
+        "responses", handler)
+
+
+async def handle_incremental_alter_configs(broker, ctx, request):
+    body = request.body
+    mod = response_module(request.header)
+    refused = await _alter_configs_refused(broker, ctx, request, mod, handle_incremental_alter_configs)
     if refused is not None:
         return refused
     response = await _forward(broker, request, IncrementalAlterConfigsRequest)
@@ -534,18 +542,7 @@ async def handle_alter_configs(broker, ctx, request):
     """AlterConfigs (the whole-set form, `broker.api.configs`), with the
     same authorization as IncrementalAlterConfigs."""
     mod = response_module(request.header)
-    refused = await _split_refused(
-        broker, ctx, request, "resources", _topic_resource_name, Operation.ALTER_CONFIGS,
-        lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.topic_authorization_failed,
-                        error_message="ALTER_CONFIGS on the topic is needed", resource_type=r.resource_type,
-                        resource_name=r.resource_name), "responses", handle_alter_configs)
-    if refused is None:
-        refused = await _split_cluster_refused(
-            broker, ctx, request, Operation.ALTER_CONFIGS,
-            lambda r: build(mod.AlterConfigsResourceResponse, error_code=ErrorCode.cluster_authorization_failed,
-                            error_message="ALTER_CONFIGS on the cluster is needed for a broker's configs",
-                            resource_type=r.resource_type, resource_name=r.resource_name),
-            "responses", handle_alter_configs)
+    refused = await _alter_configs_refused(broker, ctx, request, mod, handle_alter_configs)
     if refused is not None:
         return refused
     return await configs.handle_alter_configs(broker, ctx, request)

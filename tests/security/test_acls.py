@@ -332,3 +332,24 @@ def test_consumer_protocol_groups_are_checked(acl_node, orders):
     refused = consume("watchers", "orders")
     # librdkafka makes a refused heartbeat a fatal error carrying the broker's error.
     assert isinstance(refused, KafkaError) and "Group authorization failed" in refused.str(), refused
+
+
+def test_a_brokers_configs_need_the_cluster_and_hide_their_secrets(acl_node, orders):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    alice = AdminClient(_sec(acl_node, "alice"))
+    broker = ConfigResource("broker", "1")
+    with pytest.raises(KafkaException) as described:
+        _wait(alice.describe_configs([broker]))
+    assert described.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    change = ConfigResource("broker", "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as altered:
+        _wait(alice.incremental_alter_configs([change]))
+    assert altered.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # A super user reads them, with the JAAS text (passwords) left out.
+    (future,) = orders.describe_configs([broker]).values()
+    entries = future.result(30)
+    jaas = entries["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert jaas.is_sensitive and jaas.value is None
+    assert entries["log.dirs"].value
