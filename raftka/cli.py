@@ -38,11 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     partitions_cli.register(sub)
     transactions_cli.register(sub)
 
-    from raftka import configs_cli, dump_log_cli, groups_cli, quotas_cli, records_cli
+    from raftka import configs_cli, dump_log_cli, groups_cli, metadata_shell_cli, quotas_cli, records_cli
 
     configs_cli.register(sub)
     quotas_cli.register(sub)
     dump_log_cli.register(sub)
+    metadata_shell_cli.register(sub)
     groups_cli.register(sub)
     records_cli.register(sub)
 
