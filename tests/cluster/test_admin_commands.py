@@ -15,7 +15,7 @@ from cluster_testing import ReadyLine, raftka_command, run_cli
 from common.wire.ports import free_ports
 
 DATA: dict = {}
-COMMANDS = [("dump-log", None), ("storage", "format"), ("configs", "describe"), ("configs", "alter"), ("consumer-groups", "list"),
+COMMANDS = [("dump-log", None), ("metadata-shell", None), ("storage", "format"), ("configs", "describe"), ("configs", "alter"), ("consumer-groups", "list"),
             ("consumer-groups", "describe"), ("consumer-groups", "delete"), ("consumer-groups", "reset-offsets"),
             ("records", "delete"), ("log-dirs", "describe")]
 
