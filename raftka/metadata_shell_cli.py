@@ -33,11 +33,13 @@ import os
 import shlex
 import sys
 
+from common.errors import RaftkaError
+
 _METADATA_DIR = "__cluster_metadata-0"
 
 
-class ShellError(Exception):
-    """A command the user typed cannot be done; the message says why."""
+class ShellError(RaftkaError):
+    """The source cannot be read, or a command cannot be done; the message says why and what to name instead."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,7 +74,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _load_snapshot(path: str):
-    from common.errors import RaftkaError
+    return _snapshot_state(path).image
+
+
+def _snapshot_state(path: str):
+    """The node's applied state right after loading the snapshot at `path`."""
     from quorum.node.applier import MetadataState
 
     try:
@@ -84,7 +90,7 @@ def _load_snapshot(path: str):
         state, _ = MetadataState().load_snapshot(blob)
     except RaftkaError as exc:
         raise ShellError(f"{path} is not a raftka metadata snapshot (.checkpoint): {exc}") from None
-    return state.image
+    return state
 
 
 def _find_metadata_dir(directory: str) -> str:
@@ -100,17 +106,14 @@ def _find_metadata_dir(directory: str) -> str:
 
 
 def _load_directory(directory: str):
-    from common.errors import RaftkaError
     from quorum.node.applier import MetadataState
     from storage.batch import iter_batch_headers
 
     names = sorted(os.listdir(directory))
     snapshots = [n for n in names if n.endswith(".checkpoint") and n[:1].isdigit()]
     segments = sorted((n for n in names if n.endswith(".log") and n[:1].isdigit()), key=lambda n: int(n.split(".")[0]))
-    state = MetadataState()
-    if snapshots:
-        state = MetadataState(image=_load_snapshot(os.path.join(directory, snapshots[-1])))
-        state = MetadataState(state.image, state.image.offset + 1, state.image.epoch)
+    # Names are zero-padded end offsets, so the last one sorted is the newest.
+    state = _snapshot_state(os.path.join(directory, snapshots[-1])) if snapshots else MetadataState()
     try:
         for name in segments:
             with open(os.path.join(directory, name), "rb") as f:
@@ -129,6 +132,8 @@ def _load_directory(directory: str):
                 end = pos + header.size_in_bytes
             if start is not None:
                 state, _ = state.apply(data[start:end])
+    except ShellError:
+        raise
     except RaftkaError as exc:
         raise ShellError(f"{directory} is not a readable metadata log: {exc}") from None
     return state.image
@@ -163,7 +168,8 @@ def build_tree(image, source: str) -> dict:
         topic_ids[str(t.topic_id)] = name
     configs: dict = {}
     for resource, values in sorted(image.configs.items(), key=lambda kv: (kv[0].type, kv[0].name)):
-        configs.setdefault(resource.type.name, {})[resource.name or "<default>"] = {k: v for k, v in sorted(values.items())}
+        # An empty name is the cluster-wide default (a broker config set for every broker).
+        configs.setdefault(resource.type.name, {})[resource.name or "<default>"] = dict(sorted(values.items()))
     quotas = {}
     for entity, values in image.client_quotas.items():
         key = ",".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity)
@@ -263,20 +269,19 @@ class Shell:
     def cmd_find(self, args: list[str]) -> None:
         for path in args or ["."]:
             parts = self._parts(path)
-            self._walk(parts, self._node(parts), lambda p, n: print(_show(p)))
+            self._walk(parts, self._node(parts), 0, lambda p, n, depth: print(_show(p)))
 
     def cmd_tree(self, args: list[str]) -> None:
         for path in args or ["."]:
             parts = self._parts(path)
-            self._walk(parts, self._node(parts), lambda p, n: print(
-                "  " * (len(p) - len(parts)) + (p[-1] if p else "/")
-                + ("" if isinstance(n, dict) else f": {n}")))
+            self._walk(parts, self._node(parts), 0, lambda p, n, depth: print(
+                "  " * depth + (p[-1] if p else "/") + ("" if isinstance(n, dict) else f": {n}")))
 
-    def _walk(self, parts, node, visit) -> None:
-        visit(parts, node)
+    def _walk(self, parts, node, depth: int, visit) -> None:
+        visit(parts, node, depth)
         if isinstance(node, dict):
             for child, sub in node.items():
-                self._walk(parts + [child], sub, visit)
+                self._walk(parts + [child], sub, depth + 1, visit)
 
     def cmd_help(self, args: list[str]) -> None:
         print(__doc__.split("Commands:\n\n", 1)[1].split("\n\nThe tree", 1)[0])

@@ -7,9 +7,11 @@ import subprocess
 import time
 
 import pytest
-
 from cluster_testing import ReadyLine, raftka_command, run_cli
+
 from common.wire.ports import free_ports
+
+DEV: dict = {}
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +30,7 @@ def dev(tmp_path_factory):
         _ok("topics", "create", "--bootstrap-server", bootstrap, "--topic", "orders", "--partitions", "3")
         _ok("topics", "create", "--bootstrap-server", bootstrap, "--topic", "payments", "--partitions", "1",
             "--config", "retention.ms=60000")
+        DEV["bootstrap"] = bootstrap
         yield data / "node"
     finally:
         process.terminate()
@@ -68,10 +71,13 @@ def test_reads_a_snapshot_file_alone(dev):
     out = _ok("metadata-shell", "--snapshot", str(snapshots[-1]), "find", "/topics")
     assert "/topics/orders/0" in out.splitlines()
     assert _ok("metadata-shell", "--snapshot", str(snapshots[-1]), "cat", "/local/source").strip() == str(snapshots[-1])
+    # The directory: the newest snapshot, then the log after it, which holds a topic made later.
+    _ok("topics", "create", "--bootstrap-server", DEV["bootstrap"], "--topic", "refunds", "--partitions", "2")
+    assert _ok("metadata-shell", "-d", str(dev), "ls", "/topics").split() == ["orders", "payments", "refunds"]
 
 
 def test_interactive_prompt_keeps_a_current_directory(dev):
-    out = subprocess.run(raftka_command("metadata-shell", "-d", str(dev)), input="cd /topics/orders\npwd\ncat 0\n"
+    out = subprocess.run(raftka_command("metadata-shell", "-d", str(dev)), check=False, input="cd /topics/orders\npwd\ncat 0\n"
                          "cd ../payments\nls\ncd /nowhere\nexit\n", capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "/topics/orders\n" in out.stdout and "leader=1," in out.stdout and "id\n0\n" in out.stdout
