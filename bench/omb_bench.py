@@ -34,7 +34,13 @@ import argparse
 import os
 from typing import Any
 
-from bench.kafka_bench import add_cluster_options, bench_cluster, emit, resolve_brokers, row
+from bench.kafka_bench import (
+    add_cluster_options,
+    bench_cluster,
+    emit,
+    resolve_brokers,
+    row,
+)
 from common.errors import RaftkaError
 
 TOPIC = "bench-omb"
@@ -60,6 +66,10 @@ FIELDS: dict[str, tuple[type, Any]] = {
     "randomizedPayloadPoolSize": (int, 0),
     "backlogDrainRatio": (float, 1.0),
 }
+#: Fields of OMB's forks (ramped and paced rates, backlog drains): read, said not to be run.
+FORK_FIELDS = ("messageRateReceivedForSubscription", "producerStartRate", "acceptableBacklog",
+               "producerIncrementRate", "producerIncrementSeconds", "producerPauseBeforeDrain",
+               "producerPauseDuringDrain")
 #: Fields that must be at least 1.
 POSITIVE = ("topics", "partitionsPerTopic", "messageSize", "producersPerTopic")
 
@@ -93,11 +103,15 @@ def read_workload(path: str) -> dict[str, Any]:
         if not sep or line[:1].isspace() or not key.strip():
             raise RaftkaError(f"{path}:{lineno}: expected a `field: value` line of an OMB workload, got {line!r}")
         key = key.strip()
+        if key in FORK_FIELDS:
+            raw[key] = (lineno, _scalar(path, lineno, value))
+            continue
         if key not in FIELDS:
             raise RaftkaError(f"{path}:{lineno}: unknown workload field {key!r}; OMB workloads have "
                               f"{', '.join(FIELDS)}")
         raw[key] = (lineno, _scalar(path, lineno, value))
-    out: dict[str, Any] = {}
+    # Kept as text: only named among what is not run.
+    out: dict[str, Any] = {"fork_fields": {k: raw[k][1] for k in FORK_FIELDS if k in raw}}
     for field, (kind, default) in FIELDS.items():
         if field not in raw:
             if default is None:
@@ -215,6 +229,8 @@ def _not_run(w: dict[str, Any]) -> list[str]:
         notes.append("subscriptions and consumers: no consume rate or end-to-end latency is measured")
     if w["consumerBacklogSizeGB"] > 0:
         notes.append("consumerBacklogSizeGB: no backlog is built or drained")
+    for field, value in w["fork_fields"].items():
+        notes.append(f"{field} {value} (a field of OMB's forks)")
     if w["payloadFile"]:
         notes.append(f"payloadFile {w['payloadFile']}: payloads are random bytes of messageSize")
     return notes

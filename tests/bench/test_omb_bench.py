@@ -21,6 +21,7 @@ subscriptionsPerTopic: 1
 consumerPerSubscription: 1
 producersPerTopic: 1
 producerRate: 1000
+producerStartRate: 10000
 consumerBacklogSizeGB: 0
 testDurationMinutes: 15
 warmupDurationMinutes: 5
@@ -36,6 +37,7 @@ def test_omb_workload_runs_and_its_result_round_trips(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # What the workload asks for and the bench does not do is said, not silently dropped.
     assert "producerRate 1000" in proc.stdout and "consumers" in proc.stdout
+    assert "producerStartRate 10000" in proc.stdout  # a field of OMB's forks: read, not run
     (name,) = os.listdir(out)
     assert name.startswith("tiny-100b-raftka-") and name.endswith(".json")
     result = json.loads((out / name).read_text())
