@@ -20,8 +20,14 @@ files of the same workload) and an OMB result JSON file
 aggregated publish latency quantiles. `raftka report --import-omb` reads
 it back.
 
-Not run, and said so when the workload asks for them: `producerRate` (the
-producers send as fast as they can; OMB paces them), consumers
+`producerRate` (or `--producer-rate`) is records/s over all producers,
+split evenly; each producer sends record i at i/rate after the start, and
+its sampled latencies are timed from when each record was due, so a
+producer that falls behind shows it (coordinated omission corrected). At
+0 the producers send as fast as they can (OMB instead ramps the rate to the
+highest one it can hold).
+
+Not run, and said so when the workload asks for them: consumers
 (`subscriptionsPerTopic`, `consumerPerSubscription`: no consume rate or
 end-to-end latency is measured), a consumer backlog, and more than one
 topic. `payloadFile` is not read: payloads are random bytes of
@@ -103,6 +109,8 @@ def read_workload(path: str) -> dict[str, Any]:
         if not sep or line[:1].isspace() or not key.strip():
             raise RaftkaError(f"{path}:{lineno}: expected a `field: value` line of an OMB workload, got {line!r}")
         key = key.strip()
+        if key in raw:
+            raise RaftkaError(f"{path}:{lineno}: {key} is given twice (also on line {raw[key][0]}); keep one")
         if key in FORK_FIELDS:
             raw[key] = (lineno, _scalar(path, lineno, value))
             continue
@@ -136,6 +144,9 @@ def read_workload(path: str) -> dict[str, Any]:
     for field in POSITIVE:
         if out[field] < 1:
             raise RaftkaError(f"{path}:{raw[field][0]}: {field} must be at least 1, not {out[field]}")
+    if out["producerRate"] < 0:
+        raise RaftkaError(f"{path}:{raw['producerRate'][0]}: producerRate must be 0 (as fast as the producers "
+                          f"can) or positive, not {out['producerRate']:g}")
     if out["testDurationMinutes"] <= 0:
         raise RaftkaError(f"{path}:{raw['testDurationMinutes'][0]}: testDurationMinutes must be positive")
     if out["topics"] != 1:
@@ -153,6 +164,9 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                    help="seconds of measured producing (default: the workload's testDurationMinutes)")
     p.add_argument("--warmup-s", type=float, default=None, metavar="S",
                    help="seconds of unmeasured producing first (default: the workload's warmupDurationMinutes)")
+    p.add_argument("--producer-rate", type=float, default=None, metavar="N",
+                   help="records/s over all producers, 0 for as fast as they can (default: the workload's "
+                        "producerRate)")
     p.add_argument("--out-dir", default=None, metavar="DIR",
                    help="where the OMB result JSON goes (default: <results>/omb)")
     p.add_argument("--sample-every", type=int, default=100, metavar="N",
@@ -175,20 +189,23 @@ def run(args: argparse.Namespace) -> int:
     warmup = args.warmup_s if args.warmup_s is not None else w["warmupDurationMinutes"] * 60
     if duration <= 0 or warmup < 0:
         raise RaftkaError(f"--duration-s ({duration}) must be positive and --warmup-s ({warmup}) not negative")
+    rate = args.producer_rate if args.producer_rate is not None else w["producerRate"]
+    if rate < 0:
+        raise RaftkaError(f"--producer-rate ({rate}) must be 0 (as fast as they can) or positive")
     require_mode(args.mode)
     args.partitions, args.record_size, args.producers = w["partitionsPerTopic"], w["messageSize"], w["producersPerTopic"]
     args.count = None  # _measure's phases run for a duration
     resolve_brokers(args)
-    for note in _not_run(w):
+    for note in _not_run(w, rate):
         console.print(f"[yellow]not run: {note}[/yellow]")
     params = {
         "workload": w["name"], "record_size": w["messageSize"], "producers": w["producersPerTopic"],
         "partitions": w["partitionsPerTopic"], "topics": w["topics"], "producers_per_topic": w["producersPerTopic"],
-        "producer_rate": w["producerRate"], "replication_factor": args.replication_factor, "acks": args.acks,
+        "producer_rate": rate, "replication_factor": args.replication_factor, "acks": args.acks,
         "duration_s": duration, "brokers": args.brokers, "controllers": args.controllers,
     }
     spec = {"topic": TOPIC, "record_size": w["messageSize"], "count": None, "sample_every": args.sample_every,
-            "config": {"acks": args.acks}}
+            "rate": rate / w["producersPerTopic"], "config": {"acks": args.acks}}
     with bench_cluster(args, console, TOPIC) as bc:
         if warmup > 0:
             _measure(console, args, bc, {**spec, "duration_s": warmup}, f"{w['name']} warm-up")
@@ -221,10 +238,11 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "workload"
 
 
-def _not_run(w: dict[str, Any]) -> list[str]:
+def _not_run(w: dict[str, Any], rate: float) -> list[str]:
     notes = []
-    if w["producerRate"] > 0:
-        notes.append(f"producerRate {w['producerRate']:g}: the producers send as fast as they can")
+    if rate == 0:
+        notes.append("producerRate 0: OMB ramps the rate to find the highest the system sustains; "
+                     "here the producers send as fast as they can")
     if w["subscriptionsPerTopic"] or w["consumerPerSubscription"]:
         notes.append("subscriptions and consumers: no consume rate or end-to-end latency is measured")
     if w["consumerBacklogSizeGB"] > 0:
