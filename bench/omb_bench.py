@@ -15,7 +15,7 @@ short runs.
 It writes the usual result rows (scenario `produce`, with the workload's
 name in `params.workload`, so the report sets it beside OMB's own result
 files of the same workload) and an OMB result JSON file
-(`<out-dir>/<name>-raftka-<run id>.json`, the format
+(`<results>/_omb/<name>-raftka-<run id>.json`, or `--out-dir`, the format
 `raftka report --export-omb` writes): per-second `publishRate` and the
 aggregated publish latency quantiles. `raftka report --import-omb` reads
 it back.
@@ -168,7 +168,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                    help="records/s over all producers, 0 for as fast as they can (default: the workload's "
                         "producerRate)")
     p.add_argument("--out-dir", default=None, metavar="DIR",
-                   help="where the OMB result JSON goes (default: <results>/omb)")
+                   help="where the OMB result JSON goes (default: <results>/_omb: a folder whose name starts "
+                        "with _ stays out of the Parquet dataset)")
     p.add_argument("--sample-every", type=int, default=100, metavar="N",
                    help="time the delivery of every N-th record (default 100)")
     p.add_argument("--acks", default="1", choices=("0", "1", "all"), help="default 1 (OMB's Kafka driver: all)")
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
                    ("produce_latency_p50", "ms", result["latency_series"][50.0]),
                    ("produce_latency_p99", "ms", result["latency_series"][99.0])]
     run_id = emit(args, console, rows, {"produce_latency": result["latencies_ms"]}, SCENARIO, params)
-    out_dir = args.out_dir or os.path.join(args.results, "omb")
+    out_dir = args.out_dir or os.path.join(args.results, "_omb")
     for path in export_omb(args.results, out_dir, run_ids=[run_id]):
         target = os.path.join(out_dir, f"{_safe(w['name'])}-raftka-{run_id}.json")
         os.replace(path, target)
