@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scenarios = bench.add_subparsers(dest="scenario", metavar="SCENARIO")
     scenarios.required = True
     from bench import (consume_bench, controller_failover_bench, failover_bench, latency_bench,
-                       metadata_ops_bench, metadata_scale_bench, mirror_bench, produce_bench, quorum_bench, rebalance_bench,
+                       metadata_ops_bench, metadata_scale_bench, mirror_bench, omb_bench, produce_bench, quorum_bench, rebalance_bench,
                        storage_bench, suite)
 
     storage_bench.register(scenarios)
@@ -45,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     metadata_ops_bench.register(scenarios)
     mirror_bench.register(scenarios)
     rebalance_bench.register(scenarios)
+    omb_bench.register(scenarios)
     suite.register(scenarios)
     for name, parser in scenarios.choices.items():
         parser.set_defaults(func=_reporting(name, parser.get_default("func")))

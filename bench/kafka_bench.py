@@ -126,8 +126,8 @@ def row(scenario: str, params: dict[str, Any], metric: str, value: float, unit: 
 
 
 def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], samples: dict[str, list[float]],
-         scenario: str, params: dict[str, Any]) -> None:
-    """Write the rows (and latency samples) to --results; print them as JSON with --json."""
+         scenario: str, params: dict[str, Any]) -> str:
+    """Write the rows (and latency samples) to --results; print them as JSON with --json; the run id."""
     from bench.results import new_run_id, write_events, write_histogram, write_rows, write_samples, write_series
     from bench.runner import environment, write_environment
 
@@ -157,6 +157,7 @@ def emit(args: argparse.Namespace, console: Any, rows: list[dict[str, Any]], sam
         for r in rows:
             print(json.dumps({**{k: v for k, v in r.items() if k != "params"}, **r["params"]}))
         sys.stdout.flush()
+    return run_id
 
 
 def verdict(records_per_s: float, broker_cores: float, client_cores: float, client_processes: int,

@@ -12,7 +12,9 @@ own start and end (CLOCK_MONOTONIC, comparable across processes), its
 CPU seconds, and its latency samples.
 
 - **produce_worker**: produces `record_size`-byte values (random,
-  incompressible) with no key, for `duration_s` or `count` records. Every
+  incompressible) with no key, for `duration_s` or `count` records; with
+  `rate`, at that many records/s (record i due i/rate after the release),
+  its sampled latencies then timed from when each record was due. Every
   record's delivery report is counted (one Python callback each, also in
   the ceiling runs, so both sides pay it); every `sample_every`-th record
   also records its latency, from `produce()` to its delivery report. The
@@ -137,11 +139,23 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     if interval_s is not None:
         producer.begin_transaction()
         next_commit = time.monotonic() + interval_s
+    # With a rate (records/s of this producer), record i is due at t0 + i/rate.
+    rate = spec.get("rate") or 0.0
     i = 0
     while (count is None or i < count) and (i % POLL_EVERY or time.monotonic() < deadline):
+        if rate:
+            due = t0 + i / rate
+            wait = due - time.monotonic()
+            if wait > 0:
+                # Serves delivery reports while it waits; may return early, so check again.
+                poll(min(wait, QUEUE_FULL_WAIT_S))
+                continue
         try:
             if i % sample_every == 0:
-                now = perf_counter()
+                # At a fixed rate a sampled latency starts when the record was due, not when
+                # it was sent: a producer that fell behind its schedule is not hidden
+                # (coordinated omission corrected; monotonic and perf_counter are one clock).
+                now = due if rate else perf_counter()
                 produce(topic, value, on_delivery=sampled(now))
                 if interval_s is not None:
                     in_txn.append(now)

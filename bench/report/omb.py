@@ -183,9 +183,11 @@ def _percentile_of_buckets(buckets: list[tuple[float, int]], lo: float, hi: floa
     return hi
 
 
-def export_omb(results_dir: str, out_dir: str) -> list[str]:
-    """Write every raftka `produce` run in `results_dir` as an OMB
-    TestResult JSON file in `out_dir`; the files written."""
+def export_omb(results_dir: str, out_dir: str, run_ids: list[str] | None = None) -> list[str]:
+    """Write every raftka `produce` run in `results_dir` (or those of
+    `run_ids`) as an OMB TestResult JSON file in `out_dir`; the files
+    written. A run of `raftka bench omb` keeps its workload's name and
+    shape (`params.workload`, `topics`, `producers_per_topic`)."""
     import pyarrow.dataset as ds
 
     from bench.results import (
@@ -202,7 +204,8 @@ def export_omb(results_dir: str, out_dir: str) -> list[str]:
             return []
         return ds.dataset(path, format="parquet", schema=schema).to_table().to_pylist()
 
-    rows = [r for r in read_rows(results_dir) if r["scenario"] == "produce"]
+    rows = [r for r in read_rows(results_dir)
+            if r["scenario"] == "produce" and (run_ids is None or r["run_id"] in run_ids)]
     hists = [h for h in beside(HISTOGRAMS_DIR, HISTOGRAM_SCHEMA)
              if h["scenario"] == "produce" and h["metric"] == "produce_latency"]
     series = [s for s in beside(SERIES_DIR, SERIES_SCHEMA)
@@ -217,11 +220,12 @@ def export_omb(results_dir: str, out_dir: str) -> list[str]:
         rates = [s["value"] for s in sorted((s for s in series if s["run_id"] == run_id), key=lambda s: s["t_s"])]
         tag = hashlib.sha1(mine[0]["params"].encode()).hexdigest()[:8]
         result: dict[str, Any] = {
-            "workload": f"raftka-produce-{tag}",
+            "workload": str(params.get("workload") or f"raftka-produce-{tag}"),
             "driver": "raftka" if mine[0]["mode"] == "kraft" else f"raftka-{mine[0]['mode']}",
-            "messageSize": int(params.get("record_size") or 0), "topics": 1,
+            "messageSize": int(params.get("record_size") or 0), "topics": int(params.get("topics") or 1),
             "partitions": int(params.get("partitions") or 0),
-            "producersPerTopic": int(params.get("producers") or 0), "consumersPerTopic": 0,
+            "producersPerTopic": int(params.get("producers_per_topic") or params.get("producers") or 0),
+            "consumersPerTopic": 0,
             # raftka's series are 1 s apart (OMB's are 10 s apart).
             "publishRate": rates or [values.get("produce_records_per_s", 0.0)],
             "consumeRate": [], "publishErrorRate": [], "backlog": [],

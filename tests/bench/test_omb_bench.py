@@ -1,0 +1,91 @@
+"""`raftka bench omb --workload FILE`: an OMB workload YAML run against a real cluster, its OMB result
+file read back by `raftka report --import-omb`, and workload files that are wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bench.omb_bench import read_workload
+from bench.report.omb import import_omb
+from bench.results import read_rows
+from common.errors import RaftkaError
+from tests.bench.scenarios_testing import run_bench
+
+TINY = """\
+# one topic, two partitions, 100-byte messages
+name: tiny-100b
+topics: 1
+partitionsPerTopic: 2
+messageSize: 100
+payloadFile: "payload/payload-100b.data"
+subscriptionsPerTopic: 1
+consumerPerSubscription: 1
+producersPerTopic: 1
+producerRate: 1000
+producerStartRate: 10000
+consumerBacklogSizeGB: 0
+testDurationMinutes: 15
+warmupDurationMinutes: 5
+"""
+
+
+def test_omb_workload_runs_and_its_result_round_trips(tmp_path):
+    workload = tmp_path / "tiny.yaml"
+    workload.write_text(TINY)
+    # The default --out-dir, inside --results: the dataset still reads (below) with the JSON there.
+    results, out = str(tmp_path / "results"), tmp_path / "results" / "_omb"
+    proc = run_bench("omb", "--workload", str(workload), "--duration-s", "3", "--warmup-s", "0.5",
+                     "--results", results, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # What the workload asks for and the bench does not do is said, not silently dropped.
+    assert "consumers" in proc.stdout
+    assert "producerStartRate 10000" in proc.stdout  # a field of OMB's forks: read, not run
+    (name,) = os.listdir(out)
+    assert name.startswith("tiny-100b-raftka-") and name.endswith(".json")
+    result = json.loads((out / name).read_text())
+    assert result["workload"] == "tiny-100b" and result["messageSize"] == 100
+    assert result["partitions"] == 2 and result["topics"] == 1 and result["producersPerTopic"] == 1
+    # Per-second publish rates over the measured 3 s (a partial last second is dropped).
+    # ... at the workload's producerRate of 1,000 records/s (a producer behind schedule catches up).
+    rates = result["publishRate"]
+    assert len(rates) >= 2 and all(0 < r < 1500 for r in rates), rates
+    assert 800 < sum(rates) / len(rates) < 1100, rates
+    quantiles = [result[f"aggregatedPublishLatency{q}pct"] for q in ("50", "99", "999", "9999")]
+    assert 0 < quantiles[0] <= quantiles[1] <= quantiles[2] <= quantiles[3] <= result["aggregatedPublishLatencyMax"]
+    produce = [r for r in read_rows(results) if r["scenario"] == "produce"]
+    assert json.loads(produce[0]["params"])["workload"] == "tiny-100b"
+    assert {"produce_records_per_s", "produce_latency_p99"} <= {r["metric"] for r in produce}
+
+    # What `raftka report --import-omb` runs before the (Spark) report: the file reads back.
+    assert len(import_omb(results, [str(out / name)], "raftka-omb")) == 1
+    rows = {r["metric"]: r for r in read_rows(results) if r["scenario"] == "omb"}
+    assert json.loads(rows["produce_latency_p99"]["params"])["system"] == "raftka-omb"
+    assert rows["produce_latency_p99"]["value"] == result["aggregatedPublishLatency99pct"]
+    mean_rate = sum(result["publishRate"]) / len(result["publishRate"])
+    assert abs(rows["produce_records_per_s"]["value"] - mean_rate) < 1e-6 * mean_rate
+
+
+def test_bad_workload_file_names_the_field(tmp_path):
+    size = "messageSize: 100\n"
+    cases = [
+        (TINY.replace(size, ""), "no 'messageSize'"),
+        (TINY.replace(size, "messageSize: big\n"), "messageSize must be int, not 'big'"),
+        (TINY.replace(size, "messageSize: 0\n"), "messageSize must be at least 1"),
+        (TINY.replace(size, size + "mesageSize: 100\n"), "unknown workload field 'mesageSize'"),
+        (TINY.replace(size, size + "messageSize: 200\n"), "messageSize is given twice"),
+        (TINY.replace("producerRate: 1000\n", "producerRate: -5\n"), "producerRate must be 0"),
+        (TINY.replace("topics: 1\n", "topics: 3\n"), "set topics: 1"),
+    ]
+    for i, (text, expected) in enumerate(cases):
+        path = tmp_path / f"bad{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(RaftkaError) as exc:
+            read_workload(str(path))
+        assert expected in str(exc.value) and str(path) in str(exc.value), (expected, str(exc.value))
+    # The command says it in one line and exits 2 before starting any cluster.
+    proc = run_bench("omb", "--workload", str(tmp_path / "bad1.yaml"), "--results", str(tmp_path / "r"), timeout=60)
+    assert proc.returncode == 2 and "messageSize must be int, not 'big'" in proc.stderr, proc.stdout + proc.stderr
+    assert "cluster up" not in proc.stdout
