@@ -54,7 +54,7 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 
 from broker.api import configs
-from broker.shell.controller_channel import ControllerUnavailableError
+from broker.shell.controller_channel import ControllerUnavailableError, ask
 from broker.api.kio_util import build, convert, response_class, response_module
 from quorum.metadata import MetadataImage
 from common.security.acl import Operation, ResourceType
@@ -73,12 +73,8 @@ _log = logging.getLogger("broker.admin")
 
 async def _forward(broker, request, target_cls):
     """The controller's answer to `request` (converted both ways), or None."""
-    try:
-        answer = await broker.controller.send(convert(request.body, target_cls))
-    except (ControllerUnavailableError, ConnectionFailedError) as exc:
-        _log.warning("no answer from the controller: %s", exc)
-        return None
-    return convert(answer, response_class(request.header))
+    answer = await ask(broker.controller, convert(request.body, target_cls))
+    return None if answer is None else convert(answer, response_class(request.header))
 
 
 def _deadline(body) -> float:

@@ -18,9 +18,8 @@ from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest
 from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, convert, response_class, response_module
-from broker.shell.controller_channel import ControllerUnavailableError
+from broker.shell.controller_channel import ask
 from common.security.acl import Operation, ResourceType
-from common.wire import ConnectionFailedError
 from quorum.metadata.client_quotas import ENTITY_TYPES, entity_of
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -101,10 +100,8 @@ async def handle_alter_client_quotas(broker, ctx, request):
 
     if _denied(broker, ctx, Operation.ALTER_CONFIGS):
         return every(ErrorCode.cluster_authorization_failed, "ALTER_CONFIGS on the cluster is needed")
-    try:
-        answer = await broker.controller.send(convert(body, AlterClientQuotasRequest))
-    except (ControllerUnavailableError, ConnectionFailedError) as exc:
-        _log.warning("no answer from the controller: %s", exc)
+    answer = await ask(broker.controller, convert(body, AlterClientQuotasRequest))
+    if answer is None:
         return every(ErrorCode.request_timed_out, "the controller did not answer; retry")
     if not body.validate_only:
         changes = []

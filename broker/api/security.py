@@ -21,10 +21,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from broker.api.kio_util import build, convert, response_class, response_module
-from broker.shell.controller_channel import ControllerUnavailableError
+from broker.shell.controller_channel import ask
 from common.security.acl import Operation, ResourceType
 from common.security.sasl import SCRAM_MECHANISMS
-from common.wire import ConnectionFailedError
 from quorum.controller.security_control import acl_of, filter_of
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -35,15 +34,6 @@ _log = logging.getLogger("broker.security")
 
 def _cluster_denied(broker, ctx, operation: Operation) -> bool:
     return not broker.authorizer.allowed(ctx, operation, ResourceType.CLUSTER, "kafka-cluster")
-
-
-async def _forward(broker, request, target_cls):
-    try:
-        answer = await broker.controller.send(convert(request.body, target_cls))
-    except (ControllerUnavailableError, ConnectionFailedError) as exc:
-        _log.warning("no answer from the controller: %s", exc)
-        return None
-    return answer
 
 
 async def handle_alter_user_scram_credentials(broker, ctx, request):
@@ -58,7 +48,7 @@ async def handle_alter_user_scram_credentials(broker, ctx, request):
 
     if _cluster_denied(broker, ctx, Operation.ALTER):
         return every(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed to change credentials")
-    answer = await _forward(broker, request, AlterUserScramCredentialsRequest)
+    answer = await ask(broker.controller, convert(request.body, AlterUserScramCredentialsRequest))
     if answer is None:
         return every(ErrorCode.request_timed_out, "the controller did not answer")
     ok = {r.user for r in answer.results if r.error_code == ErrorCode.none}
@@ -104,7 +94,7 @@ async def handle_create_acls(broker, ctx, request):
 
     if _cluster_denied(broker, ctx, Operation.ALTER):
         return every(ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed to create ACLs")
-    answer = await _forward(broker, request, CreateAclsRequest)
+    answer = await ask(broker.controller, convert(request.body, CreateAclsRequest))
     if answer is None:
         return every(ErrorCode.request_timed_out, "the controller did not answer")
     created = []
@@ -124,7 +114,7 @@ async def handle_delete_acls(broker, ctx, request):
             build(mod.DeleteAclsFilterResult, error_code=ErrorCode.cluster_authorization_failed,
                   error_message="ALTER on the cluster is needed to delete ACLs", matching_acls=())
             for _ in body.filters))
-    answer = await _forward(broker, request, DeleteAclsRequest)
+    answer = await ask(broker.controller, convert(request.body, DeleteAclsRequest))
     if answer is None:
         return build(mod.DeleteAclsResponse, throttle_time=_NO_THROTTLE, filter_results=tuple(
             build(mod.DeleteAclsFilterResult, error_code=ErrorCode.request_timed_out,

@@ -17,9 +17,13 @@ Implementations:
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 from common.errors import RaftkaError
+from common.wire import ConnectionFailedError
+
+_log = logging.getLogger("broker.controller_channel")
 
 #: api_key -> the version the broker sends to the controller.
 CONTROLLER_VERSIONS: dict[int, int] = {
@@ -44,3 +48,14 @@ class ControllerChannel(Protocol):
         its kio response entity. Raise `ControllerUnavailableError` (or let
         a `common.wire.ConnectionFailedError` out) when there is no answer."""
         ...
+
+
+async def ask(channel: ControllerChannel, request: Any) -> Any | None:
+    """The active controller's answer to `request`, or None (logged) when
+    there is none: the forwarding handlers then answer REQUEST_TIMED_OUT,
+    which clients retry."""
+    try:
+        return await channel.send(request)
+    except (ControllerUnavailableError, ConnectionFailedError) as exc:
+        _log.warning("no answer from the controller: %s", exc)
+        return None
