@@ -96,7 +96,7 @@ class BrokerConfig:
     #: `log.max.open.files`: segment files open at once (`storage.fs.OpenFileCache`);
     #: 0 derives it from the open-files limit, leaving room for sockets.
     log_max_open_files: int = 0
-    #: `raftka.test.disk.fault.file` (tests only, `storage.fs.FaultSwitchFileSystem`):
+    #: `raftka.test.disk.fault.file` (tests only, `storage.fault_fs.FaultSwitchFileSystem`):
     #: while this file (relative to the first log dir) says `eio`, the
     #: partition logs' writes fail with EIO. Empty: the plain file system.
     test_disk_fault_file: str = ""

@@ -41,7 +41,7 @@ either (zk mode partitions brokers from each other, not from ZooKeeper).
 
 - `eio`: a broker's partition logs fail every write with EIO, through the
   test-only `raftka.test.disk.fault.file` every broker of the run is started
-  with (storage.fs.FaultSwitchFileSystem); the heal empties the file. The
+  with (storage.fault_fs.FaultSwitchFileSystem); the heal empties the file. The
   broker answers KAFKA_STORAGE_ERROR to what it cannot write and serves
   reads; it needs no restart (the heal restarts it only if it stopped).
 
@@ -230,7 +230,7 @@ DISK_FAULT_FILE = "chaos-disk-fault"
 
 
 class DiskFaults:
-    """Each broker's injected disk fault, written where the broker reads it (storage.fs)."""
+    """Each broker's injected disk fault, written where the broker reads it (storage.fault_fs)."""
 
     def __init__(self, dirs: dict[int, Path]) -> None:
         self.dirs = dict(dirs)

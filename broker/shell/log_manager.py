@@ -61,7 +61,8 @@ from storage.cleaner import LogCleaner
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
 from storage.errors import CorruptCheckpointError
-from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync, log_file_system
+from storage.fault_fs import log_file_system
+from storage.fs import OpenFileCache, OsFileSystem, deferred_fsync
 from storage.log import Log, parse_topic_partition
 from storage.log_checkpoints import write_checkpoints_of
 

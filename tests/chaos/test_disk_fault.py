@@ -13,7 +13,7 @@ from pathlib import Path
 
 from chaos.nemesis import DISK_FAULT_FILE, DiskFaults
 from cluster.launcher import LocalCluster
-from storage.fs import DISK_FAULT_FILE_KEY
+from storage.fault_fs import DISK_FAULT_FILE_KEY
 
 TOPIC = "t"
 

@@ -17,7 +17,8 @@ import pytest
 
 from storage.batch import build_batch
 from storage.config import LogConfig
-from storage.fs import FaultSwitchFileSystem, OpenFileCache, OsFileSystem, log_file_system
+from storage.fault_fs import FaultSwitchFileSystem, log_file_system
+from storage.fs import OpenFileCache, OsFileSystem
 from storage.log import Log
 
 
