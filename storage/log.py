@@ -70,10 +70,9 @@ Durability
   `storage.recovery`), fsyncs what it recovered, and moves the recovery
   point to the LEO. Segments below the recovery point are trusted after a
   cheap check (indexes, tail), not re-checksummed. Their records are
-  validated when a reader first reaches them (`LogSegment.check_range`,
-  once per byte): `read` serves the good batches before a bad one, and a
-  read that starts at the bad one raises `CorruptRecordError` naming the
-  file, position, base offset and reason.
+  validated when a reader first reaches them (`storage.segment_check`):
+  `read` serves the good batches before a bad one, and a read that starts
+  at the bad one raises `CorruptRecordError`.
 
 `Log.open(..., recovery_point=None, log_start_offset=None)` reads those
 from the checkpoint files in the parent directory; a caller that keeps
@@ -81,11 +80,10 @@ them itself passes both and `checkpoint_files=False`.
 
 With `producer_state=True` the log keeps its idempotent producers' state
 (KIP-98, `storage.producer_snapshot`): appends update it, rolls and
-`close` snapshot it, truncation reloads it. Transactions ride on it:
-`append_marker` writes a COMMIT/ABORT control batch as leader (followers
-get it as any batch), which ends the producer's open transaction; an
-aborted one goes into the `.txnindex` of the segment the marker is in
-(`storage.txn_index`), and `collect_aborted_txns` answers a
+`close` snapshot it, truncation reloads it. Transactions ride on it
+(`storage.log_txn`): `append_marker` writes a COMMIT/ABORT control batch
+as leader (followers get it as any batch), an aborted transaction goes
+into its segment's `.txnindex`, and `collect_aborted_txns` answers a
 read_committed fetch from those indexes. `storage.cleaner` compacts
 logs (`replace_segments` puts a cleaned segment in); `truncations` counts
 truncations so a compaction pass can tell.
@@ -93,7 +91,9 @@ truncations so a compaction pass can tell.
 The full checks and guarded writes of the append paths are pure helpers
 in `storage.log_append`, and those of open, retention and the time lookup
 in `storage.log_ops`; the checkpoint files of many logs at once are
-written by `storage.log_checkpoints`. None touches a `Log`'s private state.
+written by `storage.log_checkpoints`; transaction markers and aborted
+transactions are `storage.log_txn`'s, the first read of a trusted segment
+`storage.segment_check`'s. None touches a `Log`'s private state.
 """
 
 from __future__ import annotations
@@ -109,10 +109,6 @@ from crc32c import crc32c
 from storage.batch import (
     CODEC_OR_CONTROL_MASK,
     CONTROL_MASK,
-    ControlRecordType,
-    build_control_batch,
-    end_txn_marker_value,
-    read_txn_marker,
     COMPRESSION_MASK,
     CRC_START_OFFSET,
     LOG_OVERHEAD,
@@ -124,7 +120,7 @@ from storage.batch import (
 from storage.cleaner import truncate_cleaner_checkpoint
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import OffsetOutOfRangeError, StorageError
+from storage.errors import OffsetOutOfRangeError
 from storage.fs import File, FileSystem, OsFileSystem
 from storage.log_checkpoints import write_checkpoints_of
 from storage.log_append import (
@@ -142,9 +138,11 @@ from storage.log_ops import (
     offset_for_timestamp,
     parse_topic_partition,  # noqa: F401 (broker.log_manager imports it from here)
 )
-from storage.producer_snapshot import ProducerStateManager, record_completed
+from storage.log_txn import apply_marker, collect_aborted_txns, marker_batch
+from storage.producer_snapshot import ProducerStateManager
 from storage.producer_state import ProduceCheck, ProducerStateError
 from storage.segment import RECENT_BATCHES, LogSegment
+from storage.segment_check import served_end
 from storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -551,7 +549,7 @@ class Log:
             segment.record_batch(start + position, header.base_offset, header.next_offset, header.max_timestamp)
             if producer_state is not None and header[9] >= 0:
                 if header[5] & CONTROL_MASK:
-                    self._apply_marker(segment, header, records, position)
+                    apply_marker(self.dir_path, producer_state, segment, header, records, position)
                 else:
                     producer_state.update(header)
             epoch = header.partition_leader_epoch
@@ -564,21 +562,6 @@ class Log:
             self.maybe_flush(now_ms)
         return first.base_offset
 
-    def _apply_marker(self, segment: LogSegment, header, buf, position: int) -> None:
-        """A control batch of a producer is in `segment`: end its
-        transaction in the producer state and index an abort."""
-        producer_state = self.producer_state
-        try:
-            marker = read_txn_marker(buf, position)
-        except StorageError as e:
-            # Written already (the log is the truth): the epoch still moves.
-            logger.error("%s: control batch at offset %d has no readable marker: %s",
-                         self.dir_path, header.base_offset, e)
-            marker = None
-        completed = producer_state.update(header, marker=marker)
-        if completed is not None:
-            record_completed(segment, producer_state, completed)
-
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                       now_ms: int, leader_epoch: int) -> int:
         """Append a transaction marker (COMMIT or ABORT control batch) for
@@ -590,27 +573,14 @@ class Log:
         checked = producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         if checked.error:
             raise ProducerStateError(checked)
-        batch = build_control_batch(
-            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
-            end_txn_marker_value(coordinator_epoch),
-            base_offset=self._log_end_offset,
-            timestamp_ms=now_ms,
-            partition_leader_epoch=leader_epoch,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-        )
+        batch = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, self._log_end_offset, now_ms,
+                             leader_epoch)
         return self._append_batches_as_follower(batch, now_ms)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [fetch_offset, upper_bound)
         (a read_committed fetch's list, `storage.txn_index`)."""
-        out: list[AbortedTxn] = []
-        segments = self._segments
-        i = max(bisect_right(self._base_offsets, fetch_offset) - 1, 0)
-        for segment in segments[i:]:
-            if segment.txn_index.collect(fetch_offset, upper_bound, out):
-                break
-        return out
+        return collect_aborted_txns(self._segments, self._base_offsets, fetch_offset, upper_bound)
 
     # --- rolling ---
 
@@ -691,15 +661,9 @@ class Log:
                 limit = min(limit, start + max(budget, header.size_in_bytes))
             end = segment.batch_end_at_or_before(start, limit)
             if segment.unchecked and end > start:
-                # Loaded from disk, not checked yet (storage.segment): serve
-                # the good batches before a bad one; the read that starts
-                # at the bad one raises. Raised after a slice: served next time.
-                try:
-                    good = segment.check_range(start, end)
-                except StorageError:
-                    if slices:
-                        break
-                    raise
+                # Loaded from disk, not checked yet: up to a bad batch
+                # (`storage.segment_check`).
+                good = served_end(segment, start, end, bool(slices))
                 if good < end:
                     if good > start:
                         slices.append(FileSlice(segment.log, start, good - start))
