@@ -81,7 +81,7 @@ from common.errors import ConfigError, RaftkaError
 from common.meta_properties import META_PROPERTIES, read_meta, write_meta
 from common.wire.errors import RemoteProtocolError
 from common.wire.framing import FrameBuffer
-from common.wire.server import listen_tcp
+from common.wire.listeners import listen_tcp
 
 _log = logging.getLogger("broker.zk_link")
 

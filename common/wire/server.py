@@ -56,11 +56,9 @@ a slow reader fills the whole send buffer per wakeup instead of 16 KiB.
 
 from __future__ import annotations
 
-import errno
 import itertools
 import logging
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import CoroutineType
@@ -70,7 +68,7 @@ import trio
 
 from common.security import ListenerSecurity
 from common.security.sasl import ScramLookup
-from common.security.tls import TlsSocket, subject_dn
+from common.security.tls import TlsSocket
 from common.wire.apis import SupportedApis
 from common.wire.authenticate import SaslGate
 from common.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request, encode_response
@@ -84,6 +82,8 @@ from common.wire.framing import (
     ResponsePart,
     part_length,
 )
+from common.wire.listeners import bind_tcp, listen_on
+from common.wire.secure_connection import authenticated_by, secure_connection
 from common.wire.transmit import FileTransfer, SendReport, send_now, send_parts
 
 DEFAULT_MAX_IN_FLIGHT = 16
@@ -136,72 +136,6 @@ class Server:
         (a no-op if it listens already). A connect succeeds from the moment
         this returns: the kernel queues connections until they are accepted."""
         self._open()
-
-
-#: What trio.open_tcp_listeners asks for: the system's maximum.
-LISTEN_BACKLOG = 0xFFFF
-
-
-async def bind_tcp(port: int, host: str) -> list[trio.socket.SocketType]:
-    """The sockets `trio.open_tcp_listeners` would open, bound but not yet
-    listening: the port is taken and its number known, while a client's
-    connect is refused (and retried) until `listen_on` them. Errors name the
-    address: a node has a Kafka and a controller listener, and "Address
-    already in use" alone does not say which port to free."""
-    try:
-        # An empty host binds every interface (Kafka's `PLAINTEXT://:9092`).
-        addresses = await trio.socket.getaddrinfo(host or None, port, type=trio.socket.SOCK_STREAM,
-                                                  flags=trio.socket.AI_PASSIVE)
-        sockets: list[trio.socket.SocketType] = []
-        unsupported: OSError | None = None
-        try:
-            for family, type_, proto, _name, sockaddr in addresses:
-                try:
-                    sock = trio.socket.socket(family, type_, proto)
-                except OSError as exc:
-                    if exc.errno != errno.EAFNOSUPPORT:
-                        raise
-                    unsupported = exc  # e.g. an IPv6 address on an IPv4-only system
-                    continue
-                sockets.append(sock)
-                # SO_REUSEADDR binds a port whose last connections wait in
-                # TIME_WAIT (a restart). Cleared once bound: Linux lets another
-                # SO_REUSEADDR socket bind a port that both flag and neither
-                # listens on, so left set it would not hold the port until
-                # `listen_on` (which sets it again, as listen() checks anew).
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                await sock.bind(sockaddr)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
-        except BaseException:
-            for sock in sockets:
-                sock.close()
-            raise
-        if not sockets:
-            raise unsupported or OSError(errno.EADDRNOTAVAIL, "no address to bind")
-        return sockets
-    except OSError as exc:
-        raise OSError(exc.errno, f"{exc.strerror or exc} ({host}:{port})") from None
-
-
-def listen_on(sockets: list[trio.socket.SocketType]) -> list[trio.SocketListener]:
-    """Listen on sockets from `bind_tcp`."""
-    for sock in sockets:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.listen(LISTEN_BACKLOG)
-    return [trio.SocketListener(sock) for sock in sockets]
-
-
-async def listen_tcp(port: int, host: str) -> list[trio.SocketListener]:
-    """`trio.open_tcp_listeners`, with the address in its error (`bind_tcp`)."""
-    sockets = await bind_tcp(port, host)
-    try:
-        return listen_on(sockets)
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
 
 
 async def serve(
@@ -317,18 +251,12 @@ class _ConnectionServer:
         try:
             sock.setblocking(False)
             self._tune(sock)
-            conn_sock: socket.socket | TlsSocket = sock
-            file_transfer = self.file_transfer
-            security = self.security
-            if security.tls is not None:
-                tls = await self._tls_handshake(sock, ctx)
-                if tls is None:
-                    return
-                # The kernel cannot encrypt: file slices are read and encrypted from memory.
-                conn_sock, file_transfer = tls, "pread"
-            gate = None
-            if security.sasl is not None:
-                gate = SaslGate(security.sasl, self.scram_lookup, ctx.peer, self.log)
+            # TLS handshake and SASL gate, as the listener's security asks (none: PLAINTEXT).
+            secured = await secure_connection(sock, ctx, self.security, self.scram_lookup, self.file_transfer,
+                                              self.idle_s, self.server.stats, self.log)
+            if secured is None:
+                return
+            conn_sock, file_transfer, gate = secured
             async with trio.open_nursery() as nursery:
                 ctx._scope = nursery.cancel_scope
                 connection = _Connection(self, ctx, conn_sock, nursery, file_transfer, gate)
@@ -346,32 +274,6 @@ class _ConnectionServer:
             sock.detach()
             del self.server.connections[ctx.connection_id]
             await trio.aclose_forcefully(stream)
-
-    async def _tls_handshake(self, sock: socket.socket, ctx: ConnectionContext) -> TlsSocket | None:
-        """The TLS connection once its handshake is done (the principal set
-        from a client certificate), or None after logging why it failed. A
-        client that stalls is dropped after connections.max.idle.ms."""
-        assert self.security.tls is not None
-        tls = TlsSocket(sock, self.security.tls)
-        with trio.move_on_after(self.idle_s) as scope:
-            try:
-                await tls.handshake()
-            except (ssl.SSLError, OSError) as exc:
-                self.server.stats.tls_handshake_failures += 1
-                reason = getattr(exc, "reason", None) or exc
-                self.log.warning("TLS handshake with %s on listener %s failed: %s", ctx.peer, self.listener_name,
-                                 reason)
-                return None
-        if scope.cancelled_caught:
-            self.server.stats.tls_handshake_failures += 1
-            self.log.warning("TLS handshake with %s on listener %s did not finish within "
-                             "connections.max.idle.ms=%d; closing", ctx.peer, self.listener_name,
-                             round(self.idle_s * 1000))
-            return None
-        cert = tls.peer_certificate()
-        if cert is not None:
-            ctx.principal = "User:" + self.security.principal_mapper.name(subject_dn(cert))
-        return tls
 
     def _tune(self, sock: socket.socket) -> None:
         if self.send_buffer_bytes != -1:
@@ -532,14 +434,13 @@ class _Connection:
         seq = self._next_seq
         self._next_seq = seq + 1
         slot = Slot(request)
-        slot.parts = [gate.answer(request)]
+        slot.parts = [authenticated_by(gate, self.ctx, request)]
         slot.done = True
         self.ctx._sequencer.release(seq)
         # The exchange is one request at a time: the client waits for each answer.
         self.pipeline.add(slot)
         self.ctx._in_flight += 1
         if gate.state == "done":
-            self.ctx.principal = gate.principal or self.ctx.principal
             self.gate = None
 
     def _dispatch_now(self, request: DecodedRequest) -> None:
