@@ -12,5 +12,8 @@ offset, which checkpoints to write); the shell does the I/O.
     offsets.py    offset syncs and checkpoints: their wire format, the emitter,
                   the store that translates offsets (as MM2's OffsetSyncStore)
     worker.py     one flow's process: consumer on the source, producer on the target
+    eos.py        its exactly-once transaction steps: time limits, producer
+                  replacement, abort and rewind to the target's committed positions
+    errors.py     MirrorError, the retry backoff, the quiet librdkafka logger
     status.py     lag per topic and partition, for `raftka mirror status`
 """

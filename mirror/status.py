@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from mirror.config import FlowConfig
 from mirror.policy import mirrored_topics
-from mirror.worker import ADMIN_TIMEOUT_S, MirrorError, _quiet
+from mirror.errors import MirrorError, _quiet
+from mirror.topics import ADMIN_TIMEOUT_S
 
 
 @dataclasses.dataclass(frozen=True)
