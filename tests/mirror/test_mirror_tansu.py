@@ -145,8 +145,10 @@ def test_exactly_once_from_tansu_through_a_sigkill(brokers, mirrors) -> None:
     m = mirrors(*args)
     wait_until(lambda: sum(map(len, read_committed(tgt, f"source.{topic}", 2, 1.0).values())) >= sent[0], 90,
                "every record committed on the target")
-    source = read_all(src, topic)
+    # Compared with what the writer had acknowledged rather than with a read of the source: a read of
+    # Tansu up to the end offset it lists has been seen to stop one record short of what it had acknowledged.
     target = read_committed(tgt, f"source.{topic}", 2)
-    for p, records in source.items():
-        assert target[p] == [r[2] for r in records], f"partition {p}: not exactly once, in order"
+    for p in range(2):
+        written = [str(i).encode() for i in range(p, sent[0], 2)]
+        assert target[p] == written, f"partition {p}: not exactly once, in order"
     assert m.stop() == 0
