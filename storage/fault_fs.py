@@ -4,7 +4,9 @@
 (`raftka chaos`'s `eio` nemesis, `raftka.test.disk.fault.file`): while the
 switch file says `eio`, every write, truncate, fsync, create, rename and
 remove through it raises OSError(EIO), as a disk failing its writes does;
-reads are served. A broker without the setting uses the plain classes
+reads are served. `eio <dir>` fails only the paths under `dir` (one of
+several `log.dirs`: one disk of a broker failing; a relative `dir` is
+taken relative to the switch file's directory). A broker without the setting uses the plain classes
 (`log_file_system` picks), so the switch costs the write path nothing there.
 """
 
@@ -22,7 +24,7 @@ logger = logging.getLogger("storage.fs")
 
 
 DISK_FAULT_FILE_KEY = "raftka.test.disk.fault.file"
-#: What a switch file may hold: no fault (empty, or no file), or `eio`.
+#: What a switch file may hold: no fault (empty, or no file), or `eio` (optionally `eio <dir>`).
 DISK_FAULTS = ("", "eio")
 _FAULT_REREAD_S = 0.1
 
@@ -31,28 +33,41 @@ class DiskFaultSwitch:
     """The fault named in `path`, read again at most every 100 ms (from
     any thread: the state is two attributes, replaced whole).
 
-    `check(path)` raises OSError(EIO) for `path` while the file says `eio`."""
+    `check(path)` raises OSError(EIO) for `path` while the file says `eio`
+    (and `path` is under the directory it names, if it names one)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fault = ""
+        #: The directory the fault is limited to ("" : every path).
+        self.under = ""
         self._next_read = 0.0
         self._complained = ""
 
     def read(self) -> str:
         try:
             with open(self.path) as f:
-                text = f.read(64).strip().lower()
+                text = f.read(4096).strip()
         except FileNotFoundError:
             return ""
         except OSError as exc:
             self._complain(f"cannot read {self.path} ({exc}); the disk fault stays {self.fault or 'none'}")
-            return self.fault
-        if text not in DISK_FAULTS:
-            self._complain(f"{self.path} holds {text[:40]!r}; write `eio` (writes fail) or nothing (no fault); "
-                           f"the disk fault stays {self.fault or 'none'}")
-            return self.fault
-        return text
+            return self._current_text()
+        word, _, under = text.partition(" ")
+        if word.lower() not in DISK_FAULTS or (under and not word):
+            self._complain(f"{self.path} holds {text[:40]!r}; write `eio` (writes fail) or nothing (no fault), "
+                           f"or `eio <dir>` (writes under dir fail); the disk fault stays {self.fault or 'none'}")
+            return self._current_text()
+        if not word:
+            return ""
+        under = under.strip()
+        if under:
+            under = os.path.join(os.path.dirname(os.path.abspath(self.path)), under)  # absolute stays itself
+            return f"{word.lower()} {os.path.normpath(under)}"
+        return word.lower()
+
+    def _current_text(self) -> str:
+        return f"{self.fault} {self.under}" if self.under else self.fault
 
     def _complain(self, message: str) -> None:
         if message != self._complained:  # once per distinct problem, not every 100 ms
@@ -63,15 +78,20 @@ class DiskFaultSwitch:
         now = time.monotonic()
         if now >= self._next_read:
             self._next_read = now + _FAULT_REREAD_S
-            fault = self.read()
-            if fault != self.fault:
+            text = self.read()
+            if text != self._current_text():
+                fault, _, under = text.partition(" ")
                 logger.warning("%s: disk fault %s (from %s)", DISK_FAULT_FILE_KEY,
-                               "on: writes under the log dirs fail with EIO" if fault else "healed", self.path)
-                self.fault = fault
+                               (f"on: writes under {under or 'the log dirs'} fail with EIO") if fault else "healed",
+                               self.path)
+                self.fault, self.under = fault, under
         return self.fault
 
     def check(self, path: str) -> None:
         if self.current():
+            under = self.under
+            if under and not (path == under or path.startswith(under + os.sep)):
+                return
             raise OSError(errno.EIO, f"{os.strerror(errno.EIO)} (injected by {DISK_FAULT_FILE_KEY})", path)
 
 

@@ -76,3 +76,22 @@ def test_a_switch_file_with_another_word_changes_nothing(tmp_path, caplog):
     assert log.append(batch(0), now_ms=0) == 0
     assert "write `eio` (writes fail) or nothing" in caplog.text
     log.close()
+
+
+def test_eio_with_a_dir_fails_only_the_writes_under_that_dir(tmp_path):
+    """`eio <dir>`: one of a broker's log dirs fails, the other writes on."""
+    switch_file = tmp_path / "fault"
+    fs = log_file_system(str(tmp_path), "fault", OpenFileCache(16))
+    failing = Log.open(str(tmp_path / "d1" / "t-0"), LogConfig(), now_ms=0, fs=fs)
+    healthy = Log.open(str(tmp_path / "d2" / "t-0"), LogConfig(), now_ms=0, fs=fs)
+    switch_file.write_text("eio d1\n")  # relative to the switch file's directory
+    settle()
+    with pytest.raises(OSError) as failed:
+        failing.append(batch(0), now_ms=0)
+    assert failed.value.errno == errno.EIO
+    assert healthy.append(batch(0), now_ms=0) == 0
+    switch_file.write_text(f"eio {tmp_path / 'd2'}\n")  # an absolute dir
+    settle()
+    assert failing.append(batch(1), now_ms=0) == 0
+    with pytest.raises(OSError):
+        healthy.append(batch(1), now_ms=0)
