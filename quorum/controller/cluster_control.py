@@ -20,6 +20,17 @@ A broker's lifecycle, as the image records it (`fenced`,
       DOWN                    respond should_shut_down
     any       => (none)       UnregisterBroker
 
+Offline log dirs (KIP-858's messages). A broker whose log dir failed lists
+the dir's id in every heartbeat (`offline_log_dirs`) and sends
+AssignReplicasToDirs naming the partitions that were in it. Replicas
+assigned to a dir the broker reports offline leave their ISRs and, where
+the broker led, leadership moves to another in-sync replica, as Kafka's
+controller does for an assignment to an offline dir. The assignment of a
+replica to an online dir changes nothing (raftka keeps no directory per
+replica in the metadata). The offline dirs are soft state: a new active
+controller learns them from the next heartbeat, and the broker sends the
+assignment again until its image shows the replicas out of the ISRs.
+
 No metadata batch carries more than MAX_CHANGES_PER_BATCH partition
 changes (as no CreateTopics creates more partitions): a broker leaving
 100,000 partitions in one batch made a request larger than a metadata
@@ -38,16 +49,26 @@ fresh session then, as Kafka grants after a failover.
 
 from __future__ import annotations
 
+import logging
+import uuid
+
+from kio.schema.assign_replicas_to_dirs.v0 import request as ard_req
+from kio.schema.assign_replicas_to_dirs.v0 import response as ard_resp
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest, BrokerHeartbeatResponse
 from kio.schema.broker_registration.v4 import BrokerRegistrationRequest, BrokerRegistrationResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.unregister_broker.v0 import UnregisterBrokerRequest, UnregisterBrokerResponse
 
 from quorum.controller.config import ControllerConfig
-from quorum.controller.elections import LeaderMoves, changes_for_leaving_brokers, changes_for_returning_broker
+from quorum.controller.elections import (
+    LeaderMoves,
+    changes_for_leaving_brokers,
+    changes_for_offline_replicas,
+    changes_for_returning_broker,
+)
 from quorum.controller.result import NO_THROTTLE, ControllerResult
 from quorum.controller.topic_control import MAX_PARTITIONS_PER_REQUEST
-from quorum.metadata.image import MetadataImage
+from quorum.metadata.image import MetadataImage, TopicPartition
 from quorum.metadata.records import (
     BrokerRegistrationChangeRecord,
     Endpoint,
@@ -58,6 +79,8 @@ from quorum.metadata.records import (
 
 
 MAX_CHANGES_PER_BATCH = MAX_PARTITIONS_PER_REQUEST
+
+_log = logging.getLogger("quorum.controller")
 
 
 def _heartbeat_response(error: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
@@ -80,6 +103,8 @@ class ClusterControlManager:
         # Unfenced brokers whose offline partitions may still need a leader
         # elected (more than one batch's worth when unfenced).
         self._elections_owed: set[int] = set()
+        #: The log dirs each broker's heartbeats report offline (module doc).
+        self._offline_dirs: dict[int, frozenset[uuid.UUID]] = {}
 
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         last = self._last_heartbeat_ms.get(broker_id)
@@ -119,6 +144,7 @@ class ClusterControlManager:
         records: list[Record] = [RegisterBrokerRecord(
             broker_id=broker_id, incarnation_id=request.incarnation_id, endpoints=endpoints,
             rack=request.rack, fenced=True)]
+        self._offline_dirs.pop(broker_id, None)  # a new process reports its own
         if existing is not None:
             # The previous incarnation may still lead or sit in ISRs; a
             # restarted process may have lost unflushed data, so it leaves
@@ -144,6 +170,11 @@ class ClusterControlManager:
         if request.broker_epoch != reg.epoch:
             return ControllerResult((), _heartbeat_response(ErrorCode.stale_broker_epoch))
         self._touch(broker_id, now_ms)
+        offline = frozenset(d for d in request.offline_log_dirs if d is not None)
+        if offline != self._offline_dirs.get(broker_id, frozenset()):
+            _log.warning("broker %d reports %d offline log dir(s)%s", broker_id, len(offline),
+                         f": {', '.join(sorted(str(d) for d in offline))}" if offline else "")
+            self._offline_dirs[broker_id] = offline
         caught_up = request.current_metadata_offset >= reg.epoch
         ok = ErrorCode.none
 
@@ -179,6 +210,47 @@ class ClusterControlManager:
                        *self._moves.take(image, self._config, MAX_CHANGES_PER_BATCH, fencing=(broker_id,))]
             return ControllerResult(tuple(records), _heartbeat_response(ok, caught_up=caught_up))
         return ControllerResult((), _heartbeat_response(ok, caught_up=caught_up, fenced=False))
+
+    # --- AssignReplicasToDirs ---------------------------------------------------
+
+    def assign_replicas_to_dirs(self, request: ard_req.AssignReplicasToDirsRequest, image: MetadataImage,
+                                now_ms: int) -> ControllerResult[ard_resp.AssignReplicasToDirsResponse]:
+        """Replicas assigned to a dir the broker reports offline leave their
+        ISRs and leaderships (module doc); at most MAX_CHANGES_PER_BATCH
+        changes per request (the broker sends again for the rest)."""
+        broker_id = request.broker_id
+        reg = image.brokers.get(broker_id)
+        error = ErrorCode.none
+        if reg is None:
+            error = ErrorCode.broker_id_not_registered
+        elif request.broker_epoch != reg.epoch:
+            error = ErrorCode.stale_broker_epoch
+        if error is not ErrorCode.none:
+            return ControllerResult((), ard_resp.AssignReplicasToDirsResponse(
+                throttle_time=NO_THROTTLE, error_code=error, directories=()))
+        offline = self._offline_dirs.get(broker_id, frozenset())
+        lost: list[TopicPartition] = []
+        answer = []
+        for d in request.directories:
+            topics = []
+            for t in d.topics:
+                parts = []
+                for p in t.partitions:
+                    topic = image.topics_by_id.get(t.topic_id)
+                    known = topic is not None and int(p.partition_index) in topic.partitions
+                    if known and d.id_ in offline:
+                        lost.append(TopicPartition(t.topic_id, int(p.partition_index)))
+                    parts.append(ard_resp.PartitionData(
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.none if known else ErrorCode.unknown_topic_or_partition))
+                topics.append(ard_resp.TopicData(topic_id=t.topic_id, partitions=tuple(parts)))
+            answer.append(ard_resp.DirectoryData(id_=d.id_, topics=tuple(topics)))
+        records = changes_for_offline_replicas(image, broker_id, lost, self._config, MAX_CHANGES_PER_BATCH)
+        if records:
+            _log.info("broker %d: %d replica(s) in an offline log dir leave their ISRs (%d partition change(s))",
+                      broker_id, len(lost), len(records))
+        return ControllerResult(tuple(records), ard_resp.AssignReplicasToDirsResponse(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.none, directories=tuple(answer)))
 
     # --- UnregisterBroker -------------------------------------------------------
 

@@ -40,6 +40,7 @@ from typing import Any
 from kio.schema.allocate_producer_ids.v0 import AllocateProducerIdsRequest
 from kio.schema.alter_partition.v3 import AlterPartitionRequest
 from kio.schema.alter_partition_reassignments.v0 import AlterPartitionReassignmentsRequest
+from kio.schema.assign_replicas_to_dirs.v0.request import AssignReplicasToDirsRequest
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4 import BrokerRegistrationRequest
 from kio.schema.create_partitions.v3 import CreatePartitionsRequest
@@ -76,6 +77,7 @@ SUPPORTED_REQUESTS: tuple[type, ...] = (
     BrokerHeartbeatRequest,           # v2
     UnregisterBrokerRequest,          # v0
     AlterPartitionRequest,            # v3
+    AssignReplicasToDirsRequest,      # v0
     AllocateProducerIdsRequest,       # v0
     CreateTopicsRequest,              # v7
     DeleteTopicsRequest,              # v6
@@ -119,6 +121,7 @@ class QuorumController:
             BrokerHeartbeatRequest: self.cluster.heartbeat,
             UnregisterBrokerRequest: self.cluster.unregister,
             AlterPartitionRequest: self.replication.alter_partition,
+            AssignReplicasToDirsRequest: self.cluster.assign_replicas_to_dirs,
             ElectLeadersRequest: self.replication.elect_leaders,
             AllocateProducerIdsRequest: self.producer_ids.allocate_producer_ids,
             CreateTopicsRequest: self.topics.create_topics,

@@ -113,6 +113,20 @@ def changes_for_leaving_brokers(
     return _changes_off(image, gone, iter(_sorted_partitions(image, gone)), config, limit)
 
 
+def changes_for_offline_replicas(
+    image: MetadataImage, broker_id: int, partitions: Collection[TopicPartition], config: ControllerConfig,
+    limit: int | None = None,
+) -> list[PartitionChangeRecord]:
+    """Move leadership of `partitions` off `broker_id` and drop it from their
+    ISRs (keeping the last member): its replicas of them are offline (their
+    log dir failed), its others serve on."""
+    names = {tp.topic_id: image.topics_by_id[tp.topic_id].name for tp in partitions
+             if tp.topic_id in image.topics_by_id}
+    ordered = sorted((tp for tp in partitions if tp.topic_id in names),
+                     key=lambda tp: (names[tp.topic_id], tp.partition))
+    return _changes_off(image, {broker_id}, iter(ordered), config, limit)
+
+
 def _changes_off(image: MetadataImage, gone: set[int], partitions: Iterator[TopicPartition],
                  config: ControllerConfig, limit: int | None) -> list[PartitionChangeRecord]:
     """The changes that take `gone` out of the leadership and ISR of each of

@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.allocate_producer_ids.v0 import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 from kio.schema.alter_partition.v3 import AlterPartitionRequest, AlterPartitionResponse
+from kio.schema.assign_replicas_to_dirs.v0 import AssignReplicasToDirsRequest, AssignReplicasToDirsResponse
 from kio.schema.alter_partition_reassignments.v0 import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -84,6 +85,8 @@ def error_response(request: Any, error: ErrorCode, message: str | None = None) -
         return UnregisterBrokerResponse(throttle_time=t, error_code=error, error_message=message)
     if isinstance(request, AlterPartitionRequest):
         return AlterPartitionResponse(throttle_time=t, error_code=error, topics=())
+    if isinstance(request, AssignReplicasToDirsRequest):
+        return AssignReplicasToDirsResponse(throttle_time=t, error_code=error, directories=())
     if isinstance(request, AllocateProducerIdsRequest):
         return AllocateProducerIdsResponse(throttle_time=t, error_code=error, producer_id_start=-1, producer_id_len=0)
     if isinstance(request, ElectLeadersRequest):

@@ -289,3 +289,40 @@ def test_a_returning_broker_gets_its_leaders_a_batch_at_a_time(monkeypatch):
     assert len(c.tick(c.now_ms + 1)) == 2
     assert all(c.partition("a", i).leader == 1 for i in range(10))
     assert c.tick(c.now_ms + 1) == [] and c.controller.next_deadline_ms(c.image) != 0
+
+
+def test_replicas_assigned_to_an_offline_log_dir_leave_isrs_and_leadership():
+    """KIP-858's messages: a broker lists its failed dir in heartbeats and
+    assigns the dir's replicas to it; those alone move, its others stay."""
+    from kio.schema.assign_replicas_to_dirs.v0 import request as ard_req
+    from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
+
+    c = Cluster()
+    c.start_brokers(1, 2, 3)
+    c.create_topic("t", partitions=6, rf=3)
+    topic_id = c.image.topic("t").topic_id
+    led_by_1 = [i for i in range(6) if c.partition("t", i).leader == 1]
+    lost, kept = led_by_1[:1], [i for i in range(6) if i not in led_by_1[:1]]
+    dead_dir = uuid.uuid4()
+
+    def assign(dir_id):
+        return c.send(ard_req.AssignReplicasToDirsRequest(
+            broker_id=1, broker_epoch=c.image.brokers[1].epoch, directories=(ard_req.DirectoryData(
+                id_=dir_id, topics=(ard_req.TopicData(topic_id=topic_id, partitions=tuple(
+                    ard_req.PartitionData(partition_index=i) for i in lost)),)),)))
+
+    # Not (yet) reported offline: an assignment changes nothing.
+    assert assign(dead_dir).error_code == ErrorCode.none
+    assert all(c.partition("t", i).leader == 1 for i in lost)
+    c.send(BrokerHeartbeatRequest(broker_id=1, broker_epoch=c.image.brokers[1].epoch,
+                                  current_metadata_offset=c.image.offset, want_fence=False, want_shut_down=False,
+                                  offline_log_dirs=(dead_dir,)))
+    answer = assign(dead_dir)
+    assert answer.error_code == ErrorCode.none
+    assert {p.error_code for d in answer.directories for t in d.topics for p in t.partitions} == {ErrorCode.none}
+    for i in lost:
+        p = c.partition("t", i)
+        assert p.leader in (2, 3) and 1 not in p.isr
+    for i in kept:
+        assert 1 in c.partition("t", i).isr
+    assert not c.image.brokers[1].fenced
