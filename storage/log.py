@@ -893,6 +893,19 @@ class Log:
             segment.close()
         self._closed = True
 
+    def abandon(self) -> None:
+        """Release the files without writing anything: the log's directory
+        failed (EIO, unmounted), and a flush there could only fail again.
+        What was not flushed is recovered from the files at the next start."""
+        if self._closed:
+            return
+        self._closed = True
+        for segment in self._segments:
+            try:
+                segment.close()
+            except OSError:
+                pass  # the descriptor is released whatever close says
+
     def __repr__(self) -> str:
         return (
             f"Log({self.dir_path!r}, log_start_offset={self._log_start_offset}, "

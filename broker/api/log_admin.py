@@ -16,7 +16,8 @@ Theory of operation
 * DescribeLogDirs lists every `log.dirs` directory with the partitions in
   it, their size on disk and offset lag (how far the replica's log end is
   behind the high watermark; 0 on a leader), and the disk's total and
-  usable bytes.
+  usable bytes. A log dir taken offline by a disk failure is listed with
+  error KAFKA_STORAGE_ERROR and no partitions, as Kafka lists it.
 * AlterReplicaLogDirs: a replica already in the named dir is answered
   NONE (a no-op, as in Kafka), a dir not in `log.dirs` LOG_DIR_NOT_FOUND.
   Moving a replica to another of this broker's dirs is not implemented:
@@ -99,7 +100,12 @@ async def handle_describe_log_dirs(broker, ctx, request):
             mod.DescribeLogDirsPartition, partition_index=partition, partition_size=log.size_in_bytes,
             offset_lag=lag, is_future_key=False))
     results = []
+    offline = broker.log_manager.offline_dirs
     for log_dir, topics in by_dir.items():
+        if log_dir in offline:
+            results.append(build(mod.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error,
+                                 log_dir=log_dir, topics=(), total_bytes=-1, usable_bytes=-1))
+            continue
         try:
             usage = shutil.disk_usage(log_dir)
             total, usable, error = usage.total, usage.free, ErrorCode.none

@@ -36,6 +36,11 @@ waits for something (to be unfenced, to be let go) it heartbeats every
 each answer in those states. A failed request (no controller answered) is
 retried after `retry_backoff_ms`, doubling up to the heartbeat interval.
 
+Offline log dirs. `offline_log_dirs` (the ids of the broker's failed log
+dirs, set by the shell) goes in every heartbeat, as Kafka's broker lists
+them (KIP-858): the controller then moves the leadership of the replicas
+the broker assigns to them.
+
 `ready_to_unfence` is the shell's: it is true once the broker has
 published its first metadata image (opened its logs), and until then
 heartbeats say want_fence, as Kafka's `setReadyToUnfence` does.
@@ -113,6 +118,8 @@ class BrokerLifecycle:
         self._in_flight: Any = None
         self._failures = 0
         self.last_error: str | None = None
+        #: The ids of this broker's offline log dirs (module doc).
+        self.offline_log_dirs: tuple[uuid.UUID, ...] = ()
 
     # --- queries ------------------------------------------------------------
 
@@ -148,7 +155,8 @@ class BrokerLifecycle:
             shutting = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
             request = BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch, current_metadata_offset=metadata_offset,
-                want_fence=not ready_to_unfence and not shutting, want_shut_down=shutting)
+                want_fence=not ready_to_unfence and not shutting, want_shut_down=shutting,
+                offline_log_dirs=self.offline_log_dirs)
         self._in_flight = request
         return request
 

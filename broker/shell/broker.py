@@ -198,6 +198,8 @@ class Broker:
         self.coordinator = GroupCoordinatorRuntime(self, config.group_coordinator)
         self.txn_coordinator = TransactionCoordinatorRuntime(self, config.txn_coordinator)
         self.authorizer = BrokerAuthorizer(self, config.authorizer)
+        #: Set once every log dir is offline: the process stops the broker (`broker.shell.process`).
+        self.all_dirs_offline = trio.Event()
 
     # --- metadata in ---------------------------------------------------
 
@@ -345,6 +347,7 @@ class Broker:
                               "listening" if listen else "bound (listens once it serves)", listener.name,
                               listener.host or "*", server.port)
                 nursery.start_soon(self._background)
+                nursery.start_soon(self._fail_log_dirs)
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)
                 await nursery.start(self.coordinator.run)
@@ -369,7 +372,12 @@ class Broker:
         self._closed = True
         if self._loaded:
             self.log_manager.shutdown(self.replicas.high_watermarks())
-        _log.info("broker %d shut down cleanly", self.node_id)
+        offline = self.log_manager.offline_dirs
+        if offline:
+            _log.info("broker %d shut down; the logs of its offline log dir(s) %s are recovered at the next start",
+                      self.node_id, ", ".join(offline))
+        else:
+            _log.info("broker %d shut down cleanly", self.node_id)
 
     async def _background(self) -> None:
         """Checkpoints, flush.ms and retention on Kafka's timers."""
@@ -398,6 +406,8 @@ class Broker:
                 try:
                     await step(now)
                 except OSError as exc:
+                    if self.replicas.path_error(exc):
+                        continue  # its log dir goes offline (`_fail_log_dirs`); the pass runs on without it
                     # A full or failing disk fails this pass, not the broker:
                     # the appends that cannot be persisted already answer
                     # KAFKA_STORAGE_ERROR, and the pass is tried again on its
@@ -413,6 +423,25 @@ class Broker:
                     _log.info("broker %d: the %s pass succeeds again", self.node_id, _PASS_NAMES[name])
                 if name != "flush":
                     last[name] = now
+
+    async def _fail_log_dirs(self) -> None:
+        """Take offline the log dirs a request or pass found failed
+        (`ReplicaManager.disk_error`); once none is left, ask the process
+        to stop (Kafka's broker halts when its last log dir fails)."""
+        while True:
+            await self.replicas.dir_failed.wait()
+            self.replicas.fail_pending_dirs()
+            # Coordinator shards on the failed dir's partitions stop at once,
+            # not at the next metadata delta.
+            self.coordinator.on_metadata_update()
+            self.txn_coordinator.on_metadata_update()
+            if not self.log_manager.online_dirs:
+                _log.error("broker %d: every log dir is offline (%s): the broker stops. Fix: check the disks "
+                           "(dmesg), replace or remount them and start the broker again; its replicas are "
+                           "recovered from their files or copied back from their leaders", self.node_id,
+                           "; ".join(f"{d}: {why}" for d, why in self.log_manager.offline_dirs.items()))
+                self.all_dirs_offline.set()
+                return
 
     async def _flush_due(self, now: int) -> None:
         self.log_manager.flush_due(now)

@@ -83,6 +83,8 @@ class HostedPartition:
             self.read_errors_logged.add(reason)
             _log.error("%s-%d: a read failed: %s", self.state.topic, self.state.partition, reason)
         corrupt = isinstance(exc, (CorruptRecordError, UnsupportedCompressionError))
+        if isinstance(exc, OSError) and self.replicas is not None:
+            self.replicas.disk_error(self.state.topic, self.state.partition, exc)
         return ErrorCode.corrupt_message if corrupt else ErrorCode.kafka_storage_error
 
     def notify(self) -> None:

@@ -36,10 +36,24 @@ goes away (or the broker leaves the replica list).
   broker died, and the logs are recovered from their recovery points
   (`storage.recovery`) as they are opened. With the marker, the recovery
   points equal the log end offsets and opening reads only the indexes.
+- **A failed log directory** (Kafka's LogDirFailureChannel). With several
+  `log.dirs`, an I/O error that says the directory's disk failed (EIO,
+  EROFS, a device gone, the directory removed or unmounted) takes that
+  directory offline (`fail_dir`): its logs are released without another
+  write, no new log is placed there, its checkpoints and clean-shutdown
+  marker are no longer written (its logs are recovered at the next start),
+  and the partitions in it answer KAFKA_STORAGE_ERROR until the broker is
+  restarted with the directory healthy. The other directories serve on.
+  With one log dir, the same errors fail only the operation (the
+  partition answers KAFKA_STORAGE_ERROR and writes resume when the disk
+  does): there is no other directory to serve from. Each directory has a
+  stable id (`dir_id`, derived from its path) that the broker reports to
+  the controller.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -81,6 +95,17 @@ _LONG_MAX = str(2**63 - 1)
 TopicPartitionName = tuple[str, int]
 
 _log = logging.getLogger("broker.log_manager")
+
+#: The errors that say a log directory's disk failed, not one operation:
+#: Kafka takes the directory offline on any IOException; ENOSPC and EMFILE
+#: stay the operation's own error (retention or closed files free them).
+DIR_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO, errno.ESTALE})
+
+
+def dir_id(log_dir: str) -> uuid.UUID:
+    """A log directory's id, as the broker reports it to the controller
+    (Kafka's `directory.id`): stable for as long as the path is."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, "raftka-log-dir:" + os.path.abspath(log_dir))
 
 
 def log_config_for(topic_configs: Mapping[str, str], broker_defaults: Mapping[str, str]) -> LogConfig:
@@ -144,6 +169,8 @@ class LogManager:
         self._checkpointed_hws: dict[TopicPartitionName, int] = {}
         #: What `checkpoint_high_watermarks` last wrote, per log dir.
         self._written_hws: dict[str, dict[TopicPartitionName, int]] = {}
+        #: Log dirs taken offline by a disk failure (`fail_dir`): dir -> why.
+        self.offline_dirs: dict[str, str] = {}
         self._loaded = False
         #: True when the last run of the broker did not shut down cleanly.
         self.recovered_unclean = False
@@ -206,13 +233,64 @@ class LogManager:
     def logs(self) -> Mapping[TopicPartitionName, Log]:
         return self._logs
 
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir that holds (or held, when it went offline) a partition."""
+        return self._dir_of.get((topic, partition))
+
+    def failed_dir(self, topic: str, partition: int, exc: OSError) -> str | None:
+        """The log dir an I/O error on the partition takes offline, or None
+        when the error is the operation's own (module doc: one log dir, a
+        full disk, too many open files)."""
+        log_dir = self._dir_of.get((topic, partition))
+        if log_dir is None or len(self.log_dirs) < 2:
+            return None
+        if log_dir in self.offline_dirs:
+            return log_dir
+        if exc.errno in DIR_FAILURE_ERRNOS:
+            return log_dir
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(log_dir):
+            return log_dir  # the directory was removed, or its disk unmounted
+        return None
+
+    def fail_dir(self, log_dir: str, reason: str) -> list[TopicPartitionName]:
+        """Take `log_dir` offline (module doc); the partitions it held."""
+        if log_dir in self.offline_dirs:
+            return []
+        self.offline_dirs[log_dir] = reason
+        lost = [tp for tp, d in self._dir_of.items() if d == log_dir]
+        for tp in lost:
+            log = self._logs.pop(tp, None)
+            self._flushed_by_policy.pop(tp, None)
+            self._start_offsets.pop(tp, None)
+            if log is not None:
+                self.cleaner.abort(log)
+                log.abandon()
+        self._removed.pop(log_dir, None)
+        self._written_hws.pop(log_dir, None)
+        self._unclean_dirs.add(log_dir)
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        _log.error("log dir %s is offline: %s; its %d partition(s) answer KAFKA_STORAGE_ERROR and their "
+                   "leadership moves to other replicas; %s. Fix: check the disk (dmesg); replace or remount it "
+                   "(an empty directory is fine: the replicas are copied back from their leaders) and restart "
+                   "the broker.", log_dir, reason, len(lost),
+                   f"the broker serves on from {', '.join(online)}" if online else "no log dir is left")
+        return lost
+
+    @property
+    def online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
     def get_or_create(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> Log:
         """The open log of a hosted partition, opening (and recovering) or creating it."""
         tp = (topic, partition)
         log = self._logs.get(tp)
         if log is not None:
             return log
-        log_dir = self._dir_of.get(tp) or self._pick_dir()
+        log_dir = self._dir_of.get(tp)
+        if log_dir is not None and log_dir in self.offline_dirs:
+            raise OSError(errno.EIO, f"its log dir {log_dir} is offline ({self.offline_dirs[log_dir]})",
+                          os.path.join(log_dir, f"{topic}-{partition}"))
+        log_dir = log_dir or self._pick_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
         fresh = not os.path.isdir(path)
         stored_id = None if fresh else _read_topic_id(path)
@@ -252,6 +330,10 @@ class LogManager:
         if log_dir is None:
             return
         self._dir_counts[log_dir] -= 1
+        if log_dir in self.offline_dirs:
+            # Nothing can be written there; the next start finds the log and,
+            # the metadata no longer placing it here, moves it aside.
+            return
         self._removed.setdefault(log_dir, set()).add(tp)
         path = os.path.join(log_dir, f"{topic}-{partition}")
         if not os.path.isdir(path):
@@ -290,10 +372,10 @@ class LogManager:
 
     def _changed_hws(self, high_watermarks: Mapping[TopicPartitionName, int]) -> list[tuple[str, dict]]:
         """(log dir, its entries) for each log dir whose entries differ from the last written."""
-        by_dir: dict[str, dict[TopicPartitionName, int]] = {d: {} for d in self.log_dirs}
+        by_dir: dict[str, dict[TopicPartitionName, int]] = {d: {} for d in self.online_dirs}
         for tp, hw in high_watermarks.items():
             log_dir = self._dir_of.get(tp)
-            if log_dir is not None:
+            if log_dir in by_dir:
                 by_dir[log_dir][tp] = hw
         return [(log_dir, entries) for log_dir, entries in by_dir.items() if self._written_hws.get(log_dir) != entries]
 
@@ -384,8 +466,11 @@ class LogManager:
         return OffsetCheckpointFile(self._fs, os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT))
 
     def _pick_dir(self) -> str:
-        # Kafka places a new log in the dir with the fewest partitions.
-        return min(self.log_dirs, key=self._dir_counts.__getitem__)
+        # Kafka places a new log in the dir with the fewest partitions (of those online).
+        online = self.online_dirs
+        if not online:
+            raise OSError(errno.EIO, f"every log dir is offline ({', '.join(self.log_dirs)})")
+        return min(online, key=self._dir_counts.__getitem__)
 
     def _place(self, tp: TopicPartitionName, log_dir: str) -> None:
         previous = self._dir_of.get(tp)

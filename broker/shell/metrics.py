@@ -135,7 +135,10 @@ class BrokerMetrics:
         yield gauge("kafka_server_replicamanager_partitioncount", "Partition replicas hosted here",
                     len(replicas.partitions))
         yield gauge("kafka_server_replicamanager_offlinereplicacount",
-                    "Replicas hosted here whose log could not be opened", len(replicas.offline))
+                    "Replicas hosted here whose log could not be opened or whose log dir is offline",
+                    len(replicas.offline) + len(replicas.dir_offline))
+        yield gauge("kafka_log_logmanager_offlinelogdirectorycount",
+                    "Log dirs taken offline by a disk failure", len(replicas.log_manager.offline_dirs))
         yield counter("kafka_server_replicamanager_isrshrinks_total",
                       "ISR shrinks of partitions led here", replicas.isr_shrinks)
         yield counter("kafka_server_replicamanager_isrexpands_total",

@@ -254,13 +254,27 @@ async def start_metrics(nursery: trio.Nursery, config: NodeConfig, *, broker: Br
     return await nursery.start(functools.partial(serve_metrics, registry, *endpoint))
 
 
-async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float) -> None:
-    """Wait for SIGTERM or SIGINT, then run `link.controlled_shutdown`; a
-    second signal cuts it short. Shared by both metadata modes' brokers."""
+async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float,
+                                        stop: trio.Event | None = None) -> None:
+    """Wait for SIGTERM or SIGINT (or `stop`: every log dir failed), then run
+    `link.controlled_shutdown`; a second signal cuts it short. Shared by
+    both metadata modes' brokers."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            _log.info("received %s: shutting down", signal.Signals(signum).name)
-            break
+        async with trio.open_nursery() as waiting:
+            async def on_signal() -> None:
+                async for signum in signals:
+                    _log.info("received %s: shutting down", signal.Signals(signum).name)
+                    break
+                waiting.cancel_scope.cancel()
+
+            async def on_stop() -> None:
+                if stop is not None:
+                    await stop.wait()
+                    _log.info("every log dir is offline: shutting down")
+                    waiting.cancel_scope.cancel()
+
+            waiting.start_soon(on_signal)
+            waiting.start_soon(on_stop)
         async with trio.open_nursery() as nursery:
             async def second_signal() -> None:
                 async for signum in signals:
@@ -276,7 +290,7 @@ async def controlled_shutdown_on_signal(link: Any, shutdown_timeout_s: float) ->
 async def _stop_on_signals(cancel_scope: trio.CancelScope, link: BrokerQuorumLink, broker_scope: trio.CancelScope,
                            broker_stopped: trio.Event, link_scope: trio.CancelScope, node: RaftNode,
                            shutdown_timeout_s: float) -> None:
-    await controlled_shutdown_on_signal(link, shutdown_timeout_s)
+    await controlled_shutdown_on_signal(link, shutdown_timeout_s, link.broker.all_dirs_offline)
     # Stop serving and close the logs cleanly (Broker.run does on cancel),
     # then stop heartbeating, then leave the quorum.
     broker_scope.cancel()

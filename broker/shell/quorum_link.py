@@ -24,6 +24,11 @@ the `Broker`:
   Heartbeats say want_fence until the first image is published, then
   carry the offset of the broker's image, so the controller unfences the
   broker once it has seen its own registration (KIP-631).
+- **Offline log dirs.** When a log dir fails (`ReplicaManager.fail_log_dir`),
+  the next heartbeat, sent at once, lists its id, and `_report_offline`
+  sends AssignReplicasToDirs for the partitions that were in it and still
+  name this broker leader or in-sync, until the image shows none: the
+  controller moves them to the other replicas (`quorum.controller.cluster_control`).
 - **Controlled shutdown.** `controlled_shutdown(timeout_s)` heartbeats
   want_shut_down until the controller answers should_shut_down (its
   leaderships have moved), or until the timeout; the caller then stops
@@ -37,11 +42,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import defaultdict
 from typing import Any
 
 import trio
 
+from kio.schema.assign_replicas_to_dirs.v0 import request as ard_req
+
 from broker.shell.broker import Broker
+from broker.shell.log_manager import dir_id
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.lifecycle import BrokerLifecycle, BrokerState, ListenerSpec
 from quorum.metadata import MetadataDelta, MetadataImage
@@ -92,7 +101,9 @@ class BrokerQuorumLink:
         self._poke = trio.Event()
         self._progress = trio.Event()
         self._new_image = trio.Event()
+        self._dir_offline = trio.Event()
         node.subscribe(self._on_image)
+        broker.replicas.on_dir_offline = self._on_dir_offline
 
     # --- metadata in -----------------------------------------------------------------
 
@@ -144,6 +155,57 @@ class BrokerQuorumLink:
         controller unfences the broker once it has seen its own registration."""
         return self.broker.image.offset
 
+    def _on_dir_offline(self, log_dir: str) -> None:
+        lifecycle = self.lifecycle
+        if lifecycle is not None:
+            lifecycle.offline_log_dirs = tuple(dir_id(d) for d in self.broker.log_manager.offline_dirs)
+            lifecycle.poll_now()
+            self._poke.set()
+        self._dir_offline.set()
+
+    def _offline_replicas(self) -> dict[uuid.UUID, dict[uuid.UUID, list[int]]]:
+        """dir id -> topic id -> partitions in an offline log dir that the
+        image still has this broker lead or sit in the ISR of."""
+        image = self.broker.image
+        me = self.broker.node_id
+        out: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for (topic, partition), log_dir in self.broker.replicas.dir_offline.items():
+            t = image.topic(topic)
+            reg = None if t is None else t.partitions.get(partition)
+            if reg is not None and (reg.leader == me or (me in reg.isr and len(reg.isr) > 1)):
+                out[dir_id(log_dir)][t.topic_id].append(partition)
+        return out
+
+    async def _report_offline(self) -> None:
+        """AssignReplicasToDirs for the replicas of offline log dirs, until the
+        controller has moved them (module doc)."""
+        while True:
+            await self._dir_offline.wait()
+            self._dir_offline = trio.Event()
+            while True:
+                # After the heartbeat that lists the dir: the controller acts
+                # on an assignment to a dir it knows is offline.
+                await trio.sleep(self.heartbeat_interval_ms / 1000 / 4)
+                lifecycle = self.lifecycle
+                pending = self._offline_replicas()
+                if not pending:
+                    break
+                if lifecycle is None or lifecycle.broker_epoch < 0:
+                    continue
+                request = ard_req.AssignReplicasToDirsRequest(
+                    broker_id=self.broker.node_id, broker_epoch=lifecycle.broker_epoch,
+                    directories=tuple(ard_req.DirectoryData(id_=d, topics=tuple(
+                        ard_req.TopicData(topic_id=t, partitions=tuple(
+                            ard_req.PartitionData(partition_index=p) for p in sorted(parts)))
+                        for t, parts in topics.items())) for d, topics in pending.items()))
+                try:
+                    await self.client.send(request, timeout_ms=self.heartbeat_timeout_ms)
+                except (NoActiveControllerError, ConnectionFailedError) as exc:
+                    _log.warning("broker %d: AssignReplicasToDirs failed: %s; retrying", self.broker.node_id, exc)
+                # The changes reach this broker's image in a moment: wait for it.
+                with trio.move_on_after(self.heartbeat_interval_ms / 1000):
+                    await self._new_image.wait()
+
     def _now_ms(self) -> int:
         return int(trio.current_time() * 1000)
 
@@ -166,6 +228,7 @@ class BrokerQuorumLink:
             heartbeat_interval_ms=self.heartbeat_interval_ms, now_ms=self._now_ms())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._publish_images)
+            nursery.start_soon(self._report_offline)
             task_status.started()
             await self._heartbeat_loop()
             nursery.cancel_scope.cancel()

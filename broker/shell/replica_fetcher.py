@@ -292,7 +292,9 @@ class ReplicaFetchers:
                 if topic_stats is not None:
                     topic_stats[hp.state.topic][3] += len(action.records)
         except Exception as exc:  # a corrupt batch, a gap, a disk error: retry later
-            if isinstance(exc, OSError):  # a full or failing disk: once per partition and cause, with the fix
+            if isinstance(exc, OSError) and self.broker.replicas.disk_error(hp.state.topic, hp.state.partition, exc):
+                pass  # the log dir goes offline, and this replica with it (`ReplicaManager.fail_log_dir`)
+            elif isinstance(exc, OSError):  # a full or failing disk: once per partition and cause, with the fix
                 storage_error_logger.report(f"{hp.state.topic}-{hp.state.partition}", "follower append failed", exc,
                                             "it is retried on every fetch; the leader drops this replica from "
                                             "the ISR meanwhile")

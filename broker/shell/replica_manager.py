@@ -17,12 +17,22 @@ its new leaders' followers fetched and committed the new epoch.
 The partitions themselves and the requests parked on them are
 `broker.shell.hosted_partition`; a storage error's log line and fix are
 `broker.shell.storage_errors`.
+
+A log directory that fails (`broker.shell.log_manager`: EIO, unmounted,
+with several `log.dirs`) is taken offline by `fail_log_dir`, after the
+request or pass that met the error (`disk_error` queues it: the failure is
+met inside loops over the partitions): every replica in it stops (no
+leading, no fetching), and its partitions answer KAFKA_STORAGE_ERROR from
+then on (`storage_error`) whatever later metadata says, until a restart.
+The broker tells the controller (`broker.shell.quorum_link`), which moves
+their leadership and ISR membership to the other replicas.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -32,7 +42,7 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import ProducePartitionResult
 from broker.core.failover_timeline import LeadershipTimeline
 from broker.shell.hosted_partition import HostedPartition, LogTransactions
-from broker.shell.log_manager import LogManager, TopicPartitionName, log_config_for
+from broker.shell.log_manager import DIR_FAILURE_ERRNOS, LogManager, TopicPartitionName, log_config_for
 from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
     AlterPartitionProposal,
@@ -57,6 +67,7 @@ from storage.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
+from storage.log import parse_topic_partition
 from storage.producer_state import ProducerStateError
 from storage.record_validation import RecordPolicy, validate_client_batch
 
@@ -100,6 +111,15 @@ class ReplicaManager:
         #: newest delta entry for it. They answer KAFKA_STORAGE_ERROR;
         #: `retry_offline` tries them again. Every other partition serves on.
         self.offline: dict[TopicPartitionName, object] = {}
+        #: Partitions whose log dir is offline (`fail_log_dir`): key -> the dir.
+        #: Never retried: the dir comes back only with a restart.
+        self.dir_offline: dict[TopicPartitionName, str] = {}
+        #: Log dirs a request or pass found failed, taken offline by the
+        #: broker's task (`fail_pending_dirs`): dir -> the error.
+        self.pending_dir_failures: dict[str, str] = {}
+        self.dir_failed = trio.Event()
+        #: Called with the dir after `fail_log_dir` (the broker tells the controller).
+        self.on_dir_offline: Callable[[str], None] = lambda _dir: None
         #: ISR changes seen on partitions led here (metrics).
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -233,6 +253,11 @@ class ReplicaManager:
 
     def _went_offline(self, local, exc: OSError) -> None:
         key = (local.topic_name, local.partition)
+        log_dir = self.log_manager.failed_dir(*key, exc)
+        if log_dir is not None:
+            self.dir_offline[key] = log_dir
+            self.disk_error(key[0], key[1], exc)
+            return
         if key not in self.offline:
             storage_error_logger.report(f"{local.topic_name}-{local.partition}", "cannot open its log", exc)
         self.offline[key] = local
@@ -263,10 +288,63 @@ class ReplicaManager:
 
     def storage_error(self, topic: str, partition: int) -> bool:
         """Whether the partition is hosted here but its log is offline."""
-        return (topic, partition) in self.offline
+        return (topic, partition) in self.offline or (topic, partition) in self.dir_offline
+
+    # --- log dir failure -------------------------------------------------
+
+    def disk_error(self, topic: str, partition: int, exc: OSError) -> bool:
+        """An I/O error on a partition's log: whether it takes the log dir
+        offline (module doc). Only queued here (`fail_pending_dirs` acts):
+        callers are inside loops over the partitions."""
+        log_dir = self.log_manager.failed_dir(topic, partition, exc)
+        if log_dir is None:
+            return False
+        if log_dir not in self.log_manager.offline_dirs and log_dir not in self.pending_dir_failures:
+            self.pending_dir_failures[log_dir] = f"{exc.strerror or exc} on {topic}-{partition}"
+            self.dir_failed.set()
+        return True
+
+    def path_error(self, exc: OSError) -> bool:
+        """`disk_error` for an error of a pass over many logs (checkpoints,
+        retention): the dir is found from the file named by the error."""
+        path = os.path.abspath(str(getattr(exc, "filename", "") or ""))
+        for log_dir in self.log_manager.log_dirs:
+            if path == log_dir or path.startswith(log_dir + os.sep):
+                name = os.path.relpath(path, log_dir).split(os.sep)[0]
+                tp = parse_topic_partition(name)
+                if tp is not None and self.log_manager.dir_of(*tp) == log_dir:
+                    return self.disk_error(tp[0], tp[1], exc)
+                if len(self.log_manager.log_dirs) > 1 and log_dir not in self.log_manager.offline_dirs and (
+                        exc.errno in DIR_FAILURE_ERRNOS or not os.path.isdir(log_dir)):
+                    self.pending_dir_failures.setdefault(log_dir, f"{exc.strerror or exc} on {path}")
+                    self.dir_failed.set()
+                    return True
+        return False
+
+    def fail_pending_dirs(self) -> list[str]:
+        """Take offline the log dirs `disk_error` queued; the dirs."""
+        pending, self.pending_dir_failures = self.pending_dir_failures, {}
+        self.dir_failed = trio.Event()
+        for log_dir, reason in pending.items():
+            self.fail_log_dir(log_dir, reason)
+        return list(pending)
+
+    def fail_log_dir(self, log_dir: str, reason: str) -> None:
+        """Stop every replica in `log_dir` and take it offline (module doc)."""
+        for key in self.log_manager.fail_dir(log_dir, reason):
+            self.dir_offline[key] = log_dir
+            self.offline.pop(key, None)
+            hp = self.partitions.pop(key, None)
+            if hp is not None:
+                self.on_follow(key[0], key[1], hp.state.topic_id, -1, -1)
+                self._drop(hp)
+                hp.state.stop()
+                hp.notify()
+        self.on_dir_offline(log_dir)
 
     def _stop_replica(self, stopped) -> None:
         self.offline.pop((stopped.topic_name, stopped.partition), None)
+        self.dir_offline.pop((stopped.topic_name, stopped.partition), None)
         hp = self.partitions.pop((stopped.topic_name, stopped.partition), None)
         if hp is not None:
             if hp.state.topic_id != stopped.topic_id:
@@ -382,7 +460,7 @@ class ReplicaManager:
         the HW must pass for acks=all (the new log end offset)."""
         hp = self.partitions.get((topic, partition))
         if hp is None:
-            if (topic, partition) in self.offline:
+            if self.storage_error(topic, partition):
                 return (ProducePartitionResult(partition, ErrorCode.kafka_storage_error,
                                                error_message="the partition's log is offline on this broker"),
                         None, -1)
@@ -435,7 +513,8 @@ class ReplicaManager:
             return (ProducePartitionResult(partition, ErrorCode(exc.error_code), error_message=str(exc)),
                     None, -1)
         except OSError as exc:
-            storage_error_logger.report(f"{topic}-{partition}", "append failed", exc)
+            if not self.disk_error(topic, partition, exc):
+                storage_error_logger.report(f"{topic}-{partition}", "append failed", exc)
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 self.log_manager.open_files.shrink(exc)
             return ProducePartitionResult(partition, ErrorCode.kafka_storage_error, error_message=str(exc)), None, -1
@@ -489,6 +568,7 @@ class ReplicaManager:
             return ErrorCode.invalid_record, -1
         except OSError as exc:
             _log.error("%s-%d: append failed: %s", hp.state.topic, hp.state.partition, exc)
+            self.disk_error(hp.state.topic, hp.state.partition, exc)
             return ErrorCode.kafka_storage_error, -1
         self._appended_as_leader(hp, now_ms)
         return ErrorCode.none, log.log_end_offset
@@ -509,6 +589,7 @@ class ReplicaManager:
             return ErrorCode(exc.error_code), -1
         except OSError as exc:
             _log.error("%s-%d: marker append failed: %s", hp.state.topic, hp.state.partition, exc)
+            self.disk_error(hp.state.topic, hp.state.partition, exc)
             return ErrorCode.kafka_storage_error, -1
         self._appended_as_leader(hp, now_ms)
         return ErrorCode.none, log.log_end_offset
