@@ -44,6 +44,11 @@ either (zk mode partitions brokers from each other, not from ZooKeeper).
   with (storage.fault_fs.FaultSwitchFileSystem); the heal empties the file. The
   broker answers KAFKA_STORAGE_ERROR to what it cannot write and serves
   reads; it needs no restart (the heal restarts it only if it stopped).
+  With several log dirs per broker (`raftka chaos run --log-dirs 2`), only
+  the broker's last dir fails (`eio <dir>`): the broker takes it offline,
+  the controller moves its partitions' leadership, and the broker serves on
+  from its other dirs; the heal restarts the broker, which is how an
+  offline dir comes back.
 
 `partition` needs root, a cgroup2 mount and the `nft` command (the Debian
 `nftables` package; `make sysdeps` installs it); `disk` needs root (its
@@ -232,13 +237,17 @@ DISK_FAULT_FILE = "chaos-disk-fault"
 class DiskFaults:
     """Each broker's injected disk fault, written where the broker reads it (storage.fault_fs)."""
 
-    def __init__(self, dirs: dict[int, Path]) -> None:
+    def __init__(self, dirs: dict[int, Path], failing_dir: dict[int, Path] | None = None) -> None:
         self.dirs = dict(dirs)
+        #: With several log dirs per broker: the one dir that fails (else all of them).
+        self.failing_dir = dict(failing_dir or {})
         self.failing: set[int] = set()
         #: Every broker whose disk ever failed: the final heal may restart these.
         self.victims: set[int] = set()
 
     def set(self, node_id: int, fault: str) -> None:
+        if fault and node_id in self.failing_dir:
+            fault = f"{fault} {self.failing_dir[node_id]}"
         path = self.dirs[node_id] / DISK_FAULT_FILE
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(f"{fault}\n")
@@ -488,8 +497,15 @@ class Nemesis:
             extra["nodes"] = failing
             self.disk_faults.heal()
             # The broker keeps running through the fault; should it have stopped
-            # (a crash, reported), it is started again on its healed disk.
-            extra["restarted"] = [n for n in failing if not self.cluster.nodes[n].is_running()]
+            # (a crash, reported), it is started again on its healed disk. A
+            # log dir taken offline comes back only with a restart.
+            if self.disk_faults.failing_dir:
+                for n in failing:
+                    if self.cluster.nodes[n].is_running():
+                        self.cluster.stop(n)
+                extra["restarted"] = failing
+            else:
+                extra["restarted"] = [n for n in failing if not self.cluster.nodes[n].is_running()]
             for n in extra["restarted"]:
                 self.cluster.start(n)
         # A broker that stopped on its full disk after that disk's heal (its shutdown

@@ -129,6 +129,7 @@ class LocalCluster:
         preexec: Callable[[int], None] | None = None,
         secure: bool = False,
         metrics: bool = False,
+        log_dirs_per_broker: int = 1,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
@@ -209,6 +210,9 @@ class LocalCluster:
             else:
                 props = {"node.id": str(node.node_id), "process.roles": node.role,
                          "controller.quorum.voters": voters, "log.dirs": str(node.log_dir)}
+            if node.role == "broker" and log_dirs_per_broker > 1 and self.zookeeper is None:
+                # More log dirs beside the node's own (the metadata log stays in the first).
+                props["log.dirs"] = ",".join(str(d) for d in self.broker_log_dirs(node, log_dirs_per_broker))
             if node.role == "broker":
                 props["listeners"] = f"PLAINTEXT://{node.address}"
                 if self.security is not None:
@@ -225,11 +229,18 @@ class LocalCluster:
             if self.zookeeper is None:
                 first_format = read_meta(str(node.log_dir)) is None
                 format_log_dir(node.log_dir, self.cluster_id, node.node_id)
+                if node.role == "broker":
+                    for extra in self.broker_log_dirs(node, log_dirs_per_broker)[1:]:
+                        format_log_dir(extra, self.cluster_id, node.node_id)
                 if self.security is not None and node.role == "controller" and first_format:
                     from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 
                     write_bootstrap(str(node.log_dir), [parse_add_scram(v) for v in self.security.scram_bootstrap()])
         self._write_state()
+
+    def broker_log_dirs(self, node: LocalNode, count: int) -> list[Path]:
+        """A broker's `count` log dirs: its own, then `<name>-dir2`, ... beside it."""
+        return [node.log_dir] + [self.base_dir / f"{node.log_dir.name}-dir{k}" for k in range(2, count + 1)]
 
     def _cluster_id(self) -> str:
         path = self.base_dir / "cluster.id"

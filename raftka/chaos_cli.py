@@ -1,7 +1,8 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--nemesis kill,pause,partition,disk,eio,clock] [--workload queue|txn] [--seed N] [--out DIR]
+                     [--duration 120] [--nemesis kill,pause,partition,disk,eio,clock] [--workload queue|txn] [--seed N]
+                     [--log-dirs N] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
@@ -52,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
+    run.add_argument("--log-dirs", type=int, default=1, metavar="N",
+                     help="log dirs per broker; with 2 or more, eio fails one broker's last dir only "
+                          "(it goes offline and the broker serves on from the others)")
     run.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     run.add_argument("--message-timeout-ms", type=int, default=60000, metavar="MS",
                      help="the producers' message.timeout.ms (default 60000: longer than a fault; a shorter one "
@@ -98,11 +102,15 @@ def run_main(args: argparse.Namespace) -> int:
                       "partition nemesis (it cuts the listener ports, not pysyncobj's own): use e.g. "
                       "--nemesis kill,pause[/red]")
         return 2
+    if args.log_dirs < 1 or (args.log_dirs > 1 and args.mode != "kraft"):
+        console.print(f"[red]--log-dirs {args.log_dirs}: give 1 or more, and more than 1 only with --mode kraft "
+                      "(a ZooKeeper-mode broker of this harness has one log dir)[/red]")
+        return 2
     options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
                          quorum_engine=args.quorum_engine,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
-                         rate=args.rate, message_timeout_ms=args.message_timeout_ms)
+                         rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs)
     started = time.monotonic()
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),

@@ -190,3 +190,18 @@ def test_broker_registers_the_advertised_endpoint_clients_can_reach():
     assert advertised_listener(advertised, 9092) == ListenerSpec("PLAINTEXT", "kafka-4.example", 19092)
     ephemeral = NodeConfig.from_properties({**base, "listeners": "PLAINTEXT://127.0.0.1:0"})
     assert advertised_listener(ephemeral, 41234) == ListenerSpec("PLAINTEXT", "127.0.0.1", 41234)
+
+
+def test_a_broker_with_an_offline_log_dir_lists_it_in_every_heartbeat_and_stays_unfenced():
+    cluster, lc = Cluster(), lifecycle(heartbeat_interval_ms=2000)
+    step(lc, cluster, 0)
+    step(lc, cluster, 100)
+    assert lc.state is BrokerState.RUNNING
+    dead = uuid.uuid4()
+    lc.offline_log_dirs = (dead,)
+    lc.poll_now()  # the shell: a log dir failed, tell the controller at once
+    request = lc.poll(150, cluster.image.offset, True)
+    assert request.offline_log_dirs == (dead,)
+    lc.on_response(cluster.send(request, 150), 150)
+    assert lc.state is BrokerState.RUNNING and not cluster.image.brokers[1].fenced
+    assert lc.poll(150 + 2000, cluster.image.offset, True).offline_log_dirs == (dead,)
