@@ -145,3 +145,49 @@ def _fail_one_dir_then_both(tmp_path: Path, *, restart_healthy: bool) -> None:
         assert producer.errors == [], producer.errors[:5]
     finally:
         cluster.stop_all()
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="soak: set RAFTKA_SOAK=1")
+def test_a_log_dir_removed_under_a_running_broker_goes_offline(tmp_path: Path) -> None:
+    """No fault switch: the second dir is deleted (as an unmount makes it
+    vanish). The next checkpoint there fails with ENOENT, the dir goes
+    offline, and the partitions of the first dir serve on."""
+    import shutil
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = LocalCluster(tmp_path / "cluster", controllers=1, brokers=1, log_dirs_per_broker=2,
+                           broker_overrides={"replica.high.watermark.checkpoint.interval.ms": "500"})
+    broker = cluster.brokers[0]
+    first, second = cluster.broker_log_dirs(broker, 2)
+    try:
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=60)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 4, 1)])[TOPIC].result(30)
+        lost = wait_for("partitions in the second dir", lambda: _in_dir(second))
+        kept = set(range(4)) - lost
+        assert kept and lost
+
+        def produce_to(partitions, count=20) -> dict:
+            outcome: dict = {}
+            producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                                 "message.timeout.ms": 5000})
+            for i in range(count):
+                p = sorted(partitions)[i % len(partitions)]
+                producer.produce(TOPIC, b"v%d" % i, partition=p,
+                                 on_delivery=lambda err, msg, i=i: outcome.__setitem__(i, err))
+            producer.flush(15)
+            return outcome
+
+        assert all(e is None for e in produce_to(range(4)).values())
+        shutil.rmtree(second)
+        produce_to(range(4))  # new high watermarks: the next checkpoint pass writes to the vanished dir
+        wait_for("the removed dir reported offline",
+                 lambda: _log_dirs_of(cluster.bootstrap, broker.node_id).get(str(second)) == KAFKA_STORAGE_ERROR, 30)
+        assert broker.is_running()
+        assert all(e is None for e in produce_to(kept).values()), "the first dir's partitions must serve on"
+        assert "is offline" in broker.output_since_start()
+    finally:
+        cluster.stop_all()
