@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import signal
 
@@ -36,7 +37,7 @@ from quorum.raft import QuorumConfig
 from common.security.acl import authorizer_config
 from common.config import NodeConfig, Properties, int_property, warn_unread_keys
 from common.errors import ConfigError
-from common.meta_properties import check_log_dir
+from common.meta_properties import check_log_dir, format_log_dir, read_meta
 from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from common.security import controller_listener_security
 from common.security.client import controller_client_security
@@ -91,7 +92,20 @@ def scram_lookup(node):
 
 
 def check_log_dirs(config: NodeConfig) -> str:
-    """The cluster id every log dir agrees on; ConfigError naming the file otherwise."""
+    """The cluster id every log dir agrees on; ConfigError naming the file otherwise.
+
+    A log dir that is empty or missing while another of `log.dirs` is
+    formatted is formatted with that one's cluster id, as Kafka's start
+    formats the empty dirs of a formatted node: a failed disk replaced by
+    an empty one needs no separate format step."""
+    formatted = [d for d in config.log_dirs if read_meta(d) is not None]
+    if formatted and len(formatted) < len(config.log_dirs):
+        cluster_id = check_log_dir(formatted[0], None, config.node_id)
+        for d in config.log_dirs:
+            if d not in formatted and (not os.path.isdir(d) or not os.listdir(d)):
+                format_log_dir(d, cluster_id, config.node_id)
+                _log.warning("log dir %s was empty: formatted it for cluster %s, node %d (as %s is); its "
+                             "replicas are copied from their leaders", d, cluster_id, config.node_id, formatted[0])
     cluster_ids = {d: check_log_dir(d, None, config.node_id) for d in config.log_dirs}
     if len(set(cluster_ids.values())) != 1:
         listing = ", ".join(f"{d}/meta.properties: {c}" for d, c in cluster_ids.items())

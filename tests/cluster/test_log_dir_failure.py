@@ -12,7 +12,8 @@ why; the cluster serves on without it.
 
 With RAFTKA_SOAK=1 (a restart costs 10+ s on a loaded machine): restarted
 with the disk healthy, the broker serves the dir again and its replicas
-there rejoin their ISRs, before both dirs fail.
+there rejoin their ISRs; restarted with the dir replaced by an empty one,
+it formats the dir and copies the replicas back; then both dirs fail.
 """
 
 from __future__ import annotations
@@ -133,6 +134,18 @@ def _fail_one_dir_then_both(tmp_path: Path, *, restart_healthy: bool) -> None:
                      lambda: all(len(isr) == 3 for _, isr in partition_state(bootstrap, TOPIC).values()), 60)
             assert _log_dirs_of(bootstrap, VICTIM) == {str(victim.log_dir): 0, str(second): 0}
             assert _metric(cluster, VICTIM, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+            # The disk replaced by an empty one: formatted at start, its replicas copied from their leaders.
+            import shutil
+
+            cluster.stop(VICTIM)
+            shutil.rmtree(second)
+            second.mkdir()
+            cluster.start(VICTIM)
+            wait_for("broker 2 back in every ISR on a new, empty disk",
+                     lambda: all(len(isr) == 3 for _, isr in partition_state(bootstrap, TOPIC).values()), 60)
+            assert _in_dir(second), "the replaced dir holds replicas again"
+            assert _log_dirs_of(bootstrap, VICTIM) == {str(victim.log_dir): 0, str(second): 0}
+            check_no_loss(producer.acked, read_all(bootstrap, TOPIC, PARTITIONS, len(producer.acked)))
 
         # Both dirs fail: nothing is left to serve from, the broker stops.
         (victim.log_dir / DISK_FAULT_FILE).write_text("eio\n")
@@ -184,10 +197,9 @@ def test_a_log_dir_removed_under_a_running_broker_goes_offline(tmp_path: Path) -
         assert all(e is None for e in produce_to(range(4)).values())
         shutil.rmtree(second)
         produce_to(range(4))  # new high watermarks: the next checkpoint pass writes to the vanished dir
-        wait_for("the removed dir reported offline",
-                 lambda: _log_dirs_of(cluster.bootstrap, broker.node_id).get(str(second)) == KAFKA_STORAGE_ERROR, 30)
+        wait_for("the removed dir taken offline", lambda: "is offline" in broker.output_since_start(), 30)
+        assert _log_dirs_of(cluster.bootstrap, broker.node_id) == {str(first): 0, str(second): KAFKA_STORAGE_ERROR}
         assert broker.is_running()
         assert all(e is None for e in produce_to(kept).values()), "the first dir's partitions must serve on"
-        assert "is offline" in broker.output_since_start()
     finally:
         cluster.stop_all()
