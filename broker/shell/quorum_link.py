@@ -104,6 +104,7 @@ class BrokerQuorumLink:
         self._dir_offline = trio.Event()
         node.subscribe(self._on_image)
         broker.replicas.on_dir_offline = self._on_dir_offline
+        broker.replicas.log_dirs_can_go_offline = True
 
     # --- metadata in -----------------------------------------------------------------
 

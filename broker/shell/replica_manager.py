@@ -120,6 +120,10 @@ class ReplicaManager:
         self.dir_failed = trio.Event()
         #: Called with the dir after `fail_log_dir` (the broker tells the controller).
         self.on_dir_offline: Callable[[str], None] = lambda _dir: None
+        #: Whether a failed log dir goes offline: only where the controller can
+        #: be told (KRaft: `broker.shell.quorum_link` sets it). A ZooKeeper-mode
+        #: broker keeps the one-dir rule (the partition's operations fail).
+        self.log_dirs_can_go_offline = False
         #: ISR changes seen on partitions led here (metrics).
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -253,7 +257,7 @@ class ReplicaManager:
 
     def _went_offline(self, local, exc: OSError) -> None:
         key = (local.topic_name, local.partition)
-        log_dir = self.log_manager.failed_dir(*key, exc)
+        log_dir = self.log_manager.failed_dir(*key, exc) if self.log_dirs_can_go_offline else None
         if log_dir is not None:
             self.dir_offline[key] = log_dir
             self.disk_error(key[0], key[1], exc)
@@ -296,7 +300,7 @@ class ReplicaManager:
         """An I/O error on a partition's log: whether it takes the log dir
         offline (module doc). Only queued here (`fail_pending_dirs` acts):
         callers are inside loops over the partitions."""
-        log_dir = self.log_manager.failed_dir(topic, partition, exc)
+        log_dir = self.log_manager.failed_dir(topic, partition, exc) if self.log_dirs_can_go_offline else None
         if log_dir is None:
             return False
         if log_dir not in self.log_manager.offline_dirs and log_dir not in self.pending_dir_failures:
@@ -307,6 +311,8 @@ class ReplicaManager:
     def path_error(self, exc: OSError) -> bool:
         """`disk_error` for an error of a pass over many logs (checkpoints,
         retention): the dir is found from the file named by the error."""
+        if not self.log_dirs_can_go_offline:
+            return False
         path = os.path.abspath(str(getattr(exc, "filename", "") or ""))
         for log_dir in self.log_manager.log_dirs:
             if path == log_dir or path.startswith(log_dir + os.sep):
