@@ -104,6 +104,19 @@ def test_a_short_run_with_disks_failing_writes_finds_nothing(tmp_path: Path) -> 
     assert "append failed: [Errno 5] Input/output error" in logs
 
 
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the real-broker test, "
+                    "tests/cluster/test_log_dir_failure.py)")
+def test_a_run_where_one_log_dir_of_a_broker_fails_finds_nothing(tmp_path: Path) -> None:
+    """Two log dirs per broker: each `eio` fails one, which goes offline;
+    its partitions' leaders move; the heal restarts the broker."""
+    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "60", "--nemesis", "eio", "--seed", "31",
+                     "--log-dirs", "2", timeout=400)
+    check_outcome(done, tmp_path, {"eio"})
+    logs = "".join(p.read_text() for p in (tmp_path / "cluster").glob("broker-*.log"))
+    assert "-dir2 is offline: Input/output error" in logs
+    assert "every log dir is offline" not in logs
+
+
 COMBINATIONS = [c for n in range(1, len(NEMESES) + 1) for c in itertools.combinations(NEMESES, n)]
 
 

@@ -73,6 +73,30 @@ def _log_dirs_of(bootstrap: str, broker: int) -> dict[str, int]:
         admin.close()
 
 
+def _list_offsets_errors(address: str, partitions: list[int]) -> list[int]:
+    """ListOffsets (latest) for `partitions` sent to one broker, twice on one
+    connection: the error code of each partition, from each answer."""
+    import trio
+    from kio.schema.list_offsets.v8 import request as lo
+
+    from common.wire import open_connection
+
+    request = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(lo.ListOffsetsTopic(
+        name=TOPIC, partitions=tuple(lo.ListOffsetsPartition(partition_index=p, timestamp=-1)
+                                     for p in partitions)),))
+
+    async def call() -> list[int]:
+        host, _, port = address.rpartition(":")
+        codes = []
+        async with open_connection(host, int(port), client_id="test") as conn:
+            for _ in range(2):  # the connection stays up after the errors
+                answer = await conn.request(request)
+                codes += [int(p.error_code) for t in answer.topics for p in t.partitions]
+        return codes
+
+    return trio.run(call)
+
+
 def _metric(cluster: LocalCluster, broker: int, name: str) -> float:
     node = cluster.node(broker)
     with urllib.request.urlopen(f"http://{node.host}:{node.metrics_port}/metrics", timeout=5) as answer:
@@ -119,6 +143,8 @@ def _fail_one_dir_then_both(tmp_path: Path, *, restart_healthy: bool) -> None:
         assert dirs == {str(victim.log_dir): 0, str(second): KAFKA_STORAGE_ERROR}, dirs
         assert _metric(cluster, VICTIM, "kafka_log_logmanager_offlinelogdirectorycount") == 1
         assert "is offline" in victim.output_since_start()
+        # A client with stale metadata asking the broker about them: KAFKA_STORAGE_ERROR, on a live connection.
+        assert _list_offsets_errors(victim.address, sorted(lost)) == [KAFKA_STORAGE_ERROR] * (2 * len(lost))
 
         acked_at_fault = producer.acked_count()
         wait_for("records acknowledged after the fault", lambda: producer.acked_count() > acked_at_fault + 150)
