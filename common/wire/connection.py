@@ -169,8 +169,8 @@ class Slot:
         self.request: DecodedRequest | None = request
         self.done = False
         self.parts: list[ResponsePart] = []
-        #: Set only when the server times sends: the API and when (trio
-        #: clock) the response was complete (0: not timed).
+        #: Set only when the server times sends: the API and when
+        #: (`time.perf_counter`) the response was complete (0: not timed).
         self.api_key = -1
         self.ready = 0.0
 

@@ -61,6 +61,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from types import CoroutineType
 from typing import Any
 
@@ -478,7 +479,7 @@ class _Connection:
         ctx._sequencer.release(seq)
         self.stats.requests_answered_at_once += 1
         if self.observe_send is not None:
-            slot.api_key, slot.ready = request.header.api_key, trio.current_time()
+            slot.api_key, slot.ready = request.header.api_key, perf_counter()
         pipeline.complete(slot, parts, wake_writer=False)
 
     async def _await_handler(self, slot: Slot, seq: int, awaitable: Awaitable[Response]) -> None:
@@ -493,7 +494,7 @@ class _Connection:
             ctx._sequence_of.pop(id(request), None)
             ctx._sequencer.release(seq)
         if self.observe_send is not None:
-            slot.api_key, slot.ready = request.header.api_key, trio.current_time()
+            slot.api_key, slot.ready = request.header.api_key, perf_counter()
         self.pipeline.complete(slot, parts)
 
     def _handler_failed(self, request: DecodedRequest) -> None:
@@ -527,7 +528,7 @@ class _Connection:
                 self._observe_sent(batch)
 
     def _observe_sent(self, slots: list[Slot]) -> None:
-        now = trio.current_time()
+        now = perf_counter()
         observe = self.observe_send
         for slot in slots:
             if slot.ready:
