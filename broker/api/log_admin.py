@@ -24,9 +24,12 @@ Theory of operation
   usable bytes.
 * AlterReplicaLogDirs: a replica already in the named dir is answered
   NONE (a no-op, as in Kafka), a dir not in `log.dirs` LOG_DIR_NOT_FOUND.
-  Moving a replica to another of this broker's dirs is not implemented:
-  KAFKA_STORAGE_ERROR, and the broker logs why. A replica's dir is chosen
-  when it is created (the dir with fewest partitions).
+  A replica in another of this broker's dirs is moved there through a
+  future log, copied while the partition takes appends and swapped in once
+  caught up (`broker.shell.log_dir_mover`): the answer is NONE once the
+  move started, as Kafka answers. While it runs, DescribeLogDirs lists the
+  future replica under the target dir with `is_future_key` true and its
+  offset lag. A new replica's dir is the one with fewest partitions.
 """
 
 from __future__ import annotations
@@ -148,6 +151,12 @@ async def handle_describe_log_dirs(broker, ctx, request):
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(build(
             mod.DescribeLogDirsPartition, partition_index=partition, partition_size=log.size_in_bytes,
             offset_lag=lag, is_future_key=False))
+        future = broker.log_mover.future_of(topic, partition)
+        if future is not None and future.log is not None:
+            # Kafka's offset lag of a future replica: how far it is behind the current log's end.
+            by_dir.setdefault(future.target_dir, {}).setdefault(topic, []).append(build(
+                mod.DescribeLogDirsPartition, partition_index=partition, partition_size=future.log.size_in_bytes,
+                offset_lag=max(0, log.log_end_offset - future.log.log_end_offset), is_future_key=True))
     results = []
     for log_dir, topics in by_dir.items():
         try:
@@ -180,13 +189,14 @@ async def handle_alter_replica_log_dirs(broker, ctx, request):
                 elif path not in log_dirs:
                     error = ErrorCode.log_dir_not_found
                 elif current == path:
-                    error = ErrorCode.none  # already there: a no-op, as in Kafka
+                    # Already there: a no-op, as in Kafka (a move elsewhere under way is called off).
+                    broker.log_mover.cancel(t.name, p)
+                    error = ErrorCode.none
                 elif hp is None:
                     error = ErrorCode.replica_not_available
                 else:
-                    _log.warning("AlterReplicaLogDirs %s-%d to %s refused: raftka does not move replicas "
-                                 "between log dirs; a replica stays in the dir it was created in", t.name, p, path)
-                    error = ErrorCode.kafka_storage_error
+                    broker.log_mover.move(t.name, p, path)
+                    error = ErrorCode.none
                 topics.setdefault(t.name, []).append(
                     build(mod.AlterReplicaLogDirPartitionResult, partition_index=p, error_code=error))
     return build(mod.AlterReplicaLogDirsResponse, throttle_time=_NO_THROTTLE, results=tuple(
