@@ -6,6 +6,8 @@ consume, kafka-python for the log-dir admin calls)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -76,8 +78,12 @@ def test_a_replica_moves_to_another_log_dir_while_it_takes_appends_and_every_rec
             writer.start()
             try:
                 time.sleep(0.5)
-                moved = kp.alter_replica_log_dirs({TopicPartitionReplica(TOPIC, 0, 2): target})
-                assert list(moved.values()) == [NoError], moved
+                # The move through the command (AlterReplicaLogDirs), the describes through kafka-python.
+                said = subprocess.run([sys.executable, "-m", "raftka.cli", "log-dirs", "move", "-b", bootstrap,
+                                       "--broker", "2", "--topic", TOPIC, "--partition", "0", "--log-dir", target],
+                                      capture_output=True, text=True, timeout=60)
+                assert said.returncode == 0, said.stderr
+                assert f"moving {TOPIC}-0 on broker 2 to {target}" in said.stdout
                 # The future replica shows under the target dir until it is swapped in.
                 seen_future = False
 
@@ -94,6 +100,9 @@ def test_a_replica_moves_to_another_log_dir_while_it_takes_appends_and_every_rec
                 stop.set()
                 writer.join(60)
             assert during[0] > 0
+            # Where it is now, a move there is a no-op (kafka-python's AlterReplicaLogDirs).
+            moved = kp.alter_replica_log_dirs({TopicPartitionReplica(TOPIC, 0, 2): target})
+            assert list(moved.values()) == [NoError], moved
         finally:
             kp.close()
 
