@@ -6,11 +6,13 @@ consume, kafka-python for the log-dir admin calls)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, TopicPartitionReplica
@@ -125,3 +127,76 @@ def test_a_replica_moves_to_another_log_dir_while_it_takes_appends_and_every_rec
         # Appends go to the moved log.
         producer.produce(TOPIC, value=b"after", partition=0)
         assert producer.flush(30) == 0
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="soak: set RAFTKA_SOAK=1 (about a minute)")
+def test_a_move_survives_a_pause_and_a_kill_of_its_broker(tmp_path):
+    """A paused broker's move goes on when it resumes; a killed broker's
+    move is dropped at its restart (the copy removed), the replica whole
+    where it was, and a new move then completes."""
+    broker_dir = tmp_path / "cluster" / "broker-2"
+    second = tmp_path / "second-dir"
+    with LocalCluster(tmp_path / "cluster", controllers=1, brokers=1,
+                      broker_overrides={"log.dirs": f"{broker_dir},{second}",
+                                        "log.segment.bytes": str(256 * 1024),
+                                        # About 8 s for the 2 MB: time to pause and kill mid-move.
+                                        "replica.alter.log.dirs.io.max.bytes.per.second": str(256 * 1024)},
+                      ) as cluster:
+        second.mkdir()
+        format_log_dir(second, cluster.cluster_id, 2)
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)], operation_timeout=30)[TOPIC].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(2000):
+            producer.produce(TOPIC, value=VALUE + b"%d" % i, partition=0)
+        assert producer.flush(60) == 0
+        total = 2000
+
+        def move(to: str) -> None:
+            kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                assert list(kp.alter_replica_log_dirs({TopicPartitionReplica(TOPIC, 0, 2): to}).values()) == [NoError]
+            finally:
+                kp.close()
+
+        def where() -> dict[str, list[str]]:
+            return {str(d): sorted(n for n in os.listdir(d) if n.startswith(f"{TOPIC}-0")) for d in (broker_dir, second)}
+
+        def all_readable() -> None:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
+                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+            consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+            offsets = []
+            deadline = time.monotonic() + 60
+            while len(offsets) < total and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    offsets.append(message.offset())
+            consumer.close()
+            assert offsets == list(range(total))
+
+        # Killed mid-move: the replica stays whole in its dir, the copy goes at the restart.
+        move(str(second))
+        time.sleep(2)
+        assert any(n.endswith("-future") for n in where()[str(second)]), where()
+        cluster.kill(2)
+        cluster.start(2)
+        cluster.wait_ready(120)
+        assert where() == {str(broker_dir): [f"{TOPIC}-0"], str(second): []}
+        all_readable()
+
+        # Paused mid-move: it goes on after, with appends meanwhile.
+        move(str(second))
+        time.sleep(2)
+        cluster.kill(2, signal.SIGSTOP)
+        time.sleep(2)
+        cluster.kill(2, signal.SIGCONT)
+        for i in range(100):
+            producer.produce(TOPIC, value=b"after-pause-%d" % i, partition=0)
+        assert producer.flush(60) == 0
+        total += 100
+        wait_for("the move to finish", lambda: where() == {str(broker_dir): [], str(second): [f"{TOPIC}-0"]}, 60)
+        all_readable()
