@@ -96,6 +96,9 @@ class BrokerConfig:
     #: `log.max.open.files`: segment files open at once (`storage.fs.OpenFileCache`);
     #: 0 derives it from the open-files limit, leaving room for sockets.
     log_max_open_files: int = 0
+    #: `replica.alter.log.dirs.io.max.bytes.per.second`: how fast a replica
+    #: moving between log dirs is copied (0: as fast as the event loop allows).
+    replica_alter_log_dirs_io_max_bytes_per_second: int = 0
     #: `raftka.test.disk.fault.file` (tests only, `storage.fault_fs.FaultSwitchFileSystem`):
     #: while this file (relative to the first log dir) says `eio`, the
     #: partition logs' writes fail with EIO. Empty: the plain file system.
@@ -199,6 +202,8 @@ class BrokerConfig:
             txn_coordinator=TransactionCoordinatorConfig.from_properties(props),
             log_cleaner_enable=bool_property(props, "log.cleaner.enable", True),
             log_max_open_files=int_property(props, "log.max.open.files", 0, 0),
+            replica_alter_log_dirs_io_max_bytes_per_second=int_property(
+                props, "replica.alter.log.dirs.io.max.bytes.per.second", 0, 0),
             test_disk_fault_file=props.get("raftka.test.disk.fault.file", "").strip(),
             log_cleaner=CleanerConfig.from_properties(props),
             log_cleaner_cpu_fraction=float_property(props, "raftka.log.cleaner.cpu.fraction", 0.25),

@@ -99,6 +99,78 @@ class LatencyHistogram:
         return (1 << (BUCKETS - 1)) / 1000
 
 
+class WindowedStat:
+    """A Kafka Metrics sensor's `-avg`, `-max` and `-rate` over its sampled
+    window (Kafka's defaults: `metrics.num.samples`=2 samples of
+    `metrics.sample.window.ms`=30 s): what KIP-595's `commit-latency-avg`
+    or `append-records-rate` report. `record` is for events counted in
+    tens per second at most (Raft appends, elections), not per request."""
+
+    __slots__ = ("window_s", "samples")
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        self.window_s = window_s
+        #: [start, count, total, max] of the current and the previous window.
+        self.samples: list[list[float]] = []
+
+    def record(self, value: float, now: float) -> None:
+        samples = self.samples
+        if not samples or now - samples[-1][0] >= self.window_s:
+            samples.append([now, 0, 0.0, float("-inf")])
+            del samples[:-2]
+        sample = samples[-1]
+        sample[1] += 1
+        sample[2] += value
+        if value > sample[3]:
+            sample[3] = value
+
+    def _live(self, now: float) -> list[list[float]]:
+        return [s for s in self.samples if now - s[0] < 2 * self.window_s]
+
+    def avg(self, now: float) -> float:
+        """The mean value recorded in the window (NaN when nothing was, as Kafka)."""
+        live = self._live(now)
+        count = sum(s[1] for s in live)
+        return sum(s[2] for s in live) / count if count else float("nan")
+
+    def max(self, now: float) -> float:
+        """The largest value recorded in the window (NaN when nothing was, as Kafka)."""
+        live = self._live(now)
+        return max(s[3] for s in live) if live else float("nan")
+
+    def rate(self, now: float) -> float:
+        """The values' sum per second over the window, which counts as at
+        least one sample window long (Kafka's `Rate`)."""
+        live = self._live(now)
+        if not live:
+            return 0.0
+        elapsed = max(now - live[0][0], self.window_s)
+        return sum(s[2] for s in live) / elapsed
+
+
+class ScrapedRate:
+    """The per-second rate of a count that is only read at scrape time
+    (a count kept by the node's state, not by the metrics), over the last
+    window (at least `window_s` long, as a Kafka `Rate`): each scrape
+    remembers the count, and the rate is measured from the oldest memory
+    within two windows."""
+
+    __slots__ = ("window_s", "seen")
+
+    def __init__(self, now: float, window_s: float = 30.0) -> None:
+        """`now`: when the count was 0 (the node's start)."""
+        self.window_s = window_s
+        self.seen: list[tuple[float, float]] = [(now, 0.0)]
+
+    def rate(self, count: float, now: float) -> float:
+        seen = self.seen
+        while len(seen) > 1 and now - seen[1][0] >= self.window_s:
+            del seen[0]
+        seen.append((now, count))
+        then, before = seen[0]
+        return (count - before) / max(now - then, self.window_s)
+
+
 def histogram_families(name: str, doc: str, labels: list[str],
                        series: Iterable[tuple[list[str], LatencyHistogram]]) -> list:
     """A Yammer histogram as the JMX exporter shows it: a gauge with a

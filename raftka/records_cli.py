@@ -1,9 +1,11 @@
-"""`raftka records delete` and `raftka log-dirs describe`: like Kafka's
-`kafka-delete-records` and `kafka-log-dirs`.
+"""`raftka records delete`, `raftka log-dirs describe` and `raftka log-dirs
+move`: like Kafka's `kafka-delete-records`, `kafka-log-dirs` and the
+`log_dirs` of `kafka-reassign-partitions`.
 
     raftka records delete   -b H:P --offset-json-file FILE
     raftka records delete   -b H:P --topic T --partition N --offset O
     raftka log-dirs describe -b H:P [--broker-list 1,2] [--topic-list a,b]
+    raftka log-dirs move     -b H:P --broker N --topic T --partition P --log-dir DIR
 
 records delete moves each partition's log start offset up to the given
 offset (-1: the high watermark): records below it can no longer be read,
@@ -13,7 +15,14 @@ pass. The JSON file is kafka-delete-records': {"partitions": [{"topic":
 watermark.
 
 log-dirs describe prints, per broker, a JSON document like kafka-log-dirs:
-every log dir with its partitions' sizes and offset lags.
+every log dir with its partitions' sizes and offset lags; a replica
+being moved between log dirs shows twice, the copy (`"isFuture": true`)
+under its target dir with how far it is behind.
+
+log-dirs move asks broker N to move its replica of T-P to DIR (one of its
+`log.dirs`; AlterReplicaLogDirs): the broker copies the log there while
+it takes appends and swaps the copy in once it has caught up. It returns
+once the move started; follow it with log-dirs describe.
 
 Exit status: 0 on success, 1 if the cluster refused, 2 for bad arguments
 or an unreachable cluster.
@@ -42,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     describe = dirs("describe", "every broker's log dirs with their partitions", _describe)
     describe.add_argument("--broker-list", default="", metavar="1,2", help="only these brokers (default: all)")
     describe.add_argument("--topic-list", default="", metavar="a,b", help="only these topics (default: all)")
+    move = dirs("move", "move a replica to another of its broker's log dirs (AlterReplicaLogDirs)", _move)
+    move.add_argument("--broker", type=int, required=True, metavar="N", help="the broker holding the replica")
+    move.add_argument("--topic", required=True, metavar="T")
+    move.add_argument("--partition", type=int, required=True, metavar="P")
+    move.add_argument("--log-dir", required=True, metavar="DIR", help="one of the broker's log.dirs")
 
 
 def _wanted(args: argparse.Namespace) -> list[tuple[str, int, int]]:
@@ -91,6 +105,25 @@ async def _delete(args: argparse.Namespace) -> int:
                     failed = True
                     print(f"partition: {t.name}-{p.partition_index}\terror: {wire_cli.error_name(p.error_code)}")
     return 1 if failed else 0
+
+
+async def _move(args: argparse.Namespace) -> int:
+    from kio.schema.alter_replica_log_dirs.v2 import request as arld
+
+    meta = await wire_cli.metadata(args, [])
+    brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
+    if args.broker not in brokers:
+        raise Refused(f"broker {args.broker} is not in the cluster (brokers: {sorted(brokers)})")
+    answer = await wire_cli.request(*brokers[args.broker], arld.AlterReplicaLogDirsRequest(dirs=(
+        arld.AlterReplicaLogDir(path=args.log_dir, topics=(
+            arld.AlterReplicaLogDirTopic(name=args.topic, partitions=(args.partition,)),)),)))
+    errors = [p.error_code for t in answer.results for p in t.partitions]
+    if errors != [0]:
+        raise Refused(f"{args.topic}-{args.partition} on broker {args.broker} to {args.log_dir}: "
+                      f"{', '.join(wire_cli.error_name(e) for e in errors) or 'no answer for the partition'}")
+    print(f"moving {args.topic}-{args.partition} on broker {args.broker} to {args.log_dir}; "
+          "follow it with `raftka log-dirs describe`")
+    return 0
 
 
 async def _describe(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ for every version in tests/broker/test_broker_codec.py.
 
 from __future__ import annotations
 
+import collections
 import struct
 import uuid
 from collections.abc import Sequence
@@ -96,6 +97,15 @@ class ProducePartitionResult(NamedTuple):
     record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
+#: Error code -> count of the partitions answered with it by the hand-built
+#: Produce and Fetch encoders below (Kafka's ErrorsPerSec), or None (not
+#: counted). Module-wide because these encoders run per request without the
+#: broker at hand, and a process serves one broker's metrics
+#: (`broker.shell.metrics.BrokerMetrics` sets them).
+produce_error_counts: collections.Counter | None = None
+fetch_error_counts: collections.Counter | None = None
+
+
 def encode_produce_response(
     header: RequestHeader, topics: Sequence[tuple[str, Sequence[ProducePartitionResult]]]
 ) -> bytes:
@@ -111,10 +121,13 @@ def encode_produce_response(
     # An empty record_errors array and a null error_message (v8+), and the
     # partition's tag buffer (v9+): what every partition without an error ends with.
     plain_tail = (b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
+    counts = produce_error_counts
     for name, partitions in topics:
         append(_topic_name(name, flexible))
         append(array_length_bytes(len(partitions), flexible))
         for p in partitions:
+            if counts is not None:
+                counts[p.error_code] += 1
             append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
                 append(_I64.pack(p.log_start_offset))
@@ -197,6 +210,9 @@ def encode_fetch_response(
         if version >= 11 else None
     plain_tail = _PLAIN_TAIL_FLEXIBLE if flexible else _PLAIN_TAIL
     by_id = version >= FETCH_TOPIC_ID_VERSION
+    counts = fetch_error_counts
+    if counts is not None:
+        counts[error_code] += 1
     for name, partitions in topics:
         if by_id:
             # The zero id reads as None (kio's null uuid); it is answered as asked.
@@ -206,6 +222,8 @@ def encode_fetch_response(
         out += array_length_bytes(len(partitions), flexible)
         for p in partitions:
             index, error, high_watermark, last_stable, log_start, records, aborted, diverging, leader = p
+            if counts is not None:
+                counts[error] += 1
             if plain is not None and not records and aborted is None and diverging is None and leader is None:
                 out += plain(index, error, high_watermark, last_stable, log_start, plain_tail)
                 continue

@@ -10,9 +10,14 @@ Theory of operation
   OFFSET_OUT_OF_RANGE, ListOffsets EARLIEST answers it); the segments
   wholly below it go at the next retention pass. Followers learn the new
   log start from each Fetch response and move theirs (at most to their
-  own log end), so the records stay deleted after a leader change. Kafka
-  answers once every follower has caught up with the deletion; raftka
-  answers once the leader has it.
+  own log end), and name the partition in their next Fetch with their new
+  log start. As Kafka's DelayedDeleteRecords, the answer waits until the
+  low watermark (the smallest log start offset of the leader and its
+  in-sync followers) has reached the deletion, so that a leader elected
+  right after the answer has the records deleted too; then it answers the
+  low watermark. Not there within the request's timeout: REQUEST_TIMED_OUT
+  (the leader's deletion stays, the followers still follow it); the
+  leadership lost meanwhile: NOT_LEADER_OR_FOLLOWER.
 * DescribeLogDirs lists every `log.dirs` directory with the partitions in
   it, their size on disk and offset lag (how far the replica's log end is
   behind the high watermark; 0 on a leader), and the disk's total and
@@ -20,9 +25,12 @@ Theory of operation
   error KAFKA_STORAGE_ERROR and no partitions, as Kafka lists it.
 * AlterReplicaLogDirs: a replica already in the named dir is answered
   NONE (a no-op, as in Kafka), a dir not in `log.dirs` LOG_DIR_NOT_FOUND.
-  Moving a replica to another of this broker's dirs is not implemented:
-  KAFKA_STORAGE_ERROR, and the broker logs why. A replica's dir is chosen
-  when it is created (the dir with fewest partitions).
+  A replica in another of this broker's dirs is moved there through a
+  future log, copied while the partition takes appends and swapped in once
+  caught up (`broker.shell.log_dir_mover`): the answer is NONE once the
+  move started, as Kafka answers. While it runs, DescribeLogDirs lists the
+  future replica under the target dir with `is_future_key` true and its
+  offset lag. A new replica's dir is the one with fewest partitions.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import logging
 import os
 import shutil
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from broker.api.kio_util import build, response_module
@@ -39,11 +48,15 @@ from common.security.acl import Operation, ResourceType
 
 _NO_THROTTLE = datetime.timedelta(0)
 _HIGH_WATERMARK = -1
+#: How often a waiting DeleteRecords looks at the followers' log starts
+#: again (a follower's Fetch after the deletion reports its new one).
+_LOW_WATERMARK_POLL_S = 0.02
 
 _log = logging.getLogger("broker.log_admin")
 
 
 def _delete_one(broker, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
+    """Move the leader's log start; (error, the offset the low watermark must reach)."""
     hp = broker.replicas.partitions.get((topic, partition))
     if hp is None:
         known = broker.image.topic(topic)
@@ -63,21 +76,61 @@ def _delete_one(broker, topic: str, partition: int, offset: int) -> tuple[ErrorC
     except OSError as exc:
         _log.error("%s-%d: DeleteRecords to %d failed: %s", topic, partition, target, exc)
         return ErrorCode.kafka_storage_error, -1
-    return ErrorCode.none, hp.log.log_start_offset
+    # A request below the log start already moved (an earlier deletion) waits for that one.
+    return ErrorCode.none, max(target, hp.log.log_start_offset)
+
+
+def _low_watermark(broker, topic: str, partition: int, leader_epoch: int) -> int | None:
+    """The partition's low watermark here, or None when this broker no
+    longer leads it in `leader_epoch`."""
+    hp = broker.replicas.partitions.get((topic, partition))
+    if hp is None or not hp.state.is_leader or hp.state.leader_epoch != leader_epoch:
+        return None
+    return hp.state.leader.low_watermark(hp.log.log_start_offset)
 
 
 async def handle_delete_records(broker, ctx, request):
     mod = response_module(request.header)
     # Kafka's rule: DELETE on each topic, refused per partition with TOPIC_AUTHORIZATION_FAILED.
     denied = broker.authorizer.denied_topics(ctx, (t.name for t in request.body.topics), Operation.DELETE)
+    deadline = trio.current_time() + request.body.timeout.total_seconds()
+    # (topic, partition) -> [error, low watermark]; waiting: -> (required offset, leader epoch).
+    results: dict[tuple[str, int], list] = {}
+    waiting: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in request.body.topics:
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            if t.name in denied:
+                results[key] = [ErrorCode.topic_authorization_failed, -1]
+                continue
+            error, required = _delete_one(broker, t.name, p.partition_index, p.offset)
+            results[key] = [error, -1]
+            if error == ErrorCode.none:
+                waiting[key] = (required, broker.replicas.partitions[key].state.leader_epoch)
+    while waiting:
+        for key, (required, epoch) in list(waiting.items()):
+            low = _low_watermark(broker, *key, epoch)
+            if low is None:
+                results[key] = [ErrorCode.not_leader_or_follower, -1]
+                del waiting[key]
+            elif low >= required:
+                results[key] = [ErrorCode.none, low]
+                del waiting[key]
+        if not waiting:
+            break
+        if trio.current_time() >= deadline:
+            for key, (_required, epoch) in waiting.items():
+                low = _low_watermark(broker, *key, epoch)
+                _log.info("%s-%d: DeleteRecords timed out waiting for the in-sync followers' log start "
+                          "(low watermark %s)", *key, low)
+                results[key] = [ErrorCode.request_timed_out, -1 if low is None else low]
+            break
+        await trio.sleep(_LOW_WATERMARK_POLL_S)
     topics = []
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            if t.name in denied:
-                error, low = ErrorCode.topic_authorization_failed, -1
-            else:
-                error, low = _delete_one(broker, t.name, p.partition_index, p.offset)
+            error, low = results[(t.name, p.partition_index)]
             parts.append(build(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index,
                                low_watermark=low, error_code=error))
         topics.append(build(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
@@ -99,6 +152,12 @@ async def handle_describe_log_dirs(broker, ctx, request):
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(build(
             mod.DescribeLogDirsPartition, partition_index=partition, partition_size=log.size_in_bytes,
             offset_lag=lag, is_future_key=False))
+        future = broker.log_mover.future_of(topic, partition)
+        if future is not None and future.log is not None:
+            # Kafka's offset lag of a future replica: how far it is behind the current log's end.
+            by_dir.setdefault(future.target_dir, {}).setdefault(topic, []).append(build(
+                mod.DescribeLogDirsPartition, partition_index=partition, partition_size=future.log.size_in_bytes,
+                offset_lag=max(0, log.log_end_offset - future.log.log_end_offset), is_future_key=True))
     results = []
     offline = broker.log_manager.offline_dirs
     for log_dir, topics in by_dir.items():
@@ -136,13 +195,14 @@ async def handle_alter_replica_log_dirs(broker, ctx, request):
                 elif path not in log_dirs:
                     error = ErrorCode.log_dir_not_found
                 elif current == path:
-                    error = ErrorCode.none  # already there: a no-op, as in Kafka
+                    # Already there: a no-op, as in Kafka (a move elsewhere under way is called off).
+                    broker.log_mover.cancel(t.name, p)
+                    error = ErrorCode.none
                 elif hp is None:
                     error = ErrorCode.replica_not_available
                 else:
-                    _log.warning("AlterReplicaLogDirs %s-%d to %s refused: raftka does not move replicas "
-                                 "between log dirs; a replica stays in the dir it was created in", t.name, p, path)
-                    error = ErrorCode.kafka_storage_error
+                    broker.log_mover.move(t.name, p, path)
+                    error = ErrorCode.none
                 topics.setdefault(t.name, []).append(
                     build(mod.AlterReplicaLogDirPartitionResult, partition_index=p, error_code=error))
     return build(mod.AlterReplicaLogDirsResponse, throttle_time=_NO_THROTTLE, results=tuple(

@@ -53,6 +53,7 @@ from broker.shell.controller_channel import ControllerChannel
 from broker.shell.fetch_session import FetchSessionCache
 from broker.shell.coordinator_runtime import GroupCoordinatorRuntime, handle_group_request
 from broker.core.group import GROUP_API_VERSIONS
+from broker.shell.log_dir_mover import LogDirMover
 from broker.shell.log_manager import LogManager
 from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION, MetadataEncoder
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
@@ -172,6 +173,8 @@ class Broker:
                                        config.replication)
         #: Replication: follower fetchers, and the leaders' ISR changes to the controller.
         self.fetchers = ReplicaFetchers(self)
+        #: Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
+        self.log_mover = LogDirMover(self)
         self.metadata_encoder = MetadataEncoder()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                 config.min_incremental_fetch_session_eviction_ms)
@@ -352,6 +355,7 @@ class Broker:
                 await nursery.start(self.isr_sender.run)
                 await nursery.start(self.coordinator.run)
                 await nursery.start(self.txn_coordinator.run)
+                await nursery.start(self.log_mover.run)
                 if config.log_cleaner_enable:
                     nursery.start_soon(run_log_cleaner, self)
                 task_status.started(self.server)

@@ -51,7 +51,11 @@ _BROKER_DEFAULTS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag
 def compaction_config(broker, topic: str) -> CompactionConfig:
     # The replica manager's defaults include the dynamic broker configs.
     defaults = {k: v for k, v in broker.replicas.log_defaults.items() if k in _BROKER_DEFAULTS}
-    return CompactionConfig.from_properties({**defaults, **broker.image.topic_config(topic)})
+    # Kafka's default cleanup.policy is delete: a topic that sets none, on a
+    # broker that sets no log.cleanup.policy, is not compacted (and its
+    # records without keys not removed).
+    return CompactionConfig.from_properties({"cleanup.policy": "delete", **defaults,
+                                             **broker.image.topic_config(topic)})
 
 
 class CompactedLogs:

@@ -150,6 +150,10 @@ class GroupCoordinatorRuntime(ShardHost):
         self._seeds = random.SystemRandom()
         self._topics_image = None
         self._topics: dict = {}
+        #: Rebalances completed by shards no longer here (metrics: the
+        #: broker's count goes on across a shard's unload).
+        self.retired_rebalances = 0
+        self.retired_consumer_rebalances = 0
 
     def _topic_metadata(self) -> dict:
         """name -> (topic id, partitions) for the consumer groups' assignors,
@@ -222,6 +226,8 @@ class GroupCoordinatorRuntime(ShardHost):
         runner.active = False
         if self.shards.get(runner.partition) is runner:
             del self.shards[runner.partition]
+        self.retired_rebalances += runner.shard.rebalances
+        self.retired_consumer_rebalances += runner.shard.consumer_rebalances
         result = runner.shard.unload()
         for token, response in result.responses:
             held = self._held.get(token)

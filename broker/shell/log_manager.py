@@ -83,6 +83,8 @@ from storage.log_checkpoints import write_checkpoints_of
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_SUFFIX = "-delete"
+#: A replica's copy being moved into this dir (Kafka's future log).
+FUTURE_SUFFIX = "-future"
 STRAY_SUFFIX = "-stray"
 
 #: Topic config keys the log engine reads (see `storage.config.LogConfig`).
@@ -204,6 +206,12 @@ class LogManager:
             for name in os.listdir(log_dir):
                 if name.endswith(DELETE_SUFFIX):
                     _log.info("%s: finishing the deletion of %s", log_dir, name)
+                    shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+                elif name.endswith(FUTURE_SUFFIX):
+                    # A move between log dirs the last run did not finish (it is not resumed).
+                    _log.warning("%s: removing %s, the copy of a replica move between log dirs that did not "
+                                 "finish before the broker stopped; send the AlterReplicaLogDirs again",
+                                 log_dir, name)
                     shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
             self._checkpointed_hws.update(self._hw_file(log_dir).read())
             recovery_points = _read_checkpoint(self._fs, log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT)
@@ -343,6 +351,20 @@ class LogManager:
         self._fs.fsync_dir(log_dir)
         shutil.rmtree(doomed, ignore_errors=True)
         _log.info("deleted the log of %s-%d", topic, partition)
+
+    def moved(self, tp: TopicPartitionName, log: Log, log_dir: str) -> None:
+        """`log`, in `log_dir`, replaces the partition's log (a replica moved
+        between log dirs, `broker.shell.log_dir_mover`): its old dir's
+        checkpoint entries go at the next checkpoint pass."""
+        old_dir = self._dir_of.get(tp)
+        self._logs[tp] = log
+        if tp in self._flushed_by_policy:
+            self._flushed_by_policy[tp] = log
+        if old_dir is not None and old_dir != log_dir:
+            self._removed.setdefault(old_dir, set()).add(tp)
+            self._written_hws.pop(old_dir, None)
+        self._place(tp, log_dir)
+        log.write_checkpoints()
 
     def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
         """The HW in `replication-offset-checkpoint` when the broker started."""

@@ -40,7 +40,7 @@ import logging
 import random
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -235,9 +235,10 @@ async def run_broker(
 
 
 async def start_metrics(nursery: trio.Nursery, config: NodeConfig, *, broker: Broker | None = None,
-                        node: Any = None) -> int | None:
+                        node: Any = None, collectors: Sequence[Any] = ()) -> int | None:
     """Serve this node's metrics on `metrics.port` (when set): the broker's,
-    the Raft node's, and the controller's on a voter. The bound port, or None."""
+    the Raft node's, the controller's on a voter, and `collectors` (a
+    ZooKeeper-mode broker's controller). The bound port, or None."""
     endpoint = metrics_endpoint(config.raw)
     if endpoint is None:
         return None
@@ -251,6 +252,8 @@ async def start_metrics(nursery: trio.Nursery, config: NodeConfig, *, broker: Br
         registry.register(raft_collector(node))
         if config.is_controller:
             registry.register(controller_collector(node))
+    for collector in collectors:
+        registry.register(collector)
     return await nursery.start(functools.partial(serve_metrics, registry, *endpoint))
 
 

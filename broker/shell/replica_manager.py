@@ -168,7 +168,8 @@ class ReplicaManager:
         skipped: it is the same check, and this runs for every partition a
         follower names (thousands per fetch after a failover)."""
         fetch = ReplicaFetch(replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1),
-                             getattr(fp, "current_leader_epoch", -1))
+                             getattr(fp, "current_leader_epoch", -1),
+                             log_start_offset=getattr(fp, "log_start_offset", -1))
         decision = hp.state.leader.handle_replica_fetch(fetch, hp.log, now_ms)
         update = decision.update
         if update is not NO_UPDATE:

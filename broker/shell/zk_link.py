@@ -73,6 +73,7 @@ from quorum.zookeeper.broker_side import (
     get_or_create_cluster_id,
 )
 from quorum.zookeeper.channel import ControllerChannelManager
+from quorum.node.metrics import zk_controller_collector
 from quorum.zookeeper.controller import ZkController
 from quorum.zookeeper.decisions import ZkControllerConfig
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
@@ -407,7 +408,7 @@ async def _serve(zk: KazooClient, config: NodeConfig, cluster_id: str, handle_si
             finally:
                 broker_stopped.set()
 
-        await start_metrics(nursery, config, broker=broker)
+        await start_metrics(nursery, config, broker=broker, collectors=[zk_controller_collector(link)])
         server = await nursery.start(serve_broker)
         advertised = advertised_listener(config, server.port)
         await nursery.start(link.run, advertised)

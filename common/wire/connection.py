@@ -85,6 +85,9 @@ class ConnectionContext:
     _sequence_of: dict[int, int] = field(default_factory=dict)
     _in_flight: int = 0
     _last_activity: float = 0.0
+    #: When (trio clock) the last chunk of requests was read: the start of
+    #: their queue time (the writer's sends move `_last_activity`, not this).
+    _read_at: float = 0.0
     #: Until when (trio clock) no more requests are read: a client over its quota.
     muted_until: float = 0.0
 
@@ -160,12 +163,16 @@ class ConnectionContext:
 
 
 class Slot:
-    __slots__ = ("request", "done", "parts")
+    __slots__ = ("request", "done", "parts", "api_key", "ready")
 
     def __init__(self, request: DecodedRequest) -> None:
         self.request: DecodedRequest | None = request
         self.done = False
         self.parts: list[ResponsePart] = []
+        #: Set only when the server times sends: the API and when
+        #: (`time.perf_counter`) the response was complete (0: not timed).
+        self.api_key = -1
+        self.ready = 0.0
 
 
 class Pipeline:
@@ -190,7 +197,7 @@ class Pipeline:
         #: True while the writer is sending (its batch goes out before any other).
         self.writer_sending = False
         self._unsent: list[ResponsePart] = []
-        self._unsent_slots = 0
+        self._unsent_slots: list[Slot] = []
         self._writer = trio.lowlevel.ParkingLot()
         self._reader = trio.lowlevel.ParkingLot()
 
@@ -232,11 +239,11 @@ class Pipeline:
             self._wake(self._reader)
         return batch
 
-    def hand_over(self, parts: list[ResponsePart], slot_count: int) -> None:
-        """Give the writer the unsent rest of `slot_count` responses."""
+    def hand_over(self, parts: list[ResponsePart], slots: list[Slot]) -> None:
+        """Give the writer the unsent rest of the responses of `slots`."""
         assert not self._unsent and parts
         self._unsent = parts
-        self._unsent_slots = slot_count
+        self._unsent_slots = slots
         self._wake(self._writer)
 
     def finish_reading(self) -> None:
@@ -250,17 +257,17 @@ class Pipeline:
         if lot:
             lot.unpark_all()
 
-    async def next_batch(self) -> tuple[list[ResponsePart], int] | None:
-        """The next parts to send and how many responses they finish; None
-        once the reader is done and everything was taken."""
+    async def next_batch(self) -> tuple[list[ResponsePart], list[Slot]] | None:
+        """The next parts to send and the slots whose responses they finish;
+        None once the reader is done and everything was taken."""
         while True:
             if self._unsent:
-                parts, count = self._unsent, self._unsent_slots
-                self._unsent, self._unsent_slots = [], 0
-                return parts, count
+                parts, slots = self._unsent, self._unsent_slots
+                self._unsent, self._unsent_slots = [], []
+                return parts, slots
             batch = self.take_ready()
             if batch:
-                return [part for slot in batch for part in slot.parts], len(batch)
+                return [part for slot in batch for part in slot.parts], batch
             if self.reading_done and not self.slots:
                 return None
             await self._writer.park()

@@ -61,6 +61,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from types import CoroutineType
 from typing import Any
 
@@ -232,6 +233,10 @@ class _ConnectionServer:
         self.file_transfer = file_transfer
         self.log = log
         self._ids = itertools.count(1)
+        #: `handler.observe_send(api_key, seconds)`, when the handler has one
+        #: (a broker serving metrics): called with each response's send time,
+        #: from complete to written (Kafka's ResponseSendTimeMs).
+        self.observe_send = getattr(handler, "observe_send", None)
 
     async def serve_connection(self, stream: trio.SocketStream) -> None:
         try:
@@ -325,6 +330,7 @@ class _Connection:
         self.log = owner.log
         self.pipeline = Pipeline(owner.max_in_flight)
         self._next_seq = 0
+        self.observe_send = owner.observe_send
 
     async def read_loop(self) -> None:
         ctx, stats, sock = self.ctx, self.stats, self.sock
@@ -362,7 +368,7 @@ class _Connection:
                 view = None
                 if not yielded:
                     await trio.lowlevel.checkpoint()
-                ctx._last_activity = current_time()
+                ctx._last_activity = ctx._read_at = current_time()
                 ctx.bytes_received += nbytes
                 stats.bytes_received += nbytes
                 try:
@@ -472,6 +478,8 @@ class _Connection:
         ctx._sequence_of.pop(id(request), None)
         ctx._sequencer.release(seq)
         self.stats.requests_answered_at_once += 1
+        if self.observe_send is not None:
+            slot.api_key, slot.ready = request.header.api_key, perf_counter()
         pipeline.complete(slot, parts, wake_writer=False)
 
     async def _await_handler(self, slot: Slot, seq: int, awaitable: Awaitable[Response]) -> None:
@@ -485,6 +493,8 @@ class _Connection:
         finally:
             ctx._sequence_of.pop(id(request), None)
             ctx._sequencer.release(seq)
+        if self.observe_send is not None:
+            slot.api_key, slot.ready = request.header.api_key, perf_counter()
         self.pipeline.complete(slot, parts)
 
     def _handler_failed(self, request: DecodedRequest) -> None:
@@ -511,9 +521,18 @@ class _Connection:
         # No activity stamp: the reader made one at the read just before.
         self._count_sent(report, stamp=False)
         if rest:
-            pipeline.hand_over(rest, len(batch))
+            pipeline.hand_over(rest, batch)
         else:
             self.ctx._in_flight -= len(batch)
+            if self.observe_send is not None:
+                self._observe_sent(batch)
+
+    def _observe_sent(self, slots: list[Slot]) -> None:
+        now = perf_counter()
+        observe = self.observe_send
+        for slot in slots:
+            if slot.ready:
+                observe(slot.api_key, now - slot.ready)
 
     def _count_sent(self, report: SendReport, *, stamp: bool = True) -> None:
         ctx, stats = self.ctx, self.stats
@@ -536,14 +555,16 @@ class _Connection:
         pipeline = self.pipeline
         try:
             while (batch := await pipeline.next_batch()) is not None:
-                parts, count = batch
+                parts, slots = batch
                 pipeline.writer_sending = True
                 try:
                     report = await send_parts(self.sock, parts, self.file_transfer)
                 finally:
                     pipeline.writer_sending = False
                 self._count_sent(report)
-                self.ctx._in_flight -= count
+                self.ctx._in_flight -= len(slots)
+                if self.observe_send is not None:
+                    self._observe_sent(slots)
         except (ProtocolError, OSError) as exc:
             self._send_failed(exc)
         # The reader is done (EOF) and everything is sent, or sending failed:

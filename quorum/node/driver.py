@@ -84,6 +84,7 @@ from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, met
 from quorum.node.network import RaftChannel
 from quorum.node.publish import LeadershipListener, Publisher
 from quorum.node.quorum_state import QuorumStateFile
+from quorum.node.raft_stats import RaftStats
 from quorum.raft import (
     AppendResult,
     ElectionState,
@@ -184,6 +185,8 @@ class RaftNode(Applying):
         self.state = MetadataState()
         self._channel: RaftChannel | None = None
         self._nursery: trio.Nursery | None = None
+        #: Latencies and rates for the metrics (`quorum.node.metrics`).
+        self.stats = RaftStats()
 
     # --- public views ----------------------------------------------------------------
 
@@ -267,7 +270,7 @@ class RaftNode(Applying):
         """Run `build(base_offset, epoch)` in the driver loop and append the
         records it returns at base_offset; return once they are committed
         (with no records: once everything appended before is committed)."""
-        proposal = Proposal(build=build)
+        proposal = Proposal(build=build, queued_at=trio.current_time())
         await self._send_events.send(proposal)
         return await proposal.wait()
 
@@ -398,6 +401,7 @@ class RaftNode(Applying):
             batch, proposals = [], []
 
         turn_bytes = 0
+        now = trio.current_time()
         for event in events:
             if isinstance(event, Proposal):
                 if turn_bytes >= TURN_PROPOSAL_BYTES:
@@ -409,6 +413,8 @@ class RaftNode(Applying):
                     event.finish(error=NotLeaderError(core.leader_and_epoch.leader_id, core.epoch))
                     continue
                 base = self.log.log_end_offset + len(batch)
+                self.stats.event_queue.observe(now - event.queued_at)
+                event.appended_at = now
                 try:
                     built = event.build(base, core.epoch)
                 except Exception as exc:  # the caller's decision failed: only its proposal does
@@ -514,14 +520,21 @@ class RaftNode(Applying):
             else:
                 committed = min(core.high_watermark or 0, self.state.next_offset)
                 still = []
+                now = trio.current_time()
                 for p in self._proposals:
                     if p.last_offset < committed:
+                        if p.last_offset >= p.base_offset:  # records of its own: their commit latency
+                            self.stats.commit_latency.record((now - p.appended_at) * 1000, now)
                         p.finish(AppendResult(p.base_offset, p.last_offset, p.epoch))
                     else:
                         still.append(p)
                 self._proposals = still
         role = (core.role, core.epoch, core.leader_and_epoch.leader_id)
+        now = trio.current_time()
+        if self.log is not None:
+            self.stats.on_turn(self.log.log_end_offset, core.is_leader, now)
         if role != self._role:
+            self.stats.on_role(role[0], role[2], now)
             _log.info("node %d: %s in epoch %d (leader %s), was %s in epoch %d", self.node_id, role[0], role[1],
                       role[2], self._role[0], self._role[1])
             self._role = role

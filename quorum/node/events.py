@@ -68,6 +68,9 @@ class Proposal(Waiter):
     last_offset: int = -1
     epoch: int = -1
     image_after: MetadataImage | None = None
+    #: When (trio clock) it was sent to the Raft loop, and appended there (metrics).
+    queued_at: float = 0.0
+    appended_at: float = 0.0
 
 
 @dataclasses.dataclass(eq=False)

@@ -39,6 +39,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.retry import KazooRetry
 
+from common.metrics import LatencyHistogram
 from quorum.zookeeper import store
 from quorum.zookeeper.context import (
     BrokersChanged,
@@ -99,6 +100,10 @@ class ZkController:
         self.elections_won = 0
         self._dirty: set[str] = set()
         self._wakeup = trio.Event()
+        #: kind -> when (trio clock) its watch fired and was not yet read, and
+        #: how long those events waited (Kafka's EventQueueTimeMs; metrics).
+        self._marked_at: dict[str, float] = {}
+        self.event_queue = LatencyHistogram()
         self._token: trio.lowlevel.TrioToken | None = None
         self._last_config_change: str | None = None
         #: topics whose `/brokers/topics/<t>` watch fired since the last read
@@ -115,6 +120,7 @@ class ZkController:
 
     def _mark(self, kind: str) -> None:
         self._dirty.add(kind)
+        self._marked_at.setdefault(kind, trio.current_time())
         self._wakeup.set()
 
     def _watch(self, kind: str) -> Callable[[object], None]:
@@ -151,6 +157,11 @@ class ZkController:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
         dirty, self._dirty = self._dirty, set()
+        now = trio.current_time()
+        for kind in dirty:
+            marked = self._marked_at.pop(kind, None)
+            if marked is not None:
+                self.event_queue.observe(now - marked)
         return dirty
 
     async def _zk(self, fn, *args):

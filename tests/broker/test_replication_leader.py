@@ -355,3 +355,20 @@ def test_a_diverged_follower_gets_diverging_epoch_and_is_not_counted():
 def test_a_fetch_past_the_log_end_without_an_epoch_is_out_of_range():
     p, log = leader_with_data(10)
     assert p.handle_replica_fetch(fetch(2, 11, last_epoch=-1), log, 1).error == ErrorCode.offset_out_of_range
+
+
+# --- low watermark (DeleteRecords) ------------------------------------------------
+
+
+def test_the_low_watermark_is_the_smallest_log_start_of_the_isr_and_unknown_until_each_follower_said():
+    p, log = leader_with_data(10)
+    assert p.leader.low_watermark(4) == -1  # no follower has fetched in this leadership yet
+    p.handle_replica_fetch(fetch(2, 10, log)._replace(log_start_offset=4), log, now_ms=100)
+    p.handle_replica_fetch(fetch(3, 10, log)._replace(log_start_offset=0), log, now_ms=100)
+    assert p.leader.low_watermark(4) == 0
+    p.handle_replica_fetch(fetch(3, 10, log)._replace(log_start_offset=4), log, now_ms=200)
+    assert p.leader.low_watermark(4) == 4
+    # Out of the ISR, a follower no longer holds the low watermark back.
+    p, log = leader_with_data(10, isr=(1, 2))
+    p.handle_replica_fetch(fetch(2, 10, log)._replace(log_start_offset=6), log, now_ms=100)
+    assert p.leader.low_watermark(6) == 6

@@ -17,7 +17,7 @@ from common.wire.ports import free_ports
 DATA: dict = {}
 COMMANDS = [("dump-log", None), ("metadata-shell", None), ("storage", "format"), ("configs", "describe"), ("configs", "alter"), ("consumer-groups", "list"),
             ("consumer-groups", "describe"), ("consumer-groups", "delete"), ("consumer-groups", "reset-offsets"),
-            ("records", "delete"), ("log-dirs", "describe")]
+            ("records", "delete"), ("log-dirs", "describe"), ("log-dirs", "move")]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -57,6 +58,20 @@ def test_delete_records_holds_on_every_replica_after_leader_changes(tmp_path) ->
         assert producer.flush(30) == 0
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
+        (future,) = admin.delete_records([TopicPartition("purged", 0, 10)]).values()
+        assert future.result().low_watermark == 10
+        # The answer waits for the in-sync followers' log start (the low
+        # watermark, as Kafka): with one of them stopped it times out, and
+        # answers once that follower is back and has followed.
+        leader = partition_state(bootstrap, "purged")[0][0]
+        stopped = next(b for b in BROKERS if b != leader)
+        cluster.kill(stopped, signal.SIGSTOP)
+        try:
+            (held,) = admin.delete_records([TopicPartition("purged", 0, 20)], operation_timeout=1).values()
+            with pytest.raises(KafkaException, match="REQUEST_TIMED_OUT"):
+                held.result()
+        finally:
+            cluster.kill(stopped, signal.SIGCONT)
         (future,) = admin.delete_records([TopicPartition("purged", 0, 20)]).values()
         assert future.result().low_watermark == 20
         # Past the high watermark: refused, nothing moves.
@@ -84,7 +99,7 @@ def test_delete_records_holds_on_every_replica_after_leader_changes(tmp_path) ->
             kp.close()
         assert _first_offset_confluent(bootstrap, "purged") == 20
 
-        time.sleep(2)  # a few fetch rounds: the followers learn the new log start
+        # No wait: the answer came once every in-sync replica had the deletion.
         first_leader = partition_state(bootstrap, "purged")[0][0]
         cluster.kill(first_leader)
         wait_for("a second leader", lambda: partition_state(bootstrap, "purged")[0][0] not in (first_leader, -1))

@@ -9,6 +9,7 @@ controller count sums to one over the controllers, also after the active
 one is killed.
 """
 
+import math
 import re
 import shutil
 import subprocess
@@ -100,8 +101,29 @@ def test_metrics_of_a_3_plus_3_cluster_follow_a_broker_failure_and_a_controller_
         assert any(name == "kafka_network_requestmetrics_totaltimems_count" and dict(labels)["request"] == "Fetch"
                    and v > 0 for (name, labels), v in first.items())
         assert value(first, "process_open_fds") > 0
-        # The consumer's group (left: Empty) is coordinated by one of the brokers.
+        # Queue and send times per API, beside the total time.
+        every = [scrape(b) for b in brokers]
+        for metric in ("requestqueuetimems", "responsesendtimems"):
+            for api in ("Produce", "Fetch"):
+                assert sum(value(s, f"kafka_network_requestmetrics_{metric}_count", request=api)
+                           for s in every) > 0, (metric, api)
+                assert all(value(s, f"kafka_network_requestmetrics_{metric}", request=api, quantile="0.99")
+                           < 10_000 for s in every if (f"kafka_network_requestmetrics_{metric}_count",
+                                                       (("request", api),)) in s)
+        # Errors by code per API: every produced partition answered NONE, and
+        # a deletion of a topic that does not exist is counted under its code.
+        assert sum(value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE")
+                   for s in every) >= PARTITIONS
+        admin.delete_topics(["never-created"], operation_timeout=10)["never-created"].exception(30)
+        errors = [{dict(labels)["error"]: v for (name, labels), v in scrape(b).items()
+                   if name == "kafka_network_requestmetrics_errors_total" and dict(labels)["request"] == "DeleteTopics"}
+                  for b in brokers]
+        assert sum(e.get("UNKNOWN_TOPIC_OR_PARTITION", 0) for e in errors) == 1, errors
+        # The consumer's group (left: Empty) is coordinated by one of the brokers,
+        # which counted its rebalance (Kafka 4's group-coordinator-metrics).
         assert total(cluster, brokers, "kafka_coordinator_group_groupmetadatamanager_numgroupsempty") == 1
+        assert total(cluster, brokers, "kafka_server_group_coordinator_metrics_group_rebalance_count") >= 1
+        assert total(cluster, brokers, "kafka_server_group_coordinator_metrics_group_rebalance_rate") > 0
 
         # The controllers: one active, the cluster's topics and brokers counted from the metadata.
         assert total(cluster, controllers, "kafka_controller_kafkacontroller_activecontrollercount") == 1
@@ -110,6 +132,16 @@ def test_metrics_of_a_3_plus_3_cluster_follow_a_broker_failure_and_a_controller_
         assert value(c, "kafka_controller_kafkacontroller_globalpartitioncount") >= PARTITIONS
         assert value(c, "kafka_server_raftmetrics_current_leader") in {n.node_id for n in controllers}
         assert sum(v for (name, _), v in c.items() if name == "kafka_server_raftmetrics_current_state") == 1
+        # KIP-595's latencies and rates: the leader appended and committed the
+        # topic's records within the window; the brokers (observers) fetched them.
+        leader = next(n for n in controllers
+                      if value(scrape(n), "kafka_controller_kafkacontroller_activecontrollercount") == 1)
+        on_leader = scrape(leader)
+        assert 0 < value(on_leader, "kafka_server_raftmetrics_commit_latency_avg") \
+            <= value(on_leader, "kafka_server_raftmetrics_commit_latency_max") < 10_000
+        assert value(on_leader, "kafka_server_raftmetrics_append_records_rate") > 0
+        assert value(first, "kafka_server_raftmetrics_fetch_records_rate") > 0
+        assert value(on_leader, "kafka_controller_controllereventmanager_eventqueuetimems_count") > 0
 
         # Every metric the shipped Grafana dashboard queries is served.
         served = {name for node in cluster.nodes.values() for name, _ in scrape(node)}
@@ -145,6 +177,11 @@ def test_metrics_of_a_3_plus_3_cluster_follow_a_broker_failure_and_a_controller_
         for n in controllers:
             if n.is_running():
                 assert value(scrape(n), "kafka_server_raftmetrics_current_leader") != active[0].node_id
+        # The new leader timed its election.
+        new_leader = next(n for n in controllers if n.is_running()
+                          and value(scrape(n), "kafka_controller_kafkacontroller_activecontrollercount") == 1)
+        elected = value(scrape(new_leader), "kafka_server_raftmetrics_election_latency_max")
+        assert not math.isnan(elected) and 0 <= elected < 30_000
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="the Debian `prometheus` package is not installed")

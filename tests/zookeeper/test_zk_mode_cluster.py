@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def cluster(tmp_path_factory):
     if reason is not None:
         pytest.skip(f"ZooKeeper mode needs a local ZooKeeper: {reason}")
     c = LocalCluster(tmp_path_factory.mktemp("zk-mode"), controllers=1, brokers=3, mode="zk",
-                     zookeeper_tick_time_ms=500,
+                     zookeeper_tick_time_ms=500, metrics=True,
                      overrides={"zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
                                 "raftka.controlled.shutdown.timeout.ms": "15000"})
     try:
@@ -154,6 +155,20 @@ def restart(cluster, node_id: int) -> None:
     cluster.wait_ready(120)
 
 
+def controller_metrics(cluster) -> dict[int, dict[str, float]]:
+    """broker id -> its ZooKeeper-mode controller metrics (name -> value), for the running brokers."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = {}
+    for b in cluster.brokers:
+        if b.is_running():
+            with urllib.request.urlopen(f"http://{b.host}:{b.metrics_port}/metrics", timeout=10) as response:
+                text = response.read().decode()
+            scraped[b.node_id] = {s.name: s.value for f in text_string_to_metric_families(text)
+                                  for s in f.samples if s.name.startswith("kafka_controller_") and not s.labels}
+    return scraped
+
+
 def controller(zk) -> tuple[int, int, int]:
     """(broker holding /controller, controller epoch, its zkVersion)."""
     holder = store.active_controller(zk)
@@ -241,12 +256,24 @@ def test_killed_controller_is_replaced_with_a_higher_epoch_and_its_stale_write_i
     settled_leaders(cluster, "failover", 2)
     old_holder, old_epoch, old_version = controller(zk)
     assert old_holder in (2, 3, 4)
+    # The controller's metrics as Kafka's ZooKeeper-mode controller has
+    # them: one active controller among the brokers, counting the partitions.
+    before = controller_metrics(cluster)
+    assert {b: m["kafka_controller_kafkacontroller_activecontrollercount"] for b, m in before.items()} \
+        == {b: (1 if b == old_holder else 0) for b in before}
+    assert before[old_holder]["kafka_controller_kafkacontroller_globalpartitioncount"] >= 2
+    assert before[old_holder]["kafka_controller_kafkacontroller_activebrokercount"] == 3
+    assert before[old_holder]["kafka_controller_controllereventmanager_eventqueuetimems_count"] > 0
     cluster.kill(old_holder, signal.SIGKILL)
     took = wait_until(lambda: controller(zk)[0] not in (None, old_holder), SESSION_TIMEOUT_S + SLACK_S,
                       "a new controller elected")
     new_holder, new_epoch, _ = controller(zk)
     assert new_epoch > old_epoch
     assert took <= SESSION_TIMEOUT_S + SLACK_S
+    wait_until(lambda: {b: m["kafka_controller_kafkacontroller_activecontrollercount"]
+                        for b, m in controller_metrics(cluster).items()}
+               == {b: (1 if b == new_holder else 0) for b in (2, 3, 4) if b != old_holder},
+               SESSION_TIMEOUT_S + SLACK_S, "the new controller counted as the only active one")
     # The new controller serves the cluster: no partition is led by the dead broker.
     wait_until(lambda: all(leader not in (-1, old_holder)
                            for leader in leaders_seen_by_clients(cluster, "failover").values()),

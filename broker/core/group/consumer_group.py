@@ -354,6 +354,7 @@ class ConsumerGroups:
                 fx.records.append(cr.target_member_record(group.group_id, m, a))
         group.target = target
         group.assignment_epoch = group.group_epoch
+        fx.consumer_rebalances += 1
         fx.records.append(cr.target_metadata_record(group.group_id, group.assignment_epoch))
 
     def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None,

@@ -60,6 +60,11 @@ class Effects:
     records: list[Record] = field(default_factory=list)
     responses: list[tuple[Hashable, Any]] = field(default_factory=list)
     txn_records: list[tuple[int, int, tuple[Record, ...]]] = field(default_factory=list)
+    #: Rebalances this step completed: classic groups' join phases that made
+    #: a generation with members, consumer groups' new target assignments
+    #: (Kafka's group-rebalance and consumer-group-rebalance sensors).
+    rebalances: int = 0
+    consumer_rebalances: int = 0
 
     def respond(self, token: Hashable, response: Any) -> None:
         self.responses.append((token, response))

@@ -193,6 +193,7 @@ def complete_join(group: ClassicGroup, fx: Effects, cfg: GroupCoordinatorConfig)
     if group.state is GroupState.EMPTY:
         store_group(group, fx)
         return
+    fx.rebalances += 1
     for member in group.members.values():
         if member.awaiting_join is not None:
             answer = joined_answer(group, member, with_members=group.is_leader(member.member_id))

@@ -99,6 +99,9 @@ class GroupCoordinatorShard:
         #: sets it from its metadata image before each step.
         self.topics: dict = {}
         self.loaded = False
+        #: Rebalances completed here, classic and consumer groups (metrics; kept across unloads).
+        self.rebalances = 0
+        self.consumer_rebalances = 0
         self._next_sweep_ms: int | None = None
         self._handlers: dict[int, Callable[[Any, RequestContext, Any, Effects], None]] = {
             8: offsets.handle_offset_commit,
@@ -235,6 +238,8 @@ class GroupCoordinatorShard:
                 fx.respond(ctx.token, error_response(request, ErrorCode.coordinator_load_in_progress))
             return fx.result()
         handler(self, ctx, request, fx)
+        self.rebalances += fx.rebalances
+        self.consumer_rebalances += fx.consumer_rebalances
         return fx.result()
 
     def tick(self, now_ms: int) -> CoordinatorResult:
@@ -252,6 +257,8 @@ class GroupCoordinatorShard:
         if self._next_sweep_ms is not None and now_ms >= self._next_sweep_ms:
             offsets.sweep_expired(self, fx)
             self._next_sweep_ms = now_ms + self.config.offsets_retention_check_interval_ms
+        self.rebalances += fx.rebalances
+        self.consumer_rebalances += fx.consumer_rebalances
         return fx.result()
 
     def next_deadline_ms(self) -> int | None:

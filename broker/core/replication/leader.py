@@ -114,6 +114,8 @@ class ReplicaState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     #: When its fetch offset last reached the leader's LEO as of that fetch.
     last_caught_up_ms: int = -1
+    #: Its log start offset as its last valid Fetch said (-1: unknown).
+    log_start_offset: int = UNKNOWN_OFFSET
 
     def update_fetch_state(self, fetch_offset: int, broker_epoch: int, now_ms: int,
                            leader_log_end_offset: int) -> None:
@@ -198,6 +200,20 @@ class LeaderState:
     def guaranteed_isr(self) -> tuple[int, ...]:
         return self.isr_state.guaranteed_isr
 
+    def low_watermark(self, log_start_offset: int) -> int:
+        """The smallest log start offset of the ISR, the leader's
+        (`log_start_offset`) included: what DeleteRecords answers, once it
+        is past the deletion (-1 while an ISR follower's is unknown)."""
+        low = log_start_offset
+        followers = self.followers
+        for r in self.isr_state.isr:
+            if r != self.broker_id:
+                follower = followers.get(r)
+                start = UNKNOWN_OFFSET if follower is None else follower.log_start_offset
+                if start < low:
+                    low = start
+        return low
+
     @property
     def under_min_isr(self) -> bool:
         return len(self.isr_state.guaranteed_isr) < self.min_insync_replicas
@@ -240,6 +256,8 @@ class LeaderState:
         if fetch.fetch_offset < log_start or fetch.fetch_offset > self.log_end_offset:
             return ReplicaFetchDecision(ErrorCode.offset_out_of_range, self.high_watermark, log_start)
         follower.update_fetch_state(fetch.fetch_offset, fetch.broker_epoch, now_ms, self.log_end_offset)
+        if fetch.log_start_offset >= 0:
+            follower.log_start_offset = fetch.log_start_offset
         update = _HIGH_WATERMARK_MOVED if self._maybe_advance_high_watermark() else NO_UPDATE
         # A member of the ISR has nothing to join (`_maybe_expand_isr`'s
         # first check): the common case, without the call.

@@ -80,6 +80,9 @@ class ReplicaFetch(NamedTuple):
     #: The follower's broker epoch (Fetch v15 `replica_state.replica_epoch`,
     #: KIP-903); -1 when the request version does not carry it.
     broker_epoch: int = NO_BROKER_EPOCH
+    #: The follower's log start offset (Fetch v5+; -1: unknown). DeleteRecords
+    #: waits for the in-sync followers' to pass the deletion (the low watermark).
+    log_start_offset: int = UNKNOWN_OFFSET
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
