@@ -29,7 +29,7 @@ DEAD_PORT = 1
 async def test_partitions_leaving_an_unreachable_leader_do_not_cut_the_fetchers_back_off(tmp_path, nursery, caplog):
     caplog.set_level(logging.INFO, logger="broker.replica_fetcher")
     running = await start_broker(nursery, tmp_path, replication=ReplicationConfig(replica_fetch_backoff_ms=BACKOFF_MS))
-    controller, broker = running.controller, running.broker
+    controller = running.controller
     await controller.register_broker(2, "127.0.0.1", DEAD_PORT)
     await running.create_topic("t", assignments=[(2, 1)] * PARTITIONS)
     topic_id = controller.image.topic("t").topic_id

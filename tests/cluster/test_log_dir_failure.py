@@ -19,7 +19,6 @@ it formats the dir and copies the replicas back; then both dirs fail.
 from __future__ import annotations
 
 import os
-import time
 import urllib.request
 from pathlib import Path
 

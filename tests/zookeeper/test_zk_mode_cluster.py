@@ -365,7 +365,6 @@ def test_sigterm_moves_leaderships_before_the_broker_exits(cluster, zk):
     victim = next(b for b in sorted(set(leaders.values())) if b != holder)
     led = [NamedPartition("graceful", p) for p, leader in leaders.items() if leader == victim]
     node = cluster.node(victim)
-    start = time.monotonic()
     node.process.send_signal(signal.SIGTERM)
 
     def moved() -> bool:
