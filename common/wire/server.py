@@ -59,6 +59,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+from time import perf_counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import CoroutineType
@@ -374,7 +375,12 @@ class _Connection:
                         if ctx.muted_until:
                             # Throttled by a quota: the requests after it wait out the mute.
                             await ctx.wait_unmuted()
-                        request = decode_request(frame, supports)
+                        if ctx.metered:
+                            started = perf_counter()
+                            request = decode_request(frame, supports)
+                            ctx.network_s += perf_counter() - started
+                        else:
+                            request = decode_request(frame, supports)
                         if (len(pipeline.slots) < pipeline.max_in_flight
                                 and request.header.api_key != API_VERSIONS_KEY and self.gate is None):
                             # The common case, without a coroutine per request.
@@ -503,11 +509,14 @@ class _Connection:
         pipeline = self.pipeline
         batch = pipeline.take_ready()
         parts = [part for slot in batch for part in slot.parts]
+        started = perf_counter() if self.ctx.metered else 0.0
         try:
             report, rest = send_now(self.sock, parts, self.file_transfer)
         except (ProtocolError, OSError) as exc:
             self._send_failed(exc)
             return
+        if started:
+            self.ctx.network_s += perf_counter() - started
         # No activity stamp: the reader made one at the read just before.
         self._count_sent(report, stamp=False)
         if rest:

@@ -244,3 +244,68 @@ async def test_a_fetch_quota_holds_a_client_id(nursery, tmp_path):
     rate = await in_thread(_timed_consume, rb.bootstrap, "f", 10.0)
     print(f"consumer held at {rate:.0f} B/s")
     assert 0.9 * quota <= rate <= 1.1 * quota
+
+
+def _hammer(bootstrap: str, client_id: str, seconds: float) -> dict:
+    """Ask for the cluster's metadata as fast as answers come for `seconds`:
+    the answers per second and the longest throttle time the client was told."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    throttles = [0]
+
+    def on_throttle(event):
+        throttles[0] = max(throttles[0], int(event.throttle_time * 1000))
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id, "throttle_cb": on_throttle})
+    answered = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            admin.list_topics(timeout=max(0.1, end - time.monotonic()))
+            answered += 1
+        except KafkaException:
+            pass  # muted until the run ends
+        admin.poll(0)
+    admin.poll(0.2)
+    return {"rate": answered / seconds, "throttle_ms": throttles[0]}
+
+
+async def _metadata_rate(rb, nursery, client_id: str, seconds: float) -> float:
+    """Metadata answers per second on one connection asking as fast as answers come."""
+    import trio
+    from kio.schema.metadata.v12 import request as md
+
+    from common.wire import connect
+
+    conn = await connect(nursery, "127.0.0.1", rb.port, client_id=client_id)
+    answered = 0
+    with trio.move_on_after(seconds):
+        while True:
+            await conn.request(md.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False))
+            answered += 1
+    return answered / seconds
+
+
+async def test_a_request_percentage_quota_throttles_a_busy_client_only(nursery, tmp_path):
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("r", partitions=50)  # a Metadata answer worth some loop time
+    conn = await rb.connect(nursery)
+    # 1% of one thread: 10 ms of the broker's loop per second, 100 ms over the 10 s window.
+    (ok,) = (await conn.request(alter({"client-id": "busy"}, request_percentage=1))).entries
+    assert ok.error_code == ErrorCode.none
+    # confluent-kafka hears the throttle time (KIP-219) on the busy client only.
+    busy = await in_thread(_hammer, rb.bootstrap, "busy", 2.0)
+    free = await in_thread(_hammer, rb.bootstrap, "free", 2.0)
+    print(f"request quota: busy {busy}, free {free}")
+    assert busy["throttle_ms"] > 0 and free["throttle_ms"] == 0
+    # One connection each: the busy client's muted connection answers a trickle.
+    busy_rate = await _metadata_rate(rb, nursery, "busy", 1.0)
+    free_rate = await _metadata_rate(rb, nursery, "free", 1.0)
+    print(f"metadata answers per second: busy {busy_rate:.0f}, free {free_rate:.0f}")
+    assert busy_rate < free_rate / 10
