@@ -205,6 +205,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
     budget = max_bytes - total
     now = False
     pending = []
+    throttle = broker.leader_throttle
     # Per partition, this loop reads each field of a result once (a
     # NamedTuple's attribute is a descriptor call) and looks the answer up
     # only when it may hold records from an earlier pass: it runs for each
@@ -231,6 +232,16 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             _, error, high_watermark, _, log_start, records, _, diverging, _ = result
             if error == 0 and diverging is None:
                 sp.recorded_by = leader
+        if throttle is not None and records and replica_id not in state.isr \
+                and throttle.throttled(sp.topic, sp.partition):
+            # A throttled replica out of the ISR (a reassignment's new one):
+            # nothing more for it this second once the leader's rate is used.
+            clock = trio.current_time()
+            if throttle.exceeded(clock):
+                records = ()
+                result = result._replace(records=records)
+            else:
+                throttle.record(records_size(records), clock)
         if error == _UNKNOWN_LEADER_EPOCH:
             # Our metadata is behind the follower's: we have not applied
             # the election it saw. Not an answer yet, and not dirty either:

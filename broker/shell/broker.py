@@ -61,6 +61,8 @@ from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, quotas, security, txn, txn_verification
 from broker.core.client_quotas import QuotaEnforcer, enforcer_for
+from broker.core.replication_quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
+                                           ReplicationQuota, replication_quota)
 from broker.shell import request_quota
 from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from broker.shell.authorizer import BrokerAuthorizer, finished
@@ -167,6 +169,9 @@ class Broker:
         self.fetch_quotas: QuotaEnforcer | None = None
         #: The `request_percentage` enforcer, None while no quota sets it.
         self.request_quotas: QuotaEnforcer | None = None
+        #: Replication throttles (leader side, follower side), None while off.
+        self.leader_throttle: ReplicationQuota | None = None
+        self.follower_throttle: ReplicationQuota | None = None
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms,
                                       max_open_files=config.log_max_open_files,
@@ -263,10 +268,28 @@ class Broker:
         if configs_changed:
             self.replicas.log_defaults = self.effective_log_defaults(image)
             self.replicas.refresh_topic_configs(image)
+            self._refresh_throttles(image)
         self.coordinator.on_metadata_update()
         self.txn_coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
+
+    def _refresh_throttles(self, image: MetadataImage) -> None:
+        """The replication throttles of the image's broker and topic configs."""
+        props = self.effective_properties(image)
+        topic_configs = {res.name: configs for res, configs in image.configs.items()
+                         if res.type == ConfigResourceType.TOPIC}
+        leader, follower = self.leader_throttle, self.follower_throttle
+        self.leader_throttle = replication_quota(LEADER_RATE, LEADER_REPLICAS, props, topic_configs,
+                                                 self.node_id, self.leader_throttle)
+        self.follower_throttle = replication_quota(FOLLOWER_RATE, FOLLOWER_REPLICAS, props, topic_configs,
+                                                   self.node_id, self.follower_throttle)
+        for side, before, after in (("leader", leader, self.leader_throttle),
+                                    ("follower", follower, self.follower_throttle)):
+            if (before is None) != (after is None) or (after is not None and (
+                    after.rate, after.partitions) != (before.rate, before.partitions)):
+                _log.info("%s replication throttle: %s", side, "off" if after is None else
+                          f"{after.rate} B/s on {dict(after.partitions)} (None: every partition)")
 
     def effective_properties(self, image: MetadataImage | None = None) -> dict[str, str]:
         """This broker's properties with the dynamic broker configs of the
