@@ -60,7 +60,7 @@ from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, quotas, security, txn, txn_verification
-from broker.core.client_quotas import QuotaEnforcer, enforcer_for
+from broker.core.client_quotas import ConnectionRateQuota, QuotaEnforcer, connection_quota_for, enforcer_for
 from broker.core.replication_quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
                                            ReplicationQuota, replication_quota)
 from broker.shell import request_quota
@@ -169,6 +169,8 @@ class Broker:
         self.fetch_quotas: QuotaEnforcer | None = None
         #: The `request_percentage` enforcer, None while no quota sets it.
         self.request_quotas: QuotaEnforcer | None = None
+        #: connection_creation_rate per IP (KIP-612), None while no ip quota is set.
+        self.connection_quotas: ConnectionRateQuota | None = None
         #: Replication throttles (leader side, follower side), None while off.
         self.leader_throttle: ReplicationQuota | None = None
         self.follower_throttle: ReplicationQuota | None = None
@@ -254,6 +256,7 @@ class Broker:
             self.produce_quotas = enforcer_for(PRODUCER_BYTE_RATE, image.client_quotas, self.produce_quotas)
             self.fetch_quotas = enforcer_for(CONSUMER_BYTE_RATE, image.client_quotas, self.fetch_quotas)
             self.request_quotas = enforcer_for(REQUEST_PERCENTAGE, image.client_quotas, self.request_quotas)
+            self.connection_quotas = connection_quota_for(image.client_quotas, self.connection_quotas)
             # A changed or lifted quota holds from the next request on: muted
             # connections read again, and are muted anew if still over.
             for server in self.servers.values():
@@ -332,6 +335,13 @@ class Broker:
             return self._handle_charged(ctx, request)
         return self._handle(ctx, request)
 
+    def _admit_connection(self, address: str) -> str | None:
+        """The wire server's question for each new connection (ip quotas)."""
+        quotas = self.connection_quotas
+        if quotas is None:
+            return None
+        return quotas.admit(address, trio.current_time())
+
     def _handle_charged(self, ctx: ConnectionContext, request: DecodedRequest):
         """`_handle`, its loop time charged to the client's request quota."""
         started = time.perf_counter()
@@ -400,6 +410,7 @@ class Broker:
                         scram_lookup=self.scram_credential,
                     ))
                     self.servers[listener.name] = server
+                    server.admit = self._admit_connection
                     if self.server is None:
                         self.server = server
                     _log.info("broker %d %s %s on %s:%d", self.node_id,

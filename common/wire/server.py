@@ -107,6 +107,8 @@ class ServerStats:
     connections_accepted: int = 0
     connections_closed_malformed: int = 0
     connections_closed_idle: int = 0
+    #: New connections closed at once by `Server.admit` (a connection-rate quota).
+    connections_refused: int = 0
     tls_handshake_failures: int = 0
     handler_failures: int = 0
     requests: int = 0
@@ -131,6 +133,9 @@ class Server:
     connections: dict[int, ConnectionContext]
     stats: ServerStats
     _open: Callable[[], None] = field(default=lambda: None, repr=False)
+    #: Asked with each new connection's peer address: None lets it in, a
+    #: reason closes it at once (a connection-rate quota).
+    admit: Callable[[str], str | None] | None = None
 
     def open(self) -> None:
         """Start listening, for a server started with `serve(..., listen=False)`
@@ -239,7 +244,15 @@ class _ConnectionServer:
             peer_host, peer_port = stream.socket.getpeername()[:2]
             peer = f"{peer_host}:{peer_port}"
         except OSError:
-            peer = "?"
+            peer_host, peer = "?", "?"
+        admit = self.server.admit
+        if admit is not None:
+            refused = admit(peer_host)
+            if refused is not None:
+                self.server.stats.connections_refused += 1
+                self.log.info("closing new connection from %s: %s", peer, refused)
+                await stream.aclose()
+                return
         ctx = ConnectionContext(next(self._ids), peer, self.listener_name)
         ctx._last_activity = trio.current_time()
         self.server.connections[ctx.connection_id] = ctx

@@ -309,3 +309,44 @@ async def test_a_request_percentage_quota_throttles_a_busy_client_only(nursery, 
     free_rate = await _metadata_rate(rb, nursery, "free", 1.0)
     print(f"metadata answers per second: busy {busy_rate:.0f}, free {free_rate:.0f}")
     assert busy_rate < free_rate / 10
+
+
+async def test_an_ip_connection_creation_rate_closes_new_connections_over_it(nursery, tmp_path):
+    import socket
+
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    conn = await rb.connect(nursery)
+    (bad,) = (await conn.request(alter({"ip": "127.0.0.1"}, producer_byte_rate=5))).entries
+    assert bad.error_code == ErrorCode.invalid_request and "connection_creation_rate" in bad.error_message
+    (bad,) = (await conn.request(alter({"ip": "not-an-ip"}, connection_creation_rate=5))).entries
+    assert bad.error_code == ErrorCode.invalid_request and "not an IP address" in bad.error_message
+    (ok,) = (await conn.request(alter({"ip": "127.0.0.1"}, connection_creation_rate=5))).entries
+    assert ok.error_code == ErrorCode.none
+    assert shown(await conn.request(describe(("ip", 0, "127.0.0.1")))) == {
+        (("ip", "127.0.0.1"),): {"connection_creation_rate": 5.0}}
+
+    def connect_many(n: int) -> int:
+        """How many of `n` connections opened at once the broker keeps open."""
+        import time
+
+        socks = [socket.create_connection(("127.0.0.1", rb.port), timeout=5) for _ in range(n)]
+        time.sleep(0.3)
+        kept = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                kept += s.recv(1) != b""  # closed by the broker: EOF
+            except BlockingIOError:
+                kept += 1  # still open, nothing to read
+            except ConnectionResetError:
+                pass
+            s.close()
+        return kept
+
+    kept = await in_thread(connect_many, 20)
+    assert 1 <= kept <= 6, kept  # 5 a second, measured over at least a second
+    (ok,) = (await conn.request(alter({"ip": "127.0.0.1"}, connection_creation_rate=None))).entries
+    assert ok.error_code == ErrorCode.none
+    assert await in_thread(connect_many, 5) == 5
