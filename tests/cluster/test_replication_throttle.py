@@ -130,3 +130,48 @@ def test_a_throttled_reassignment_copies_at_the_throttled_rate(tmp_path) -> None
         assert removed.returncode == 0, removed.stderr
         configs = next(iter(admin.describe_configs([ConfigResource(ResourceType.TOPIC, TOPIC)]).values())).result(30)
         assert configs["leader.replication.throttled.replicas"].value in ("", None)
+
+
+@pytest.mark.skipif(os.environ.get("RAFTKA_SOAK") != "1", reason="about 90 s on real processes: set RAFTKA_SOAK=1")
+def test_a_throttled_copy_survives_its_follower_killed_and_paused_and_its_leader_paused(tmp_path) -> None:
+    """Faults during a throttled copy: the new replica is paused (SIGSTOP 2 s),
+    then killed and started again, then the leader is paused 1.5 s. The copy
+    still finishes at about the throttled rate, and every replica holds the
+    same bytes."""
+    import signal
+
+    from cluster_replication_testing import wait_for_identical_replicas
+
+    with LocalCluster(tmp_path, controllers=1, brokers=3, overrides=SETTINGS) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        a, b, c = sorted(admin.list_topics(timeout=20).brokers)
+        admin.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[a, b]])])[TOPIC].result(60)
+        _fill(bootstrap, 0)
+        started = time.monotonic()
+        done = run_cli("partitions", "reassign", "--bootstrap-server", bootstrap, "--topic", TOPIC,
+                       "--partition", "0", "--replicas", f"{a},{b},{c}", "--throttle", str(RATE))
+        assert done.returncode == 0, done.stderr
+        time.sleep(1.0)
+        cluster.kill(c, signal.SIGSTOP)
+        time.sleep(2.0)
+        cluster.kill(c, signal.SIGCONT)
+        time.sleep(1.0)
+        cluster.kill(c)
+        cluster.start(c)
+        time.sleep(1.0)
+        leader = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=20).topics[TOPIC] \
+            .partitions[0].leader
+        cluster.kill(leader, signal.SIGSTOP)
+        time.sleep(1.5)
+        cluster.kill(leader, signal.SIGCONT)
+        _wait_copied(bootstrap, 0, (a, b, c))
+        took = time.monotonic() - started
+        print(f"5 MB copied at {RATE} B/s through a pause and a kill of the new replica and a leader pause: "
+              f"{took:.1f} s")
+        assert took >= 8.0, took
+        wait_for_identical_replicas(cluster, TOPIC, 1, (a, b, c))
+        removed = run_cli("partitions", "remove-throttle", "--bootstrap-server", bootstrap, "--topic", TOPIC)
+        assert removed.returncode == 0, removed.stderr
