@@ -4,7 +4,8 @@ like Kafka's `kafka-leader-election` and `kafka-reassign-partitions`.
     raftka partitions elect-leaders      --bootstrap-server H:P [--topic T [--partition N]]
                                          [--type preferred|unclean]
     raftka partitions reassign           --bootstrap-server H:P --topic T --partition N
-                                         (--replicas 1,2,3 | --cancel)
+                                         (--replicas 1,2,3 [--throttle B/S] | --cancel)
+    raftka partitions remove-throttle    --bootstrap-server H:P --topic T [--topic T2 ...]
     raftka partitions list-reassignments --bootstrap-server H:P [--topic T]
 
 elect-leaders without --topic elects every partition of the cluster (only
@@ -17,6 +18,13 @@ reassign starts moving a partition to the given replicas (the first is the
 preferred leader) and returns: the new replicas copy the data and join the
 ISR, then the old ones are removed and delete their copy. Follow it with
 list-reassignments; --cancel goes back to the replicas before it.
+--throttle B/S first throttles the copy as kafka-reassign-partitions'
+--throttle does: the partition's current replicas are appended to the
+topic's leader.replication.throttled.replicas, the added ones to its
+follower.replication.throttled.replicas, and every broker's
+leader/follower.replication.throttled.rate is set to B/S (the cluster
+default). remove-throttle lifts it once the moves are done (Kafka's
+--verify does): it deletes both rates and the topics' replica lists.
 
 Talks to any broker (which forwards to the active controller) with
 kafka-python's admin client. Exit status: 0 on success, 1 if the cluster
@@ -53,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("--replicas", metavar="B1,B2,...",
                         help="the new replica list; the first is the preferred leader")
     target.add_argument("--cancel", action="store_true", help="cancel the reassignment under way")
+    reassign.add_argument("--throttle", type=int, metavar="B/S",
+                          help="hold the copy to this many bytes per second (replication throttles)")
+    unthrottle = command("remove-throttle", "lift the replication throttles a reassignment set", remove_throttle_main)
+    unthrottle.add_argument("--topic", action="append", required=True, help="a topic whose throttled lists to delete")
     listing = command("list-reassignments", "reassignments under way", list_main)
     listing.add_argument("--topic", action="append", default=[], help="only these topics (default: all)")
 
@@ -180,6 +192,12 @@ def reassign_main(args: argparse.Namespace) -> int:
             return _fail(f"--replicas {args.replicas!r}: give broker ids separated by commas, e.g. 1,2,3", 2)
         if not replicas:
             return _fail("--replicas needs at least one broker id", 2)
+    if args.throttle is not None:
+        if args.cancel or args.throttle <= 0:
+            return _fail("--throttle takes a number of bytes per second above 0, with --replicas", 2)
+        refused = _run_configs(args, lambda: _throttle(args, replicas))
+        if refused:
+            return _fail(refused, 1)
     admin = _admin(args)
     try:
         tp = TopicPartition(args.topic, args.partition)
@@ -195,6 +213,73 @@ def reassign_main(args: argparse.Namespace) -> int:
     else:
         print(f"Reassignment of {args.topic}-{args.partition} to replicas {','.join(map(str, replicas or ()))} "
               f"started; follow it with `raftka partitions list-reassignments`.")
+    return 0
+
+
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_LISTS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+_SET, _DELETE, _APPEND = 0, 1, 2
+_TOPIC, _BROKER = 2, 4
+
+
+def _run_configs(args: argparse.Namespace, changes) -> str | None:
+    """Make one IncrementalAlterConfigs of `changes()` (an async function giving
+    [(resource type, name, [(key, op, value)])]); the refusal's message, or None."""
+    import trio
+
+    async def main():
+        from kio.schema.incremental_alter_configs.v1 import request as iac
+
+        from raftka import wire_cli
+
+        with trio.fail_after(args.timeout):
+            resources = [r for r in await changes() if r[2]]
+            if not resources:
+                return None
+            answer = await wire_cli.bootstrap_request(args, iac.IncrementalAlterConfigsRequest(resources=tuple(
+                iac.AlterConfigsResource(resource_type=kind, resource_name=name, configs=tuple(
+                    iac.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops))
+                for kind, name, ops in resources), validate_only=False))
+        for result in answer.responses:
+            if result.error_code != 0:
+                return (f"cannot set the throttle on {result.resource_name or 'every broker'}: "
+                        f"{wire_cli.error_name(result.error_code)}: {result.error_message}")
+        return None
+
+    from common.wire import ConnectionFailedError
+
+    try:
+        return trio.run(main)
+    except (ConnectionFailedError, OSError, trio.TooSlowError) as exc:
+        return f"no answer from {args.bootstrap_server} setting the throttle: {exc or 'timed out'}"
+
+
+async def _throttle(args: argparse.Namespace, replicas: list[int]):
+    from raftka import wire_cli
+
+    meta = await wire_cli.metadata(args, [args.topic])
+    (topic,) = meta.topics
+    current = next((p.replica_nodes for p in topic.partitions if p.partition_index == args.partition), None)
+    if topic.error_code != 0 or current is None:
+        return [(_TOPIC, args.topic, [])]  # the reassignment itself says the partition is unknown
+    p = args.partition
+    leaders = ",".join(f"{p}:{b}" for b in current)
+    followers = ",".join(f"{p}:{b}" for b in replicas if b not in current)
+    ops = [(_LISTS[0], _APPEND, leaders)] + ([(_LISTS[1], _APPEND, followers)] if followers else [])
+    rate = str(args.throttle)
+    return [(_TOPIC, args.topic, ops), (_BROKER, "", [(k, _SET, rate) for k in _RATES])]
+
+
+@_wrap
+def remove_throttle_main(args: argparse.Namespace) -> int:
+    async def changes():
+        return [(_BROKER, "", [(k, _DELETE, None) for k in _RATES])] + [
+            (_TOPIC, t, [(k, _DELETE, None) for k in _LISTS]) for t in args.topic]
+    refused = _run_configs(args, changes)
+    if refused:
+        return _fail(refused, 1)
+    print(f"Throttles removed: the replication rates of every broker, the throttled replicas of "
+          f"{', '.join(args.topic)}.")
     return 0
 
 

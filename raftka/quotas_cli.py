@@ -2,12 +2,15 @@
 `kafka-configs --entity-type users/clients --describe|--alter`.
 
     raftka quotas describe -b H:P [--user U | --user-defaults] [--client C | --client-defaults]
+                                  [--ip A | --ip-defaults]
     raftka quotas alter    -b H:P (--user U | --user-defaults) ... --add-config K=V[,K=V] --delete-config K[,K]
 
 Keys: producer_byte_rate and consumer_byte_rate (bytes per second, per
-broker) and request_percentage. An entity is a user, a client id, or a
-user with a client id; the defaults stand for every user (client id) that
-has no quota of its own. describe without an entity lists every quota;
+broker) and request_percentage (percent of one request thread, per broker)
+on a user, a client id, or a user with a client id; connection_creation_rate
+(new connections per second, per broker, KIP-612) on an IP address alone.
+The defaults stand for every user (client id, address) that has no quota
+of its own. describe without an entity lists every quota;
 with one, only that entity's. Exit status: 0 on success, 1 if the cluster
 refused, 2 for bad arguments or an unreachable cluster.
 """
@@ -30,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--user-defaults", action="store_true", help="the default user")
         p.add_argument("--client", metavar="C", help="a client id")
         p.add_argument("--client-defaults", action="store_true", help="the default client id")
+        p.add_argument("--ip", metavar="A", help="an IP address (connection_creation_rate only)")
+        p.add_argument("--ip-defaults", action="store_true", help="the default IP address")
     alter.add_argument("--add-config", default="", metavar="K=V,...", help="quotas to set")
     alter.add_argument("--delete-config", default="", metavar="K,...", help="quotas to remove")
 
@@ -44,6 +49,12 @@ def _entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         entity.append(("user", args.user))
     if args.client is not None or args.client_defaults:
         entity.append(("client-id", args.client))
+    if args.ip is not None and args.ip_defaults:
+        raise Usage("give --ip or --ip-defaults, not both")
+    if args.ip is not None or args.ip_defaults:
+        if entity:
+            raise Usage("an IP address takes no user or client id: give --ip (or --ip-defaults) alone")
+        entity.append(("ip", args.ip))
     return entity
 
 
@@ -74,7 +85,8 @@ async def _alter(args: argparse.Namespace) -> int:
 
     entity = _entity(args)
     if not entity:
-        raise Usage("give the entity: --user U, --user-defaults, --client C or --client-defaults")
+        raise Usage("give the entity: --user U, --user-defaults, --client C, --client-defaults, --ip A "
+                    "or --ip-defaults")
     ops = []
     for item in (x.strip() for x in args.add_config.split(",") if x.strip()):
         key, sep, value = item.partition("=")

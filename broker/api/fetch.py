@@ -205,6 +205,7 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
     budget = max_bytes - total
     now = False
     pending = []
+    throttle = broker.leader_throttle
     # Per partition, this loop reads each field of a result once (a
     # NamedTuple's attribute is a descriptor call) and looks the answer up
     # only when it may hold records from an earlier pass: it runs for each
@@ -231,6 +232,9 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
             _, error, high_watermark, _, log_start, records, _, diverging, _ = result
             if error == 0 and diverging is None:
                 sp.recorded_by = leader
+        if throttle is not None and records:
+            result = _within_replication_throttle(throttle, hp, sp.topic, replica_id, result)
+            records = result.records
         if error == _UNKNOWN_LEADER_EPOCH:
             # Our metadata is behind the follower's: we have not applied
             # the election it saw. Not an answer yet, and not dirty either:
@@ -269,6 +273,20 @@ def _read_session(broker, session, candidates, answer: dict, max_bytes: int, ver
         dirty[sp] = None
     session.changed = trio.Event()
     return total, now
+
+
+def _within_replication_throttle(throttle, hp, topic: str, replica_id: int,
+                                 result: FetchPartitionResult) -> FetchPartitionResult:
+    """A follower's `result` under `leader.replication.throttled.rate`: a
+    throttled replica out of the ISR (a reassignment's new one) gets no
+    records once the leader's rate is used (it asks again); what it gets counts."""
+    if replica_id in hp.state.isr or not throttle.throttled(topic, result.partition):
+        return result
+    clock = trio.current_time()
+    if throttle.exceeded(clock):
+        return result._replace(records=())
+    throttle.record(records_size(result.records), clock)
+    return result
 
 
 def _answers_at_once(result: FetchPartitionResult) -> bool:
@@ -345,10 +363,13 @@ def _read_again(broker, body, places, changed, replica_id: int, read_committed: 
     total = sum(records_size(results[i].records) for hp, _, results, i in places if id(hp) not in changed_ids)
     budget = body.max_bytes - total
     now_ms = broker.clock_ms() if replica_id >= 0 else -1
+    throttle = broker.leader_throttle if replica_id >= 0 else None
     errored = False
     for hp, fp, results, i in places:
         if id(hp) in changed_ids:
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
+            if throttle is not None and result.records:
+                result = _within_replication_throttle(throttle, hp, hp.state.topic, replica_id, result)
             errored = errored or _answers_at_once(result)
             size = records_size(result.records)
             if size and topic_stats is not None:
@@ -382,6 +403,8 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int, den
     places = []
     topics = []
     by_id = version >= FETCH_TOPIC_ID_VERSION
+    # Only followers' fetches are held by a replication throttle.
+    throttle = broker.leader_throttle if replica_id >= 0 else None
     for fetch_topic in body.topics:
         if by_id:
             topic_id = fetch_topic.topic_id
@@ -407,6 +430,8 @@ def _read(broker, body, replica_id: int, read_committed: bool, version: int, den
                 continue
             places.append((hp, fp, results, len(results)))
             result = _read_partition(hp, fp, replica_id, read_committed, budget, total == 0, now_ms, version)
+            if throttle is not None and result.records:
+                result = _within_replication_throttle(throttle, hp, name, replica_id, result)
             if _answers_at_once(result):
                 errored = True
             size = records_size(result.records)

@@ -37,7 +37,7 @@ def _filter_problem(components) -> str | None:
     seen = set()
     for c in components:
         if c.entity_type not in ENTITY_TYPES:
-            return f"entity type {c.entity_type!r} is not supported: use 'user' or 'client-id'"
+            return f"entity type {c.entity_type!r} is not supported: use 'user', 'client-id' or 'ip'"
         if c.entity_type in seen:
             return f"entity type {c.entity_type!r} appears twice in the filter"
         seen.add(c.entity_type)

@@ -17,7 +17,7 @@ one attribute lookup.
 
 from __future__ import annotations
 
-from quorum.metadata.client_quotas import resolve
+from quorum.metadata.client_quotas import CONNECTION_CREATION_RATE, ip_quota, resolve
 from quorum.metadata.pmap import PMap
 
 WINDOW_NUM = 11
@@ -108,3 +108,39 @@ def enforcer_for(key: str, quotas: PMap, previous: QuotaEnforcer | None) -> Quot
     if not any(key in values for values in quotas.values()):
         return None
     return QuotaEnforcer(key, quotas, previous.sensors if previous is not None else None)
+
+
+class ConnectionRateQuota:
+    """connection_creation_rate per IP address (KIP-612): new connections
+    per second from one address, over `WINDOW_NUM` windows of a second and
+    at least one window (so a burst is refused from its first second). A
+    connection that would take the rate above the quota is refused and not
+    counted: a client that keeps trying is let in at the quota's rate."""
+
+    def __init__(self, quotas: PMap, sensors: dict | None = None) -> None:
+        self.quotas = quotas
+        #: address -> its sensor (addresses without a quota have none).
+        self.sensors: dict[str, RateSensor] = sensors if sensors is not None else {}
+
+    def admit(self, address: str, now: float) -> str | None:
+        """None to let the connection in, else why it is refused."""
+        quota = ip_quota(self.quotas, address)
+        if quota is None:
+            return None
+        sensor = self.sensors.get(address)
+        if sensor is None:
+            sensor = self.sensors[address] = RateSensor()
+        sensor._purge(now)
+        span = max(now - sensor.starts[0], WINDOW_SIZE_S) if sensor.starts else WINDOW_SIZE_S
+        if (sum(sensor.totals) + 1) / span > quota:
+            return (f"{address} is over its {CONNECTION_CREATION_RATE} of {quota:g} new connections a second "
+                    f"(an ip quota; lift or raise it with `raftka quotas alter --ip {address}`)")
+        sensor.record(now, 1)
+        return None
+
+
+def connection_quota_for(quotas: PMap, previous: ConnectionRateQuota | None) -> ConnectionRateQuota | None:
+    """The connection-rate enforcer for the image's quotas, None when no ip entity sets one."""
+    if not any(CONNECTION_CREATION_RATE in values for values in quotas.values()):
+        return None
+    return ConnectionRateQuota(quotas, previous.sensors if previous is not None else None)

@@ -37,6 +37,7 @@ cancelled and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +61,11 @@ from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
 from broker.api import broker_logger, quotas, security, txn, txn_verification
-from broker.core.client_quotas import QuotaEnforcer, enforcer_for
-from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
+from broker.core.client_quotas import ConnectionRateQuota, QuotaEnforcer, connection_quota_for, enforcer_for
+from broker.core.replication_quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
+                                           ReplicationQuota, replication_quota)
+from broker.shell import request_quota
+from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from broker.shell.authorizer import BrokerAuthorizer, finished
 from quorum.metadata import MetadataDelta, MetadataImage, image_delta
 from quorum.metadata.broker_configs import topic_defaults
@@ -164,6 +168,13 @@ class Broker:
         #: produce and fetch paths look at one attribute when no quota is set.
         self.produce_quotas: QuotaEnforcer | None = None
         self.fetch_quotas: QuotaEnforcer | None = None
+        #: The `request_percentage` enforcer, None while no quota sets it.
+        self.request_quotas: QuotaEnforcer | None = None
+        #: connection_creation_rate per IP (KIP-612), None while no ip quota is set.
+        self.connection_quotas: ConnectionRateQuota | None = None
+        #: Replication throttles (leader side, follower side), None while off.
+        self.leader_throttle: ReplicationQuota | None = None
+        self.follower_throttle: ReplicationQuota | None = None
         self.log_manager = LogManager(config.log_dirs, clock_ms, cleaner_config=config.log_cleaner,
                                       producer_id_expiration_ms=config.producer_id_expiration_ms,
                                       max_open_files=config.log_max_open_files,
@@ -249,6 +260,8 @@ class Broker:
         if image.client_quotas is not self.image.client_quotas:
             self.produce_quotas = enforcer_for(PRODUCER_BYTE_RATE, image.client_quotas, self.produce_quotas)
             self.fetch_quotas = enforcer_for(CONSUMER_BYTE_RATE, image.client_quotas, self.fetch_quotas)
+            self.request_quotas = enforcer_for(REQUEST_PERCENTAGE, image.client_quotas, self.request_quotas)
+            self.connection_quotas = connection_quota_for(image.client_quotas, self.connection_quotas)
             # A changed or lifted quota holds from the next request on: muted
             # connections read again, and are muted anew if still over.
             for server in self.servers.values():
@@ -263,10 +276,28 @@ class Broker:
         if configs_changed:
             self.replicas.log_defaults = self.effective_log_defaults(image)
             self.replicas.refresh_topic_configs(image)
+            self._refresh_throttles(image)
         self.coordinator.on_metadata_update()
         self.txn_coordinator.on_metadata_update()
         self._image_changed.set()
         self._image_changed = trio.Event()
+
+    def _refresh_throttles(self, image: MetadataImage) -> None:
+        """The replication throttles of the image's broker and topic configs."""
+        props = self.effective_properties(image)
+        topic_configs = {res.name: configs for res, configs in image.configs.items()
+                         if res.type == ConfigResourceType.TOPIC}
+        leader, follower = self.leader_throttle, self.follower_throttle
+        self.leader_throttle = replication_quota(LEADER_RATE, LEADER_REPLICAS, props, topic_configs,
+                                                 self.node_id, self.leader_throttle)
+        self.follower_throttle = replication_quota(FOLLOWER_RATE, FOLLOWER_REPLICAS, props, topic_configs,
+                                                   self.node_id, self.follower_throttle)
+        for side, before, after in (("leader", leader, self.leader_throttle),
+                                    ("follower", follower, self.follower_throttle)):
+            if (before is None) != (after is None) or (after is not None and (
+                    after.rate, after.partitions) != (before.rate, before.partitions)):
+                _log.info("%s replication throttle: %s", side, "off" if after is None else
+                          f"{after.rate} B/s on {dict(after.partitions)} (None: every partition)")
 
     def effective_properties(self, image: MetadataImage | None = None) -> dict[str, str]:
         """This broker's properties with the dynamic broker configs of the
@@ -305,6 +336,46 @@ class Broker:
     def handle(self, ctx: ConnectionContext, request: DecodedRequest):
         """The wire server's handler: one request in, its response (or an
         awaitable of it: most handlers are coroutines) out."""
+        if self.request_quotas is not None and not request_quota.exempt(request):
+            return self._handle_charged(ctx, request)
+        return self._handle(ctx, request)
+
+    def _admit_connection(self, address: str) -> str | None:
+        """The wire server's question for each new connection (ip quotas)."""
+        quotas = self.connection_quotas
+        if quotas is None:
+            return None
+        return quotas.admit(address, trio.current_time())
+
+    def _handle_charged(self, ctx: ConnectionContext, request: DecodedRequest):
+        """`_handle`, its loop time charged to the client's request quota."""
+        started = time.perf_counter()
+        result = self._handle(ctx, request)
+        spent = time.perf_counter() - started
+        if inspect.isawaitable(result):
+            return self._finish_charged(ctx, request, result, spent)
+        return self._throttled(ctx, request, result, spent)
+
+    async def _finish_charged(self, ctx, request, awaitable, spent: float):
+        steps = [spent]
+        coro = awaitable if inspect.iscoroutine(awaitable) else awaitable.__await__()
+        result = await request_quota.timed(coro, steps)
+        return self._throttled(ctx, request, result, steps[0])
+
+    def _throttled(self, ctx, request, result, spent: float):
+        quotas = self.request_quotas
+        if quotas is None:  # lifted while the request ran
+            return result
+        # The server's decoding and sending for this connection counts too,
+        # as Kafka charges network-thread time.
+        ctx.metered = True
+        throttle_ms = request_quota.charge(quotas, ctx, request, spent + ctx.take_network_time())
+        if not throttle_ms:
+            return result
+        ctx.mute(throttle_ms / 1000)
+        return request_quota.with_throttle(request, result, throttle_ms)
+
+    def _handle(self, ctx: ConnectionContext, request: DecodedRequest):
         if self.authorizer.enabled:
             refused = self.authorizer.refuse(ctx, request)
             if refused is not None:
@@ -344,6 +415,7 @@ class Broker:
                         scram_lookup=self.scram_credential,
                     ))
                     self.servers[listener.name] = server
+                    server.admit = self._admit_connection
                     if self.server is None:
                         self.server = server
                     _log.info("broker %d %s %s on %s:%d", self.node_id,

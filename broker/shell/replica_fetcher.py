@@ -189,6 +189,32 @@ class ReplicaFetchers:
             self._apply(fetcher, actions)
             if results is None:
                 await self._sleep(source, self.manager.config.replica_fetch_backoff_ms)
+            elif broker.follower_throttle is not None:
+                await self._hold_to_follower_throttle(source, response)
+
+    async def _hold_to_follower_throttle(self, source: int, response) -> None:
+        """Count what this answer brought for throttled replicas out of the
+        ISR against `follower.replication.throttled.rate`, and wait before the
+        next fetch from `source` while the rate is over it. Kafka leaves such
+        partitions out of its next fetches instead; here the source's other
+        partitions wait too, a second at most at a time."""
+        throttle = self.broker.follower_throttle
+        image = self.broker.image
+        me = self.broker.node_id
+        nbytes = 0
+        for topic in response.responses:
+            topic_image = image.topics_by_id.get(image.topic_ids_by_name.get(topic.topic))
+            for p in topic.partitions:
+                if p.records and throttle.throttled(topic.topic, p.partition_index):
+                    registration = topic_image.partitions.get(p.partition_index) if topic_image else None
+                    if registration is None or me not in registration.isr:
+                        nbytes += len(p.records)
+        now = trio.current_time()
+        if nbytes:
+            throttle.record(nbytes, now)
+        delay = throttle.delay_s(now)
+        if delay > 0:
+            await self._sleep(source, min(delay, 1.0) * 1000)
 
     def _apply(self, fetcher, actions) -> None:
         """Do each partition's `FollowerAction` of one answer, in order."""

@@ -90,6 +90,11 @@ class ConnectionContext:
     _read_at: float = 0.0
     #: Until when (trio clock) no more requests are read: a client over its quota.
     muted_until: float = 0.0
+    #: Set by a handler that charges the connection's work to a quota: the
+    #: server then adds the time it spends decoding the connection's requests
+    #: and sending its answers to `network_s`, for the handler to take.
+    metered: bool = False
+    network_s: float = 0.0
 
     def mute(self, seconds: float) -> None:
         """Read no further request for `seconds` (Kafka mutes a throttled client's channel)."""
@@ -107,6 +112,11 @@ class ConnectionContext:
                 self.muted_until = 0.0
                 return
             await trio.sleep_until(min(self.muted_until, now + 0.1))
+
+    def take_network_time(self) -> float:
+        """The server's time on this connection since the last call (0 unless `metered`)."""
+        spent, self.network_s = self.network_s, 0.0
+        return spent
 
     def close(self) -> None:
         """Close this connection now; pending responses are dropped."""

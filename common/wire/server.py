@@ -59,6 +59,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+from time import perf_counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -107,6 +108,8 @@ class ServerStats:
     connections_accepted: int = 0
     connections_closed_malformed: int = 0
     connections_closed_idle: int = 0
+    #: New connections closed at once by `Server.admit` (a connection-rate quota).
+    connections_refused: int = 0
     tls_handshake_failures: int = 0
     handler_failures: int = 0
     requests: int = 0
@@ -131,6 +134,9 @@ class Server:
     connections: dict[int, ConnectionContext]
     stats: ServerStats
     _open: Callable[[], None] = field(default=lambda: None, repr=False)
+    #: Asked with each new connection's peer address: None lets it in, a
+    #: reason closes it at once (a connection-rate quota).
+    admit: Callable[[str], str | None] | None = None
 
     def open(self) -> None:
         """Start listening, for a server started with `serve(..., listen=False)`
@@ -243,7 +249,15 @@ class _ConnectionServer:
             peer_host, peer_port = stream.socket.getpeername()[:2]
             peer = f"{peer_host}:{peer_port}"
         except OSError:
-            peer = "?"
+            peer_host, peer = "?", "?"
+        admit = self.server.admit
+        if admit is not None:
+            refused = admit(peer_host)
+            if refused is not None:
+                self.server.stats.connections_refused += 1
+                self.log.info("closing new connection from %s: %s", peer, refused)
+                await stream.aclose()
+                return
         ctx = ConnectionContext(next(self._ids), peer, self.listener_name)
         ctx._last_activity = trio.current_time()
         self.server.connections[ctx.connection_id] = ctx
@@ -380,7 +394,12 @@ class _Connection:
                         if ctx.muted_until:
                             # Throttled by a quota: the requests after it wait out the mute.
                             await ctx.wait_unmuted()
-                        request = decode_request(frame, supports)
+                        if ctx.metered:
+                            started = perf_counter()
+                            request = decode_request(frame, supports)
+                            ctx.network_s += perf_counter() - started
+                        else:
+                            request = decode_request(frame, supports)
                         if (len(pipeline.slots) < pipeline.max_in_flight
                                 and request.header.api_key != API_VERSIONS_KEY and self.gate is None):
                             # The common case, without a coroutine per request.
@@ -513,11 +532,14 @@ class _Connection:
         pipeline = self.pipeline
         batch = pipeline.take_ready()
         parts = [part for slot in batch for part in slot.parts]
+        started = perf_counter() if self.ctx.metered else 0.0
         try:
             report, rest = send_now(self.sock, parts, self.file_transfer)
         except (ProtocolError, OSError) as exc:
             self._send_failed(exc)
             return
+        if started:
+            self.ctx.network_s += perf_counter() - started
         # No activity stamp: the reader made one at the read just before.
         self._count_sent(report, stamp=False)
         if rest:

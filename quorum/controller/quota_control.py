@@ -29,7 +29,7 @@ class QuotaControlManager:
                     problem = f"quota key {op.key!r} appears twice for one entity"
                     break
                 keys.add(op.key)
-                problem = value_problem(op.key, 1.0 if op.remove else float(op.value))
+                problem = value_problem(op.key, 1.0 if op.remove else float(op.value), entity)
                 if problem is not None:
                     break
                 entry_records.append(ClientQuotaRecord(entity, op.key, None if op.remove else float(op.value)))

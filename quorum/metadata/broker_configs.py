@@ -76,6 +76,12 @@ _DEFS = [_broker_def(b, t) for b, t in TOPIC_SYNONYMS.items()] + [
               minimum=-1),
     ConfigDef("log.roll.hours", ConfigType.INT, "168",
               "Roll a segment this many hours old, when log.roll.ms is not set.", minimum=1),
+    ConfigDef("leader.replication.throttled.rate", ConfigType.LONG, str(2**63 - 1),
+              "Bytes per second a leader sends to the throttled replicas of its topics' "
+              "leader.replication.throttled.replicas.", minimum=0),
+    ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(2**63 - 1),
+              "Bytes per second a follower fetches for the throttled replicas of its topics' "
+              "follower.replication.throttled.replicas.", minimum=0),
 ]
 # Kafka's broker defaults that differ from the topic-level spelling: no
 # value for log.retention.ms and log.roll.ms (the hours keys decide).

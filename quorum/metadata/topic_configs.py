@@ -87,6 +87,8 @@ class ConfigDef:
             return None
         if self.type == ConfigType.LIST:
             items = split_list(value)
+            if self.name.endswith(THROTTLED_REPLICAS_SUFFIX):
+                return throttled_replicas_error(self.name, value, items)
             if not items and self.name.endswith("cleanup.policy"):
                 # Kafka 4.1 accepts an empty cleanup.policy (a SUBTRACT of the
                 # last policy): neither deleted by retention nor compacted.
@@ -172,10 +174,31 @@ _DEFS = (
     # broker's file.delete.delay.ms whatever the topic says.
     ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000",
               "How long a deleted segment's files stay on disk (the broker's setting applies).", minimum=0),
+    ConfigDef("leader.replication.throttled.replicas", ConfigType.LIST, "",
+              "Replicas (PARTITION:BROKER,... or * for all) whose leader holds what it sends to followers "
+              "out of the ISR to the broker's leader.replication.throttled.rate."),
+    ConfigDef("follower.replication.throttled.replicas", ConfigType.LIST, "",
+              "Replicas (PARTITION:BROKER,... or * for all) that fetch, while out of the ISR, at most the "
+              "broker's follower.replication.throttled.rate."),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _DEFS}
 """Every topic config key raftka knows, by name."""
+
+
+THROTTLED_REPLICAS_SUFFIX = ".replication.throttled.replicas"
+
+
+def throttled_replicas_error(name: str, value: str, items: list[str]) -> str | None:
+    """A throttled-replicas list is empty, `*`, or PARTITION:BROKER pairs (Kafka's format)."""
+    if items == ["*"] or not items:
+        return None
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if not (sep and partition.strip().isdigit() and broker.strip().isdigit()):
+            return (f"Invalid value {value} for configuration {name}: {item!r} is not PARTITION:BROKER; "
+                    f"give a list such as 0:1,1:2 or * for every replica")
+    return None
 
 
 def topic_config_error(key: str, value: str | None) -> str | None:

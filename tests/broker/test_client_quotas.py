@@ -244,3 +244,111 @@ async def test_a_fetch_quota_holds_a_client_id(nursery, tmp_path):
     rate = await in_thread(_timed_consume, rb.bootstrap, "f", 10.0)
     print(f"consumer held at {rate:.0f} B/s")
     assert 0.9 * quota <= rate <= 1.1 * quota
+
+
+def _hammer(bootstrap: str, client_id: str, seconds: float) -> dict:
+    """Ask for the cluster's metadata as fast as answers come for `seconds`,
+    or until told to wait: the answers per second and the throttle time told."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    throttles = [0]
+
+    def on_throttle(event):
+        throttles[0] = max(throttles[0], int(event.throttle_time * 1000))
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id, "throttle_cb": on_throttle})
+    answered = 0
+    end = time.monotonic() + seconds
+    started = time.monotonic()
+    while time.monotonic() < end and not throttles[0]:  # until throttled, at most `seconds`
+        try:
+            admin.list_topics(timeout=max(0.1, end - time.monotonic()))
+            answered += 1
+        except KafkaException:
+            pass  # muted until the run ends
+        admin.poll(0)
+    admin.poll(0.2)
+    return {"rate": answered / (time.monotonic() - started), "throttle_ms": throttles[0]}
+
+
+async def _metadata_rate(rb, nursery, client_id: str, seconds: float) -> float:
+    """Metadata answers per second on one connection asking as fast as answers come."""
+    import trio
+    from kio.schema.metadata.v12 import request as md
+
+    from common.wire import connect
+
+    conn = await connect(nursery, "127.0.0.1", rb.port, client_id=client_id)
+    answered = 0
+    with trio.move_on_after(seconds):
+        while True:
+            await conn.request(md.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False))
+            answered += 1
+    return answered / seconds
+
+
+async def test_a_request_percentage_quota_throttles_a_busy_client_only(nursery, tmp_path):
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("r", partitions=50)  # a Metadata answer worth some loop time
+    conn = await rb.connect(nursery)
+    # 1% of one thread: 10 ms of the broker's loop per second, 100 ms over the 10 s window.
+    (ok,) = (await conn.request(alter({"client-id": "busy"}, request_percentage=1))).entries
+    assert ok.error_code == ErrorCode.none
+    # confluent-kafka hears the throttle time (KIP-219) on the busy client only.
+    busy = await in_thread(_hammer, rb.bootstrap, "busy", 8.0)
+    free = await in_thread(_hammer, rb.bootstrap, "free", 1.5)
+    print(f"request quota: busy {busy}, free {free}")
+    assert busy["throttle_ms"] > 0 and free["throttle_ms"] == 0
+    # One connection each: the busy client's muted connection answers a trickle.
+    busy_rate = await _metadata_rate(rb, nursery, "busy", 1.0)
+    free_rate = await _metadata_rate(rb, nursery, "free", 1.0)
+    print(f"metadata answers per second: busy {busy_rate:.0f}, free {free_rate:.0f}")
+    assert busy_rate < free_rate / 10
+
+
+async def test_an_ip_connection_creation_rate_closes_new_connections_over_it(nursery, tmp_path):
+    import socket
+
+    from broker_testing import in_thread
+
+    rb = await start_broker(nursery, tmp_path)
+    conn = await rb.connect(nursery)
+    (bad,) = (await conn.request(alter({"ip": "127.0.0.1"}, producer_byte_rate=5))).entries
+    assert bad.error_code == ErrorCode.invalid_request and "connection_creation_rate" in bad.error_message
+    (bad,) = (await conn.request(alter({"ip": "not-an-ip"}, connection_creation_rate=5))).entries
+    assert bad.error_code == ErrorCode.invalid_request and "not an IP address" in bad.error_message
+    (ok,) = (await conn.request(alter({"ip": "127.0.0.1"}, connection_creation_rate=5))).entries
+    assert ok.error_code == ErrorCode.none
+    assert shown(await conn.request(describe(("ip", 0, "127.0.0.1")))) == {
+        (("ip", "127.0.0.1"),): {"connection_creation_rate": 5.0}}
+
+    def connect_many(n: int) -> int:
+        """How many of `n` connections opened at once the broker keeps open."""
+        import time
+
+        socks = [socket.create_connection(("127.0.0.1", rb.port), timeout=5) for _ in range(n)]
+        time.sleep(0.3)
+        kept = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                kept += s.recv(1) != b""  # closed by the broker: EOF
+            except BlockingIOError:
+                kept += 1  # still open, nothing to read
+            except ConnectionResetError:
+                pass
+            s.close()
+        return kept
+
+    kept = await in_thread(connect_many, 20)
+    print(f"ip quota of 5/s: {kept} of 20 connections kept")
+    assert 1 <= kept <= 6, kept  # 5 a second, measured over at least a second
+    (ok,) = (await conn.request(alter({"ip": "127.0.0.1"}, connection_creation_rate=None))).entries
+    assert ok.error_code == ErrorCode.none
+    assert await in_thread(connect_many, 5) == 5

@@ -36,7 +36,7 @@ def test_describe_lists_every_known_key_with_kafka_defaults():
     c.start_brokers(1)
     c.create_topic("t", configs={"retention.ms": "1000"})
     v = values(c, "t")
-    assert set(v) == set(TOPIC_CONFIGS) and len(v) == 21
+    assert set(v) == set(TOPIC_CONFIGS) and len(v) == 23
     assert v["retention.ms"] == ("1000", 1)
     assert v["segment.bytes"] == ("1073741824", 5)
     assert v["unclean.leader.election.enable"] == ("false", 5)
@@ -46,6 +46,7 @@ def test_describe_lists_every_known_key_with_kafka_defaults():
     assert v["message.timestamp.before.max.ms"] == ("9223372036854775807", 5)
     assert v["message.timestamp.after.max.ms"] == ("3600000", 5)
     assert v["min.cleanable.dirty.ratio"] == ("0.5", 5)
+    assert v["leader.replication.throttled.replicas"] == ("", 5)
     only = describe(c, "t", keys=("min.insync.replicas", "no.such.key"))
     assert [e.name for e in only.configs] == ["min.insync.replicas"]
     syn = describe(c, "t", keys=("retention.ms",), synonyms=True).configs[0].synonyms
