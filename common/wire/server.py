@@ -62,7 +62,6 @@ import socket
 from time import perf_counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter
 from types import CoroutineType
 from typing import Any
 
