@@ -141,3 +141,50 @@ def test_librdkafka_consumer_reauthenticates_until_its_user_is_deleted(secure_no
     finally:
         consumer.close()
         scram_admin.close()
+
+
+@pytest.mark.parametrize("mechanism, user, password", [("PLAIN", "alice", "alice-secret"),
+                                                       ("SCRAM-SHA-512", "scram", "scram-secret")])
+def test_kafka_python_pinned_old_logs_in_with_raw_tokens(secure_node, mechanism, user, password):
+    """kafka-python with `api_version=(0, 10, 1)` sends SaslHandshake v0 and
+    then the mechanism's raw tokens (no SaslAuthenticate framing)."""
+    from kafka import KafkaAdminClient
+
+    sec = ClientSecurity(f"127.0.0.1:{secure_node.ports['SASL_PLAINTEXT']}", "SASL_PLAINTEXT",
+                         mechanism=mechanism, user=user, password=password)
+    admin = KafkaAdminClient(**sec.kafka_python(), api_version=(0, 10, 1), request_timeout_ms=10000)
+    try:
+        assert isinstance(admin.list_topics(), list)
+    finally:
+        admin.close()
+
+
+def test_raw_token_with_a_wrong_password_closes_that_connection(secure_node):
+    """A raw exchange has no error to answer with: the connection closes."""
+    import socket
+    import struct
+
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as HandshakeV0
+
+    from common.wire.codec import encode_request
+
+    def read_frame(sock) -> bytes:
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return data
+            data += chunk
+        return data
+
+    for password, answered in (("alice-secret", True), ("wrong-password", False)):
+        with socket.create_connection(("127.0.0.1", secure_node.ports["SASL_PLAINTEXT"]), timeout=5) as sock:
+            sock.sendall(encode_request(1, "raw", HandshakeV0(mechanism="PLAIN")))
+            assert read_frame(sock)
+            token = f"\0alice\0{password}".encode()
+            sock.sendall(struct.pack(">i", len(token)) + token)
+            # PLAIN's answer is an empty token; a failure closes the connection (EOF).
+            assert read_frame(sock) == (b"\0\0\0\0" if answered else b"")
+    assert "SASL PLAIN authentication from 127.0.0.1" in secure_node.log()
+    assert "wrong-password" not in secure_node.log()
+    assert secure_node.alive()
