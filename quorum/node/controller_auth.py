@@ -18,7 +18,10 @@ needs each request's own operation, and gets Kafka's error when it lacks it:
 | CreatePartitions | Alter on each topic | TOPIC_AUTHORIZATION_FAILED |
 | DescribeConfigs / IncrementalAlterConfigs | DescribeConfigs / AlterConfigs on each topic, or on the cluster for a broker or broker-logger resource | TOPIC_ / CLUSTER_AUTHORIZATION_FAILED |
 
-Pure: `denial` judges one request against the ACLs it is given.
+An item-level request (topics, config resources) is answered item by item,
+as Kafka does: the allowed items are served, the others carry the error.
+
+Pure: `judge` judges one request against the ACLs it is given.
 """
 
 from __future__ import annotations
@@ -68,42 +71,65 @@ class Denial(NamedTuple):
         return f"needs {self.operation.name} on {self.resource}"
 
 
-def denial(config: AuthorizerConfig, acls: Iterable[AclBinding], principal: str, host: str,
-           body: Any) -> Denial | None:
-    """None if `principal` may send `body` here; else Kafka's error and what is missing."""
+#: Item-level requests: the field of their items, and of their response's results.
+ITEM_FIELDS = {
+    "CreateTopicsRequest": ("topics", "topics"),
+    "DeleteTopicsRequest": ("topics", "responses"),
+    "CreatePartitionsRequest": ("topics", "results"),
+    "DescribeConfigsRequest": ("resources", "results"),
+    "IncrementalAlterConfigsRequest": ("resources", "responses"),
+}
+
+
+class Judgement(NamedTuple):
+    #: The whole request refused (a cluster-level API).
+    whole: Denial | None = None
+    #: An item-level request: each item's denial (None: allowed), in request order.
+    items: tuple[Denial | None, ...] | None = None
+
+
+def judge(config: AuthorizerConfig, acls: Iterable[AclBinding], principal: str, host: str,
+          body: Any) -> Judgement:
+    """What `principal` may not do of `body` here (an empty Judgement: everything is allowed)."""
     acls = tuple(acls)
 
     def allowed(operation: Operation, resource_type: ResourceType, name: str) -> bool:
         return authorize(config, acls, principal, host, operation, resource_type, name)
 
     if allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER):
-        return None
+        return Judgement()
     kind = type(body).__name__
     cluster_failed = ErrorCode.cluster_authorization_failed
     if kind in _CLUSTER_OPERATION:
         operation = _CLUSTER_OPERATION[kind]
         if allowed(operation, ResourceType.CLUSTER, CLUSTER):
-            return None
-        return Denial(cluster_failed, operation, CLUSTER_RESOURCE)
+            return Judgement()
+        return Judgement(Denial(cluster_failed, operation, CLUSTER_RESOURCE))
     if kind in _TOPIC_OPERATION:
         operation = _TOPIC_OPERATION[kind]
         if operation is Operation.CREATE and allowed(operation, ResourceType.CLUSTER, CLUSTER):
-            return None
-        for topic in body.topics:
+            return Judgement()
+
+        def topic_denial(topic: Any) -> Denial | None:
             name = getattr(topic, "name", None)
-            if name is None or not allowed(operation, ResourceType.TOPIC, name):
-                return Denial(ErrorCode.topic_authorization_failed, operation,
-                              f"TOPIC:LITERAL:{name or topic.topic_id}")
-        return None
+            if name is not None and allowed(operation, ResourceType.TOPIC, name):
+                return None
+            return Denial(ErrorCode.topic_authorization_failed, operation, f"TOPIC:LITERAL:{name or topic.topic_id}")
+
+        return Judgement(items=tuple(topic_denial(t) for t in body.topics))
     if kind in _CONFIG_OPERATION:
         operation = _CONFIG_OPERATION[kind]
-        for resource in body.resources:
+
+        def config_denial(resource: Any) -> Denial | None:
             if int(resource.resource_type) == TOPIC_CONFIG:
-                if not allowed(operation, ResourceType.TOPIC, resource.resource_name):
-                    return Denial(ErrorCode.topic_authorization_failed, operation,
-                                  f"TOPIC:LITERAL:{resource.resource_name}")
-            elif not allowed(operation, ResourceType.CLUSTER, CLUSTER):
-                return Denial(cluster_failed, operation, CLUSTER_RESOURCE)
-        return None
+                if allowed(operation, ResourceType.TOPIC, resource.resource_name):
+                    return None
+                return Denial(ErrorCode.topic_authorization_failed, operation,
+                              f"TOPIC:LITERAL:{resource.resource_name}")
+            if allowed(operation, ResourceType.CLUSTER, CLUSTER):
+                return None
+            return Denial(cluster_failed, operation, CLUSTER_RESOURCE)
+
+        return Judgement(items=tuple(config_denial(r) for r in body.resources))
     # Raft RPCs and the brokers' own requests: ClusterAction only.
-    return Denial(cluster_failed, Operation.CLUSTER_ACTION, CLUSTER_RESOURCE)
+    return Judgement(Denial(cluster_failed, Operation.CLUSTER_ACTION, CLUSTER_RESOURCE))

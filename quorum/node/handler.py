@@ -22,6 +22,7 @@ v0..v2 for tools; ApiVersions tells clients which.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -41,7 +42,7 @@ from quorum.node.controller_errors import error_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
 from common.security.acl import AuthorizerConfig
-from quorum.node.controller_auth import Denial, denial
+from quorum.node.controller_auth import ITEM_FIELDS, Denial, Judgement, judge
 from common.wire import ConnectionContext, DecodedRequest, SupportedApis
 from common.wire.authenticate import (
     SASL_AUTHENTICATE_KEY,
@@ -87,22 +88,40 @@ class QuorumRequestHandler:
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
 
-    def _denied(self, ctx: ConnectionContext, body: Any) -> Denial | None:
+    def _judge(self, ctx: ConnectionContext, body: Any) -> Judgement:
         if self.authorizer is None:
-            return None
+            return Judgement()
         host = ctx.peer.rsplit(":", 1)[0]
-        denied = denial(self.authorizer, self.node.image.acls.values(), ctx.principal, host, body)
-        if denied is not None:
-            _authorizer_log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s "
-                                 "(%s on the controller listener)", ctx.principal, denied.operation.name, host,
-                                 denied.resource, type(body).__name__[:-len("Request")])
-        return denied
+        judgement = judge(self.authorizer, self.node.image.acls.values(), ctx.principal, host, body)
+        for denied in (judgement.whole, *(judgement.items or ())):
+            if denied is not None:
+                _authorizer_log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s "
+                                     "(%s on the controller listener)", ctx.principal, denied.operation.name, host,
+                                     denied.resource, type(body).__name__[:-len("Request")])
+        return judgement
+
+    async def _serve_items(self, ctx: ConnectionContext, body: Any, items: tuple[Denial | None, ...]) -> Any:
+        """An item-level request with some items refused: the others served, the refused ones with their error."""
+        item_field, result_field = ITEM_FIELDS[type(body).__name__]
+        entries = getattr(body, item_field)
+        allowed = tuple(e for e, d in zip(entries, items) if d is None)
+        refused = [error_response(dataclasses.replace(body, **{item_field: (e,)}), d.error,
+                                  f"{ctx.principal} {d.message}") for e, d in zip(entries, items) if d is not None]
+        base = await self._serve(dataclasses.replace(body, **{item_field: allowed})) if allowed else refused.pop(0)
+        results = getattr(base, result_field) + tuple(r for part in refused for r in getattr(part, result_field))
+        return dataclasses.replace(base, **{result_field: results})
+
+    async def _serve(self, body: Any) -> Any:
+        if is_node_config_request(body):
+            return node_configs_response(body, self.node.node_id, self.node.engine_configs())
+        assert self.controller is not None and self.controller.serves(body), f"{type(body).__name__} is not declared"
+        return await self.controller.handle(body)
 
     async def __call__(self, ctx: ConnectionContext, request: DecodedRequest) -> Any:
         body = request.body
         key = request.header.api_key
         if key in RAFT_API_VERSIONS:
-            if self._denied(ctx, body):
+            if self._judge(ctx, body).whole:
                 return shape_error_response(body, ErrorCode.cluster_authorization_failed)
             try:
                 source_id, message = request_from_kio(body)
@@ -115,7 +134,8 @@ class QuorumRequestHandler:
             return response_to_kio(await self.node.handle_request(source_id, message))
         if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             return answer_without_sasl(request)
-        denied = self._denied(ctx, body)
+        judgement = self._judge(ctx, body)
+        denied = judgement.whole
         if key == DESCRIBE_QUORUM:
             if denied:
                 return describe_quorum_error(request.header.api_version, denied.error,
@@ -124,7 +144,6 @@ class QuorumRequestHandler:
                                             self.node.voter_addresses, self.node.now_ms())
         if denied:
             return error_response(body, denied.error, f"{ctx.principal} {denied.message}")
-        if is_node_config_request(body):
-            return node_configs_response(body, self.node.node_id, self.node.engine_configs())
-        assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
-        return await self.controller.handle(body)
+        if judgement.items is not None and any(judgement.items):
+            return await self._serve_items(ctx, body, judgement.items)
+        return await self._serve(body)

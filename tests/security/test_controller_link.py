@@ -190,15 +190,22 @@ def assert_direct_admin_checks(port: int, ca) -> None:
                                           ErrorCode.cluster_authorization_failed,
                                           ErrorCode.topic_authorization_failed)
         async with open_connection("127.0.0.1", port, security=login("controller1", "c-secret")) as conn:
-            # Describe and DescribeConfigs on the cluster (operations 8 and 10), allowed (3), literal (3).
+            # Describe and DescribeConfigs on the cluster (operations 8 and 10), allowed (3), literal (3);
+            # Create (5) on topics prefixed (4) "allowed-".
             granted = await conn.request(CreateAclsRequest(creations=tuple(
-                AclCreation(resource_type=4, resource_name="kafka-cluster", resource_pattern_type=3,
-                            principal="User:broker3", host="*", operation=op, permission_type=3) for op in (8, 10))))
+                AclCreation(resource_type=rtype, resource_name=name, resource_pattern_type=pattern,
+                            principal="User:broker3", host="*", operation=op, permission_type=3)
+                for rtype, name, pattern, op in ((4, "kafka-cluster", 3, 8), (4, "kafka-cluster", 3, 10),
+                                                 (2, "allowed-", 4, 5)))))
             assert all(r.error_code == ErrorCode.none for r in granted.results), granted
         async with open_connection("127.0.0.1", port, security=login("broker3", "b3-secret")) as conn:
             with trio.fail_after(10):
                 while (found := await errors(conn))[:2] != (ErrorCode.none, ErrorCode.none):
                     await trio.sleep(0.2)
             assert found[2] == ErrorCode.topic_authorization_failed
+            # Item by item, as Kafka: the allowed topic is created, the other refused.
+            created = await conn.request(create_topics_request(["allowed-one", "refused-one"]))
+            codes = {t.name: t.error_code for t in created.topics}
+            assert codes == {"allowed-one": ErrorCode.none, "refused-one": ErrorCode.topic_authorization_failed}
 
     trio.run(main)
