@@ -79,6 +79,44 @@ def test_session_lifetime_expiry_and_renewal_on_one_connection(secure_node):
     assert "alice-secret" not in log and "admin-secret" not in log
 
 
+def test_a_changed_password_fails_the_renewal_and_closes_the_connection(secure_node):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ScramMechanism, UserScramCredentialUpsertion
+
+    admin_sec = ClientSecurity(f"127.0.0.1:{secure_node.ports['SASL_PLAINTEXT']}", "SASL_PLAINTEXT",
+                               mechanism="PLAIN", user="admin", password="admin-secret")
+    admin = KafkaAdminClient(**admin_sec.kafka_python())
+    port = secure_node.ports["REAUTH"]
+    try:
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "rotated", ScramMechanism.SCRAM_SHA_256, "first-secret", iterations=4096)])
+
+        async def main():
+            async with open_connection("127.0.0.1", port) as conn:
+                with trio.fail_after(10):
+                    while (await login(conn, "SCRAM-SHA-256", "rotated", "first-secret")).error_code:
+                        await trio.sleep(0.2)  # the new user reaches the broker's image
+            async with open_connection("127.0.0.1", port) as conn:
+                assert (await login(conn, "SCRAM-SHA-256", "rotated", "first-secret")).error_code == ErrorCode.none
+                await trio.to_thread.run_sync(lambda: admin.alter_user_scram_credentials([
+                    UserScramCredentialUpsertion("rotated", ScramMechanism.SCRAM_SHA_256, "second-secret",
+                                                 iterations=4096)]))
+                with trio.fail_after(10):
+                    while True:  # the old password works until the change reaches the broker's image
+                        async with open_connection("127.0.0.1", port) as probe:
+                            if (await login(probe, "SCRAM-SHA-256", "rotated", "first-secret")).error_code:
+                                break
+                        await trio.sleep(0.2)
+                renewal = await login(conn, "SCRAM-SHA-256", "rotated", "first-secret")
+                assert renewal.error_code == ErrorCode.sasl_authentication_failed
+                with pytest.raises(ConnectionFailedError):
+                    await conn.request(METADATA, timeout_ms=5000)
+
+        trio.run(main)
+    finally:
+        admin.close()
+
+
 def test_librdkafka_consumer_reauthenticates_until_its_user_is_deleted(secure_node):
     """A confluent-kafka consumer keeps consuming across several session
     lifetimes (librdkafka re-authenticates at 90% of the lifetime); once
