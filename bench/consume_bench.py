@@ -71,6 +71,10 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                    help="after the consume phase, measure what sending the same segment files with nothing "
                         "but sendfile costs, and report the broker's figure over it (default on)")
+    p.add_argument("--security-protocol", choices=("PLAINTEXT", "SSL", "SASL_SSL"), default="PLAINTEXT",
+                   help="SSL or SASL_SSL: measure what TLS costs: the brokers get a TLS listener beside "
+                        "PLAINTEXT and the filled topic is read once over each (PLAINTEXT first); reported: "
+                        "throughput and broker CPU per GB served of each (see bench/security_cost.py)")
     add_cluster_options(p)
     p.set_defaults(func=run)
 
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
               "fetch_max_bytes": args.fetch_max_bytes, "brokers": args.brokers, "controllers": args.controllers}
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} records"),
                TimeElapsedColumn())
-    with bench_cluster(args, console, TOPIC) as bc:
+    with bench_cluster(args, console, TOPIC, None if args.security_protocol == "PLAINTEXT"
+                       else args.security_protocol) as bc:
         per_producer = [args.count // args.producers + (i < args.count % args.producers)
                         for i in range(args.producers)]
         fill = [{"topic": TOPIC, "record_size": args.record_size, "count": n, "duration_s": None,
@@ -115,19 +120,26 @@ def run(args: argparse.Namespace) -> int:
         config: dict = {"fetch.queue.backoff.ms": 10}
         if args.fetch_max_bytes is not None:
             config["fetch.max.bytes"] = args.fetch_max_bytes
-        group = f"bench-{uuid.uuid4().hex[:8]}"
-        specs = []
-        for i in range(consumers):
-            mine = list(range(i, args.partitions, consumers))
-            specs.append({"bootstrap": bc.bootstrap, "topic": TOPIC, "partitions": mine, "group_id": group,
-                          "count": sum(counts[p] for p in mine), "timeout_s": CONSUME_TIMEOUT_S, "config": config})
-        before: dict[str, float] = {}
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("consuming", total=args.count)
-            result = aggregate(run_workers(consume_worker, specs,
-                                           on_start=lambda: before.update(cpu=bc.broker_cpu_seconds()),
-                                           on_progress=lambda n: progress.update(task, completed=n)))
-        broker_cpu_s = bc.broker_cpu_seconds() - before["cpu"]
+        secure = args.security_protocol != "PLAINTEXT"
+        if secure:
+            from bench.security_cost import SecureBenchCluster, client_config, report_consume_comparison
+
+            phases = {}
+            for variant, view in (("PLAINTEXT", bc), (args.security_protocol, SecureBenchCluster(bc.cluster, TOPIC))):
+                security = client_config(view)
+                bootstrap = security.pop("bootstrap.servers")
+                phase, cpu = _consume_phase(console, columns, view, bootstrap, {**config, **security}, consumers,
+                                            counts, args, f"consuming over {variant}")
+                phases[variant] = {"cpu": cpu, "bytes": served,
+                                   "mb_per_s": phase["records"] * args.record_size / MB / phase["elapsed_s"]}
+                if phase["records"] < args.count:
+                    console.print(f"[red]{variant}: {args.count - phase['records']} records not read; "
+                                  f"errors: {phase['errors']}[/red]")
+                    return 1
+            report_consume_comparison(args, console, params, phases)
+            return 0
+        result, broker_cpu_s = _consume_phase(console, columns, bc, bc.bootstrap, config, consumers, counts, args,
+                                              "consuming")
         floor = None
         if args.floor:
             from bench.floors import sendfile_floor
@@ -185,6 +197,27 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]{missing} records not read; errors: {result['errors']}[/red]")
     emit(args, console, rows, {}, SCENARIO, params)
     return 0 if not missing else 1
+
+
+def _consume_phase(console, columns, bc, bootstrap: str, config: dict, consumers: int, counts: dict[int, int],
+                   args: argparse.Namespace, title: str) -> tuple[dict, float]:
+    """Read the whole topic once from `bootstrap` with `consumers` processes:
+    their aggregate result, and the brokers' CPU-s over the phase."""
+    from rich.progress import Progress
+
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    specs = []
+    for i in range(consumers):
+        mine = list(range(i, args.partitions, consumers))
+        specs.append({"bootstrap": bootstrap, "topic": TOPIC, "partitions": mine, "group_id": group,
+                      "count": sum(counts[p] for p in mine), "timeout_s": CONSUME_TIMEOUT_S, "config": config})
+    before: dict[str, float] = {}
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(title, total=args.count)
+        result = aggregate(run_workers(consume_worker, specs,
+                                       on_start=lambda: before.update(cpu=bc.broker_cpu_seconds()),
+                                       on_progress=lambda n: progress.update(task, completed=n)))
+    return result, bc.broker_cpu_seconds() - before["cpu"]
 
 
 def _partition_counts(bootstrap: str, partitions: int) -> dict[int, int]:

@@ -92,15 +92,17 @@ class BenchCluster:
 
 
 @contextlib.contextmanager
-def bench_cluster(args: argparse.Namespace, console: Any, topic: str) -> Iterator[BenchCluster]:
-    """The cluster, on `bench.runner.Runner` (temp dir, --mode, stopped on Ctrl-C/SIGTERM too)."""
+def bench_cluster(args: argparse.Namespace, console: Any, topic: str,
+                  secure_protocol: str | None = None) -> Iterator[BenchCluster]:
+    """The cluster, on `bench.runner.Runner` (temp dir, --mode, stopped on Ctrl-C/SIGTERM too);
+    with `secure_protocol` (SSL, SASL_SSL) its brokers have such a listener beside PLAINTEXT."""
     from bench.runner import Runner
     from common.config import parse_overrides
 
     resolve_brokers(args)
     with Runner(topic, args, {}, console) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers,
-                                 overrides=parse_overrides(args.set))
+                                 overrides=parse_overrides(args.set), secure_protocol=secure_protocol)
         create_topic(cluster.bootstrap, topic, args.partitions, args.replication_factor)
         args.environment = runner.env  # emit() writes it beside the rows
         yield BenchCluster(cluster, topic)

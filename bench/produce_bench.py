@@ -128,7 +128,12 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                         "scraped every --scrape-interval) and one not, the same load on each in alternating "
                         "phases (--rounds), and the broker CPU per GB of each (see bench/metrics_cost.py)")
     p.add_argument("--rounds", type=int, default=3, metavar="N",
-                   help="with --compare-metrics: phases on each cluster, alternating (default 3)")
+                   help="with --compare-metrics or --security-protocol: phases on each cluster or listener, "
+                        "alternating (default 3)")
+    p.add_argument("--security-protocol", choices=("PLAINTEXT", "SSL", "SASL_SSL"), default="PLAINTEXT",
+                   help="SSL or SASL_SSL: measure what TLS costs: the brokers get a TLS listener beside "
+                        "PLAINTEXT and the same load runs over each in alternating phases (--rounds); "
+                        "reported: throughput and broker CPU per GB of each (see bench/security_cost.py)")
     p.add_argument("--scrape-interval", type=float, default=1.0, metavar="S",
                    help="with --compare-metrics: scrape every node this often (default 1 s; Prometheus' own "
                         "default is 15 s)")
@@ -175,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
             console.print("raftka bench produce: --commit-interval-ms must be positive")
             return 2
         return run_transactional(args, console, params, spec)
+    if args.security_protocol != "PLAINTEXT":
+        from bench.security_cost import run_produce_comparison
+
+        return run_produce_comparison(args, console, params, spec, _measure)
     if args.compare_metrics:
         from bench.metrics_cost import run_metrics_comparison
 

@@ -331,11 +331,15 @@ class Runner:
     # --- clusters and faults -----------------------------------------------------------------
 
     def cluster(self, *, controllers: int, brokers: int, overrides: Mapping[str, str] | None = None,
-                broker_overrides: Mapping[str, str] | None = None, metrics: bool = False) -> Any:
+                broker_overrides: Mapping[str, str] | None = None, metrics: bool = False,
+                secure_protocol: str | None = None) -> Any:
         """A started `LocalCluster` in this runner's mode, ready (READY, caught up, unfenced)."""
         from cluster import ClusterError, LocalCluster
 
         kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
+        if secure_protocol is not None:
+            # A TLS (SSL or SASL_SSL) listener on every broker beside PLAINTEXT.
+            kwargs.update(secure=True, secure_protocol=secure_protocol)
         if self._tmp is None:
             # `raftka bench` made --dir, if given, before the run (common.dirs.ensure_dir).
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))

@@ -73,6 +73,10 @@ CLUSTER_SETTINGS = {
 WORKLOADS = ("queue", "txn")
 
 
+#: With --secure: the SASL_SSL listeners' connections.max.reauth.ms.
+SECURE_SESSION_MS = 10000
+
+
 @dataclasses.dataclass
 class RunOptions:
     out: Path
@@ -87,6 +91,8 @@ class RunOptions:
     partitions: int = 3
     rate: float = 40.0
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS
+    #: Clients on each broker's SASL_SSL listener (SCRAM-SHA-512 admin, a throwaway CA), as `cluster up --secure`.
+    secure: bool = False
     quiet_s: tuple[float, float] = (3.0, 6.0)
     fault_s: tuple[float, float] = (4.0, 10.0)
     recovery_timeout_s: float = 90.0
@@ -112,7 +118,8 @@ def command_line(o: RunOptions) -> str:
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
             f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
                                   else f" --message-timeout-ms {o.message_timeout_ms}")
-            + ("" if o.log_dirs == 1 else f" --log-dirs {o.log_dirs}"))
+            + ("" if o.log_dirs == 1 else f" --log-dirs {o.log_dirs}")
+            + (" --secure" if o.secure else ""))
 
 
 def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
@@ -146,12 +153,15 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     if "clock" in o.nemeses:
         # Each broker's wall clock offset, read from this file in its log dir (tests only).
         settings["raftka.test.clock.offset.file"] = CLOCK_FILE
+    if o.secure:
+        # Client sessions of 10 s (KIP-368): librdkafka re-authenticates several times under the faults.
+        settings["listener.name.sasl_ssl.connections.max.reauth.ms"] = str(SECURE_SESSION_MS)
     if "eio" in o.nemeses:
         # Each broker's disk fault (EIO on its partition logs' writes), read from this file (tests only).
         settings["raftka.test.disk.fault.file"] = DISK_FAULT_FILE
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
-                               broker_overrides=settings, log_dirs_per_broker=o.log_dirs,
+                               broker_overrides=settings, log_dirs_per_broker=o.log_dirs, secure=o.secure,
                                overrides={} if o.quorum_engine == "raftka" else {"quorum.engine": o.quorum_engine})
     except BaseException:
         if disks is not None:
@@ -170,7 +180,12 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     safety: dict[str, Any] = {}
     harness_errors: list[str] = []
     rf = min(3, o.brokers)
-    common = {"bootstrap": cluster.bootstrap, "partitions": o.partitions, "replication_factor": rf,
+    security = {}
+    if o.secure:
+        security = cluster.secure_client_config()
+        security.pop("bootstrap.servers")
+    common = {"bootstrap": cluster.secure_bootstrap if o.secure else cluster.bootstrap, "security": security,
+              "partitions": o.partitions, "replication_factor": rf,
               "min_insync_replicas": min(2, rf), "message_timeout_ms": o.message_timeout_ms,
               "group_id": f"chaos-{o.seed}"}
     workload: QueueWorkload

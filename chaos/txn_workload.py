@@ -70,7 +70,7 @@ class TxnWorkload(QueueWorkload):
 
         o = self.options
         return Producer({
-            "bootstrap.servers": o.bootstrap, "transactional.id": f"chaos-{o.seed}-{name}",
+            **o.client(), "transactional.id": f"chaos-{o.seed}-{name}",
             "transaction.timeout.ms": o.transaction_timeout_ms, "linger.ms": 2,
             "message.timeout.ms": min(o.message_timeout_ms, o.transaction_timeout_ms),
             "request.timeout.ms": 4000, "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,

@@ -51,6 +51,24 @@ class QueueOptions:
     rate_per_producer: float = 40.0  # sends per second
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     group_id: str = "chaos"
+    #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
+    security: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def client(self) -> dict[str, str]:
+        """librdkafka's keys to reach the cluster: bootstrap.servers and the security ones."""
+        return {"bootstrap.servers": self.bootstrap, **self.security}
+
+    def kafka_python(self) -> dict[str, Any]:
+        """The same for kafka-python."""
+        sec = self.security
+        out: dict[str, Any] = {"bootstrap_servers": self.bootstrap.split(",")}
+        if sec:
+            out["security_protocol"] = sec["security.protocol"]
+            out["ssl_cafile"] = sec.get("ssl.ca.location")
+            if "sasl.mechanism" in sec:
+                out.update(sasl_mechanism=sec["sasl.mechanism"], sasl_plain_username=sec["sasl.username"],
+                           sasl_plain_password=sec["sasl.password"])
+        return out
 
 
 def client_logger(path: str) -> logging.Logger:
@@ -68,7 +86,7 @@ def client_logger(path: str) -> logging.Logger:
 def create_topic(options: QueueOptions, log_path: str, timeout_s: float = 60.0) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": options.bootstrap}, logger=client_logger(log_path))
+    admin = AdminClient(options.client(), logger=client_logger(log_path))
     config = {"min.insync.replicas": str(options.min_insync_replicas)}
     new = NewTopic(options.topic, options.partitions, options.replication_factor, config=config)
     admin.create_topics([new], operation_timeout=timeout_s)[options.topic].result(timeout_s)
@@ -90,7 +108,7 @@ class PartitionLeaders:
         from confluent_kafka.admin import AdminClient
 
         self.topic = options.topic
-        self.admin = AdminClient({"bootstrap.servers": options.bootstrap, "socket.timeout.ms": 3000},
+        self.admin = AdminClient({**options.client(), "socket.timeout.ms": 3000},
                                  logger=client_logger(log_path))
 
     def leader_of(self, partition: int) -> int | None:
@@ -164,7 +182,7 @@ class QueueWorkload:
 
         o = self.options
         config: dict[str, Any] = {
-            "bootstrap.servers": o.bootstrap, "acks": "all", "enable.idempotence": idempotent,
+            **o.client(), "acks": "all", "enable.idempotence": idempotent,
             "linger.ms": 2, "message.timeout.ms": o.message_timeout_ms, "request.timeout.ms": 4000,
             "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000, "client.id": name,
@@ -225,7 +243,7 @@ class QueueWorkload:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         o = self.options
-        config = {"bootstrap.servers": o.bootstrap, "group.id": o.group_id if group else f"{o.group_id}-{name}",
+        config = {**o.client(), "group.id": o.group_id if group else f"{o.group_id}-{name}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": group, "auto.commit.interval.ms": 1000,
                   "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "client.id": name,
                   "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
@@ -277,7 +295,7 @@ def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, tim
     committed = isolation == "read_committed"
     # The end is an end-of-partition event, not the last record: the log may end with
     # transaction markers, which no consumer receives.
-    consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-{name}",
+    consumer = Consumer({**options.client(), "group.id": f"{options.group_id}-{name}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "isolation.level": isolation,
                          "topic.metadata.refresh.interval.ms": 2000}, logger=client_logger(log_path))
@@ -323,7 +341,7 @@ def final_read(options: QueueOptions, history: HistoryWriter, log_path: str, tim
 def _high_watermark(options: QueueOptions, partition: int, log_path: str) -> int | None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": options.bootstrap, "group.id": f"{options.group_id}-hw",
+    consumer = Consumer({**options.client(), "group.id": f"{options.group_id}-hw",
                          "isolation.level": "read_uncommitted"}, logger=client_logger(log_path))
     try:
         return consumer.get_watermark_offsets(TopicPartition(options.topic, partition), timeout=5)[1]
@@ -337,7 +355,7 @@ def final_read_kafka_python(options: QueueOptions, history: HistoryWriter, timeo
     """The same read with kafka-python, a second client library's opinion; the partitions not fully read."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=options.bootstrap.split(","), group_id=None,
+    consumer = KafkaConsumer(**options.kafka_python(), group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=10000)
     deadline = time.monotonic() + timeout_s
     try:

@@ -130,9 +130,12 @@ class LocalCluster:
         secure: bool = False,
         metrics: bool = False,
         log_dirs_per_broker: int = 1,
+        secure_protocol: str = "SASL_SSL",
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
+        if secure_protocol not in ("SSL", "SASL_SSL"):
+            raise ClusterError(f"secure_protocol={secure_protocol!r}: use SSL or SASL_SSL")
         if secure and mode != "kraft":
             raise ClusterError("--secure needs --mode kraft (a ZooKeeper-mode broker's control plane is PLAINTEXT)")
         if mode == "zk" and controllers not in (1, 3, 5):
@@ -181,7 +184,9 @@ class LocalCluster:
                 self.base_dir / "zookeeper", controllers, tick_time_ms=zookeeper_tick_time_ms, host=host,
                 base_port=None if base_port == 0 else base_port + CONTROLLER_PORT_OFFSET)
         #: With `secure`: each broker's SASL_SSL listener (clients log in as the
-        #: admin with SCRAM); the PLAINTEXT ones stay for the nodes' own links.
+        #: admin with SCRAM), or SSL one with `secure_protocol="SSL"`; the
+        #: PLAINTEXT ones stay for the nodes' own links.
+        self.secure_protocol = secure_protocol
         self.security = None
         self.secure_ports: dict[int, int] = {}
         if secure:
@@ -216,9 +221,9 @@ class LocalCluster:
             if node.role == "broker":
                 props["listeners"] = f"PLAINTEXT://{node.address}"
                 if self.security is not None:
-                    props["listeners"] += f",SASL_SSL://{host}:{self.secure_ports[node.node_id]}"
+                    props["listeners"] += f",{secure_protocol}://{host}:{self.secure_ports[node.node_id]}"
                     props["inter.broker.listener.name"] = "PLAINTEXT"
-                    props.update(self.security.listener_properties("SASL_SSL"))
+                    props.update(self.security.listener_properties(secure_protocol))
             if node.metrics_port is not None:
                 props["metrics.host"] = host
                 props["metrics.port"] = str(node.metrics_port)
@@ -266,8 +271,16 @@ class LocalCluster:
 
     @property
     def secure_bootstrap(self) -> str:
-        """The brokers' SASL_SSL listeners (with `secure`)."""
+        """The brokers' SASL_SSL (or SSL) listeners (with `secure`)."""
         return ",".join(f"{self.host}:{port}" for port in self.secure_ports.values())
+
+    def secure_client_config(self) -> dict[str, str]:
+        """librdkafka's keys for the `secure` listeners (admin SCRAM login for SASL_SSL)."""
+        assert self.security is not None, "the cluster was made without secure=True"
+        if self.secure_protocol == "SSL":
+            return {"bootstrap.servers": self.secure_bootstrap, "security.protocol": "SSL",
+                    "ssl.ca.location": str(self.security.ca_path)}
+        return dict(line.split("=", 1) for line in self.security.client_settings(self.secure_bootstrap))
 
     def node(self, node_id: int) -> LocalNode:
         return self.nodes[node_id]

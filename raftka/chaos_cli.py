@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--message-timeout-ms", type=int, default=60000, metavar="MS",
                      help="the producers' message.timeout.ms (default 60000: longer than a fault; a shorter one "
                      "makes librdkafka bump its idempotent epoch and send some records twice)")
+    run.add_argument("--secure", action="store_true",
+                     help="the clients use each broker's SASL_SSL listener (SCRAM-SHA-512, a throwaway CA), as "
+                          "`raftka cluster up --secure`, with sessions of 10 s (connections.max.reauth.ms) so clients "
+                          "re-authenticate under the faults; the nodes' own links stay PLAINTEXT")
     run.add_argument("--out", metavar="DIR", help="where the cluster, history and report go "
                      "(default chaos-<seed> in the current directory)")
     run.set_defaults(func=run_main)
@@ -110,7 +114,8 @@ def run_main(args: argparse.Namespace) -> int:
                          quorum_engine=args.quorum_engine,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
-                         rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs)
+                         rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs,
+                         secure=args.secure)
     started = time.monotonic()
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),

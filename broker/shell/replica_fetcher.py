@@ -160,6 +160,10 @@ class ReplicaFetchers:
             fetcher = self.manager.fetcher(source)
             if fetcher is None:
                 return
+            if conn.renew_at is not None and trio.current_time() >= conn.renew_at:
+                # Its SASL session is about to expire (KIP-368): the caller connects
+                # again at once, instead of the leader closing this one at a fetch.
+                return
             now = broker.clock_ms()
             me = broker.image.brokers.get(broker.node_id)
             plan = fetcher.build_fetch(self._logs(), me.epoch if me is not None else -1, now)

@@ -90,6 +90,13 @@ class SaslServerConfig:
 
     mechanisms: tuple[str, ...]
     plain_users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: `connections.max.reauth.ms` per mechanism (KIP-368); 0: sessions do not expire.
+    max_reauth_ms: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def session_lifetime_ms(self, mechanism: str) -> int:
+        """How long a session authenticated with `mechanism` lasts before the
+        client must re-authenticate (0: for ever)."""
+        return self.max_reauth_ms.get(mechanism, 0)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], listener: str) -> SaslServerConfig:
@@ -109,7 +116,26 @@ class SaslServerConfig:
                               f"listener.name.{listener.lower()}.plain.sasl.jaas.config to "
                               "'org.apache.kafka.common.security.plain.PlainLoginModule required "
                               'user_alice="alice-secret";\' (one user_<name>="<password>" per user)')
-        return cls(mechanisms, users)
+        return cls(mechanisms, users, {m: _max_reauth_ms(props, prefix, m) for m in mechanisms})
+
+
+def _max_reauth_ms(props: Mapping[str, str], prefix: str, mechanism: str) -> int:
+    """Kafka's `connections.max.reauth.ms`, most specific first:
+    `listener.name.<listener>.<mechanism>.`, `listener.name.<listener>.`, the broker's."""
+    for key in (f"{prefix}{mechanism.lower()}.connections.max.reauth.ms", f"{prefix}connections.max.reauth.ms",
+                "connections.max.reauth.ms"):
+        raw = props.get(key)
+        if raw is None or not raw.strip():
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{key}={raw!r} is not a number of milliseconds; set it to 0 (sessions never "
+                              "expire) or a positive number of milliseconds") from None
+        if value < 0:
+            raise ConfigError(f"{key}={value}: must be 0 (sessions never expire) or positive")
+        return value
+    return 0
 
 
 ScramLookup = Callable[[str, str], "ScramCredential | None"]

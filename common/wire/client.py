@@ -103,6 +103,10 @@ class KafkaConnection:
         self._closed_because: ConnectionFailedError | None = None
         self._reader_scope = trio.CancelScope()
         self._log = log
+        #: When to stop sending on this connection (trio time; None: never): a
+        #: little before the server's SASL session ends (KIP-368), so that a
+        #: pool replaces it rather than have the server close it at a request.
+        self.renew_at: float | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -357,15 +361,18 @@ async def connect(
     await nursery.start(conn._read_loop)
     if security is not None and security.mechanism:
         try:
-            await _sasl_login(conn, security, connect_timeout_ms)
+            lifetime_ms = await _sasl_login(conn, security, connect_timeout_ms)
+            if lifetime_ms > 0:
+                conn.renew_at = trio.current_time() + RENEW_AT_FRACTION * lifetime_ms / 1000
         except BaseException:
             await conn.aclose()
             raise
     return conn
 
 
-async def _sasl_login(conn: KafkaConnection, security: ClientSecurity, timeout_ms: int) -> None:
-    """SaslHandshake v1 and SaslAuthenticate (KIP-152) with PLAIN or SCRAM."""
+async def _sasl_login(conn: KafkaConnection, security: ClientSecurity, timeout_ms: int) -> int:
+    """SaslHandshake v1 and SaslAuthenticate (KIP-152) with PLAIN or SCRAM;
+    the session's lifetime in ms (KIP-368; 0: it does not expire)."""
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -377,22 +384,31 @@ async def _sasl_login(conn: KafkaConnection, security: ClientSecurity, timeout_m
         raise ConnectionFailedError(f"SASL handshake with {where}: {handshake.error_code.name}; it offers "
                                     f"{', '.join(handshake.mechanisms) or 'no mechanism'}, not {mechanism}")
 
+    lifetime_ms = 0
+
     async def step(token: bytes) -> bytes:
+        nonlocal lifetime_ms
         answer = await conn.request(SaslAuthenticateRequest(auth_bytes=token), timeout_ms=timeout_ms)
         if answer.error_code != ErrorCode.none:
             raise ConnectionFailedError(f"SASL {mechanism} login as {security.username} at {where} failed: "
                                         f"{answer.error_message or answer.error_code.name}")
+        lifetime_ms = round(answer.session_lifetime.total_seconds() * 1000)
         return bytes(answer.auth_bytes)
 
     try:
         if mechanism == "PLAIN":
             await step(f"\0{security.username}\0{security.password}".encode())
-            return
+            return lifetime_ms
         client = ScramClient(mechanism, security.username, security.password)
         server_first = await step(client.first())
         client.check(await step(client.final(server_first)))
+        return lifetime_ms
     except ConnectionError as exc:
         raise ConnectionFailedError(f"SASL {mechanism} login at {where} failed: {exc}") from None
+
+
+#: Renew a SASL connection at this fraction of its session's lifetime (librdkafka: 90%).
+RENEW_AT_FRACTION = 0.85
 
 
 def sole_exception(group: BaseExceptionGroup) -> BaseException:

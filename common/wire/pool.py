@@ -120,8 +120,14 @@ class ConnectionPool:
         """The open connection to `node_id`, connecting if needed."""
         while True:
             node = self._node(node_id)
-            if node.connection is not None and not node.connection.closed:
-                return node.connection
+            conn = node.connection
+            if conn is not None and not conn.closed:
+                if conn.renew_at is None or trio.current_time() < conn.renew_at:
+                    return conn
+                # Its SASL session is about to expire (KIP-368): new requests go on a
+                # new connection; this one closes once its own requests are answered.
+                node.connection = None
+                self._nursery.start_soon(_retire, conn)
             if node.connection is not None:
                 # It broke since we last looked: that is a failure too.
                 self._record_failure(node_id, node, "connection closed")
@@ -194,6 +200,14 @@ class ConnectionPool:
             if node.connection is not None:
                 await node.connection.aclose()
                 node.connection = None
+
+
+async def _retire(conn: KafkaConnection, grace_s: float = 60.0) -> None:
+    """Close `conn` once nothing is in flight on it (at most `grace_s` from now)."""
+    with trio.move_on_after(grace_s):
+        while conn.in_flight and not conn.closed:
+            await trio.sleep(0.05)
+    await conn.aclose()
 
 
 @asynccontextmanager

@@ -71,7 +71,7 @@ from common.security import ListenerSecurity
 from common.security.sasl import ScramLookup
 from common.security.tls import TlsSocket
 from common.wire.apis import SupportedApis
-from common.wire.authenticate import SaslGate
+from common.wire.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslGate, answer_out_of_exchange
 from common.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request, encode_response
 from common.wire.connection import ConnectionContext, Pipeline, Slot
 from common.wire.errors import LocalProtocolError, ProtocolError
@@ -109,6 +109,9 @@ class ServerStats:
     connections_closed_idle: int = 0
     #: New connections closed at once by `Server.admit` (a connection-rate quota).
     connections_refused: int = 0
+    #: Closed at a request after their SASL session expired (KIP-368).
+    connections_closed_expired: int = 0
+    sasl_reauthentications: int = 0
     tls_handshake_failures: int = 0
     handler_failures: int = 0
     requests: int = 0
@@ -338,12 +341,20 @@ class _Connection:
         self.file_transfer = file_transfer
         #: The SASL exchange until it completes; None: requests go to the handler.
         self.gate = gate
+        #: The mechanism of the connection's SASL session (re-authentication must use it).
+        self.mechanism: str | None = None
         self.nursery = nursery
         self.stats = owner.server.stats
         self.log = owner.log
         self.pipeline = Pipeline(owner.max_in_flight)
         self._next_seq = 0
         self.observe_send = owner.observe_send
+        #: On a SASL listener SaslHandshake may start a re-authentication
+        #: and SaslAuthenticate is the gate's: neither goes to the handler.
+        self.slow_keys = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+                                   if owner.security.sasl is not None else (API_VERSIONS_KEY,))
+        #: When the SASL session expires (trio time; None: never), KIP-368.
+        self.session_deadline: float | None = None
 
     async def read_loop(self) -> None:
         ctx, stats, sock = self.ctx, self.stats, self.sock
@@ -356,6 +367,7 @@ class _Connection:
         current_time = trio.lowlevel.current_clock().current_time
         pipeline = self.pipeline
         dispatch_now = self._dispatch_now
+        slow_keys = self.slow_keys
         # Whether this task let others run since it last handled frames: a
         # peer that keeps the socket full must not starve the writer.
         yielded = True
@@ -381,7 +393,9 @@ class _Connection:
                 view = None
                 if not yielded:
                     await trio.lowlevel.checkpoint()
-                ctx._last_activity = ctx._read_at = current_time()
+                now = ctx._last_activity = ctx._read_at = current_time()
+                # An expired SASL session sends its requests the slow way, which closes the connection.
+                expired = self.session_deadline is not None and now >= self.session_deadline
                 ctx.bytes_received += nbytes
                 stats.bytes_received += nbytes
                 try:
@@ -393,6 +407,12 @@ class _Connection:
                         if ctx.muted_until:
                             # Throttled by a quota: the requests after it wait out the mute.
                             await ctx.wait_unmuted()
+                        gate = self.gate
+                        if gate is not None and gate.raw:
+                            # After SaslHandshake v0: a raw SASL token, not a request.
+                            if not await self._raw_token(bytes(frame)):
+                                return
+                            continue
                         if ctx.metered:
                             started = perf_counter()
                             request = decode_request(frame, supports)
@@ -400,7 +420,7 @@ class _Connection:
                         else:
                             request = decode_request(frame, supports)
                         if (len(pipeline.slots) < pipeline.max_in_flight
-                                and request.header.api_key != API_VERSIONS_KEY and self.gate is None):
+                                and request.header.api_key not in slow_keys and gate is None and not expired):
                             # The common case, without a coroutine per request.
                             dispatch_now(request)
                         else:
@@ -442,30 +462,71 @@ class _Connection:
             return
         if not pipeline.has_room():
             await pipeline.wait_for_room()
+        key = request.header.api_key
+        if self.gate is None and key == SASL_HANDSHAKE_KEY and self.owner.security.sasl is not None:
+            # A re-authentication (KIP-368): a new exchange on the authenticated connection.
+            self.stats.sasl_reauthentications += 1
+            self.gate = SaslGate(self.owner.security.sasl, self.owner.scram_lookup, ctx.peer, self.log,
+                                 reauthenticating=(self.mechanism, ctx.principal))
         if self.gate is not None:
             self._authenticate(request)
             return
-        if not pipeline.has_room():
-            await pipeline.wait_for_room()
+        if self.session_deadline is not None and trio.current_time() >= self.session_deadline:
+            # Kafka closes a connection used after its session expired without re-authenticating.
+            self.stats.connections_closed_expired += 1
+            self.log.info("closing connection %d from %s: its SASL session (connections.max.reauth.ms) expired "
+                          "and the client did not re-authenticate", ctx.connection_id, ctx.peer)
+            ctx.close()
+            return
+        if key == SASL_AUTHENTICATE_KEY and self.owner.security.sasl is not None:
+            self._answer_at_once(request, answer_out_of_exchange(request))
+            return
         self._dispatch_now(request)
 
     def _authenticate(self, request: DecodedRequest) -> None:
-        """Answer a request of a connection still in its SASL exchange
+        """Answer a request of a connection in its SASL exchange
         (a RemoteProtocolError, which closes the connection, for any other)."""
         gate = self.gate
         assert gate is not None
+        self._answer_at_once(request, authenticated_by(gate, self.ctx, request))
+        if gate.state == "done":
+            self._session_opened(gate)
+
+    def _session_opened(self, gate: SaslGate) -> None:
+        self.gate = None
+        self.mechanism = gate.mechanism
+        lifetime = gate.session_lifetime_ms
+        self.session_deadline = trio.current_time() + lifetime / 1000 if lifetime else None
+
+    def _answer_at_once(self, request: DecodedRequest | None, response: bytes) -> None:
+        """Queue an answer made here (not by the handler); the pipeline has room."""
         self.stats.requests += 1
         seq = self._next_seq
         self._next_seq = seq + 1
         slot = Slot(request)
-        slot.parts = [authenticated_by(gate, self.ctx, request)]
+        slot.parts = [response]
         slot.done = True
         self.ctx._sequencer.release(seq)
         # The exchange is one request at a time: the client waits for each answer.
         self.pipeline.add(slot)
         self.ctx._in_flight += 1
+
+    async def _raw_token(self, token: bytes) -> bool:
+        """Answer a raw SASL token (after SaslHandshake v0); False: the
+        exchange failed and the connection closes."""
+        gate = self.gate
+        assert gate is not None
+        if not self.pipeline.has_room():
+            await self.pipeline.wait_for_room()
+        reply = gate.raw_token(token)
+        if reply is None:
+            self.ctx.close()
+            return False
+        self._answer_at_once(None, reply)
         if gate.state == "done":
-            self.gate = None
+            self.ctx.principal = gate.principal or self.ctx.principal
+            self._session_opened(gate)
+        return True
 
     def _dispatch_now(self, request: DecodedRequest) -> None:
         """Hand a request other than ApiVersions, with room in the pipeline,

@@ -68,6 +68,16 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
     return m.DescribeQuorumResponse(**top)
 
 
+def describe_quorum_error(version: int, error: ErrorCode, message: str) -> Any:
+    """A DescribeQuorum answer with only a top-level error (e.g. CLUSTER_AUTHORIZATION_FAILED)."""
+    m = _module(version)
+    top: dict[str, Any] = {"error_code": error, "topics": ()}
+    if version >= 2:
+        top["error_message"] = message
+        top["nodes"] = ()
+    return m.DescribeQuorumResponse(**top)
+
+
 @dataclasses.dataclass(frozen=True)
 class QuorumDescription:
     """A parsed DescribeQuorum answer (what `raftka quorum status` prints)."""

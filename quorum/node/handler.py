@@ -22,6 +22,7 @@ v0..v2 for tools; ApiVersions tells clients which.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -32,6 +33,7 @@ from quorum.node.controller_service import ControllerService
 from quorum.node.describe_quorum import (
     DESCRIBE_QUORUM,
     VERSIONS,
+    describe_quorum_error,
     describe_quorum_response,
     is_node_config_request,
     node_configs_response,
@@ -39,7 +41,8 @@ from quorum.node.describe_quorum import (
 from quorum.node.controller_errors import error_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
-from common.security.acl import AuthorizerConfig, Operation, ResourceType, authorize
+from common.security.acl import AuthorizerConfig
+from quorum.node.controller_auth import ITEM_FIELDS, Denial, Judgement, judge
 from common.wire import ConnectionContext, DecodedRequest, SupportedApis
 from common.wire.authenticate import (
     SASL_AUTHENTICATE_KEY,
@@ -70,11 +73,13 @@ _authorizer_log = logging.getLogger("kafka.authorizer.logger")
 class QuorumRequestHandler:
     """`common.wire.serve` handler for a controller listener.
 
-    With an authorizer configured, the Raft RPCs and the controller APIs
-    need CLUSTER_ACTION on the cluster (Kafka's rule for what brokers and
-    voters send here; admin requests reach the controller forwarded by a
-    broker, which checked the client's own principal), judged on this
-    node's committed metadata image; otherwise CLUSTER_AUTHORIZATION_FAILED."""
+    With an authorizer configured, each request is checked against the
+    operation Kafka checks for it (`controller_auth`): CLUSTER_ACTION on
+    the cluster covers everything (brokers, voters, and admin requests a
+    broker forwards after checking the client's own principal); an admin
+    client connected here directly needs the request's own operation.
+    Judged on this node's committed metadata image; Kafka's errors
+    otherwise."""
 
     def __init__(self, node: RaftNode, controller: ControllerService | None = None,
                  authorizer: AuthorizerConfig | None = None) -> None:
@@ -83,22 +88,40 @@ class QuorumRequestHandler:
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
 
-    def _cluster_action_denied(self, ctx: ConnectionContext) -> bool:
+    def _judge(self, ctx: ConnectionContext, body: Any) -> Judgement:
         if self.authorizer is None:
-            return False
+            return Judgement()
         host = ctx.peer.rsplit(":", 1)[0]
-        if authorize(self.authorizer, self.node.image.acls.values(), ctx.principal, host, Operation.CLUSTER_ACTION,
-                     ResourceType.CLUSTER, "kafka-cluster"):
-            return False
-        _authorizer_log.info("Principal = %s is Denied operation = CLUSTER_ACTION from host = %s on resource = "
-                             "CLUSTER:LITERAL:kafka-cluster (controller listener)", ctx.principal, host)
-        return True
+        judgement = judge(self.authorizer, self.node.image.acls.values(), ctx.principal, host, body)
+        for denied in (judgement.whole, *(judgement.items or ())):
+            if denied is not None:
+                _authorizer_log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s "
+                                     "(%s on the controller listener)", ctx.principal, denied.operation.name, host,
+                                     denied.resource, type(body).__name__[:-len("Request")])
+        return judgement
+
+    async def _serve_items(self, ctx: ConnectionContext, body: Any, items: tuple[Denial | None, ...]) -> Any:
+        """An item-level request with some items refused: the others served, the refused ones with their error."""
+        item_field, result_field = ITEM_FIELDS[type(body).__name__]
+        entries = getattr(body, item_field)
+        allowed = tuple(e for e, d in zip(entries, items) if d is None)
+        refused = [error_response(dataclasses.replace(body, **{item_field: (e,)}), d.error,
+                                  f"{ctx.principal} {d.message}") for e, d in zip(entries, items) if d is not None]
+        base = await self._serve(dataclasses.replace(body, **{item_field: allowed})) if allowed else refused.pop(0)
+        results = getattr(base, result_field) + tuple(r for part in refused for r in getattr(part, result_field))
+        return dataclasses.replace(base, **{result_field: results})
+
+    async def _serve(self, body: Any) -> Any:
+        if is_node_config_request(body):
+            return node_configs_response(body, self.node.node_id, self.node.engine_configs())
+        assert self.controller is not None and self.controller.serves(body), f"{type(body).__name__} is not declared"
+        return await self.controller.handle(body)
 
     async def __call__(self, ctx: ConnectionContext, request: DecodedRequest) -> Any:
         body = request.body
         key = request.header.api_key
         if key in RAFT_API_VERSIONS:
-            if self._cluster_action_denied(ctx):
+            if self._judge(ctx, body).whole:
                 return shape_error_response(body, ErrorCode.cluster_authorization_failed)
             try:
                 source_id, message = request_from_kio(body)
@@ -111,13 +134,16 @@ class QuorumRequestHandler:
             return response_to_kio(await self.node.handle_request(source_id, message))
         if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             return answer_without_sasl(request)
+        judgement = self._judge(ctx, body)
+        denied = judgement.whole
         if key == DESCRIBE_QUORUM:
+            if denied:
+                return describe_quorum_error(request.header.api_version, denied.error,
+                                             f"{ctx.principal} {denied.message}")
             return describe_quorum_response(request.header.api_version, self.node.describe(),
                                             self.node.voter_addresses, self.node.now_ms())
-        if is_node_config_request(body):
-            return node_configs_response(body, self.node.node_id, self.node.engine_configs())
-        assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
-        if self._cluster_action_denied(ctx):
-            return error_response(body, ErrorCode.cluster_authorization_failed,
-                                  f"{ctx.principal} needs ClusterAction on the cluster to use the controller listener")
-        return await self.controller.handle(body)
+        if denied:
+            return error_response(body, denied.error, f"{ctx.principal} {denied.message}")
+        if judgement.items is not None and any(judgement.items):
+            return await self._serve_items(ctx, body, judgement.items)
+        return await self._serve(body)

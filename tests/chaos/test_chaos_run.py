@@ -139,3 +139,14 @@ def test_soak_transactions(tmp_path: Path, mode: str, nemeses: tuple[str, ...]) 
     done = chaos_run(tmp_path, "--mode", mode, "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
                      "--workload", "txn", "--seed", str(seed), timeout=SOAK_SECONDS + 600)
     check_outcome(done, tmp_path, set(nemeses))
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_soak_secure(tmp_path: Path) -> None:
+    """Every client on SASL_SSL listeners whose sessions last 10 s: re-authentication under kill, pause, partition."""
+    out = tmp_path / "secure"
+    done = chaos_run(out, "--secure", "--duration", str(SOAK_SECONDS), "--nemesis", "kill,pause,partition",
+                     "--seed", "3939", timeout=SOAK_SECONDS + 600)
+    check_outcome(done, out, {"kill", "pause", "partition"})
+    assert "--secure" in (out / "report.md").read_text()

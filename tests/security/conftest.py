@@ -19,7 +19,8 @@ JAAS_USERS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
 @pytest.fixture(scope="session")
 def secure_node(tmp_path_factory):
     """One combined node with a PLAINTEXT, an SSL (client certificates
-    requested), a SASL_PLAINTEXT and a SASL_SSL listener."""
+    requested), a SASL_PLAINTEXT and a SASL_SSL listener, and REAUTH: a
+    SASL_PLAINTEXT listener whose sessions last 1.5 s (KIP-368)."""
     from secure_node import SecureNode
 
     data = tmp_path_factory.mktemp("secure")
@@ -27,11 +28,14 @@ def secure_node(tmp_path_factory):
     ca.write_ca(data / "ca.pem")
     ca.write_keystore(data / "node.pem", "localhost", ("localhost", "127.0.0.1"), password="key-secret")
     ca.write_keystore(data / "client.pem", "app", (), organization="acme")
-    plain, controller, ssl_port, sasl_plain, sasl_ssl = free_ports(5)
+    plain, controller, ssl_port, sasl_plain, sasl_ssl, reauth = free_ports(6)
     node = SecureNode(data, {
         "controller.quorum.voters": f"1@127.0.0.1:{controller}",
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{controller},SSL://127.0.0.1:{ssl_port},"
-                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_plain},SASL_SSL://127.0.0.1:{sasl_ssl}",
+                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_plain},SASL_SSL://127.0.0.1:{sasl_ssl},REAUTH://127.0.0.1:{reauth}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        "listener.name.reauth.connections.max.reauth.ms": "1500",
+        "listener.name.reauth.plain.sasl.jaas.config": JAAS_USERS,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "ssl.keystore.type": "PEM",
@@ -46,7 +50,7 @@ def secure_node(tmp_path_factory):
        "--add-scram", "SCRAM-SHA-512=[name=scram,password=scram-secret,iterations=8192]")
     node.start()
     node.ports = {"PLAINTEXT": plain, "CONTROLLER": controller, "SSL": ssl_port, "SASL_PLAINTEXT": sasl_plain,
-                  "SASL_SSL": sasl_ssl}
+                  "SASL_SSL": sasl_ssl, "REAUTH": reauth}
     node.ca = str(data / "ca.pem")
     node.client_cert = str(data / "client.pem")
     yield node

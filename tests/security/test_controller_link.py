@@ -69,7 +69,9 @@ def secure_quorum(tmp_path):
 
 def test_broker_and_controller_over_sasl_ssl(secure_quorum):
     node, tmp_path, ports = secure_quorum
-    controller = node(1, "controller", f"CONTROLLER://127.0.0.1:{ports['controller']}", "controller1", "c-secret")
+    # Sessions of 3 s (KIP-368): the broker's links to the controller renew theirs in time.
+    controller = node(1, "controller", f"CONTROLLER://127.0.0.1:{ports['controller']}", "controller1", "c-secret",
+                      **{"listener.name.controller.connections.max.reauth.ms": "3000"})
     controller.ready.wait("READY ", 60, controller)
     broker = node(2, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker']}", "broker2", "b-secret")
     broker.ready.wait("READY ", 60, broker)
@@ -78,7 +80,10 @@ def test_broker_and_controller_over_sasl_ssl(secure_quorum):
     assert ROUND_TRIPS["confluent-kafka"](sec, "over-secure-quorum") == VALUES
     # A broker with the wrong password never registers, and says why.
     intruder = node(3, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker3']}", "broker3", "bad-b3-password")
-    time.sleep(8)
+    deadline = time.monotonic() + 60
+    while "SASL PLAIN login as broker3" not in (tmp_path / "n3.err").read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
     assert intruder.poll() is None and not any(line.startswith("READY") for line in intruder.ready.lines)
     intruder_log = (tmp_path / "n3.err").read_text()
     assert "SASL PLAIN login as broker3" in intruder_log and "Invalid username or password" in intruder_log
@@ -87,6 +92,8 @@ def test_broker_and_controller_over_sasl_ssl(secure_quorum):
     assert "bad-b3-password" not in controller_log + intruder_log
     listed = AdminClient({"bootstrap.servers": sec.bootstrap}).list_topics(timeout=10)
     assert sorted(listed.brokers) == [2]
+    assert ROUND_TRIPS["confluent-kafka"](sec, "after-renewals") == VALUES
+    assert "did not re-authenticate" not in (tmp_path / "n1.err").read_text()
 
 
 def test_replication_over_a_sasl_ssl_inter_broker_listener(secure_quorum):
@@ -136,9 +143,69 @@ def test_controller_listener_needs_cluster_action(secure_quorum):
     broker = node(2, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker']}", "broker2", "b-secret")
     broker.ready.wait("READY ", 60, broker)
     outsider = node(3, "broker", f"PLAINTEXT://127.0.0.1:{ports['broker3']}", "broker3", "b3-secret")
-    time.sleep(8)
+    denied = "Principal = User:broker3 is Denied operation = CLUSTER_ACTION"
+    deadline = time.monotonic() + 60
+    while denied not in (tmp_path / "n1.err").read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
     assert outsider.poll() is None and not any(line.startswith("READY") for line in outsider.ready.lines)
-    controller_log = (tmp_path / "n1.err").read_text()
-    assert "Principal = User:broker3 is Denied operation = CLUSTER_ACTION" in controller_log
+    assert denied in (tmp_path / "n1.err").read_text()
     listed = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['broker']}"}).list_topics(timeout=10)
     assert sorted(listed.brokers) == [2]
+    # An admin client straight on the controller listener, authenticated but
+    # without ClusterAction, gets each request's own check and Kafka's error.
+    assert_direct_admin_checks(ports["controller"], tmp_path / "ca.pem")
+
+
+def assert_direct_admin_checks(port: int, ca) -> None:
+    import ssl
+
+    import trio
+    from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+    from kio.schema.errors import ErrorCode
+
+    from common.security.client import ClientSecurity as NodeSecurity
+    from common.wire.client import open_connection
+    from quorum.node.describe_quorum import describe_quorum_request
+    from quorum.node.workload import create_topics_request
+
+    tls = ssl.create_default_context(cafile=str(ca))
+
+    def login(user: str, password: str) -> NodeSecurity:
+        return NodeSecurity("SASL_SSL", tls, "PLAIN", user, password)
+
+    node_configs = DescribeConfigsRequest(resources=(DescribeConfigsResource(
+        resource_type=4, resource_name="1", configuration_keys=None),))
+
+    async def errors(conn) -> tuple:
+        quorum = await conn.request(describe_quorum_request())
+        configs = await conn.request(node_configs)
+        created = await conn.request(create_topics_request(["direct"]))
+        return quorum.error_code, configs.results[0].error_code, created.topics[0].error_code
+
+    async def main():
+        async with open_connection("127.0.0.1", port, security=login("broker3", "b3-secret")) as conn:
+            assert await errors(conn) == (ErrorCode.cluster_authorization_failed,
+                                          ErrorCode.cluster_authorization_failed,
+                                          ErrorCode.topic_authorization_failed)
+        async with open_connection("127.0.0.1", port, security=login("controller1", "c-secret")) as conn:
+            # Describe and DescribeConfigs on the cluster (operations 8 and 10), allowed (3), literal (3);
+            # Create (5) on topics prefixed (4) "allowed-".
+            granted = await conn.request(CreateAclsRequest(creations=tuple(
+                AclCreation(resource_type=rtype, resource_name=name, resource_pattern_type=pattern,
+                            principal="User:broker3", host="*", operation=op, permission_type=3)
+                for rtype, name, pattern, op in ((4, "kafka-cluster", 3, 8), (4, "kafka-cluster", 3, 10),
+                                                 (2, "allowed-", 4, 5)))))
+            assert all(r.error_code == ErrorCode.none for r in granted.results), granted
+        async with open_connection("127.0.0.1", port, security=login("broker3", "b3-secret")) as conn:
+            with trio.fail_after(10):
+                while (found := await errors(conn))[:2] != (ErrorCode.none, ErrorCode.none):
+                    await trio.sleep(0.2)
+            assert found[2] == ErrorCode.topic_authorization_failed
+            # Item by item, as Kafka: the allowed topic is created, the other refused.
+            created = await conn.request(create_topics_request(["allowed-one", "refused-one"]))
+            codes = {t.name: t.error_code for t in created.topics}
+            assert codes == {"allowed-one": ErrorCode.none, "refused-one": ErrorCode.topic_authorization_failed}
+
+    trio.run(main)

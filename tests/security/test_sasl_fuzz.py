@@ -96,3 +96,31 @@ def test_plain_needs_the_password(token):
     except SaslAuthenticationError:
         return
     assert token.split(b"\0")[1:] == [b"alice", b"alice-secret"]
+
+
+@given(st.sampled_from(["PLAIN", "SCRAM-SHA-256"]), st.lists(st.binary(max_size=120) | st.sampled_from([
+    b"\0alice\0wrong", b"n,,n=scram,r=abc", b"c=biws,r=abc,p=AAAA"]), max_size=6))
+def test_raw_tokens_after_handshake_v0_never_authenticate_without_the_password(mechanism, tokens):
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as HandshakeV0
+
+    apis = SupportedApis()
+    apis.declare(17, 0, 1)
+    gate = SaslGate(CONFIG, lambda m, u: CREDENTIALS.get((m, u)), "127.0.0.1:1", logging.getLogger("fuzz"))
+    gate.answer(decode_request(memoryview(encode_request(1, "fuzz", HandshakeV0(mechanism=mechanism)))[4:],
+                               apis.supports))
+    assert gate.raw
+    for token in tokens:
+        if gate.raw_token(token) is None:
+            return  # the server closes this connection
+        assert gate.state != "done", "authenticated without a password"
+
+
+def test_renewal_keeps_the_principal():
+    """A re-authentication that logs in as someone else fails (Kafka: principals do not change)."""
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest as Authenticate
+
+    config = SaslServerConfig(("PLAIN",), {"alice": "alice-secret", "bob": "bob-secret"}, {"PLAIN": 1000})
+    gate = SaslGate(config, None, "127.0.0.1:1", logging.getLogger("fuzz"), reauthenticating=("PLAIN", "User:alice"))
+    gate.answer(_decoded(SaslHandshakeRequest(mechanism="PLAIN")))
+    gate.answer(_decoded(Authenticate(auth_bytes=b"\0bob\0bob-secret")))
+    assert gate.state == "failed"
