@@ -157,6 +157,7 @@ async def run_broker(
     else:
         node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
                         cluster_id=cluster_id, config=quorum, client_security=client_security,
+                        bootstrap_servers=config.controller_quorum_bootstrap_servers,
                         segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES,
                                                    1024))
 
@@ -182,7 +183,8 @@ async def run_broker(
         pool = ConnectionPool(nursery, client_id=f"raftka-broker-{config.node_id}",
                               connect_timeout_ms=quorum.controller_quorum_request_timeout_ms,
                               security=client_security)
-        client = ControllerClient(pool, config.controller_quorum_voters,
+        client = ControllerClient(pool, node.voter_addresses,
+                                  voter_addresses=lambda: node.voter_addresses,
                                   leader_hint=lambda: node.leader.leader_id,
                                   request_timeout_ms=quorum.controller_quorum_request_timeout_ms,
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
@@ -222,7 +224,8 @@ async def run_broker(
         # waits on for its whole request timeout before asking again.
         for listener_server in broker.servers.values():
             listener_server.open()
-        controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
+        controller_host = (config.controller_quorum_voters.get(config.node_id, (config.controller_listener[1],))[0]
+                           if config.is_controller and config.controller_listener is not None else "")
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")
         _log.info("%s (cluster %s)", ready.line, cluster_id)

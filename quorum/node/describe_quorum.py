@@ -14,8 +14,10 @@ import importlib
 import time
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
+from common.errors import RaftkaError
 from common.wire import open_connection
 
 from quorum.node.metadata_log import METADATA_TOPIC
@@ -173,3 +175,26 @@ async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
             continue
         return description
     return description
+
+
+async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeout_ms: int,
+                          retry_s: float = 0.5) -> dict[int, tuple[str, int]]:
+    """The voters' endpoints, asked of `controller.quorum.bootstrap.servers`
+    with DescribeQuorum v2 (its `nodes`), each server in turn until one
+    answers: how a node whose log names no voters yet finds the quorum."""
+    import logging
+
+    log = logging.getLogger("quorum.node.describe_quorum")
+    while True:
+        for host, port in bootstrap_servers:
+            try:
+                with trio.fail_after(timeout_ms / 1000):
+                    async with open_connection(host, port, connect_timeout_ms=timeout_ms) as conn:
+                        response = await conn.request(describe_quorum_request(2), timeout_ms=timeout_ms)
+            except (OSError, ConnectionError, trio.TooSlowError, RaftkaError) as exc:
+                log.info("bootstrap server %s:%d did not answer DescribeQuorum (%s); trying the next", host, port, exc)
+                continue
+            nodes = parse_describe_quorum(response).nodes
+            if nodes:
+                return nodes
+        await trio.sleep(retry_s)
