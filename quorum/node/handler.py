@@ -3,6 +3,8 @@
 - Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot)
   go to the `RaftNode` (voters and observers send them to voters);
 - DescribeQuorum is answered from the core's view (`describe_quorum`);
+- AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter change a dynamic
+  quorum's voter set (`voter_changes`, KIP-853);
 - DescribeConfigs of this node (resource type BROKER, named by its node
   id, as `kafka-configs --bootstrap-controller` asks a controller) is
   answered here, by any controller, with its read-only engine settings
@@ -37,6 +39,8 @@ from quorum.node.describe_quorum import (
     node_configs_response,
 )
 from quorum.node.controller_errors import error_response
+from quorum.node.voter_changes import VERSIONS as VOTER_CHANGE_VERSIONS
+from quorum.node.voter_changes import VoterChanges, voter_change_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
 from common.security.acl import AuthorizerConfig, Operation, ResourceType, authorize
@@ -55,6 +59,8 @@ def controller_apis(with_controller: bool = True) -> SupportedApis:
     for key, version in RAFT_API_VERSIONS.items():
         apis.declare(key, version, version)
     apis.declare(DESCRIBE_QUORUM, *VERSIONS)
+    for key, (low, high) in VOTER_CHANGE_VERSIONS.items():
+        apis.declare(key, low, high)
     # Answered by the wire server's SASL gate on a SASL controller listener.
     apis.declare(SASL_HANDSHAKE_KEY, *SASL_HANDSHAKE_VERSIONS)
     apis.declare(SASL_AUTHENTICATE_KEY, *SASL_AUTHENTICATE_VERSIONS)
@@ -82,6 +88,7 @@ class QuorumRequestHandler:
         self.controller = controller
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
+        self.voter_changes = VoterChanges(node)
 
     def _cluster_action_denied(self, ctx: ConnectionContext) -> bool:
         if self.authorizer is None:
@@ -112,8 +119,16 @@ class QuorumRequestHandler:
         if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             return answer_without_sasl(request)
         if key == DESCRIBE_QUORUM:
+            log = getattr(self.node, "log", None)
+            infos = log.latest_voters() if log is not None and hasattr(log, "latest_voters") else None
             return describe_quorum_response(request.header.api_version, self.node.describe(),
-                                            self.node.voter_addresses, self.node.now_ms())
+                                            self.node.voter_addresses, self.node.now_ms(),
+                                            {v.node_id: v for v in infos or ()})
+        if key in VOTER_CHANGE_VERSIONS:
+            if self._cluster_action_denied(ctx):
+                return voter_change_response(body, ErrorCode.cluster_authorization_failed,
+                                             f"{ctx.principal} needs ClusterAction on the cluster to change the voters")
+            return await self.voter_changes.handle(body)
         if is_node_config_request(body):
             return node_configs_response(body, self.node.node_id, self.node.engine_configs())
         assert self.controller is not None and self.controller.serves(body), f"API {key} is not declared"
