@@ -50,7 +50,7 @@ from common.config import NodeConfig, read_properties
 from common.meta_properties import read_directory_id
 from common.wire import open_connection
 from quorum.node.describe_quorum import describe_quorum, node_configs
-from quorum.raft.voters import format_directory_id, parse_directory_id
+from quorum.node.voter_config import format_directory_id, parse_directory_id
 
 
 

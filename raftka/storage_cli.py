@@ -46,7 +46,8 @@ from common.errors import RaftkaError
 from common.meta_properties import format_log_dir, random_cluster_id, read_meta
 from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 from quorum.node.metadata_log import write_bootstrap_voters
-from quorum.raft.voters import VoterInfo, format_directory_id, parse_directory_id, parse_initial_controllers
+from quorum.node.voter_config import format_directory_id, parse_directory_id, parse_initial_controllers
+from quorum.raft.voters import VoterInfo
 
 
 def initial_voters(args: argparse.Namespace, config: NodeConfig) -> tuple[tuple[VoterInfo, ...], str | None]:
