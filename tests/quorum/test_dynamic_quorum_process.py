@@ -8,6 +8,8 @@ a quorum of controllers alone."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -28,7 +30,14 @@ FAST = ("controller.quorum.election.timeout.ms=300\ncontroller.quorum.fetch.time
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RAFTKA, *args], capture_output=True, text=True, timeout=timeout)
+    """A `raftka` command, run in this process (the same code as the command
+    line, without a Python start-up per call); its exit code and output."""
+    from raftka.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 class Processes:
