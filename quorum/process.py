@@ -86,6 +86,15 @@ def make_quorum_node(config: NodeConfig, cluster_id: str) -> RaftNode | Pysyncob
                     bootstrap_servers=config.controller_quorum_bootstrap_servers)
 
 
+def dynamic_quorum(config: NodeConfig, node: RaftNode | PysyncobjNode) -> bool:
+    """A KIP-853 quorum (kraft.version 1): found through
+    controller.quorum.bootstrap.servers, or with voters in its log."""
+    if config.controller_quorum_bootstrap_servers:
+        return True
+    log = getattr(node, "log", None)
+    return isinstance(node, RaftNode) and log is not None and log.latest_voters() is not None
+
+
 def scram_lookup(node):
     """SCRAM credentials from the node's committed metadata image (for a SASL controller listener)."""
     return lambda mechanism, user: node.image.scram_credentials.get((mechanism, user))

@@ -55,11 +55,12 @@ from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from quorum.node.metrics import controller_collector, raft_collector
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
+from broker.api import features
 from quorum.node.controller_service import ControllerService
 from quorum.node.bootstrap import read_bootstrap
 from quorum.node.driver import RaftNode
 from quorum.node.syncobj_node import PysyncobjNode
-from quorum.process import make_quorum_node, quorum_engine
+from quorum.process import dynamic_quorum, make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config, scram_lookup
@@ -190,6 +191,8 @@ async def run_broker(
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
         broker = Broker(broker_config, QuorumControllerChannel(client),
                         clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
+        if dynamic_quorum(config, node):  # KIP-853: ApiVersions says kraft.version 1
+            broker.apis.finalized_features = features.finalized_features(features.KRAFT_VERSION_DYNAMIC)
         await start_metrics(nursery, config, broker=broker, node=node)
         link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
                                 heartbeat_interval_ms=heartbeat_interval_ms,

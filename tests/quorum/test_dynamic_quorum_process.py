@@ -74,6 +74,22 @@ class Processes:
                 proc.wait(10)
 
 
+def finalized_features(port: int) -> dict[str, int]:
+    """The finalized feature levels a broker's ApiVersions v4 answer reports."""
+    import trio
+    from kio.schema.api_versions.v4.request import ApiVersionsRequest
+
+    from common.wire import open_connection
+
+    async def ask() -> dict[str, int]:
+        async with open_connection("127.0.0.1", port, connect_timeout_ms=5000) as conn:
+            answer = await conn.request(ApiVersionsRequest(client_software_name="test", client_software_version="1"),
+                                        timeout_ms=5000)
+        return {f.name: int(f.max_version_level) for f in answer.finalized_features}
+
+    return trio.run(ask)
+
+
 def describe(port: int) -> dict:
     out = run("quorum", "describe", "--bootstrap-controller", f"127.0.0.1:{port}", "--json", timeout=30)
     assert out.returncode == 0, out.stderr
@@ -201,6 +217,8 @@ def test_a_standalone_controller_grows_to_three_loses_its_leader_and_shrinks_wit
         assert sorted(status["current_voters"]) == [1, 2, 3] and status["leader_id"] == 1
         assert all(r["directory_id"] for r in status["replicas"] if r["node_id"] in (1, 2, 3))
         assert 10 in status["current_observers"]
+        # The broker tells clients the quorum is dynamic: kraft.version 1 finalized (ApiVersions v3+).
+        assert finalized_features(bport)["kraft.version"] == 1
         # The original leader dies; the grown quorum elects another and metadata still changes.
         procs.kill("c1")
         status = until(lambda: (s := describe(cport[2]))["leader_id"] in (2, 3) and s, 30, "a new leader")
