@@ -157,7 +157,7 @@ class VoterChanges:
             self._check_leader_and_cluster_quietly()
             result: list[Any] = []
 
-            def change(now_ms: int) -> Any:
+            def change(now_ms: int, result: list[Any] = result) -> Any:
                 core = self.node.core
                 if info is not None:
                     self.node.log.remember_voter(info)

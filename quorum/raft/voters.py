@@ -26,23 +26,28 @@ import io
 import struct
 from collections.abc import Iterable, Sequence
 
-from kio.schema.voters_record.v0.data import Endpoint, KRaftVersionFeature, Voter, VotersRecord
+from kio.schema.voters_record.v0.data import (
+    Endpoint,
+    KRaftVersionFeature,
+    Voter,
+    VotersRecord,
+)
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, u16
 
 from common.errors import RaftkaError
-from storage.errors import StorageError
 from storage.batch import (
     HEADER_SIZE,
     MAGIC,
     ControlRecordType,
-    validate_batch,
     build_batch,
     control_key,
     iter_batch_headers,
     iter_records,
     parse_control_key,
+    validate_batch,
 )
+from storage.errors import StorageError
 
 #: The kraft.version a VotersRecord in the log means (KIP-853); 0 is a static quorum.
 KRAFT_VERSION_DYNAMIC = 1

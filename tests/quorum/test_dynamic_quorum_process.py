@@ -47,8 +47,9 @@ class Processes:
         self.ready: dict[str, threading.Event] = {}
 
     def start(self, name: str, role: str, config: str) -> None:
-        log = open(self.tmp / f"{name}.log", "w")
-        proc = subprocess.Popen([*RAFTKA, role, "--config", config], stdout=subprocess.PIPE, stderr=log, text=True)
+        with open(self.tmp / f"{name}.log", "w") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen([*RAFTKA, role, "--config", config], stdout=subprocess.PIPE, stderr=log,
+                                    text=True)
         self.procs[name] = proc
         event = self.ready[name] = threading.Event()
 
