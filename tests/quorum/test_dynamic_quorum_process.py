@@ -91,6 +91,22 @@ def finalized_features(port: int) -> dict[str, int]:
     return trio.run(ask)
 
 
+def remove_voter_via(port: int, voter_id: int):
+    """A RemoveRaftVoter sent to `port` (a broker forwards it); the answer."""
+    import trio
+    from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
+    from kio.static.primitive import i32
+
+    from common.wire import open_connection
+
+    async def ask():
+        async with open_connection("127.0.0.1", port, connect_timeout_ms=5000) as conn:
+            return await conn.request(RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(voter_id),
+                                                             voter_directory_id=None), timeout_ms=30000)
+
+    return trio.run(ask)
+
+
 def describe(port: int) -> dict:
     out = run("quorum", "describe", "--bootstrap-controller", f"127.0.0.1:{port}", "--json", timeout=30)
     assert out.returncode == 0, out.stderr
@@ -235,6 +251,9 @@ def test_a_standalone_controller_grows_to_three_loses_its_leader_and_shrinks_wit
         again = run("quorum", "remove-controller", "--bootstrap-controller", f"127.0.0.1:{cport[2]}",
                     "--controller-id", "1", timeout=60)
         assert again.returncode == 1 and "is not a voter" in again.stderr
+        # A broker forwards the voter APIs to the leader, as Kafka's do.
+        forwarded = remove_voter_via(bport, 1)
+        assert (int(forwarded.error_code), "is not a voter" in (forwarded.error_message or "")) == (127, True)
         stop.set()
         writer.join(60)
         assert acked, f"the producer got no acks ({errors[:3]})"
