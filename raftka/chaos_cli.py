@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--mode", choices=("kraft", "zk"), default="kraft")
     run.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
                      help="the KRaft controllers' Raft (quorum.engine; default raftka)")
+    run.add_argument("--dynamic-quorum", action="store_true",
+                     help="a KIP-853 controller quorum: nodes find it through controller.quorum.bootstrap.servers, "
+                     "the voters are a VotersRecord in the metadata log")
     run.add_argument("--controllers", type=int, default=3, metavar="N",
                      help="KRaft voters, or ZooKeeper servers with --mode zk (default 3)")
     run.add_argument("--brokers", type=int, default=3, metavar="M")
@@ -99,7 +102,7 @@ def run_main(args: argparse.Namespace) -> int:
                       "--nemesis kill,pause[/red]")
         return 2
     options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
-                         quorum_engine=args.quorum_engine,
+                         quorum_engine=args.quorum_engine, dynamic_quorum=args.dynamic_quorum,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms)
