@@ -40,7 +40,7 @@ import dataclasses
 import random
 from typing import Any
 
-NEMESES = ("kill", "pause", "partition", "disk", "eio", "clock")
+NEMESES = ("kill", "pause", "partition", "disk", "eio", "clock", "voters")
 #: The clock nemesis' jumps: seconds to minutes either way (shorter than the
 #: timestamp window a broker accepts, message.timestamp.after.max.ms, an hour).
 CLOCK_OFFSETS_S = (5, 15, 30, 60, 300)
@@ -111,6 +111,10 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
 
 
 def _fault(rng: random.Random, index: int, start: float, length: float, kind: str, shape: Shape) -> Fault:
+    if kind == "voters":
+        # KIP-853: a controller leaves the voter set (the active one: it resigns once that commits).
+        target = "active-controller" if rng.random() < 0.5 else f"controller:{rng.choice(shape.controllers)}"
+        return Fault(index, start, length, kind, target=target)
     if kind == "clock":
         target = f"broker:{rng.choice(shape.brokers)}" if rng.random() < 0.5 else \
             f"leader:{rng.randrange(shape.partitions)}"
