@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from common.meta_properties import random_cluster_id
 from common.wire.ports import free_ports
 
 RAFTKA = [sys.executable, "-m", "raftka.cli"]
@@ -275,3 +276,28 @@ def test_a_standalone_controller_grows_to_three_loses_its_leader_and_shrinks_wit
     finally:
         stop.set()
         procs.stop_all()
+
+
+def test_format_refuses_what_cannot_start_a_dynamic_quorum_and_says_what_to_do(tmp_path):
+    static = tmp_path / "static.properties"
+    static.write_text(f"node.id=1\nprocess.roles=controller\nlog.dirs={tmp_path}/s\n"
+                      "controller.quorum.voters=1@127.0.0.1:9093\n")
+    out = run("storage", "format", "-c", str(static), "-t", CLUSTER_ID, "--standalone")
+    assert out.returncode == 2 and "controller.quorum.bootstrap.servers" in out.stderr
+    configs = controller_configs(tmp_path, {1: 19093}, "controller.quorum.bootstrap.servers=127.0.0.1:19093\n")
+    other = run("storage", "format", "-c", configs["c1"], "-t", CLUSTER_ID,
+                "--initial-controllers", "2@127.0.0.1:19094:" + "A" * 22)
+    assert other.returncode == 2 and "does not name this node (node.id=1)" in other.stderr
+    bad = run("storage", "format", "-c", configs["c1"], "-t", CLUSTER_ID, "--initial-controllers", "1@host:19093")
+    assert bad.returncode == 2 and "ID@HOST:PORT:DIRECTORY-ID" in bad.stderr
+    both = tmp_path / "both.properties"
+    both.write_text(static.read_text() + "controller.quorum.bootstrap.servers=127.0.0.1:9093\n")
+    refused = run("storage", "format", "-c", str(both), "-t", CLUSTER_ID, "--standalone")
+    assert refused.returncode == 2 and "are both set" in refused.stderr
+    # Every listed controller gets its own directory id, and the voter set at offset 0.
+    directory = random_cluster_id()  # the form `raftka storage random-uuid` prints
+    ok = run("storage", "format", "-c", configs["c1"], "-t", CLUSTER_ID,
+             "--initial-controllers", f"1@127.0.0.1:19093:{directory},2@127.0.0.1:19094:{'C' * 22}")
+    assert ok.returncode == 0, ok.stderr
+    assert f"directory.id={directory}" in (tmp_path / "c1" / "meta.properties").read_text()
+    assert (tmp_path / "c1" / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").exists()
