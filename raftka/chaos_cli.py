@@ -88,7 +88,7 @@ def run_main(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from chaos.run import RunOptions, run
-    from chaos.schedule import NEMESES
+    from chaos.schedule import ALL_NEMESES as NEMESES
 
     console = Console(stderr=True, soft_wrap=True)
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
