@@ -14,7 +14,14 @@ The leader:
 - RemoveRaftVoter: a VotersRecord with one voter less, answered once
   committed. A leader that removes itself leads until then and resigns;
 - UpdateRaftVoter: a voter's new endpoints, as a VotersRecord with the same
-  voters.
+  voters;
+- UpdateFeatures with `kraft.version` 1 (`raftka features upgrade
+  --feature kraft.version=1`, as `kafka-features` sends it): a static quorum
+  becomes dynamic. The leader writes a VotersRecord of the voters of
+  `controller.quorum.voters` (no directory ids: they were never recorded),
+  and from then on the log's voter set is in force and AddRaftVoter and
+  RemoveRaftVoter work. Other features are refused (raftka's other levels
+  are fixed).
 
 The Raft core enforces the rule that makes one change at a time safe: a
 change starts only after the leader committed a record of its epoch and the
@@ -37,11 +44,13 @@ from quorum.controller.result import NO_THROTTLE
 from quorum.raft import NotLeaderError, RaftUsageError
 from quorum.raft.voters import VoterInfo
 
+UPDATE_FEATURES = 57
 ADD_RAFT_VOTER = 80
 REMOVE_RAFT_VOTER = 81
 UPDATE_RAFT_VOTER = 82
 #: (min, max) version raftka serves of each.
-VERSIONS = {ADD_RAFT_VOTER: (0, 1), REMOVE_RAFT_VOTER: (0, 0), UPDATE_RAFT_VOTER: (0, 0)}
+VERSIONS = {ADD_RAFT_VOTER: (0, 1), REMOVE_RAFT_VOTER: (0, 0), UPDATE_RAFT_VOTER: (0, 0), UPDATE_FEATURES: (1, 1)}
+KRAFT_VERSION_FEATURE = "kraft.version"
 _POLL_S = 0.05
 
 _log = logging.getLogger("quorum.node.voter_changes")
@@ -59,6 +68,13 @@ def voter_change_response(body: Any, code: ErrorCode, message: str | None) -> An
     import importlib
 
     key = int(body.__api_key__)
+    if key == UPDATE_FEATURES:
+        from kio.schema.update_features.v1 import response as uf
+
+        return uf.UpdateFeaturesResponse(
+            throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+            results=tuple(uf.UpdatableFeatureResult(feature=u.feature, error_code=code, error_message=message)
+                          for u in body.feature_updates))
     name = {ADD_RAFT_VOTER: "add_raft_voter", REMOVE_RAFT_VOTER: "remove_raft_voter",
             UPDATE_RAFT_VOTER: "update_raft_voter"}[key]
     m = importlib.import_module(f"kio.schema.{name}.v{int(body.__version__)}.response")
@@ -80,7 +96,9 @@ class VoterChanges:
         try:
             self._check_leader_and_cluster(body)
             with trio.fail_after(max(timeout_ms, 1) / 1000):
-                if key == ADD_RAFT_VOTER:
+                if key == UPDATE_FEATURES:
+                    await self._upgrade(body)
+                elif key == ADD_RAFT_VOTER:
                     await self._add(body)
                 elif key == REMOVE_RAFT_VOTER:
                     await self._remove(body)
@@ -191,7 +209,15 @@ class VoterChanges:
                                        "was committed; describe the quorum and retry if it is not in force")
             await self.node.wait_for_change()
 
+    def _check_dynamic(self) -> None:
+        if self.node.log is None or self.node.log.latest_voters() is None:
+            raise VoterChangeError(ErrorCode.invalid_request,
+                                   "this quorum is static (controller.quorum.voters, kraft.version 0): make it dynamic "
+                                   "first with `raftka features upgrade --bootstrap-controller HOST:PORT --feature "
+                                   "kraft.version=1`")
+
     async def _add(self, body: Any) -> None:
+        self._check_dynamic()
         node_id = int(body.voter_id)
         if node_id in self.node.voter_addresses:
             raise VoterChangeError(ErrorCode.duplicate_voter, f"node {node_id} is already a voter")
@@ -205,13 +231,34 @@ class VoterChanges:
                            wait_commit=getattr(body, "ack_when_committed", True))
 
     async def _remove(self, body: Any) -> None:
+        self._check_dynamic()
         node_id = int(body.voter_id)
         self._check_directory(node_id, body.voter_directory_id)
         if set(self.node.voter_addresses) == {node_id}:
             raise VoterChangeError(ErrorCode.invalid_request, f"node {node_id} is the only voter: add another first")
         await self._change(frozenset(self.node.voter_addresses) - {node_id}, None, wait_commit=True)
 
+    async def _upgrade(self, body: Any) -> None:
+        for update in body.feature_updates:
+            if update.feature != KRAFT_VERSION_FEATURE or int(update.max_version_level) not in (0, 1):
+                raise VoterChangeError(ErrorCode.invalid_update_version,
+                                       f"{update.feature}={int(update.max_version_level)}: raftka's controllers "
+                                       "change only kraft.version, to 1 (a static quorum becoming dynamic)")
+            if int(update.max_version_level) == 0:
+                if self.node.log.latest_voters() is not None:
+                    raise VoterChangeError(ErrorCode.invalid_update_version,
+                                           "kraft.version cannot go back to 0: the voter set is in the log")
+                continue
+            if body.validate_only or self.node.log.latest_voters() is not None:
+                continue  # already dynamic
+            voters = frozenset(self.node.voter_addresses)
+            for node_id, (host, port) in self.node.voter_addresses.items():
+                self.node.log.remember_voter(VoterInfo(node_id, None, (("CONTROLLER", host, port),)))
+            await self._change(voters, None, wait_commit=True, same_set=True)
+            _log.info("node %d: kraft.version 1: the voters %s are in the log", self.node.node_id, sorted(voters))
+
     async def _update(self, body: Any) -> None:
+        self._check_dynamic()
         node_id = int(body.voter_id)
         self._check_directory(node_id, body.voter_directory_id)
         endpoints = tuple((listener.name, listener.host, int(listener.port)) for listener in body.listeners)

@@ -301,3 +301,30 @@ def test_format_refuses_what_cannot_start_a_dynamic_quorum_and_says_what_to_do(t
     assert ok.returncode == 0, ok.stderr
     assert f"directory.id={directory}" in (tmp_path / "c1" / "meta.properties").read_text()
     assert (tmp_path / "c1" / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").exists()
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="two more controller processes: RAFTKA_SOAK=1 runs it")
+def test_a_static_quorum_becomes_dynamic_with_a_kraft_version_upgrade_and_then_grows(tmp_path):
+    ports = free_ports(2)
+    static = tmp_path / "c1.properties"
+    static.write_text(f"node.id=1\nprocess.roles=controller\nlog.dirs={tmp_path}/c1\n"
+                      f"controller.quorum.voters=1@127.0.0.1:{ports[0]}\n" + FAST)
+    configs = controller_configs(tmp_path, {2: ports[1]}, f"controller.quorum.bootstrap.servers=127.0.0.1:{ports[0]}\n")
+    assert run("storage", "format", "-c", str(static), "-t", CLUSTER_ID).returncode == 0
+    assert run("storage", "format", "-c", configs["c2"], "-t", CLUSTER_ID, "--no-initial-controllers").returncode == 0
+    procs = Processes(tmp_path)
+    try:
+        procs.start("c1", "controller", str(static))
+        procs.wait_ready("c1")
+        procs.start("c2", "controller", configs["c2"])
+        procs.wait_ready("c2")
+        refused = run("quorum", "add-controller", "--config", configs["c2"])
+        assert refused.returncode == 1 and "--feature kraft.version=1" in refused.stderr
+        upgraded = run("features", "upgrade", "--bootstrap-controller", f"127.0.0.1:{ports[0]}",
+                       "--feature", "kraft.version=1")
+        assert upgraded.returncode == 0, upgraded.stderr
+        added = run("quorum", "add-controller", "--config", configs["c2"])
+        assert added.returncode == 0, added.stderr
+        assert sorted(describe(ports[0])["current_voters"]) == [1, 2]
+    finally:
+        procs.stop_all()
