@@ -35,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def upgrade_features(args: argparse.Namespace) -> int:
-    from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+    from kio.schema.update_features.v1.request import (
+        FeatureUpdateKey,
+        UpdateFeaturesRequest,
+    )
     from kio.static.primitive import i8, i16, i32Timedelta
 
     from raftka.quorum_cli import _ask_leader, parse_host_port
