@@ -95,6 +95,7 @@ from quorum.raft import (
     QuorumConfig,
     QuorumStatus,
     RaftCore,
+    RaftUsageError,
 )
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
@@ -549,6 +550,40 @@ class RaftNode(Applying):
         if self._channel is not None:
             self._channel.voters = frozenset(addresses)
 
+    def _voter_set_only_in_snapshot(self) -> bool:
+        """A dynamic quorum whose voter set is known only from the snapshot the
+        log starts at (the one `storage format` wrote), not from a record."""
+        assert self.log is not None
+        records = self.log.voter_records()
+        return self.log.log_start_offset == 0 and bool(records) and all(offset < 0 for offset, _ in records)
+
+    async def _write_voter_set_into_log(self, epoch: int) -> None:
+        """As Kafka's first leader does: append the voter set as a
+        VotersRecord, so that every replica's log (observers' too) names the
+        voters and their endpoints, and a node restarting needs no bootstrap
+        server to find them."""
+        while self.core is not None and self.core.is_leader and self.core.epoch == epoch:
+            if not self._voter_set_only_in_snapshot():
+                return
+            done: list[bool] = []
+
+            def append(now_ms: int, done: list[bool] = done) -> Output | None:
+                core = self.core
+                assert core is not None
+                try:
+                    _, output = core.change_voters(core.voters, now_ms, same_set=True)
+                except (RaftUsageError, NotLeaderError):
+                    return None  # a change pending or nothing committed in this epoch yet: retry
+                done.append(True)
+                return output
+
+            await self.call(append)
+            if done:
+                _log.info("node %d wrote the voter set %s into the metadata log", self.node_id,
+                          sorted(self.core.voters))
+                return
+            await trio.sleep(0.05)
+
     def _after_turn(self) -> None:
         core = self.core
         assert core is not None
@@ -583,6 +618,8 @@ class RaftNode(Applying):
             self._adopt_staged = True
             _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch, start)
             self._publisher.leader_active(core.epoch, self.state.image)
+            if self._nursery is not None and self._voter_set_only_in_snapshot():
+                self._nursery.start_soon(self._write_voter_set_into_log, core.epoch)
         self._publisher.changed()
 
     def _fail_proposals(self, error: BaseException) -> None:

@@ -156,6 +156,10 @@ def test_a_standalone_controller_takes_a_second_voter_and_lets_it_go(tmp_path):
             procs.wait_ready(name)
         status = until(lambda: (s := describe(ports[1]))["current_observers"] == [2] and s, 30, "2 observing")
         assert status["current_voters"] == [1] and status["leader_id"] == 1
+        # The first leader wrote the voter set into the log: the observer's copy names it.
+        segment = str(tmp_path / "c2" / "__cluster_metadata-0" / "00000000000000000000.log")
+        until(lambda: f"KRAFT_VOTERS voters: [1@127.0.0.1:{ports[1]}/" in run(
+            "dump-log", "--print-data-log", segment).stdout, 10, "the voter set in the observer's log")
         out = run("quorum", "add-controller", "--config", configs["c2"])
         assert out.returncode == 0, out.stderr
         again = run("quorum", "add-controller", "--config", configs["c2"])
