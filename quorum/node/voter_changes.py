@@ -85,14 +85,16 @@ def voter_change_response(body: Any, code: ErrorCode, message: str | None) -> An
 
 
 class VoterChanges:
-    """Serves the three KIP-853 APIs for one `RaftNode`."""
+    """Serves the three KIP-853 APIs, and UpdateFeatures for kraft.version, for one `RaftNode`."""
 
     def __init__(self, node: Any) -> None:
         self.node = node
 
     async def handle(self, body: Any) -> Any:
         key = int(body.__api_key__)
-        timeout_ms = int(getattr(body, "timeout", None).total_seconds() * 1000) if hasattr(body, "timeout") else 30000
+        # RemoveRaftVoter and UpdateRaftVoter carry no timeout: Kafka's default request timeout.
+        timeout = getattr(body, "timeout", None)
+        timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else 30000
         try:
             self._check_leader_and_cluster(body)
             with trio.fail_after(max(timeout_ms, 1) / 1000):
@@ -108,8 +110,9 @@ class VoterChanges:
             _log.info("node %d refused %s: %s", self.node.node_id, type(body).__name__, exc.message)
             return voter_change_response(body, exc.code, exc.message)
         except trio.TooSlowError:
-            return voter_change_response(body, ErrorCode.request_timed_out,
-                             f"the voter change did not complete within {timeout_ms} ms: {self._why_waiting(body)}")
+            return voter_change_response(
+                body, ErrorCode.request_timed_out,
+                f"the voter change did not complete within {timeout_ms} ms: {self._why_waiting(body)}")
         return voter_change_response(body, ErrorCode.none, None)
 
     # --- checks ---------------------------------------------------------------------------
