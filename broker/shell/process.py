@@ -191,8 +191,15 @@ async def run_broker(
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
         broker = Broker(broker_config, QuorumControllerChannel(client),
                         clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
-        if dynamic_quorum(config, node):  # KIP-853: ApiVersions says kraft.version 1
-            broker.apis.finalized_features = features.finalized_features(features.KRAFT_VERSION_DYNAMIC)
+        def follow_kraft_version(_image=None, _delta=None) -> None:
+            # KIP-853: ApiVersions says kraft.version 1 once the quorum is dynamic
+            # (from the start, or after `raftka features upgrade --feature kraft.version=1`).
+            if dynamic_quorum(config, node) and broker.apis.finalized_features != dynamic_features:
+                broker.apis.finalized_features = dynamic_features
+
+        dynamic_features = features.finalized_features(features.KRAFT_VERSION_DYNAMIC)
+        follow_kraft_version()
+        node.subscribe(follow_kraft_version)
         await start_metrics(nursery, config, broker=broker, node=node)
         link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
                                 heartbeat_interval_ms=heartbeat_interval_ms,

@@ -309,17 +309,25 @@ def test_format_refuses_what_cannot_start_a_dynamic_quorum_and_says_what_to_do(t
 
 @pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="two more controller processes: RAFTKA_SOAK=1 runs it")
 def test_a_static_quorum_becomes_dynamic_with_a_kraft_version_upgrade_and_then_grows(tmp_path):
-    ports = free_ports(2)
+    ports = free_ports(3)
     static = tmp_path / "c1.properties"
     static.write_text(f"node.id=1\nprocess.roles=controller\nlog.dirs={tmp_path}/c1\n"
                       f"controller.quorum.voters=1@127.0.0.1:{ports[0]}\n" + FAST)
     configs = controller_configs(tmp_path, {2: ports[1]}, f"controller.quorum.bootstrap.servers=127.0.0.1:{ports[0]}\n")
     assert run("storage", "format", "-c", str(static), "-t", CLUSTER_ID).returncode == 0
     assert run("storage", "format", "-c", configs["c2"], "-t", CLUSTER_ID, "--no-initial-controllers").returncode == 0
+    broker = tmp_path / "b.properties"
+    broker.write_text(f"node.id=10\nprocess.roles=broker\nlog.dirs={tmp_path}/b\n"
+                      f"listeners=PLAINTEXT://127.0.0.1:{ports[2]}\n"
+                      f"controller.quorum.voters=1@127.0.0.1:{ports[0]}\n" + FAST)
+    assert run("storage", "format", "-c", str(broker), "-t", CLUSTER_ID).returncode == 0
     procs = Processes(tmp_path)
     try:
         procs.start("c1", "controller", str(static))
         procs.wait_ready("c1")
+        procs.start("b", "broker", str(broker))
+        procs.wait_ready("b", timeout=60)
+        assert "kraft.version" not in finalized_features(ports[2])  # level 0: not listed
         procs.start("c2", "controller", configs["c2"])
         procs.wait_ready("c2")
         refused = run("quorum", "add-controller", "--config", configs["c2"])
@@ -330,5 +338,10 @@ def test_a_static_quorum_becomes_dynamic_with_a_kraft_version_upgrade_and_then_g
         added = run("quorum", "add-controller", "--config", configs["c2"])
         assert added.returncode == 0, added.stderr
         assert sorted(describe(ports[0])["current_voters"]) == [1, 2]
+        # The broker, still configured with controller.quorum.voters, reports the new level
+        # from the next metadata change on.
+        assert run("topics", "create", "--bootstrap-server", f"127.0.0.1:{ports[2]}", "--topic", "after-upgrade",
+                   "--partitions", "1").returncode == 0
+        until(lambda: finalized_features(ports[2]).get("kraft.version") == 1, 15, "kraft.version 1 on the broker")
     finally:
         procs.stop_all()
