@@ -355,6 +355,8 @@ class Nemesis:
         #: Brokers seen stopped by their full disk, to start again once it has room.
         self.stopped_on_full_disk: set[int] = set()
         self.applied: list[dict[str, Any]] = []
+        #: Controllers the voters nemesis took out of a dynamic quorum's voter set.
+        self.removed_voters: set[int] = set()
         #: Targets nobody could name at the moment of the fault, so drawn at random instead.
         self.guessed: list[str] = []
 
@@ -419,6 +421,14 @@ class Nemesis:
                 node = self.rng.choice(sorted(self.disk_faults.dirs))
             record["nodes"] = [node]
             self.disk_faults.set(node, "eio")
+        elif fault.kind == "voters":
+            node = self.resolve(fault.target)
+            if node not in {c.node_id for c in self.cluster.controllers}:
+                node = self.rng.choice([c.node_id for c in self.cluster.controllers])
+            record["nodes"] = [node]
+            record["error"] = change_voter(self.cluster, node, add=False)
+            if record["error"] is None:
+                self.removed_voters.add(node)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         if len(self.guessed) > guessed_before:
@@ -492,6 +502,9 @@ class Nemesis:
         elif fault.kind == "clock" and self.clocks is not None:
             extra["nodes"] = sorted(self.clocks.skewed)
             self.clocks.heal()
+        elif fault.kind == "voters":
+            extra["nodes"] = sorted(self.removed_voters)
+            extra["errors"] = self._add_removed_voters()
         elif fault.kind == "eio" and self.disk_faults is not None:
             failing = sorted(self.disk_faults.failing)
             extra["nodes"] = failing
@@ -536,6 +549,18 @@ class Nemesis:
         for node in self.cluster.nodes.values():  # any node down, whatever stopped it, runs again
             if not node.is_running():
                 self.cluster.start(node.node_id)
+        self._add_removed_voters()
+
+    def _add_removed_voters(self) -> dict[int, str]:
+        """Every controller the voters nemesis removed is added back (AddRaftVoter)."""
+        errors = {}
+        for node in sorted(self.removed_voters):
+            error = change_voter(self.cluster, node, add=True)
+            if error is None:
+                self.removed_voters.discard(node)
+            else:
+                errors[node] = error
+        return errors
 
     def _restart_killed(self) -> None:
         for node in sorted(self.killed):
@@ -558,3 +583,58 @@ def sleep_until(deadline: float, stop: Callable[[], bool] = lambda: False) -> bo
         if left <= 0:
             return True
         time.sleep(min(left, 0.1))
+
+
+def change_voter(cluster: LocalCluster, node_id: int, *, add: bool, timeout_s: float = 40.0) -> str | None:
+    """Remove controller `node_id` from a dynamic quorum's voters, or add it
+    back (with its directory id and endpoint), asking the leader as
+    `raftka quorum remove-controller / add-controller` do; retried through
+    leader changes until `timeout_s`. None when done, else why not."""
+    import datetime
+
+    import trio
+    from kio.schema.add_raft_voter.v1.request import AddRaftVoterRequest, Listener
+    from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
+    from kio.static.primitive import i32, i32Timedelta, u16
+
+    from common.meta_properties import read_directory_id
+    from common.wire import open_connection
+    from quorum.node.describe_quorum import describe_quorum
+    from quorum.node.voter_config import parse_directory_id
+
+    node = cluster.nodes[node_id]
+    directory = read_directory_id(node.log_dir)
+    directory_id = parse_directory_id(directory) if directory else None
+    if add:
+        request: Any = AddRaftVoterRequest(
+            cluster_id=None, timeout=i32Timedelta.parse(datetime.timedelta(seconds=15)), voter_id=i32(node_id),
+            voter_directory_id=directory_id, listeners=(Listener(name="CONTROLLER", host=node.host,
+                                                                 port=u16(node.port)),), ack_when_committed=True)
+    else:
+        request = RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(node_id), voter_directory_id=directory_id)
+
+    async def attempt() -> str | None:
+        last = "no controller answered"
+        with trio.move_on_after(timeout_s):
+            while True:
+                for controller in cluster.controllers:
+                    if not controller.is_running():
+                        continue
+                    try:
+                        d = await describe_quorum(controller.host, controller.port, 2000)
+                        if d.leader_id not in d.nodes:
+                            continue
+                        host, port = d.nodes[d.leader_id]
+                        async with open_connection(host, port, connect_timeout_ms=2000) as conn:
+                            answer = await conn.request(request, timeout_ms=20000)
+                    except Exception as exc:  # noqa: BLE001 (a fault may be on: any failure is retried)
+                        last = f"{type(exc).__name__}: {exc}"
+                        continue
+                    code = int(answer.error_code)
+                    if code == 0 or (add and code == 126) or (not add and code == 127):
+                        return None  # done, or already so (duplicate voter / voter not found)
+                    last = f"error {code}: {answer.error_message}"
+                await trio.sleep(0.5)
+        return last
+
+    return trio.run(attempt)

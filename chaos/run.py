@@ -82,6 +82,8 @@ class RunOptions:
     out: Path
     mode: str = "kraft"
     quorum_engine: str = "raftka"
+    #: KIP-853: controllers found through controller.quorum.bootstrap.servers, voters in the log.
+    dynamic_quorum: bool = False
     controllers: int = 3
     brokers: int = 3
     duration: float = 120.0
@@ -114,7 +116,8 @@ class RunOutcome:
 
 def command_line(o: RunOptions) -> str:
     return (f"raftka chaos run --mode {o.mode} --controllers {o.controllers} --brokers {o.brokers} "
-            + ("" if o.quorum_engine == "raftka" else f"--quorum-engine {o.quorum_engine} ") +
+            + ("" if o.quorum_engine == "raftka" else f"--quorum-engine {o.quorum_engine} ")
+            + ("--dynamic-quorum " if o.dynamic_quorum else "") +
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
             f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
                                   else f" --message-timeout-ms {o.message_timeout_ms}")
@@ -162,6 +165,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     try:
         cluster = LocalCluster(o.out / "cluster", controllers=o.controllers, brokers=o.brokers, mode=o.mode,
                                broker_overrides=settings, log_dirs_per_broker=o.log_dirs, secure=o.secure,
+                               dynamic_quorum=o.dynamic_quorum,
                                overrides={} if o.quorum_engine == "raftka" else {"quorum.engine": o.quorum_engine})
     except BaseException:
         if disks is not None:

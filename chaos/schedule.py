@@ -41,6 +41,9 @@ import random
 from typing import Any
 
 NEMESES = ("kill", "pause", "partition", "disk", "eio", "clock")
+#: Nemeses that need a dynamic KRaft quorum (`raftka chaos run --dynamic-quorum`).
+DYNAMIC_QUORUM_NEMESES = ("voters",)
+ALL_NEMESES = NEMESES + DYNAMIC_QUORUM_NEMESES
 #: The clock nemesis' jumps: seconds to minutes either way (shorter than the
 #: timestamp window a broker accepts, message.timestamp.after.max.ms, an hour).
 CLOCK_OFFSETS_S = (5, 15, 30, 60, 300)
@@ -90,9 +93,11 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
                   tail_s: float = 2.0) -> list[Fault]:
     """Faults from `nemeses`, one at a time, over `duration_s` seconds; the
     last heals at least `tail_s` before the end."""
-    unknown = set(nemeses) - set(NEMESES)
+    unknown = set(nemeses) - set(ALL_NEMESES)
     if unknown:
-        raise ValueError(f"unknown nemesis {sorted(unknown)}: choose from {', '.join(NEMESES)}")
+        raise ValueError(f"unknown nemesis {sorted(unknown)}: choose from {', '.join(ALL_NEMESES)}")
+    if "voters" in nemeses and not shape.controllers:
+        raise ValueError("the voters nemesis changes a KRaft quorum's voters: it needs --mode kraft --dynamic-quorum")
     faults: list[Fault] = []
     if not nemeses:
         return faults
@@ -111,6 +116,10 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
 
 
 def _fault(rng: random.Random, index: int, start: float, length: float, kind: str, shape: Shape) -> Fault:
+    if kind == "voters":
+        # KIP-853: a controller leaves the voter set (the active one: it resigns once that commits).
+        target = "active-controller" if rng.random() < 0.5 else f"controller:{rng.choice(shape.controllers)}"
+        return Fault(index, start, length, kind, target=target)
     if kind == "clock":
         target = f"broker:{rng.choice(shape.brokers)}" if rng.random() < 0.5 else \
             f"leader:{rng.randrange(shape.partitions)}"

@@ -131,6 +131,7 @@ class LocalCluster:
         metrics: bool = False,
         log_dirs_per_broker: int = 1,
         secure_protocol: str = "SASL_SSL",
+        dynamic_quorum: bool = False,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
@@ -141,6 +142,8 @@ class LocalCluster:
         if mode == "zk" and controllers not in (1, 3, 5):
             raise ClusterError(f"--controllers {controllers}: in zk mode it is the ZooKeeper ensemble size, "
                                "1, 3 or 5")
+        if dynamic_quorum and mode != "kraft":
+            raise ClusterError("a dynamic quorum (KIP-853) needs --mode kraft")
         if controllers < 1 or brokers < 1:
             raise ClusterError(f"--controllers {controllers} --brokers {brokers}: a cluster needs at least "
                                "one of each")
@@ -207,11 +210,21 @@ class LocalCluster:
                                             self.base_dir / f"{name}.properties", self.base_dir / f"{name}.log",
                                             metrics_ports[index])
         voters = ",".join(f"{n.node_id}@{n.address}" for n in self.controllers)
+        directory_ids: dict[int, str] = {}
+        newly_formatted: list[LocalNode] = []
         for node in self.nodes.values():
             if self.zookeeper is not None:
                 # Kafka's ZooKeeper-mode keys; the broker writes its own meta.properties (version=0).
                 props = {"broker.id": str(node.node_id), "zookeeper.connect": self.zookeeper.connect_string,
                          "log.dirs": str(node.log_dir)}
+            elif dynamic_quorum:
+                # KIP-853: every node finds the quorum through the bootstrap servers;
+                # the controllers' first voter set is written at format time (below).
+                props = {"node.id": str(node.node_id), "process.roles": node.role,
+                         "controller.quorum.bootstrap.servers": ",".join(n.address for n in self.controllers),
+                         "controller.listener.names": "CONTROLLER", "log.dirs": str(node.log_dir)}
+                if node.role == "controller":
+                    props["listeners"] = f"CONTROLLER://{node.address}"
             else:
                 props = {"node.id": str(node.node_id), "process.roles": node.role,
                          "controller.quorum.voters": voters, "log.dirs": str(node.log_dir)}
@@ -233,14 +246,26 @@ class LocalCluster:
             node.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             if self.zookeeper is None:
                 first_format = read_meta(str(node.log_dir)) is None
-                format_log_dir(node.log_dir, self.cluster_id, node.node_id)
+                directory_ids[node.node_id] = format_log_dir(node.log_dir, self.cluster_id, node.node_id)
                 if node.role == "broker":
                     for extra in self.broker_log_dirs(node, log_dirs_per_broker)[1:]:
                         format_log_dir(extra, self.cluster_id, node.node_id)
+                if first_format and node.role == "controller":
+                    newly_formatted.append(node)
                 if self.security is not None and node.role == "controller" and first_format:
                     from quorum.node.bootstrap import parse_add_scram, write_bootstrap
 
                     write_bootstrap(str(node.log_dir), [parse_add_scram(v) for v in self.security.scram_bootstrap()])
+        if dynamic_quorum and newly_formatted:
+            # As `raftka storage format --initial-controllers` with every controller.
+            from quorum.node.metadata_log import write_bootstrap_voters
+            from quorum.node.voter_config import parse_directory_id
+            from quorum.raft.voters import VoterInfo
+
+            initial = tuple(VoterInfo(n.node_id, parse_directory_id(directory_ids[n.node_id]),
+                                      (("CONTROLLER", n.host, n.port),)) for n in self.controllers)
+            for node in newly_formatted:
+                write_bootstrap_voters(str(node.log_dir), initial)
         self._write_state()
 
     def broker_log_dirs(self, node: LocalNode, count: int) -> list[Path]:

@@ -100,9 +100,23 @@ def read_properties(path: str | Path) -> dict[str, str]:
     return props
 
 
-def parse_voters(value: str) -> dict[int, tuple[str, int]]:
+def parse_bootstrap_servers(value: str) -> tuple[tuple[str, int], ...]:
+    """`controller.quorum.bootstrap.servers`: `host:port,host:port,...` (KIP-853)."""
+    servers = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"controller.quorum.bootstrap.servers: {item!r} is not of the form host:port "
+                              "(e.g. 127.0.0.1:9093)")
+        servers.append((host, _port(int(port), "controller.quorum.bootstrap.servers", item, lowest=1)))
+    return tuple(servers)
+
+
+def parse_voters(value: str, *, allow_empty: bool = False) -> dict[int, tuple[str, int]]:
     """`controller.quorum.voters`: `1@host:port,2@host:port,...`."""
     voters: dict[int, tuple[str, int]] = {}
+    if not value.strip() and allow_empty:
+        return voters
     for item in filter(None, (v.strip() for v in value.split(","))):
         m = _VOTER.match(item)
         if not m:
@@ -273,6 +287,10 @@ class NodeConfig:
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18000
     zookeeper_connection_timeout_ms: int = 18000
+    #: `controller.quorum.bootstrap.servers` (KIP-853): where a node of a
+    #: dynamic quorum first asks for the voters; empty with a static
+    #: `controller.quorum.voters`.
+    controller_quorum_bootstrap_servers: tuple[tuple[str, int], ...] = ()
     raw: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
@@ -308,8 +326,14 @@ class NodeConfig:
         dirs = props.get("log.dirs") or props.get("log.dir")
         if not dirs:
             raise ConfigError("log.dirs is required: the directory this node keeps its data in")
-        voters = parse_voters(props.get("controller.quorum.voters", ""))
-        if "controller" in roles and node_id not in voters:
+        bootstrap = parse_bootstrap_servers(props.get("controller.quorum.bootstrap.servers", ""))
+        voters = parse_voters(props.get("controller.quorum.voters", ""), allow_empty=bool(bootstrap))
+        if bootstrap and voters:
+            raise ConfigError("controller.quorum.voters and controller.quorum.bootstrap.servers are both set: keep "
+                              "controller.quorum.voters for a static quorum, or controller.quorum.bootstrap.servers "
+                              "for a dynamic one (format it with `raftka storage format --standalone` or "
+                              "--initial-controllers)")
+        if "controller" in roles and not bootstrap and node_id not in voters:
             raise ConfigError(
                 f"node.id={node_id} has process.roles controller but is not in controller.quorum.voters "
                 f"({','.join(map(str, voters))}); add it there"
@@ -318,7 +342,7 @@ class NodeConfig:
         listener = (clients[0].name, clients[0].host, clients[0].port) if clients else None
         controller_listener = None
         if "controller" in roles:
-            controller_listener = _controller_listener(props, voters[node_id])
+            controller_listener = _controller_listener(props, voters.get(node_id))
         if "broker" in roles and listener is None:
             raise ConfigError("listeners has no broker listener: add one, e.g. listeners=PLAINTEXT://127.0.0.1:9092"
                               " (the listeners named in controller.listener.names serve only controllers)")
@@ -346,6 +370,7 @@ class NodeConfig:
             zookeeper_session_timeout_ms=int_property(props, "zookeeper.session.timeout.ms", 18000, 1),
             zookeeper_connection_timeout_ms=int_property(props, "zookeeper.connection.timeout.ms",
                                                  int_property(props, "zookeeper.session.timeout.ms", 18000, 1), 1),
+            controller_quorum_bootstrap_servers=bootstrap,
             raw=props,
         )
 
@@ -394,18 +419,27 @@ class NodeConfig:
         )
 
 
-def _controller_listener(props: Mapping[str, str], voter: tuple[str, int]) -> tuple[str, str, int]:
+def _controller_listener(props: Mapping[str, str], voter: tuple[str, int] | None) -> tuple[str, str, int]:
     """Where a controller listens: the first listener of
     `controller.listener.names` in `listeners` (Kafka's rule), else its own
-    address in `controller.quorum.voters`."""
+    address in `controller.quorum.voters`. A controller of a dynamic quorum
+    (not in `controller.quorum.voters`) needs the listener."""
     names = controller_listener_names(props)
     for listener in node_listeners(props):
         if names and listener.name == names[0]:
+            if voter is None:
+                if listener.port == 0:
+                    raise ConfigError(f"listeners: controller listener {listener.name} needs a fixed port in a "
+                                      "dynamic quorum (the voters record names it)")
+                return (listener.name, listener.host or "127.0.0.1", listener.port)
             if listener.port not in (0, voter[1]):
                 raise ConfigError(
                     f"listeners: controller listener {listener.name} is on port {listener.port} but this node's entry "
                     f"in controller.quorum.voters says port {voter[1]}; make them agree")
             return (listener.name, listener.host, voter[1])
+    if voter is None:
+        raise ConfigError("a controller of a dynamic quorum (controller.quorum.bootstrap.servers) needs its listener: "
+                          "set controller.listener.names=CONTROLLER and add CONTROLLER://HOST:PORT to listeners")
     return (names[0] if names else "CONTROLLER", voter[0], voter[1])
 
 

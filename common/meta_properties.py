@@ -31,13 +31,31 @@ def random_cluster_id() -> str:
             return cluster_id
 
 
-def format_log_dir(log_dir: str | Path, cluster_id: str, node_id: int) -> None:
-    """Write meta.properties (atomically) unless it already says the same thing."""
+def format_log_dir(log_dir: str | Path, cluster_id: str, node_id: int, directory_id: str | None = None) -> str:
+    """Write meta.properties (atomically) unless it already says the same
+    thing; return the dir's `directory.id` (KIP-858: a random id per log
+    dir, which a dynamic quorum uses to tell a controller's fresh disk from
+    its old one)."""
     path = Path(log_dir) / META_PROPERTIES
     if path.exists():
         check_log_dir(log_dir, cluster_id, node_id)
-        return
-    write_meta(log_dir, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+        existing = read_directory_id(log_dir)
+        if existing is not None:
+            return existing
+        # A dir formatted before directory ids: give it one, keeping the rest.
+        meta = read_meta(log_dir) or {}
+        directory_id = directory_id or random_cluster_id()
+        write_meta(log_dir, "".join(f"{k}={v}\n" for k, v in meta.items()) + f"directory.id={directory_id}\n")
+        return directory_id
+    directory_id = directory_id or random_cluster_id()
+    write_meta(log_dir, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\ndirectory.id={directory_id}\n")
+    return directory_id
+
+
+def read_directory_id(log_dir: str | Path) -> str | None:
+    """The dir's `directory.id` from meta.properties (None before one was written)."""
+    meta = read_meta(log_dir)
+    return None if meta is None else meta.get("directory.id")
 
 
 def write_meta(log_dir: str | Path, body: str) -> None:

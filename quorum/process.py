@@ -83,7 +83,17 @@ def make_quorum_node(config: NodeConfig, cluster_id: str) -> RaftNode | Pysyncob
             segment_bytes=segment_bytes)
     return RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
                     cluster_id=cluster_id, config=quorum_config(config), segment_bytes=segment_bytes,
-                    client_security=controller_client_security(config.raw))
+                    client_security=controller_client_security(config.raw),
+                    bootstrap_servers=config.controller_quorum_bootstrap_servers)
+
+
+def dynamic_quorum(config: NodeConfig, node: RaftNode | PysyncobjNode) -> bool:
+    """A KIP-853 quorum (kraft.version 1): found through
+    controller.quorum.bootstrap.servers, or with voters in its log."""
+    if config.controller_quorum_bootstrap_servers:
+        return True
+    log = getattr(node, "log", None)
+    return isinstance(node, RaftNode) and log is not None and log.latest_voters() is not None
 
 
 def scram_lookup(node):
@@ -124,11 +134,11 @@ async def run_controller(config: NodeConfig, *, task_status: trio.TaskStatus[int
         raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: `raftka controller` needs "
                           "process.roles=controller")
     cluster_id = check_log_dirs(config)
-    host, port = config.controller_quorum_voters[config.node_id]
     # Bound where `listeners` puts the controller listener (an empty host:
     # every interface); `host` stays the address the voters know it by.
     assert config.controller_listener is not None
-    _name, bind_host, _port = config.controller_listener
+    _name, bind_host, port = config.controller_listener
+    host, port = config.controller_quorum_voters.get(config.node_id, (bind_host or "127.0.0.1", port))
     node = make_quorum_node(config, cluster_id)
     if isinstance(node, PysyncobjNode):
         node.check_bindable()

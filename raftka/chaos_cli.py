@@ -1,8 +1,8 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--nemesis kill,pause,partition,disk,eio,clock] [--workload queue|txn] [--seed N]
-                     [--log-dirs N] [--out DIR]
+                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters] [--workload queue|txn] [--seed N]
+                     [--log-dirs N] [--secure] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
@@ -42,12 +42,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--mode", choices=("kraft", "zk"), default="kraft")
     run.add_argument("--quorum-engine", choices=("raftka", "pysyncobj"), default="raftka",
                      help="the KRaft controllers' Raft (quorum.engine; default raftka)")
+    run.add_argument("--dynamic-quorum", action="store_true",
+                     help="a KIP-853 controller quorum: nodes find it through controller.quorum.bootstrap.servers, "
+                     "the voters are a VotersRecord in the metadata log")
     run.add_argument("--controllers", type=int, default=3, metavar="N",
                      help="KRaft voters, or ZooKeeper servers with --mode zk (default 3)")
     run.add_argument("--brokers", type=int, default=3, metavar="M")
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
-                     help="comma-separated: kill, pause, partition, disk (full), eio (writes fail), clock "
+                     help="comma-separated: kill, pause, partition, disk (full), eio (writes fail), clock, "
+                     "voters (a controller leaves a --dynamic-quorum's voter set, and is added back) "
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
@@ -92,7 +96,7 @@ def run_main(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from chaos.run import RunOptions, run
-    from chaos.schedule import NEMESES
+    from chaos.schedule import ALL_NEMESES as NEMESES
 
     console = Console(stderr=True, soft_wrap=True)
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
@@ -100,6 +104,9 @@ def run_main(args: argparse.Namespace) -> int:
     unknown = [n for n in nemeses if n not in NEMESES]
     if unknown:
         console.print(f"[red]unknown nemesis {unknown}: choose from {', '.join(NEMESES)}[/red]")
+        return 2
+    if "voters" in nemeses and not args.dynamic_quorum:
+        console.print("[red]the voters nemesis changes a dynamic quorum's voter set: add --dynamic-quorum[/red]")
         return 2
     if args.quorum_engine != "raftka" and (args.mode == "zk" or "partition" in nemeses):
         console.print(f"[red]--quorum-engine {args.quorum_engine} runs with --mode kraft only, and without the "
@@ -111,7 +118,7 @@ def run_main(args: argparse.Namespace) -> int:
                       "(a ZooKeeper-mode broker of this harness has one log dir)[/red]")
         return 2
     options = RunOptions(out=Path(args.out or f"chaos-{seed}").resolve(), mode=args.mode,
-                         quorum_engine=args.quorum_engine,
+                         quorum_engine=args.quorum_engine, dynamic_quorum=args.dynamic_quorum,
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs,

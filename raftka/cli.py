@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     users_cli.register(sub)
     controller_cli.register(sub)
     quorum_cli.register(sub)
+    from raftka import features_cli
+
+    features_cli.register(sub)
     storage_cli.register(sub)
     partitions_cli.register(sub)
     transactions_cli.register(sub)

@@ -125,7 +125,19 @@ def _payload(r, control: bool, metadata: bool, parse_control_key) -> str:
             _version, kind = parse_control_key(r.key)
             names = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                      5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
-            return f"controlType: {names.get(kind, kind)}"
+            line = f"controlType: {names.get(kind, kind)}"
+            if kind in (5, 6) and r.value is not None:  # KIP-853: the kraft.version and the voter set
+                from quorum.node.voter_config import format_directory_id
+                from quorum.raft.voters import decode_kraft_version_record, decode_voters_record
+
+                if kind == 5:
+                    return line + f" kraftVersion: {decode_kraft_version_record(bytes(r.value))}"
+                voters = ", ".join(
+                    f"{v.node_id}@{':'.join(str(x) for x in v.address) if v.address else '?'}"
+                    + (f"/{format_directory_id(v.directory_id)}" if v.directory_id else "")
+                    for v in decode_voters_record(bytes(r.value)))
+                return line + f" voters: [{voters}]"
+            return line
         except Exception:  # an unknown control record: show it raw
             return f"key: {r.key!r}"
     if metadata and r.value is not None:

@@ -7,7 +7,26 @@ question goes to the leader. Prints what `kafka-metadata-quorum describe
 largest follower lag) and one row per replica with its log end offset and
 its lag behind the leader's log end offset, and the engine the quorum runs
 on (`quorum.engine`, read with DescribeConfigs of the leader's own node).
-`--json` prints one JSON object.
+`--json` prints one JSON object. `raftka quorum describe --status` is the
+same; `describe --replication` prints only the rows, with each replica's
+directory id.
+
+A dynamic quorum (KIP-853; see docs/operations.md) grows and shrinks one
+controller at a time:
+
+    raftka quorum add-controller --config new-controller.properties
+        [--bootstrap-controller HOST:PORT]
+        the controller of that config (running, formatted with
+        `raftka storage format --no-initial-controllers`, caught up as an
+        observer) becomes a voter: AddRaftVoter with its node id, the
+        directory.id of its metadata log dir and its CONTROLLER endpoint;
+    raftka quorum remove-controller --bootstrap-controller HOST:PORT
+        --controller-id ID [--controller-directory-id DIR-ID]
+        RemoveRaftVoter: the voter leaves the set (a leader removing itself
+        resigns once that is committed).
+
+Both ask the leader (found with DescribeQuorum) and return once the new
+voter set is committed.
 
 With quorum.engine=pysyncobj the same fields come from pysyncobj's status:
 the epoch is its term, the high watermark its commit point, a follower's
@@ -27,7 +46,11 @@ import trio
 
 from common.errors import RaftkaError
 from common.wire.errors import ConnectionFailedError
+from common.config import NodeConfig, read_properties
+from common.meta_properties import read_directory_id
+from common.wire import open_connection
 from quorum.node.describe_quorum import describe_quorum, node_configs
+from quorum.node.voter_config import format_directory_id, parse_directory_id
 
 
 
@@ -41,6 +64,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     status.add_argument("--timeout-ms", type=int, default=10000)
     status.set_defaults(func=main)
+    describe = commands.add_parser("describe", help="as kafka-metadata-quorum describe: --status or --replication")
+    describe.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    shown = describe.add_mutually_exclusive_group()
+    shown.add_argument("--status", action="store_true", help="the summary and the rows (the default)")
+    shown.add_argument("--replication", action="store_true", help="one row per replica, with its directory id")
+    describe.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    describe.add_argument("--timeout-ms", type=int, default=10000)
+    describe.set_defaults(func=main)
+    add = commands.add_parser("add-controller", help="make a running observer controller a voter (AddRaftVoter)")
+    add.add_argument("--config", "-c", required=True, metavar="FILE",
+                     help="the new controller's properties (node.id, log.dirs, its CONTROLLER listener)")
+    add.add_argument("--bootstrap-controller", metavar="HOST:PORT",
+                     help="a controller to ask (default: the config's controller.quorum.bootstrap.servers)")
+    add.add_argument("--timeout-ms", type=int, default=30000)
+    add.set_defaults(func=add_controller)
+    remove = commands.add_parser("remove-controller", help="take a controller out of the voters (RemoveRaftVoter)")
+    remove.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    remove.add_argument("--controller-id", type=int, required=True, metavar="ID")
+    remove.add_argument("--controller-directory-id", metavar="DIR-ID",
+                        help="the voter's directory id (as `describe --replication` shows it); checked if given")
+    remove.add_argument("--timeout-ms", type=int, default=30000)
+    remove.set_defaults(func=remove_controller)
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -57,7 +102,9 @@ def status_rows(d: Any) -> list[dict[str, Any]]:
     for kind, replicas in (("voter", d.voters), ("observer", d.observers)):
         for replica_id, leo, last_fetch, last_caught_up in replicas:
             status = "Leader" if replica_id == d.leader_id else ("Follower" if kind == "voter" else "Observer")
-            rows.append({"node_id": replica_id, "status": status, "log_end_offset": leo,
+            directory_id = format_directory_id(d.directory_ids.get(replica_id)) or None
+            rows.append({"node_id": replica_id, "directory_id": directory_id, "status": status,
+                         "log_end_offset": leo,
                          "lag": leader_leo - leo if leo >= 0 else -1, "last_fetch_timestamp": last_fetch,
                          "last_caught_up_timestamp": last_caught_up})
     return rows
@@ -98,6 +145,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
+    if getattr(args, "replication", False):
+        print(f"{'NodeId':<8}{'DirectoryId':<24}{'LogEndOffset':>14}{'Lag':>8}  Status")
+        for r in rows:
+            print(f"{r['node_id']:<8}{r['directory_id'] or '-':<24}{r['log_end_offset']:>14}{r['lag']:>8}  "
+                  f"{r['status']}")
+        return 0
     print(f"Engine:                 {summary['engine']}")
     print(f"LeaderId:               {d.leader_id}")
     print(f"LeaderEpoch:            {d.leader_epoch}")
@@ -113,3 +166,71 @@ def main(args: argparse.Namespace) -> int:
         print(f"{r['node_id']:<8}{r['log_end_offset']:>14}{r['lag']:>8}  {r['last_fetch_timestamp']:>20}  "
               f"{r['last_caught_up_timestamp']:>22}  {r['status']}")
     return 0
+
+
+async def _ask_leader(host: str, port: int, request: Any, timeout_ms: int) -> Any:
+    """Send `request` to the leader DescribeQuorum names."""
+    d = await describe_quorum(host, port, timeout_ms)
+    if d.leader_id < 0 or d.leader_id not in d.nodes:
+        raise RaftkaError(f"the quorum at {host}:{port} names no leader with an endpoint yet; retry in a moment")
+    leader_host, leader_port = d.nodes[d.leader_id]
+    async with open_connection(leader_host, leader_port, connect_timeout_ms=timeout_ms) as conn:
+        return await conn.request(request, timeout_ms=timeout_ms + 5000)
+
+
+def _answer(command: str, response: Any, done: str) -> int:
+    if int(response.error_code) != 0:
+        message = getattr(response, "error_message", None) or ""
+        print(f"raftka quorum {command}: the leader refused with error code {int(response.error_code)}"
+              f"{': ' + message if message else ''}", file=sys.stderr)
+        return 1
+    print(done)
+    return 0
+
+
+def add_controller(args: argparse.Namespace) -> int:
+    import datetime
+
+    from kio.schema.add_raft_voter.v1.request import AddRaftVoterRequest, Listener
+    from kio.static.primitive import i32, i32Timedelta, u16
+
+    try:
+        config = NodeConfig.from_properties(read_properties(args.config))
+        if not config.is_controller or config.controller_listener is None:
+            raise RaftkaError(f"{args.config} is not a controller's config (process.roles has no controller)")
+        directory = read_directory_id(config.log_dirs[0])
+        if directory is None:
+            raise RaftkaError(f"{config.log_dirs[0]}/meta.properties has no directory.id: format the new controller "
+                              "with `raftka storage format --no-initial-controllers` first")
+        bootstrap = args.bootstrap_controller or ",".join(
+            f"{h}:{p}" for h, p in config.controller_quorum_bootstrap_servers[:1])
+        if not bootstrap:
+            raise RaftkaError("give --bootstrap-controller HOST:PORT, or controller.quorum.bootstrap.servers in the config")
+        host, port = parse_host_port(bootstrap)
+        name, lhost, lport = config.controller_listener
+        request = AddRaftVoterRequest(
+            cluster_id=None, timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=args.timeout_ms)),
+            voter_id=i32(config.node_id), voter_directory_id=parse_directory_id(directory),
+            listeners=(Listener(name=name, host=lhost or "127.0.0.1", port=u16(lport)),), ack_when_committed=True)
+        response = trio.run(_ask_leader, host, port, request, args.timeout_ms)
+    except (RaftkaError, ConnectionFailedError, OSError) as exc:
+        print(f"raftka quorum add-controller: {exc}", file=sys.stderr)
+        return 2
+    return _answer("add-controller", response, f"Added controller {config.node_id} with directory id {directory} "
+                   f"and endpoint {name}://{lhost}:{lport}")
+
+
+def remove_controller(args: argparse.Namespace) -> int:
+    from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
+    from kio.static.primitive import i32
+
+    try:
+        host, port = parse_host_port(args.bootstrap_controller)
+        directory = parse_directory_id(args.controller_directory_id) if args.controller_directory_id else None
+        request = RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(args.controller_id),
+                                         voter_directory_id=directory)
+        response = trio.run(_ask_leader, host, port, request, args.timeout_ms)
+    except (RaftkaError, ConnectionFailedError, OSError) as exc:
+        print(f"raftka quorum remove-controller: {exc}", file=sys.stderr)
+        return 2
+    return _answer("remove-controller", response, f"Removed controller {args.controller_id}")

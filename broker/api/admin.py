@@ -542,3 +542,35 @@ async def handle_alter_configs(broker, ctx, request):
     if refused is not None:
         return refused
     return await configs.handle_alter_configs(broker, ctx, request)
+
+
+# --- AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter ------------------------
+
+
+async def handle_raft_voter_change(broker, ctx, request):
+    """KIP-853's voter changes, forwarded to the active controller (the Raft
+    leader, which makes the change), as Kafka's brokers forward them. Adding
+    or removing a voter needs Alter on the cluster (Kafka's rule)."""
+    from kio.schema.add_raft_voter.v1.request import AddRaftVoterRequest
+    from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
+    from kio.schema.update_raft_voter.v0.request import UpdateRaftVoterRequest
+
+    key = request.header.api_key
+    target = {80: AddRaftVoterRequest, 81: RemoveRaftVoterRequest, 82: UpdateRaftVoterRequest}[key]
+    mod = response_module(request.header)
+    response_cls = response_class(request.header)
+
+    def failed(code: ErrorCode, message: str):
+        if key == 82:
+            return build(response_cls, throttle_time=_NO_THROTTLE, error_code=code,
+                         current_leader=mod.CurrentLeader(host="", port=-1))
+        return build(response_cls, throttle_time=_NO_THROTTLE, error_code=code, error_message=message)
+
+    if broker.authorizer.enabled and not broker.authorizer.allowed(ctx, Operation.ALTER, ResourceType.CLUSTER,
+                                                                   "kafka-cluster"):
+        return failed(ErrorCode.cluster_authorization_failed,
+                      f"{ctx.principal} needs Alter on the cluster to change the controller quorum's voters")
+    response = await _forward(broker, request, target)
+    if response is None:
+        return failed(ErrorCode.request_timed_out, "the controller did not answer")
+    return response

@@ -15,9 +15,11 @@ raftka claims only what it serves:
   raftka serves (Fetch v17 with topic ids, DescribeTopicPartitions,
   ListOffsets v9). raftka's metadata log has its own record format and no
   FeatureLevelRecord, so the level is fixed: supported 25..25, finalized 25.
-- `kraft.version` 0: the controller quorum is static (KIP-853's dynamic
-  quorum is level 1). Supported 0..0; a level 0 is not listed as
-  finalized, as Kafka leaves out features at level 0.
+- `kraft.version` 0 for a static controller quorum
+  (`controller.quorum.voters`), 1 for a dynamic one (KIP-853: nodes found
+  through `controller.quorum.bootstrap.servers`, voters in VotersRecords of
+  the metadata log). Supported 0..1; a level 0 is not listed as finalized,
+  as Kafka leaves out features at level 0.
 - `group.version` 1: KIP-848's consumer protocol (ConsumerGroupHeartbeat,
   ConsumerGroupDescribe) is served next to the classic one. Supported
   0..1, finalized 1.
@@ -38,6 +40,8 @@ METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION = 25
 KRAFT_VERSION_FEATURE = "kraft.version"
 KRAFT_VERSION = 0
+#: KIP-853's dynamic quorum.
+KRAFT_VERSION_DYNAMIC = 1
 GROUP_VERSION_FEATURE = "group.version"
 GROUP_VERSION = 1
 TRANSACTION_VERSION_FEATURE = "transaction.version"
@@ -47,20 +51,25 @@ TRANSACTION_VERSION = 2
 #: What this broker can run at, by feature.
 SUPPORTED_FEATURES = (
     Feature(GROUP_VERSION_FEATURE, 0, GROUP_VERSION),
-    Feature(KRAFT_VERSION_FEATURE, 0, KRAFT_VERSION),
+    Feature(KRAFT_VERSION_FEATURE, 0, KRAFT_VERSION_DYNAMIC),
     Feature(METADATA_VERSION_FEATURE, METADATA_VERSION, METADATA_VERSION),
     Feature(TRANSACTION_VERSION_FEATURE, 0, TRANSACTION_VERSION),
 )
 
-#: The levels the cluster runs at; features at level 0 are left out (Kafka's rule).
-FINALIZED_FEATURES = tuple(
-    Feature(name, level, level)
-    for name, level in ((METADATA_VERSION_FEATURE, METADATA_VERSION),
-                        (KRAFT_VERSION_FEATURE, KRAFT_VERSION),
-                        (GROUP_VERSION_FEATURE, GROUP_VERSION),
-                        (TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION))
-    if level > 0
-)
+def finalized_features(kraft_version: int = KRAFT_VERSION) -> tuple[Feature, ...]:
+    """The levels the cluster runs at; features at level 0 are left out (Kafka's rule)."""
+    return tuple(
+        Feature(name, level, level)
+        for name, level in ((METADATA_VERSION_FEATURE, METADATA_VERSION),
+                            (KRAFT_VERSION_FEATURE, kraft_version),
+                            (GROUP_VERSION_FEATURE, GROUP_VERSION),
+                            (TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION))
+        if level > 0
+    )
+
+
+#: A static quorum's levels.
+FINALIZED_FEATURES = finalized_features()
 
 
 def finalized_features_epoch(image_offset: int) -> int:

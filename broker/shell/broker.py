@@ -119,6 +119,9 @@ _APIS = {
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 2, metadata_api.handle_describe_cluster),
     64: (0, 0, admin.handle_unregister_broker),
+    80: (0, 1, admin.handle_raft_voter_change),  # AddRaftVoter, forwarded (KIP-853)
+    81: (0, 0, admin.handle_raft_voter_change),  # RemoveRaftVoter
+    82: (0, 0, admin.handle_raft_voter_change),  # UpdateRaftVoter
     75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
     # SCRAM credentials and ACLs (KIP-554, KIP-801).
     29: (1, 3, security.handle_describe_acls),

@@ -55,11 +55,12 @@ from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from quorum.node.metrics import controller_collector, raft_collector
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
+from broker.api import features
 from quorum.node.controller_service import ControllerService
 from quorum.node.bootstrap import read_bootstrap
 from quorum.node.driver import RaftNode
 from quorum.node.syncobj_node import PysyncobjNode
-from quorum.process import make_quorum_node, quorum_engine
+from quorum.process import dynamic_quorum, make_quorum_node, quorum_engine
 from quorum.node.handler import QuorumRequestHandler
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES
 from quorum.process import RESIGN_GRACE_S, check_log_dirs, quorum_config, scram_lookup
@@ -157,6 +158,7 @@ async def run_broker(
     else:
         node = RaftNode(node_id=config.node_id, voters=config.controller_quorum_voters, log_dir=config.log_dirs[0],
                         cluster_id=cluster_id, config=quorum, client_security=client_security,
+                        bootstrap_servers=config.controller_quorum_bootstrap_servers,
                         segment_bytes=int_property(config.raw, "metadata.log.segment.bytes", DEFAULT_SEGMENT_BYTES,
                                                    1024))
 
@@ -182,12 +184,22 @@ async def run_broker(
         pool = ConnectionPool(nursery, client_id=f"raftka-broker-{config.node_id}",
                               connect_timeout_ms=quorum.controller_quorum_request_timeout_ms,
                               security=client_security)
-        client = ControllerClient(pool, config.controller_quorum_voters,
+        client = ControllerClient(pool, node.voter_addresses,
+                                  voter_addresses=lambda: node.voter_addresses,
                                   leader_hint=lambda: node.leader.leader_id,
                                   request_timeout_ms=quorum.controller_quorum_request_timeout_ms,
                                   retry_backoff_ms=quorum.controller_quorum_retry_backoff_ms)
         broker = Broker(broker_config, QuorumControllerChannel(client),
                         clock_ms=node_wall_clock(config.raw, config.log_dirs[0]))
+        def follow_kraft_version(_image=None, _delta=None) -> None:
+            # KIP-853: ApiVersions says kraft.version 1 once the quorum is dynamic
+            # (from the start, or after `raftka features upgrade --feature kraft.version=1`).
+            if dynamic_quorum(config, node) and broker.apis.finalized_features != dynamic_features:
+                broker.apis.finalized_features = dynamic_features
+
+        dynamic_features = features.finalized_features(features.KRAFT_VERSION_DYNAMIC)
+        follow_kraft_version()
+        node.subscribe(follow_kraft_version)
         await start_metrics(nursery, config, broker=broker, node=node)
         link = BrokerQuorumLink(node, broker, client, cluster_id=cluster_id,
                                 heartbeat_interval_ms=heartbeat_interval_ms,
@@ -222,7 +234,8 @@ async def run_broker(
         # waits on for its whole request timeout before asking again.
         for listener_server in broker.servers.values():
             listener_server.open()
-        controller_host = config.controller_quorum_voters[config.node_id][0] if config.is_controller else ""
+        controller_host = (config.controller_quorum_voters.get(config.node_id, (config.controller_listener[1],))[0]
+                           if config.is_controller and config.controller_listener is not None else "")
         ready = NodeReady(config.node_id, advertised.host, advertised.port,
                           None if controller_port is None else f"{controller_host}:{controller_port}")
         _log.info("%s (cluster %s)", ready.line, cluster_id)

@@ -48,6 +48,8 @@ _CLUSTER_OPERATION = {
     "CreateAclsRequest": Operation.ALTER,
     "DeleteAclsRequest": Operation.ALTER,
     "AlterClientQuotasRequest": Operation.ALTER_CONFIGS,
+    "AddRaftVoterRequest": Operation.ALTER,
+    "RemoveRaftVoterRequest": Operation.ALTER,
 }
 _TOPIC_OPERATION = {
     "CreateTopicsRequest": Operation.CREATE,

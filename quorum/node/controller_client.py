@@ -38,17 +38,28 @@ class NoActiveControllerError(RaftkaError):
 class ControllerClient:
     def __init__(self, pool: ConnectionPool, voters: dict[int, tuple[str, int]], *,
                  leader_hint: Callable[[], int | None] | None = None, request_timeout_ms: int = 5000,
-                 retry_backoff_ms: int = 20) -> None:
+                 retry_backoff_ms: int = 20,
+                 voter_addresses: Callable[[], dict[int, tuple[str, int]]] | None = None) -> None:
         self.pool = pool
         self.voters = sorted(voters)
         for node_id, (host, port) in voters.items():
             pool.set_address(node_id, host, port)
+        #: A dynamic quorum's voters change: asked before each choice of controller.
+        self._voter_addresses = voter_addresses
+        self._known = dict(voters)
         self._leader_hint = leader_hint
         self._guess: int | None = None
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
 
     def _candidates(self) -> list[int]:
+        if self._voter_addresses is not None:
+            current = self._voter_addresses()
+            if current != self._known:
+                self._known = dict(current)
+                self.voters = sorted(current)
+                for node_id, (host, port) in current.items():
+                    self.pool.set_address(node_id, host, port)
         first = [self._leader_hint()] if self._leader_hint is not None else []
         first.append(self._guess)
         ordered = [v for v in first if v in self.voters]

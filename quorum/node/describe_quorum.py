@@ -14,8 +14,10 @@ import importlib
 import time
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
+from common.errors import RaftkaError
 from common.wire import open_connection
 
 from quorum.node.metadata_log import METADATA_TOPIC
@@ -31,7 +33,10 @@ def _module(version: int) -> Any:
 
 
 def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[int, tuple[str, int]],
-                             now_ms: int) -> Any:
+                             now_ms: int, infos: dict[int, Any] | None = None) -> Any:
+    """`infos`: node id -> `VoterInfo` of a dynamic quorum's voters (their
+    directory ids and listener names, in v2)."""
+    infos = infos or {}
     m = _module(version)
     wall_ms = time.time_ns() // 1_000_000
 
@@ -44,7 +49,8 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
             fields["last_fetch_timestamp"] = wall(r.last_fetch_timestamp_ms)
             fields["last_caught_up_timestamp"] = wall(r.last_caught_up_timestamp_ms)
         if version >= 2:
-            fields["replica_directory_id"] = None
+            info = infos.get(r.replica_id)
+            fields["replica_directory_id"] = info.directory_id if info is not None else None
         return m.ReplicaState(**fields)
 
     is_leader = status.role == "Leader"
@@ -61,9 +67,13 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
     if version >= 2:
         partition["error_message"] = None if is_leader else f"node {status.node_id} is not the leader"
         top["error_message"] = None
-        top["nodes"] = tuple(
-            m.Node(node_id=n, listeners=(m.Listener(name=CONTROLLER_LISTENER, host=h, port=p),))
-            for n, (h, p) in sorted(voters.items()))
+        def listeners(n: int, h: str, p: int) -> tuple[Any, ...]:
+            info = infos.get(n)
+            if info is not None and info.endpoints:
+                return tuple(m.Listener(name=name, host=host, port=port) for name, host, port in info.endpoints)
+            return (m.Listener(name=CONTROLLER_LISTENER, host=h, port=p),)
+
+        top["nodes"] = tuple(m.Node(node_id=n, listeners=listeners(n, h, p)) for n, (h, p) in sorted(voters.items()))
     top["topics"] = (m.TopicData(topic_name=METADATA_TOPIC, partitions=(m.PartitionData(**partition),)),)
     return m.DescribeQuorumResponse(**top)
 
@@ -89,6 +99,8 @@ class QuorumDescription:
     voters: tuple[tuple[int, int, int, int], ...]  # (id, log end offset, last fetch ms, last caught up ms)
     observers: tuple[tuple[int, int, int, int], ...]
     nodes: dict[int, tuple[str, int]]
+    #: v2: each replica's directory id (None when unknown: a static quorum's voters).
+    directory_ids: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 def parse_describe_quorum(response: Any) -> QuorumDescription:
@@ -104,8 +116,10 @@ def parse_describe_quorum(response: Any) -> QuorumDescription:
         return tuple((int(s.replica_id), int(s.log_end_offset), int(getattr(s, "last_fetch_timestamp", -1)),
                       int(getattr(s, "last_caught_up_timestamp", -1))) for s in states)
 
+    directory_ids = {int(s.replica_id): getattr(s, "replica_directory_id", None)
+                     for s in (*p.current_voters, *p.observers)}
     return QuorumDescription(int(p.error_code), int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
-                             rows(p.current_voters), rows(p.observers), nodes)
+                             rows(p.current_voters), rows(p.observers), nodes, directory_ids)
 
 
 def describe_quorum_request(version: int = 2) -> Any:
@@ -183,3 +197,26 @@ async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
             continue
         return description
     return description
+
+
+async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeout_ms: int,
+                          retry_s: float = 0.5) -> dict[int, tuple[str, int]]:
+    """The voters' endpoints, asked of `controller.quorum.bootstrap.servers`
+    with DescribeQuorum v2 (its `nodes`), each server in turn until one
+    answers: how a node whose log names no voters yet finds the quorum."""
+    import logging
+
+    log = logging.getLogger("quorum.node.describe_quorum")
+    while True:
+        for host, port in bootstrap_servers:
+            try:
+                with trio.fail_after(timeout_ms / 1000):
+                    async with open_connection(host, port, connect_timeout_ms=timeout_ms) as conn:
+                        response = await conn.request(describe_quorum_request(2), timeout_ms=timeout_ms)
+            except (OSError, ConnectionError, trio.TooSlowError, RaftkaError) as exc:
+                log.info("bootstrap server %s:%d did not answer DescribeQuorum (%s); trying the next", host, port, exc)
+                continue
+            nodes = parse_describe_quorum(response).nodes
+            if nodes:
+                return nodes
+        await trio.sleep(retry_s)

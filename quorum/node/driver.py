@@ -79,6 +79,7 @@ import trio
 from quorum.metadata.image import MetadataImage
 from quorum.node.applier import MetadataState
 from quorum.node.applying import Applying
+from quorum.node.describe_quorum import discover_voters
 from quorum.node.events import Build, Call, MetadataListener, Proposal, ProposalTooLargeError, Staged, Waiter
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
 from quorum.node.network import RaftChannel
@@ -95,10 +96,11 @@ from quorum.raft import (
     QuorumConfig,
     QuorumStatus,
     RaftCore,
+    RaftUsageError,
 )
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
-from common.errors import RaftkaError
+from common.errors import ConfigError, RaftkaError
 from common.security.client import ClientSecurity
 from common.wire import ConnectionPool
 
@@ -154,8 +156,12 @@ class RaftNode(Applying):
         rng: random.Random | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         client_security: ClientSecurity | None = None,
+        bootstrap_servers: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.node_id = node_id
+        #: `controller.quorum.bootstrap.servers`: where a node of a dynamic
+        #: quorum whose log names no voters yet asks for them (DescribeQuorum).
+        self.bootstrap_servers = tuple(bootstrap_servers)
         #: TLS and SASL of this node's connections to the voters (the controller listener's).
         self.client_security = client_security
         self.voter_addresses = dict(voters)
@@ -184,9 +190,11 @@ class RaftNode(Applying):
         self.log: StorageReplicatedLog | None = None
         self.state = MetadataState()
         self._channel: RaftChannel | None = None
+        self._pool: ConnectionPool | None = None
         self._nursery: trio.Nursery | None = None
         #: Latencies and rates for the metrics (`quorum.node.metrics`).
         self.stats = RaftStats()
+        self._voter_sets_seen: object = None
 
     # --- public views ----------------------------------------------------------------
 
@@ -296,7 +304,19 @@ class RaftNode(Applying):
             self._log_dir, clock_ms=wall_clock_ms, segment_bytes=self._segment_bytes))
         quorum_state = QuorumStateFile(metadata_log_dir(self._log_dir), self.cluster_id)
         try:
-            election = quorum_state.read() if self.is_voter else None
+            dynamic = log.latest_voters() is not None
+            if dynamic:
+                self._adopt_log_voters()
+            elif not self.voter_addresses:
+                if not self.bootstrap_servers:
+                    raise ConfigError("this node knows no voters: set controller.quorum.voters (a static quorum) or "
+                                      "controller.quorum.bootstrap.servers (a dynamic one)")
+                self.voter_addresses = await discover_voters(self.bootstrap_servers,
+                                                             self.config.controller_quorum_request_timeout_ms)
+                self.is_voter = self.node_id in self.voter_addresses
+                dynamic = True
+            # In a dynamic quorum any node may be a voter now or later: its vote is kept either way.
+            election = quorum_state.read() if self.is_voter or dynamic else None
             snapshot = log.latest_snapshot_id
             if snapshot is not None:
                 self.state, _ = await trio.to_thread.run_sync(self.state.load_snapshot, log.snapshot_data(snapshot))
@@ -310,8 +330,9 @@ class RaftNode(Applying):
                 self._nursery = nursery
                 request_timeout_ms = self.config.controller_quorum_request_timeout_ms
                 peers = {n: a for n, a in self.voter_addresses.items() if n != self.node_id}
-                pool = ConnectionPool(nursery, peers, client_id=f"raftka-quorum-{self.node_id}",
-                                      connect_timeout_ms=request_timeout_ms, security=self.client_security)
+                pool = self._pool = ConnectionPool(nursery, peers, client_id=f"raftka-quorum-{self.node_id}",
+                                                   connect_timeout_ms=request_timeout_ms,
+                                                   security=self.client_security)
                 self._channel = RaftChannel(
                     node_id=self.node_id, cluster_id=self.cluster_id, voters=frozenset(self.voter_addresses),
                     pool=pool, nursery=nursery, deliver=self._send_events.send,
@@ -510,9 +531,70 @@ class RaftNode(Applying):
 
     # --- applying (replay and snapshots: quorum.node.applying) ----------------------------------
 
+    def _adopt_log_voters(self) -> None:
+        """Take the voter set (and the voters' endpoints) from the latest
+        VotersRecord in the log, committed or not (KIP-853)."""
+        assert self.log is not None
+        self._voter_sets_seen = self.log.voter_sets()
+        infos = self.log.latest_voters()
+        if infos is None:
+            return
+        addresses = {}
+        for info in infos:
+            address = info.address or self.voter_addresses.get(info.node_id)
+            if address is not None:
+                addresses[info.node_id] = address
+        if addresses != self.voter_addresses:
+            _log.info("node %d: the voters are now %s", self.node_id,
+                      ", ".join(f"{n}@{h}:{p}" for n, (h, p) in sorted(addresses.items())))
+        self.voter_addresses = addresses
+        self.is_voter = self.node_id in addresses
+        if self._pool is not None:
+            for node_id, (host, port) in addresses.items():
+                if node_id != self.node_id:
+                    self._pool.set_address(node_id, host, port)
+        if self._channel is not None:
+            self._channel.voters = frozenset(addresses)
+
+    def _voter_set_only_in_snapshot(self) -> bool:
+        """A dynamic quorum whose voter set is known only from the snapshot the
+        log starts at (the one `storage format` wrote), not from a record."""
+        assert self.log is not None
+        records = self.log.voter_records()
+        return self.log.log_start_offset == 0 and bool(records) and all(offset < 0 for offset, _ in records)
+
+    async def _write_voter_set_into_log(self, epoch: int) -> None:
+        """As Kafka's first leader does: append the voter set as a
+        VotersRecord, so that every replica's log (observers' too) names the
+        voters and their endpoints, and a node restarting needs no bootstrap
+        server to find them."""
+        while self.core is not None and self.core.is_leader and self.core.epoch == epoch:
+            if not self._voter_set_only_in_snapshot():
+                return
+            done: list[bool] = []
+
+            def append(now_ms: int, done: list[bool] = done) -> Output | None:
+                core = self.core
+                assert core is not None
+                try:
+                    _, output = core.change_voters(core.voters, now_ms, same_set=True)
+                except (RaftUsageError, NotLeaderError):
+                    return None  # a change pending or nothing committed in this epoch yet: retry
+                done.append(True)
+                return output
+
+            await self.call(append)
+            if done:
+                _log.info("node %d wrote the voter set %s into the metadata log", self.node_id,
+                          sorted(self.core.voters))
+                return
+            await trio.sleep(0.05)
+
     def _after_turn(self) -> None:
         core = self.core
         assert core is not None
+        if self.log is not None and self.log.voter_sets() is not self._voter_sets_seen:
+            self._adopt_log_voters()
         # Proposals: committed ones complete; a lost leadership fails the rest.
         if self._proposals:
             if not core.is_leader or core.epoch != self._proposals[0].epoch:
@@ -549,6 +631,8 @@ class RaftNode(Applying):
             self._adopt_staged = True
             _log.info("node %d is the active leader of epoch %d from offset %d", self.node_id, core.epoch, start)
             self._publisher.leader_active(core.epoch, self.state.image)
+            if self._nursery is not None and self._voter_set_only_in_snapshot():
+                self._nursery.start_soon(self._write_voter_set_into_log, core.epoch)
         self._publisher.changed()
 
     def _fail_proposals(self, error: BaseException) -> None:

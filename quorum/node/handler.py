@@ -3,6 +3,8 @@
 - Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot)
   go to the `RaftNode` (voters and observers send them to voters);
 - DescribeQuorum is answered from the core's view (`describe_quorum`);
+- AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter change a dynamic
+  quorum's voter set (`voter_changes`, KIP-853);
 - DescribeConfigs of this node (resource type BROKER, named by its node
   id, as `kafka-configs --bootstrap-controller` asks a controller) is
   answered here, by any controller, with its read-only engine settings
@@ -39,6 +41,8 @@ from quorum.node.describe_quorum import (
     node_configs_response,
 )
 from quorum.node.controller_errors import error_response
+from quorum.node.voter_changes import VERSIONS as VOTER_CHANGE_VERSIONS
+from quorum.node.voter_changes import VoterChanges, voter_change_response
 from quorum.node.driver import RaftNode
 from quorum.node.rpc import RAFT_API_VERSIONS, RpcShapeError, request_from_kio, response_to_kio, shape_error_response
 from common.security.acl import AuthorizerConfig
@@ -58,6 +62,8 @@ def controller_apis(with_controller: bool = True) -> SupportedApis:
     for key, version in RAFT_API_VERSIONS.items():
         apis.declare(key, version, version)
     apis.declare(DESCRIBE_QUORUM, *VERSIONS)
+    for key, (low, high) in VOTER_CHANGE_VERSIONS.items():
+        apis.declare(key, low, high)
     # Answered by the wire server's SASL gate on a SASL controller listener.
     apis.declare(SASL_HANDSHAKE_KEY, *SASL_HANDSHAKE_VERSIONS)
     apis.declare(SASL_AUTHENTICATE_KEY, *SASL_AUTHENTICATE_VERSIONS)
@@ -87,6 +93,7 @@ class QuorumRequestHandler:
         self.controller = controller
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
+        self.voter_changes = VoterChanges(node)
 
     def _judge(self, ctx: ConnectionContext, body: Any) -> Judgement:
         if self.authorizer is None:
@@ -140,8 +147,15 @@ class QuorumRequestHandler:
             if denied:
                 return describe_quorum_error(request.header.api_version, denied.error,
                                              f"{ctx.principal} {denied.message}")
+            log = getattr(self.node, "log", None)
+            infos = log.latest_voters() if log is not None and hasattr(log, "latest_voters") else None
             return describe_quorum_response(request.header.api_version, self.node.describe(),
-                                            self.node.voter_addresses, self.node.now_ms())
+                                            self.node.voter_addresses, self.node.now_ms(),
+                                            {v.node_id: v for v in infos or ()})
+        if key in VOTER_CHANGE_VERSIONS:
+            if denied:
+                return voter_change_response(body, denied.error, f"{ctx.principal} {denied.message}")
+            return await self.voter_changes.handle(body)
         if denied:
             return error_response(body, denied.error, f"{ctx.principal} {denied.message}")
         if judgement.items is not None and any(judgement.items):

@@ -15,7 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from quorum.raft.storage_log import StorageReplicatedLog
+from quorum.raft.messages import SnapshotId
+from quorum.raft.storage_log import StorageReplicatedLog, snapshot_file_name
+from quorum.raft.voters import VoterInfo, voters_control_batch
+from storage.checkpoint import write_atomically
+from storage.fs import OsFileSystem
 from storage.config import LogConfig
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -33,3 +37,20 @@ def open_metadata_log(log_dir: str, *, clock_ms: Callable[[], int],
     config = LogConfig(segment_bytes=segment_bytes, segment_ms=2**62, retention_ms=-1, retention_bytes=-1,
                        max_message_bytes=MAX_BATCH_BYTES + 1024)
     return StorageReplicatedLog.open(metadata_log_dir(log_dir), now_ms=clock_ms(), config=config, clock_ms=clock_ms)
+
+
+def write_bootstrap_voters(log_dir: str, voters: tuple[VoterInfo, ...]) -> str:
+    """Start a dynamic quorum's metadata log: the snapshot at offset 0
+    (`00000000000000000000-0000000000.checkpoint`, as Kafka's
+    `kafka-storage format --standalone / --initial-controllers` writes)
+    holding the KRaftVersionRecord and the VotersRecord of the first voter
+    set, before an empty image. Returns the file's path."""
+    from quorum.node.snapshots import encode_snapshot
+
+    snapshot_id = SnapshotId(end_offset=0, epoch=0)
+    directory = metadata_log_dir(log_dir)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, snapshot_file_name(snapshot_id))
+    data = voters_control_batch(voters, base_offset=0, epoch=0) + encode_snapshot([], snapshot_id)
+    write_atomically(OsFileSystem(), path, data)
+    return path

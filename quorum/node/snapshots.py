@@ -36,6 +36,7 @@ from quorum.metadata.image import MetadataImage
 from quorum.metadata.records import Record, record_from_map, record_to_map
 from quorum.metadata.snapshot import image_from_records, image_to_records
 from quorum.raft.messages import SnapshotId
+from quorum.raft.voters import split_snapshot_file
 from common.errors import RaftkaError
 
 MAGIC = b"RKSN"
@@ -60,6 +61,7 @@ def encode_snapshot(records: Sequence[Record], snapshot_id: SnapshotId) -> bytes
 
 def snapshot_header(blob: bytes | memoryview) -> tuple[SnapshotId, int, int]:
     """(snapshot id, record count, payload length) after checking magic and sizes (not the CRC)."""
+    blob = split_snapshot_file(bytes(blob))[1]
     if len(blob) < HEADER_SIZE:
         raise CorruptSnapshotError(f"snapshot of {len(blob)} bytes is shorter than its {HEADER_SIZE}-byte header")
     magic, _crc, version, end_offset, epoch, count, length = _HEADER.unpack_from(blob, 0)
@@ -74,6 +76,8 @@ def snapshot_header(blob: bytes | memoryview) -> tuple[SnapshotId, int, int]:
 
 
 def decode_snapshot(blob: bytes | memoryview) -> tuple[SnapshotId, list[Record]]:
+    """The records of a snapshot, after the voter set a file may start with."""
+    blob = split_snapshot_file(bytes(blob))[1]
     snapshot_id, count, _ = snapshot_header(blob)
     (crc,) = struct.unpack_from(">I", blob, 4)
     view = memoryview(blob)

@@ -262,7 +262,8 @@ class RaftCore:
         result = self.state.propose(self, records, now_ms)
         return result, self._finish(now_ms)
 
-    def change_voters(self, voters: frozenset[int] | set[int], now_ms: int) -> tuple[AppendResult, Output]:
+    def change_voters(self, voters: frozenset[int] | set[int], now_ms: int, *,
+                      same_set: bool = False) -> tuple[AppendResult, Output]:
         """Append a voter-set record adding or removing exactly one voter
         (leader only). Refused while the previous change is uncommitted, or
         before this leader committed a record of its own epoch (Raft's
@@ -271,7 +272,7 @@ class RaftCore:
         resigns."""
         if not isinstance(self.state, LeaderState):
             raise NotLeaderError(self.leader_and_epoch.leader_id, self.epoch)
-        result = self.state.change_voters(self, frozenset(voters), now_ms)
+        result = self.state.change_voters(self, frozenset(voters), now_ms, same_set=same_set)
         return result, self._finish(now_ms)
 
     def resign(self, now_ms: int) -> Output:

@@ -167,9 +167,13 @@ class LeaderState(EpochState):
         self._complete_parked(core, now_ms)
         return AppendResult(info.base_offset, info.last_offset, self.epoch)
 
-    def change_voters(self, core: RaftCore, voters: frozenset[int], now_ms: int) -> AppendResult:
+    def change_voters(self, core: RaftCore, voters: frozenset[int], now_ms: int, *,
+                      same_set: bool = False) -> AppendResult:
         current = core.voters
-        if len(voters ^ current) != 1 or not voters:
+        if same_set:  # UpdateRaftVoter: the same voters, one with new endpoints
+            if voters != current:
+                raise RaftUsageError(f"an update keeps the voters {sorted(current)}, not {sorted(voters)}")
+        elif len(voters ^ current) != 1 or not voters:
             raise RaftUsageError(
                 f"a voter change adds or removes exactly one voter and leaves at least one: "
                 f"{sorted(current)} -> {sorted(voters)}"

@@ -38,6 +38,7 @@ from storage.batch import ControlRecordType, build_batch, build_control_batch, i
 from storage.config import LogConfig
 from storage.fs import FileSystem
 from storage.log import Log
+from quorum.raft.voters import VoterInfo, split_snapshot_file, voter_records_in, voters_control_batch
 
 SNAPSHOT_SUFFIX = ".checkpoint"
 _PARTIAL_SUFFIX = ".checkpoint.tmp"
@@ -92,6 +93,14 @@ class StorageReplicatedLog:
         self._dir = log.dir_path
         self._clock_ms = clock_ms
         self._snapshots: dict[SnapshotId, int] = {}  # id -> size in bytes
+        #: (offset, voters) of every VotersRecord in the log, oldest first.
+        self._voter_records: list[tuple[int, tuple[VoterInfo, ...]]] = []
+        #: Every voter this log has named, with its directory id and endpoints: a
+        #: change names voters by id, and the record written for it carries these.
+        self._known_voters: dict[int, VoterInfo] = {}
+        #: The voter set of the snapshot the log starts at, read when the start moves.
+        self._base_voters: tuple[VoterInfo, ...] | None = None
+        self._voter_sets_cache: tuple[tuple[int, frozenset[int]], ...] | None = None
         for name in self._fs.listdir(self._dir):
             if name.endswith(_PARTIAL_SUFFIX):
                 self._fs.remove(self._path(name))
@@ -104,6 +113,7 @@ class StorageReplicatedLog:
             # A crash between storing a fetched snapshot and emptying the log:
             # the snapshot is durable and newer than every record here.
             log.truncate_fully_and_start_at(latest.end_offset)
+        self._scan_voter_records()
 
     @classmethod
     def open(
@@ -208,25 +218,97 @@ class StorageReplicatedLog:
         return AppendInfo(base, base, len(batch))
 
     def append_voters(self, epoch: int, voters: frozenset[int]) -> AppendInfo:
-        raise RaftUsageError(
-            "this metadata log keeps a static voter set (controller.quorum.voters); "
-            "voter changes need a log that records VotersRecords"
-        )
+        """A control batch with one VotersRecord (control type 6); each voter
+        carries the directory id and endpoints this log knows for it
+        (`remember_voter`)."""
+        now_ms = self._now_ms()
+        infos = [self._known_voters.get(v, VoterInfo(v)) for v in sorted(voters)]
+        batch = voters_control_batch(infos, base_offset=self._log.log_end_offset, epoch=epoch,
+                                     timestamp_ms=now_ms if self._clock_ms is not None else -1,
+                                     with_kraft_version=False)
+        base = self._log.append_as_follower(batch, now_ms)
+        self._note_voter_records(batch)
+        return AppendInfo(base, base, len(batch))
+
+    def remember_voter(self, info: VoterInfo) -> None:
+        """The directory id and endpoints of a voter about to be added."""
+        self._known_voters[info.node_id] = info
+
+    def known_voter(self, node_id: int) -> VoterInfo | None:
+        return self._known_voters.get(node_id)
 
     def voter_sets(self) -> tuple[tuple[int, frozenset[int]], ...]:
-        """No VotersRecords are kept here yet: the static set applies."""
-        return ()
+        """(offset, voter ids) of every VotersRecord in the log, led by the
+        voter set of the snapshot the log starts at (at log start - 1)."""
+        # The core asks on every step: answer from a cache the changes reset.
+        if self._voter_sets_cache is None:
+            self._voter_sets_cache = tuple(
+                (offset, frozenset(v.node_id for v in infos)) for offset, infos in self.voter_records())
+        return self._voter_sets_cache
+
+    def voter_records(self) -> tuple[tuple[int, tuple[VoterInfo, ...]], ...]:
+        """As `voter_sets`, with each voter's directory id and endpoints."""
+        base = self._base_voters
+        lead = ((self._log.log_start_offset - 1, base),) if base is not None else ()
+        return lead + tuple(self._voter_records)
+
+    def latest_voters(self) -> tuple[VoterInfo, ...] | None:
+        """The voter set in force (the latest record's, committed or not);
+        None when the log holds none and the static configured set applies."""
+        records = self.voter_records()
+        return records[-1][1] if records else None
+
+    def _start_snapshot_voters(self) -> tuple[VoterInfo, ...] | None:
+        start = self._log.log_start_offset
+        for snapshot_id in self._snapshots:
+            if snapshot_id.end_offset == start:
+                voters, _ = split_snapshot_file(self._fs.read_file(self._path(snapshot_file_name(snapshot_id))))
+                return voters
+        return None
+
+    def _note_voter_records(self, batches: bytes) -> None:
+        for offset, infos in voter_records_in(batches):
+            self._voter_sets_cache = None
+            self._voter_records.append((offset, infos))
+            for info in infos:
+                self._known_voters[info.node_id] = info
+
+    def _scan_voter_records(self) -> None:
+        """Find the VotersRecords of the log as opened (control batches only)."""
+        self._voter_records = []
+        self._voter_sets_cache = None
+        base = self._base_voters = self._start_snapshot_voters()
+        for info in base or ():
+            self._known_voters[info.node_id] = info
+        offset, end = self._log.log_start_offset, self._log.log_end_offset
+        while offset < end:
+            data = self._log.read_bytes(offset, 1 << 20)
+            last = None
+            for pos, header in iter_batch_headers(data):
+                last = header
+                if header.is_control:
+                    self._note_voter_records(data[pos : pos + header.size_in_bytes])
+            if last is None:
+                break
+            offset = last.last_offset + 1
 
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         last = None
+        control = False
         for _, header in iter_batch_headers(batches):
             last = header
+            control = control or header.is_control
         assert last is not None, "append_as_follower needs at least one batch"
         base = self._log.append_as_follower(batches, self._now_ms())
+        if control:
+            self._note_voter_records(batches)
         return AppendInfo(base, last.last_offset, len(batches))
 
     def truncate_to(self, offset: int) -> None:
         self._log.truncate_to(offset)
+        end = self._log.log_end_offset
+        self._voter_records = [(o, v) for o, v in self._voter_records if o < end]
+        self._voter_sets_cache = None
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         return self._log.read_bytes(offset, max_bytes, max_offset)
@@ -258,6 +340,12 @@ class StorageReplicatedLog:
         else:
             epoch = self._base_epoch()
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=epoch)
+        in_force = [v for o, v in self.voter_records() if o < end_offset]
+        if in_force:
+            # The snapshot starts with the voter set in force at its end, as
+            # Kafka's starts with its VotersRecord: a log that starts here
+            # still knows its voters.
+            data = voters_control_batch(in_force[-1], base_offset=max(0, end_offset - 1), epoch=epoch) + bytes(data)
         self._write_snapshot(snapshot_id, data)
         return snapshot_id
 
@@ -272,12 +360,13 @@ class StorageReplicatedLog:
             f.close()
 
     def snapshot_data(self, snapshot_id: SnapshotId) -> bytes:
-        """The whole snapshot, for the state machine to load."""
-        return self._fs.read_file(self._path(snapshot_file_name(snapshot_id)))
+        """The state machine's bytes of a snapshot (after its voter set, if it carries one)."""
+        return split_snapshot_file(self._fs.read_file(self._path(snapshot_file_name(snapshot_id))))[1]
 
     def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._write_snapshot(snapshot_id, data)
         self._log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self._scan_voter_records()
 
     @property
     def snapshot_ids(self) -> tuple[SnapshotId, ...]:
@@ -289,6 +378,10 @@ class StorageReplicatedLog:
             return
         self._log.maybe_increment_log_start_offset(snapshot_id.end_offset)
         self._log.delete_old_segments(self._now_ms())
+        start = self._log.log_start_offset
+        self._voter_records = [(o, v) for o, v in self._voter_records if o >= start]
+        self._base_voters = self._start_snapshot_voters()
+        self._voter_sets_cache = None
 
     def delete_snapshot(self, snapshot_id: SnapshotId) -> None:
         assert snapshot_id.end_offset != self._log.log_start_offset, "the log starts at this snapshot"

@@ -43,7 +43,7 @@ async def test_api_versions_reports_the_features_raftka_serves(tmp_path):
         request = av4.ApiVersionsRequest(client_software_name="raw", client_software_version="1")
         versions = await conn.request(request)
         assert {(f.name, f.min_version, f.max_version) for f in versions.supported_features} == {
-            ("metadata.version", 25, 25), ("kraft.version", 0, 0), ("group.version", 0, 1),
+            ("metadata.version", 25, 25), ("kraft.version", 0, 1), ("group.version", 0, 1),
             ("transaction.version", 0, 2)}
         # Levels at 0 (a static quorum) are not finalized, as Kafka reports them.
         assert {(f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features} == {

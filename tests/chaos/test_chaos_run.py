@@ -150,3 +150,14 @@ def test_soak_secure(tmp_path: Path) -> None:
                      "--seed", "3939", timeout=SOAK_SECONDS + 600)
     check_outcome(done, out, {"kill", "pause", "partition"})
     assert "--secure" in (out / "report.md").read_text()
+
+
+def test_soak_dynamic_quorum_voter_changes(tmp_path: Path) -> None:
+    """KIP-853 under faults: controllers leave the voter set and come back while others are killed, paused
+    and cut off."""
+    nemeses = ("voters", "kill", "pause", "partition")
+    done = chaos_run(tmp_path, "--dynamic-quorum", "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
+                     "--seed", "8530", timeout=SOAK_SECONDS + 600)
+    check_outcome(done, tmp_path, set(nemeses))
+    changes = [e for e in read_history(tmp_path / "history.jsonl") if e.process == "nemesis" and e.f == "voters"]
+    assert changes and all(e.extra.get("error") is None and not e.extra.get("errors") for e in changes), changes

@@ -45,7 +45,10 @@ def test_format_writes_meta_properties_once(tmp_path):
     config = controller_config(tmp_path, 4, tmp_path / "data")
     first = run("storage", "format", "--config", config, "--cluster-id", "abcdefghijklmnopqrstuv")
     assert first.returncode == 0, first.stderr
-    assert read_meta(tmp_path / "data") == {"version": "1", "cluster.id": "abcdefghijklmnopqrstuv", "node.id": "4"}
+    meta = read_meta(tmp_path / "data")
+    directory_id = meta.pop("directory.id")
+    assert meta == {"version": "1", "cluster.id": "abcdefghijklmnopqrstuv", "node.id": "4"}
+    assert len(directory_id) == 22  # KIP-858: each dir its own random id
     again = run("storage", "format", "--config", config, "--cluster-id", "abcdefghijklmnopqrstuv")
     assert again.returncode == 2 and "--ignore-formatted" in again.stderr
     ignored = run("storage", "format", "--config", config, "--cluster-id", "abcdefghijklmnopqrstuv",

@@ -4,6 +4,7 @@ storage engine's simulated disk (crashes lose what was not fsynced)."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pytest
 from hypothesis import settings
@@ -12,6 +13,7 @@ from kio.serial import entity_reader
 
 from quorum.raft import RaftUsageError, SnapshotId
 from quorum.raft.storage_log import StorageReplicatedLog, snapshot_file_name
+from quorum.raft.voters import VoterInfo
 from storage.batch import ControlRecordType, iter_batch_headers, iter_records, parse_control_key
 from storage.config import LogConfig
 from storage.sim_fs import SimFileSystem
@@ -143,3 +145,40 @@ def test_a_quorum_on_storage_logs_replicates_survives_crashes_and_ships_snapshot
         leader.log.read(snapshot_id.end_offset, 1 << 20)
     )
     assert reopened.core.high_watermark == leader.core.high_watermark
+
+
+def test_voter_changes_are_kafkas_voters_records_and_survive_a_restart_and_a_snapshot() -> None:
+    """KIP-853 on disk: a change is a VotersRecord (control type 6) naming each
+    voter's directory id and endpoint; a reopened log and a log that starts
+    at a snapshot both know the voter set in force."""
+    disks = {i: SimFileSystem(seed=i) for i in (1, 2)}
+    logs = {i: open_log(disks[i]) for i in (1, 2)}
+    two = VoterInfo(2, uuid.uuid4(), (("CONTROLLER", "127.0.0.1", 9094),))
+    logs[1].remember_voter(VoterInfo(1, uuid.uuid4(), (("CONTROLLER", "127.0.0.1", 9093),)))
+    logs[1].remember_voter(two)
+    h = Harness(Node(i, (1,), log=logs[i], seed=7) for i in (1, 2))
+    leader = h.elect()
+    assert leader.node_id == 1
+    _, out = leader.core.change_voters({1, 2}, h.now_ms)
+    leader.obey(out)
+    h.advance(CONFIG.controller_quorum_fetch_timeout_ms)
+    assert h.nodes[2].core.voters == {1, 2} and h.nodes[2].core.is_voter
+    data = logs[1].read(0, 1 << 20)
+    types = [parse_control_key(r.key)[1] for pos, hd in iter_batch_headers(data) if hd.is_control
+             for r in iter_records(data, pos)]
+    assert ControlRecordType.KRAFT_VOTERS in types
+    assert logs[2].latest_voters()[1] == two  # the follower learned the endpoint and directory id
+    # A restart rereads the records from the segments.
+    del h.nodes[2]
+    disks[2].crash()
+    assert open_log(disks[2]).voter_sets()[-1][1] == {1, 2}
+    # A snapshot starts with the voter set; a log that starts there knows it.
+    leader.propose([b"after"], h.now_ms)
+    h.advance(3)
+    snapshot_id, out = leader.core.create_snapshot(leader.core.high_watermark, b"the-image", h.now_ms)
+    leader.obey(out)
+    fresh = open_log(SimFileSystem(seed=9))
+    fresh.install_snapshot(snapshot_id, logs[1].read_snapshot(snapshot_id, 0, 1 << 20))
+    assert fresh.snapshot_data(snapshot_id) == b"the-image"
+    assert fresh.voter_sets() == ((snapshot_id.end_offset - 1, frozenset({1, 2})),)
+    assert fresh.latest_voters()[1] == two
