@@ -193,6 +193,7 @@ class LogManager:
         shutdown (cold directory entries), and many waits overlap."""
         scanned: dict[str, tuple[list[tuple[str, bool]], list[str], dict[str, tuple]]] = {}
         for log_dir in self.log_dirs:
+            started = time.monotonic()
             os.makedirs(log_dir, exist_ok=True)
             # One scandir: its entries say which are directories without a
             # stat each. The metadata log lives beside the partitions in the
@@ -207,6 +208,9 @@ class LogManager:
                                                           (os.path.join(log_dir, n) for n in partition_dirs),
                                                           chunksize=256)))
             scanned[log_dir] = (names, partition_dirs, found)
+            if partition_dirs:
+                _log.info("%s: read %d partition directories in %.1f s", log_dir, len(partition_dirs),
+                          time.monotonic() - started)
         self._scanned = scanned
 
     def load(self, image: MetadataImage, broker_id: int) -> None:
