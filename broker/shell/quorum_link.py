@@ -53,6 +53,9 @@ from common.wire.errors import ConnectionFailedError
 ADMIN_TIMEOUT_MS = 30_000
 #: How often a controlled shutdown counts the partitions the broker still leads.
 LEADERSHIP_CHECK_S = 1.0
+#: A controlled shutdown whose timeout restarts as leaderships move off
+#: waits at most this many times its timeout in all.
+MAX_SHUTDOWN_EXTENSION = 10
 
 _log = logging.getLogger("broker.quorum_link")
 
@@ -243,11 +246,14 @@ class BrokerQuorumLink:
                 # partition changes each, about a second apiece here): at
                 # 100,000 partitions a fixed 9 s ran out one batch short.
                 # Each batch that moved some gives the wait `timeout_s` more.
+                # Against the previous count, not the first: a broker told
+                # to stop while its elections still come in leads more
+                # partitions first. Bounded, whatever the counts do.
                 next_count = now + LEADERSHIP_CHECK_S
-                now_led = self._partitions_led()
-                if now_led < led:
-                    led = now_led
-                    deadline = now + timeout_s
+                now_led, was = self._partitions_led(), led
+                led = now_led
+                if now_led < was:
+                    deadline = max(deadline, min(now + timeout_s, started + timeout_s * MAX_SHUTDOWN_EXTENSION))
             if now >= deadline:
                 _log.warning("broker %d: controlled shutdown did not finish in %.1f s (%s; it still leads %d "
                              "partitions); stopping anyway: raise raftka.controlled.shutdown.timeout.ms if the "
