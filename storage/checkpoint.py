@@ -162,9 +162,10 @@ class LeaderEpochCheckpointFile:
         self.fs = fs
         self.path = path
 
-    def read(self) -> list[tuple[int, int]]:
-        """The entries; empty if the file does not exist."""
-        if not self.fs.exists(self.path):
+    def read(self, listed: bool = False) -> list[tuple[int, int]]:
+        """The entries; empty if the file does not exist. `listed`: the
+        caller saw the file in its directory's listing (no look again)."""
+        if not listed and not self.fs.exists(self.path):
             return []
         return [
             (_parse_int(e, self.path), _parse_int(o, self.path))

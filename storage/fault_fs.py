@@ -173,6 +173,10 @@ class FaultSwitchFileSystem(OsFileSystem):
     def open_segment(self, path: str) -> OsFile:
         return self._open(path, self.segment_cache)
 
+    def open_listed_segment(self, path: str) -> OsFile:
+        # Opened at once: the descriptor lives in `FaultSwitchFile._fd`.
+        return self._open(path, self.segment_cache)
+
     def makedirs(self, dir_path: str) -> None:
         if not os.path.isdir(dir_path):
             self.switch.check(dir_path)

@@ -117,7 +117,7 @@ class OsFile:
 
     __slots__ = ("_cache", "_closed", "_identity", "fd", "path", "pins", "size", "used")
 
-    def __init__(self, path: str, cache: OpenFileCache | None = None) -> None:
+    def __init__(self, path: str, cache: OpenFileCache | None = None, *, listed: bool = False) -> None:
         self.path = path
         self._cache = cache
         #: Set by every use; the cache's clock hand clears it (module doc of `OpenFileCache`).
@@ -126,6 +126,15 @@ class OsFile:
         self.pins = 0
         self._closed = False
         self.fd = -1
+        if listed and cache is not None:
+            # A file the caller just listed (a log opened at start-up): its
+            # size and identity from one stat, the descriptor at first use.
+            # Opening 100,000 segments at start only to have the cache
+            # close most of them again cost an open and a close each.
+            st = os.stat(path)
+            self.size = st.st_size
+            self._identity = (st.st_dev, st.st_ino)
+            return
         flags = os.O_RDWR | os.O_CREAT | _CLOEXEC
         fd = cache.open(path, flags) if cache is not None else os.open(path, flags, 0o644)
         st = os.fstat(fd)
@@ -412,6 +421,11 @@ class OsFileSystem:
         """`open`, for a segment's `.log`: through the bounded cache of
         open files (`OpenFileCache`), if this file system has one."""
         return OsFile(path, self.segment_cache)
+
+    def open_listed_segment(self, path: str) -> OsFile:
+        """`open_segment`, for a segment file the caller saw in its
+        directory's listing: opened at its first use, not now."""
+        return OsFile(path, self.segment_cache, listed=True)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -65,15 +65,18 @@ def load_log(
     recovery_point: int | None,
     log_start_offset: int | None,
     checkpoint_files: bool,
+    exists: bool | None = None,
+    listing: list[str] | None = None,
 ) -> LoadedLog:
     """Load the log in `dir_path` (made if missing) for `Log.open` (see its
     docstring): read the checkpoints, recover the segments past the
-    recovery point, fsync what was recovered."""
+    recovery point, fsync what was recovered. `exists`: the caller saw the
+    directory; `listing`: its names, if the caller listed it."""
     # A fresh log fsyncs nothing here: it holds no batch, so a crash that
     # loses its files loses nothing promised; its first flush makes the
     # segment files and the directory entries durable (`Log._fsync_dirs`).
     # Creating thousands of partitions costs no fsync each.
-    fresh = not fs.exists(dir_path)
+    fresh = not (exists or fs.exists(dir_path))
     if fresh:
         fs.makedirs(dir_path)
     checkpointed_rp = recovery_point
@@ -92,21 +95,25 @@ def load_log(
             log_start_offset = _read_offset(fs, parent, LOG_START_OFFSET_CHECKPOINT, tp)
     recovery_point = recovery_point or 0
 
+    # One listing of the directory for the segments, the producer
+    # snapshots and whether the epoch checkpoint and the indexes exist
+    # (none for a directory just made): each listing, or look for one
+    # file, in 100,000 directories at start-up cost seconds. Nothing below
+    # makes or removes a snapshot file before the producer state reads them.
+    listing = [] if fresh else fs.listdir(dir_path) if listing is None else listing
     epoch_file = LeaderEpochCheckpointFile(fs, os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT))
-    rebuild_epochs = False
-    try:
-        entries = epoch_file.read()
-        rebuild_epochs = not fs.exists(epoch_file.path)
-    except CorruptCheckpointError as e:
-        logger.warning("%s: %s; rebuilding the leader epoch cache from the batches", dir_path, e)
-        entries, rebuild_epochs = [], True
+    entries: list[tuple[int, int]] = []
+    # No file: the entries are rebuilt from the batches (a missing file reads as empty).
+    rebuild_epochs = LEADER_EPOCH_CHECKPOINT not in listing
+    if not rebuild_epochs:
+        try:
+            entries = epoch_file.read(listed=True)
+        except FileNotFoundError:
+            rebuild_epochs = True  # removed since the listing
+        except CorruptCheckpointError as e:
+            logger.warning("%s: %s; rebuilding the leader epoch cache from the batches", dir_path, e)
+            entries, rebuild_epochs = [], True
     epoch_cache = LeaderEpochCache(entries, checkpoint=epoch_file)
-
-    # One listing of the directory for the segments and the producer
-    # snapshots (none for a directory just made): each listing of 100,000
-    # directories at start-up cost seconds. Nothing below makes or removes
-    # a snapshot file before the producer state reads them.
-    listing = [] if fresh else fs.listdir(dir_path)
     segments, recovered = load_segments(
         fs,
         dir_path,

@@ -83,13 +83,18 @@ def segment_base_offsets(fs: FileSystem, dir_path: str, listing: list[str] | Non
     return sorted(bases)
 
 
-def load_trusted(segment: LogSegment, config: LogConfig) -> None:
+def load_trusted(segment: LogSegment, config: LogConfig, listed: set[str] | frozenset[str] | None = None) -> None:
     """Load a segment's indexes and check them against its tail; raise
-    `CorruptIndexError` or `CorruptRecordError` when they do not fit."""
+    `CorruptIndexError` or `CorruptRecordError` when they do not fit.
+    `listed`: the names in the segment's directory, if the caller listed it
+    (no look for each index file then)."""
     fs = segment.fs
     size = segment.size
     paths = segment.path(INDEX_SUFFIX), segment.path(TIME_INDEX_SUFFIX)
-    missing = [p for p in paths if not fs.exists(p)]
+    if listed is None:
+        missing = [p for p in paths if not fs.exists(p)]
+    else:
+        missing = [p for p in paths if os.path.basename(p) not in listed]
     if missing and size == 0 and len(missing) == len(paths):
         # An empty segment's index files are made with its first batch
         # (storage.index, NO_FILE): nothing to load.
@@ -226,10 +231,12 @@ def load_segments(
     if complete_swaps(fs, dir_path, config, listing):
         listing = fs.listdir(dir_path)
     bases = segment_base_offsets(fs, dir_path, listing)
+    # Valid for every segment loaded below: only later ones are ever deleted here.
+    listed = frozenset(listing)
     segments: list[LogSegment] = []
     recovered: list[LogSegment] = []
     for i, base in enumerate(bases):
-        segment = LogSegment(fs, dir_path, base, config, now_ms)
+        segment = LogSegment(fs, dir_path, base, config, now_ms, listed=True)
         if segments and segments[-1].next_offset > base:
             logger.warning(
                 "%s: the previous segment runs to offset %d, past this segment's base offset; "
@@ -242,7 +249,7 @@ def load_segments(
             break
         segments.append(segment)
         try:
-            load_trusted(segment, config)
+            load_trusted(segment, config, listed)
             # A segment that lost its unsynced tail looks whole; only the
             # recovery point tells: the next segment must start at or
             # below it (the last one must end at or below it).

@@ -94,14 +94,16 @@ class LogSegment:
     """A `.log` file with its in-memory indexes (see module docstring)."""
 
     def __init__(
-        self, fs: FileSystem, dir_path: str, base_offset: int, config: LogConfig, now_ms: int
+        self, fs: FileSystem, dir_path: str, base_offset: int, config: LogConfig, now_ms: int,
+        *, listed: bool = False,
     ) -> None:
         self.fs = fs
         self.dir_path = dir_path
         self.base_offset = base_offset
         # Through the bounded cache of open files when the file system has
         # one (`storage.fs.OpenFileCache`): the descriptor comes and goes.
-        open_segment = getattr(fs, "open_segment", fs.open)
+        # `listed`: the caller saw the file in a listing (opened at first use).
+        open_segment = getattr(fs, "open_listed_segment" if listed else "open_segment", fs.open)
         self.log: File = open_segment(self.path(LOG_SUFFIX))
         self.index_interval_bytes = config.index_interval_bytes
         self.offset_index = OffsetIndex(base_offset, config.segment_index_bytes // OFFSET_ENTRY_SIZE)

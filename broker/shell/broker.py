@@ -240,6 +240,10 @@ class Broker:
         while thousands of replicas are created or change role. Replicas not
         reached yet answer as before (NOT_LEADER_OR_FOLLOWER: retriable).
         The caller publishes one image at a time (the quorum link's task)."""
+        if not self._loaded and image.offset >= self.image.offset:
+            # The log dirs' reads before the first publish, off the event
+            # loop and many at once (`LogManager.scan`).
+            await trio.to_thread.run_sync(self.log_manager.scan)
         steps = self._publish_steps(image, None)
         if steps is None:
             return
@@ -525,17 +529,20 @@ class Broker:
     async def _flush_due(self, now: int) -> None:
         self.log_manager.flush_due(now)
 
+    # Each pass over every log lets the event loop run every few ms: at
+    # 100,000 partitions one step of any of them held it past the metadata
+    # fetch's timeout.
     async def _checkpoint_high_watermarks(self, now: int) -> None:
-        await self.log_manager.checkpoint_high_watermarks_in_thread(self.replicas.high_watermarks())
+        await self.log_manager.checkpoint_high_watermarks_in_thread(await self.replicas.high_watermarks_in_slices())
 
     async def _checkpoint_logs(self, now: int) -> None:
-        self.log_manager.checkpoint_logs()
+        await self.log_manager.checkpoint_logs_in_slices()
 
     async def _enforce_retention(self, now: int) -> None:
-        self.replicas.enforce_retention(now)
+        await self.log_manager.enforce_retention_in_slices(now)
 
     async def _remove_expired_producers(self, now: int) -> None:
-        self.log_manager.remove_expired_producers(now)
+        await self.log_manager.remove_expired_producers_in_slices(now)
 
     async def _retry_offline(self, now: int) -> None:
         if self.replicas.offline:

@@ -64,13 +64,18 @@ class CompactedLogs:
 
     def __init__(self, broker) -> None:
         self.broker = broker
-        self._image = None
+        self._key: tuple | None = None
         self._hosted: list[tuple[HostedPartition, CompactionConfig]] = []
 
     def current(self) -> list[CompactedLog]:
         broker = self.broker
-        if broker.image is not self._image:
-            self._image = broker.image
+        image = broker.image
+        # Recomputed when topics, configs or the hosted replicas change, not
+        # on every image: a broker registration or fence makes a new image,
+        # and each walk of 100,000 hosted partitions held the event loop.
+        key = (image.topics_by_id, image.configs, len(broker.replicas.partitions))
+        if self._key is None or any(a is not b for a, b in zip(key[:2], self._key[:2])) or key[2] != self._key[2]:
+            self._key = key
             configs: dict[str, CompactionConfig] = {}
             self._hosted = []
             for (topic, _partition), hosted in broker.replicas.partitions.items():

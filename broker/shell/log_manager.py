@@ -53,12 +53,14 @@ goes away (or the broker leaves the replica list).
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import logging
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 import trio
 
@@ -95,6 +97,27 @@ _LOG_CONFIG_KEYS = (
 _LONG_MAX = str(2**63 - 1)
 
 TopicPartitionName = tuple[str, int]
+
+#: Threads that read the partition directories at start (`LogManager.scan`).
+SCAN_THREADS = 16
+#: The longest a periodic pass over every log holds the event loop at once.
+PASS_SLICE_S = 0.02
+#: A walk looks at the clock once per this many logs.
+SLICE_CHECK_EVERY = 256
+
+
+class Slices:
+    """Lets the event loop run every `slice_s` of a long walk."""
+
+    def __init__(self, slice_s: float) -> None:
+        self.slice_s = slice_s
+        self._started = time.monotonic()
+
+    async def check(self) -> None:
+        if time.monotonic() - self._started >= self.slice_s:
+            await trio.lowlevel.checkpoint()
+            self._started = time.monotonic()
+
 
 _log = logging.getLogger("broker.log_manager")
 
@@ -162,6 +185,13 @@ class LogManager:
         #: from each dir's checkpoint files once and handed to the log's first
         #: open: read per log, a start with n logs parsed n files of n lines.
         self._start_offsets: dict[TopicPartitionName, tuple[int, int]] = {}
+        #: What `scan` read of each log dir, till `load` takes it.
+        self._scanned: dict | None = None
+        #: The topic id in `partition.metadata` (None: no such file) and the
+        #: directory's listing (None: it could not be listed) of each log
+        #: found at start, read once by `scan`: the first open neither looks
+        #: for the directory nor reads either again.
+        self._found: dict[TopicPartitionName, tuple[uuid.UUID | None, list[str] | None]] = {}
         #: Partitions deleted since the last checkpoint pass, per log dir: their
         #: entries leave the recovery point and log start offset files then.
         self._removed: dict[str, set[TopicPartitionName]] = {}
@@ -169,6 +199,9 @@ class LogManager:
         self._unclean_dirs: set[str | None] = set()
         #: HWs found in the checkpoints at start (seed the HW of reopened partitions).
         self._checkpointed_hws: dict[TopicPartitionName, int] = {}
+        #: What the recovery point and log start offset files of each log
+        #: dir hold, as the periodic pass last wrote them (or `load` read them).
+        self._written_logs: dict[str, tuple[dict[TopicPartitionName, int], dict[TopicPartitionName, int]]] = {}
         #: What `checkpoint_high_watermarks` last wrote, per log dir.
         self._written_hws: dict[str, dict[TopicPartitionName, int]] = {}
         #: Log dirs taken offline by a disk failure (`fail_dir`): dir -> why.
@@ -179,21 +212,50 @@ class LogManager:
 
     # --- start ---------------------------------------------------------
 
+    def scan(self) -> None:
+        """Read what opening the logs found at start needs: each log dir's
+        names, each partition directory's listing and `partition.metadata`,
+        the directories read by `SCAN_THREADS` threads at once. Reads only,
+        so a broker runs it in a worker thread before `load`. At 100,000
+        partitions the directories, read one by one as each log opened,
+        were most of a restart: each read is a wait for the disk after a
+        shutdown (cold directory entries), and many waits overlap."""
+        scanned: dict[str, tuple[list[tuple[str, bool]], list[str], dict[str, tuple]]] = {}
+        for log_dir in self.log_dirs:
+            started = time.monotonic()
+            os.makedirs(log_dir, exist_ok=True)
+            # One scandir: its entries say which are directories without a
+            # stat each. The metadata log lives beside the partitions in the
+            # first log dir (Kafka's metadata.log.dir default) and belongs
+            # to the Raft node.
+            with os.scandir(log_dir) as entries:
+                names = [(e.name, e.is_dir()) for e in entries]
+            partition_dirs = [n for n, is_dir in names
+                              if is_dir and n != METADATA_PARTITION_DIR and parse_topic_partition(n) is not None]
+            with concurrent.futures.ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="log-scan") as pool:
+                found = dict(zip(partition_dirs, pool.map(_scan_partition_dir,
+                                                          (os.path.join(log_dir, n) for n in partition_dirs),
+                                                          chunksize=256)))
+            scanned[log_dir] = (names, partition_dirs, found)
+            if partition_dirs:
+                _log.info("%s: read %d partition directories in %.1f s", log_dir, len(partition_dirs),
+                          time.monotonic() - started)
+        self._scanned = scanned
+
     def load(self, image: MetadataImage, broker_id: int) -> None:
         """Prepare the log dirs at start, given the first metadata image
         (which must be caught up with the metadata log, as Kafka's broker
         waits for before publishing it). Opens nothing: logs open as the
-        first delta names their partitions."""
+        first delta names their partitions. Runs `scan` first unless the
+        caller did."""
         assert not self._loaded, "LogManager.load runs once"
         self._loaded = True
+        if self._scanned is None:
+            self.scan()
+        scanned, self._scanned = self._scanned or {}, None
         for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-            # The metadata log lives beside the partitions in the first log
-            # dir (Kafka's metadata.log.dir default) and belongs to the Raft node.
-            partition_dirs = [n for n in os.listdir(log_dir)
-                              if n != METADATA_PARTITION_DIR and parse_topic_partition(n) is not None
-                              and os.path.isdir(os.path.join(log_dir, n))]
+            names, partition_dirs, found = scanned[log_dir]
             if os.path.exists(marker):
                 os.remove(marker)
                 self._fs.fsync_dir(log_dir)
@@ -203,7 +265,7 @@ class LogManager:
                 _log.warning(
                     "%s: no clean shutdown marker: the broker stopped uncleanly; %d logs are recovered "
                     "from their recovery points as they open", log_dir, len(partition_dirs))
-            for name in os.listdir(log_dir):
+            for name, _is_dir in names:
                 if name.endswith(DELETE_SUFFIX):
                     _log.info("%s: finishing the deletion of %s", log_dir, name)
                     shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
@@ -216,13 +278,15 @@ class LogManager:
             self._checkpointed_hws.update(self._hw_file(log_dir).read())
             recovery_points = _read_checkpoint(self._fs, log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT)
             start_offsets = _read_checkpoint(self._fs, log_dir, LOG_START_OFFSET_CHECKPOINT)
+            # The periodic pass compares with these instead of reading the files again.
+            self._written_logs[log_dir] = (dict(recovery_points), dict(start_offsets))
             for name in partition_dirs:
                 tp = parse_topic_partition(name)
                 assert tp is not None
                 topic = image.topic(tp[0])
                 registration = None if topic is None else topic.partitions.get(tp[1])
                 path = os.path.join(log_dir, name)
-                stored_id = _read_topic_id(path)
+                listing, stored_id = found[name]
                 if registration is None or broker_id not in registration.replicas:
                     self._move_aside(path, "its partition is not hosted here in the metadata")
                 elif stored_id is not None and stored_id != topic.topic_id:
@@ -231,6 +295,7 @@ class LogManager:
                     self._place(tp, log_dir)
                     # Absent from a file: 0, what `Log.open` reads as "not checkpointed".
                     self._start_offsets[tp] = (recovery_points.get(tp, 0), start_offsets.get(tp, 0))
+                    self._found[tp] = (stored_id, listing)
 
     # --- logs ----------------------------------------------------------
 
@@ -300,15 +365,24 @@ class LogManager:
                           os.path.join(log_dir, f"{topic}-{partition}"))
         log_dir = log_dir or self._pick_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
-        fresh = not os.path.isdir(path)
-        stored_id = None if fresh else _read_topic_id(path)
+        found = tp in self._found
+        listing = None
+        if found:
+            # Found by `load` (and not moved aside since: that drops it).
+            fresh = False
+            stored_id, listing = self._found.pop(tp)
+        else:
+            fresh = not os.path.isdir(path)
+            stored_id = None if fresh else _read_topic_id(path)
         if stored_id is not None and stored_id != topic_id:
             self._move_aside(path, f"the topic now has id {topic_id}")
+            found, listing = False, None
         # A log created in this run starts at 0; one found at start, where
         # the checkpoints read then say (never the files again: module doc).
         recovery_point, log_start_offset = self._start_offsets.pop(tp, (0, 0))
         log = Log.open(path, config, now_ms=self._clock_ms(), fs=self._fs, producer_state=True,
-                       recovery_point=recovery_point, log_start_offset=log_start_offset)
+                       recovery_point=recovery_point, log_start_offset=log_start_offset,
+                       exists=True if found else None, listing=listing)
         if self._producer_id_expiration_ms is not None and log.producer_state is not None:
             log.producer_state.producer_id_expiration_ms = self._producer_id_expiration_ms
         if stored_id != topic_id:
@@ -330,6 +404,7 @@ class LogManager:
         log_dir = self._dir_of.pop(tp, None)
         self._checkpointed_hws.pop(tp, None)
         self._start_offsets.pop(tp, None)
+        self._found.pop(tp, None)
         if log is not None:
             self.cleaner.abort(log)
             # Its checkpoint entries go at the next checkpoint pass, with
@@ -385,7 +460,18 @@ class LogManager:
         journal, 50-200 ms here, and on the event loop it held up every
         produce and fetch of the broker. Not abandoned when cancelled, so a
         clean shutdown's own checkpoint never overlaps it."""
-        changed = self._changed_hws(high_watermarks)
+        # Grouped by dir in slices of the event loop: 100,000 entries in one step held it.
+        by_dir: dict[str, dict[TopicPartitionName, int]] = {d: {} for d in self.log_dirs}
+        slices = Slices(PASS_SLICE_S)
+        dir_of = self._dir_of
+        for i, (tp, hw) in enumerate(list(high_watermarks.items())):
+            if i % SLICE_CHECK_EVERY == 0:
+                await slices.check()
+            log_dir = dir_of.get(tp)
+            if log_dir is not None:
+                by_dir[log_dir][tp] = hw
+        changed = [(log_dir, entries) for log_dir, entries in by_dir.items()
+                   if self._written_hws.get(log_dir) != entries]
         if not changed:
             return
         await trio.to_thread.run_sync(self._write_hw_files, changed)
@@ -410,6 +496,64 @@ class LogManager:
         each per-directory file once."""
         removed, self._removed = self._removed, {}
         write_checkpoints_of(self._logs.values(), removed=removed)
+        # What the files hold now is unknown here (merged with what they
+        # held): the next periodic pass reads them again.
+        self._written_logs.clear()
+
+    async def checkpoint_logs_in_slices(self, slice_s: float = PASS_SLICE_S) -> int:
+        """The periodic `checkpoint_logs`: the logs' offsets collected in
+        slices of `slice_s` of the event loop, and a dir's two files written
+        only if an entry changed, from what this pass last wrote (not read
+        back each time). At 100,000 logs, reading, comparing and rewriting
+        both files in one step held the loop for seconds, past the metadata
+        fetch's timeout. How many files were written."""
+        removed, self._removed = self._removed, {}
+        collected: list[tuple[TopicPartitionName, Log, int, int]] = []
+        slices = Slices(slice_s)
+        for i, (tp, log) in enumerate(list(self._logs.items())):
+            if i % SLICE_CHECK_EVERY == 0:
+                await slices.check()
+            if log.checkpoint_files:
+                collected.append((tp, log, log.recovery_point, log.log_start_offset))
+        # From here to the write, no await: nothing changes the logs meanwhile.
+        by_dir: dict[str, tuple[dict[TopicPartitionName, int], dict[TopicPartitionName, int]]] = {}
+        marked: dict[str, list[Log]] = {}
+        for log_dir in self.log_dirs:
+            written = self._written_logs.get(log_dir)
+            if written is None:
+                written = (_read_checkpoint(self._fs, log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT),
+                           _read_checkpoint(self._fs, log_dir, LOG_START_OFFSET_CHECKPOINT))
+                self._written_logs[log_dir] = written
+            by_dir[log_dir] = (dict(written[0]), dict(written[1]))
+            marked[log_dir] = []
+            for tp in removed.get(log_dir, ()):
+                by_dir[log_dir][0].pop(tp, None)
+                by_dir[log_dir][1].pop(tp, None)
+        for tp, log, recovery_point, log_start_offset in collected:
+            log_dir = self._dir_of.get(tp)
+            if self._logs.get(tp) is not log or log_dir not in by_dir:
+                continue  # deleted or moved while the pass yielded
+            # A truncation since it was collected lowered it (and wrote its
+            # own entry): the lower value, never one above the log's end.
+            recovery_point = min(recovery_point, log.recovery_point)
+            by_dir[log_dir][0][tp] = recovery_point
+            by_dir[log_dir][1][tp] = log.log_start_offset
+            marked[log_dir].append(log)
+        files = 0
+        for log_dir, (recovery_points, start_offsets) in by_dir.items():
+            written = self._written_logs[log_dir]
+            if recovery_points != written[0]:
+                OffsetCheckpointFile(self._fs, os.path.join(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT)).write(
+                    recovery_points)
+                files += 1
+            if start_offsets != written[1]:
+                OffsetCheckpointFile(self._fs, os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
+                    start_offsets)
+                files += 1
+            self._written_logs[log_dir] = (recovery_points, start_offsets)
+            for log in marked[log_dir]:
+                log.checkpoints_written()
+        return files
 
     def flush_due(self, now_ms: int) -> None:
         """Apply `flush.ms` to logs that have it."""
@@ -420,10 +564,36 @@ class LogManager:
         """Delete segments by `retention.ms` / `retention.bytes`; the count deleted."""
         return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
 
+    async def enforce_retention_in_slices(self, now_ms: int, slice_s: float = PASS_SLICE_S) -> int:
+        """`enforce_retention`, letting the event loop run every `slice_s`
+        (a walk of 100,000 logs in one step held it past the metadata fetch's timeout)."""
+        deleted = 0
+        async for log in self._walk_logs(slice_s):
+            deleted += log.delete_old_segments(now_ms)
+        return deleted
+
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget idempotent producers idle for `producer.id.expiration.ms`; how many."""
         return sum(len(log.producer_state.remove_expired_producers(now_ms))
                    for log in self._logs.values() if log.producer_state is not None)
+
+    async def remove_expired_producers_in_slices(self, now_ms: int, slice_s: float = PASS_SLICE_S) -> int:
+        """`remove_expired_producers`, letting the event loop run every `slice_s`."""
+        removed = 0
+        async for log in self._walk_logs(slice_s):
+            if log.producer_state is not None:
+                removed += len(log.producer_state.remove_expired_producers(now_ms))
+        return removed
+
+    async def _walk_logs(self, slice_s: float) -> AsyncIterator[Log]:
+        """The open logs, the event loop let run every `slice_s`; a log
+        closed while the walk yielded is skipped."""
+        slices = Slices(slice_s)
+        for i, (tp, log) in enumerate(list(self._logs.items())):
+            if i % SLICE_CHECK_EVERY == 0:
+                await slices.check()
+            if self._logs.get(tp) is log:
+                yield log
 
     def shutdown(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
         """Clean shutdown: flush and close every log, write every
@@ -517,6 +687,19 @@ def _read_checkpoint(fs: OsFileSystem, log_dir: str, name: str) -> dict[TopicPar
     except CorruptCheckpointError as e:
         _log.warning("%s; ignoring it (the logs are recovered from their first segments)", e)
         return {}
+
+
+def _scan_partition_dir(path: str) -> tuple[list[str] | None, uuid.UUID | None]:
+    """A partition directory's listing and topic id (`LogManager.scan`, in a worker thread)."""
+    try:
+        listing = os.listdir(path)
+    except OSError:
+        return None, None  # the log's open lists it again and reports the error
+    try:
+        topic_id = _read_topic_id(path) if PARTITION_METADATA_FILE in listing else None
+    except OSError:
+        topic_id = None
+    return listing, topic_id
 
 
 def _read_topic_id(path: str) -> uuid.UUID | None:

@@ -26,8 +26,9 @@ prints `READY node=<id> broker=<host>:<port>` (plus ` controller=<host>:<port>`
 on a combined node).
 
 SIGTERM or SIGINT stop it cleanly: controlled shutdown (bounded by
-`raftka.controlled.shutdown.timeout.ms`, default `broker.session.timeout.ms`,
-after which the controller would fence the broker anyway), the logs closed
+`raftka.controlled.shutdown.timeout.ms`; unset, by `broker.session.timeout.ms`
+counted from the last time leaderships moved off the broker, so that a move
+of 100,000 partitions in batches finishes), the logs closed
 with their checkpoints and clean-shutdown marker, then a leading voter
 hands over (EndQuorumEpoch) and the node stops.
 """
@@ -150,6 +151,9 @@ async def run_broker(
                           "fences the broker between two heartbeats")
     shutdown_timeout_ms = int_property(config.raw, "raftka.controlled.shutdown.timeout.ms",
                                        config.broker_session_timeout_ms, 0)
+    # Unset, the timeout counts from the last leadership moved off, so a
+    # broker leading 100,000 partitions waits for every batch of the move.
+    extend_shutdown = "raftka.controlled.shutdown.timeout.ms" not in config.raw
     # TLS and SASL of this node's links to the controllers (the controller listener's protocol).
     client_security = controller_client_security(config.raw)
     node: RaftNode | PysyncobjNode
@@ -205,6 +209,7 @@ async def run_broker(
                                 heartbeat_interval_ms=heartbeat_interval_ms,
                                 heartbeat_timeout_ms=max(heartbeat_interval_ms,
                                                          quorum.controller_quorum_request_timeout_ms))
+        link.extend_shutdown_while_moving = extend_shutdown
         broker_scope = trio.CancelScope()
         broker_stopped = trio.Event()
 

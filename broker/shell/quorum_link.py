@@ -60,6 +60,11 @@ from common.wire.errors import ConnectionFailedError
 
 #: How long a forwarded admin request may look for the active controller.
 ADMIN_TIMEOUT_MS = 30_000
+#: How often a controlled shutdown counts the partitions the broker still leads.
+LEADERSHIP_CHECK_S = 1.0
+#: A controlled shutdown whose timeout restarts as leaderships move off
+#: waits at most this many times its timeout in all.
+MAX_SHUTDOWN_EXTENSION = 10
 
 _log = logging.getLogger("broker.quorum_link")
 
@@ -97,6 +102,9 @@ class BrokerQuorumLink:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.lifecycle: BrokerLifecycle | None = None
+        #: `controlled_shutdown`'s timeout restarts each time leaderships
+        #: moved off (set where `raftka.controlled.shutdown.timeout.ms` is not).
+        self.extend_shutdown_while_moving = False
         self.published = False
         self._poke = trio.Event()
         self._progress = trio.Event()
@@ -282,18 +290,44 @@ class BrokerQuorumLink:
             await self._progress.wait()
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
-        """Hand leadership over (KIP-631); whether the controller let us go in time."""
+        """Hand leadership over (KIP-631); whether the controller let us go
+        in time: within `timeout_s`, or, with `extend_shutdown_while_moving`,
+        within `timeout_s` of the last time leaderships moved off."""
         lifecycle = self.lifecycle
         if lifecycle is None:
             return True
         _log.info("broker %d: controlled shutdown", self.broker.node_id)
         lifecycle.begin_controlled_shutdown(self._now_ms())
         self._poke.set()
-        with trio.move_on_after(timeout_s):
-            while not lifecycle.done:
+        started = trio.current_time()
+        deadline = started + timeout_s
+        led = self._partitions_led()
+        next_count = started + LEADERSHIP_CHECK_S
+        while not lifecycle.done:
+            now = trio.current_time()
+            if self.extend_shutdown_while_moving and now >= next_count:
+                # The controller moves leadership off in batches (10,000
+                # partition changes each, about a second apiece here): at
+                # 100,000 partitions a fixed 9 s ran out one batch short.
+                # Each batch that moved some gives the wait `timeout_s` more.
+                # Against the previous count, not the first: a broker told
+                # to stop while its elections still come in leads more
+                # partitions first. Bounded, whatever the counts do.
+                next_count = now + LEADERSHIP_CHECK_S
+                now_led, was = self._partitions_led(), led
+                led = now_led
+                if now_led < was:
+                    deadline = max(deadline, min(now + timeout_s, started + timeout_s * MAX_SHUTDOWN_EXTENSION))
+            if now >= deadline:
+                _log.warning("broker %d: controlled shutdown did not finish in %.1f s (%s; it still leads %d "
+                             "partitions); stopping anyway: raise raftka.controlled.shutdown.timeout.ms if the "
+                             "controller needs longer", self.broker.node_id, now - started,
+                             lifecycle.last_error or "no answer", self._partitions_led())
+                return False
+            with trio.move_on_at(deadline):
                 await self._wait_progress()
-            _log.info("broker %d: the controller let it go", self.broker.node_id)
-            return True
-        _log.warning("broker %d: controlled shutdown did not finish in %.1f s (%s); stopping anyway",
-                     self.broker.node_id, timeout_s, lifecycle.last_error or "no answer")
-        return False
+        _log.info("broker %d: the controller let it go", self.broker.node_id)
+        return True
+
+    def _partitions_led(self) -> int:
+        return sum(1 for hp in self.broker.replicas.partitions.values() if hp.state.leader is not None)

@@ -42,7 +42,8 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import ProducePartitionResult
 from broker.core.failover_timeline import LeadershipTimeline
 from broker.shell.hosted_partition import HostedPartition, LogTransactions
-from broker.shell.log_manager import DIR_FAILURE_ERRNOS, LogManager, TopicPartitionName, log_config_for
+from broker.shell.log_manager import (DIR_FAILURE_ERRNOS, PASS_SLICE_S, SLICE_CHECK_EVERY, LogManager, Slices,
+                                      TopicPartitionName, log_config_for)
 from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
     AlterPartitionProposal,
@@ -605,6 +606,16 @@ class ReplicaManager:
 
     def high_watermarks(self) -> dict[TopicPartitionName, int]:
         return {tp: hp.state.high_watermark for tp, hp in self.partitions.items()}
+
+    async def high_watermarks_in_slices(self, slice_s: float = PASS_SLICE_S) -> dict[TopicPartitionName, int]:
+        """`high_watermarks`, letting the event loop run every `slice_s` (the periodic checkpoint)."""
+        out: dict[TopicPartitionName, int] = {}
+        slices = Slices(slice_s)
+        for i, (tp, hp) in enumerate(list(self.partitions.items())):
+            if i % SLICE_CHECK_EVERY == 0:
+                await slices.check()
+            out[tp] = hp.state.high_watermark
+        return out
 
     def enforce_retention(self, now_ms: int) -> None:
         self.log_manager.enforce_retention(now_ms)

@@ -133,6 +133,50 @@ async def test_restart_reads_each_checkpoint_file_once(nursery, tmp_path, monkey
     broker.shutdown()
 
 
+async def test_periodic_passes_let_the_event_loop_run_and_write_only_what_changed(nursery, tmp_path, monkeypatch):
+    # At 100,000 partitions each pass over every log, done in one step, held
+    # the event loop past the metadata fetch's timeout; the recovery-point
+    # pass also read both files back and rewrote them every time.
+    partitions = 600
+    rb = await start_broker(nursery, tmp_path)
+    await rb.create_topic("many", partitions)
+    conn = await rb.connect(nursery)
+    assert only_partition(await conn.request(produce_request("many", 1, batch(5)))).error_code == ErrorCode.none
+    manager = rb.broker.log_manager
+    turns = 0
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.lowlevel.checkpoint()
+
+    writes = _count_checkpoint_writes(monkeypatch)
+    with trio.CancelScope() as scope:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()
+        before = turns
+        # slice_s=0: the pass lets the loop run at every clock check (each 256 logs).
+        assert await manager.checkpoint_logs_in_slices(slice_s=0) >= 1
+        during = turns - before
+        await manager.enforce_retention_in_slices(rb.broker.clock_ms(), slice_s=0)
+        await manager.remove_expired_producers_in_slices(rb.broker.clock_ms(), slice_s=0)
+        scope.cancel()
+    assert during >= partitions // 256, f"the other task ran {during} times during the pass"
+    fs = OsFileSystem()
+    recovery_points = OffsetCheckpointFile(fs, str(tmp_path / RECOVERY_POINT_OFFSET_CHECKPOINT)).read()
+    assert len(recovery_points) == partitions
+
+    # Nothing changed: no file written. One log flushed: its dir's recovery point file only.
+    writes.clear()
+    assert await manager.checkpoint_logs_in_slices() == 0 and not writes
+    manager.get("many", 1).flush()
+    writes.clear()
+    assert await manager.checkpoint_logs_in_slices() == 1
+    assert [os.path.basename(p) for p in writes] == [RECOVERY_POINT_OFFSET_CHECKPOINT]
+    assert OffsetCheckpointFile(fs, str(tmp_path / RECOVERY_POINT_OFFSET_CHECKPOINT)).read()[("many", 1)] == 5
+
+
 def _hoard_descriptors() -> list[int]:
     """Open /dev/null until the process has no descriptor left (EMFILE)."""
     held = []
