@@ -86,6 +86,10 @@ class FlowStats:
     synced_groups: int = 0
     errors: int = 0
     last_error: str = ""
+    #: Exactly once: transactional producers replaced (fatal error or a stuck
+    #: call), and how many of them are still left behind with a stuck call (0 or 1).
+    producer_replacements: int = 0
+    abandoned_producers: int = 0
     state: str = "starting"
     topics: dict[str, str] = dataclasses.field(default_factory=dict)
     lag: dict[tuple[str, int], PartitionLag] = dataclasses.field(default_factory=dict)
@@ -123,6 +127,8 @@ class Flow(ExactlyOnceSteps):
         self._done: dict[tuple[str, int], int] = {}
         self._stored: dict[tuple[str, int], int] = {}
         self._renewed = False
+        self._stuck: threading.Thread | None = None
+        self._abandoned = None  # an `eos.AbandonedProducer` still closing
         #: When a list (`raftka bench mirror`): per acknowledged record, the
         #: ms from its source timestamp to the target's acknowledgement.
         self.ack_lag_ms: list[float] | None = None
@@ -543,6 +549,7 @@ class Flow(ExactlyOnceSteps):
                 self._heartbeat()
                 next_heartbeat = now + self.cfg.heartbeat_interval_s
             if now >= next_lag:
+                self._reap_abandoned()
                 self._update_lag()
                 next_lag = now + 1.0
             if self._assigned or not self._subscribed:
