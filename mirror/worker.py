@@ -34,6 +34,7 @@ naming it each time.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import struct
@@ -119,7 +120,12 @@ class Flow(ExactlyOnceSteps):
         self._backoff = Backoff()  # exactly once: a refusal aborts the whole batch
         self._backoffs: dict[tuple[str, int], Backoff] = {}
         self._paused: dict[tuple[str, int], float] = {}
-        self._last_ts: dict[tuple[str, int], int] = {}
+        #: Per source partition, (offset, timestamp ms) of the records read
+        #: and not yet committed as copied, oldest first: the lag's seconds.
+        self._uncopied: dict[tuple[str, int], collections.deque[tuple[int, int]]] = {}
+        #: The timestamp of a record not yet read, (partition, offset) -> ms, from `_probe_timestamp`.
+        self._probed: dict[tuple[str, int], tuple[int, int | None]] = {}
+        self._lag_probe: Consumer | None = None
         self._txn_offsets: dict[tuple[str, int], int] = {}
         self._acked: dict[tuple[str, int], int] = {}
         #: Per source partition, the next offset whose copy is committed (on the
@@ -294,6 +300,7 @@ class Flow(ExactlyOnceSteps):
             self._backoffs.pop(tp, None)
             self.stats.lag.pop(tp, None)
             self._done.pop(tp, None)
+            self._uncopied.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
 
@@ -313,7 +320,6 @@ class Flow(ExactlyOnceSteps):
                 self.ack_lag_ms.append(time.time() * 1000 - timestamp)
             self.stats.mirrored += 1
             self.stats.bytes += size
-            self._last_ts[source] = timestamp
             lag = self.stats.lag.setdefault(source, PartitionLag())
             lag.mirrored += 1
             if self.cfg.exactly_once:
@@ -428,6 +434,9 @@ class Flow(ExactlyOnceSteps):
             tp = (msg.topic(), msg.partition())
             if tp in self._blocked:
                 continue  # sought back to the refused record: this one comes again after it
+            uncopied = self._uncopied.setdefault(tp, collections.deque())
+            if not uncopied or msg.offset() > uncopied[-1][0]:  # a rewound batch's records are there already
+                uncopied.append((msg.offset(), msg.timestamp()[1]))
             if tp[0] not in self.topic_map:
                 # A topic refresh during a fault of either cluster did not confirm the target
                 # topic: the record waits (the consumer is sought back to it), never skipped.
@@ -486,7 +495,8 @@ class Flow(ExactlyOnceSteps):
     def _update_lag(self) -> None:
         """Records behind: the source's end minus the next offset whose copy is
         committed (not the consumer's position, which runs ahead of what the
-        target holds)."""
+        target holds). Seconds behind: the age of the oldest record not yet
+        copied (its source timestamp; MM2's replication latency), 0 when none is."""
         now_ms = time.time() * 1000
         for tp in sorted(self._assigned):
             try:
@@ -498,9 +508,39 @@ class Flow(ExactlyOnceSteps):
             except KafkaException:
                 continue
             lag = self.stats.lag.setdefault(tp, PartitionLag())
-            lag.records = max(0, high - max(self._done[tp], low))
-            last = self._last_ts.get(tp)
-            lag.seconds = max(0.0, (now_ms - last) / 1000) if lag.records and last else 0.0
+            done = max(self._done[tp], low)
+            lag.records = max(0, high - done)
+            uncopied = self._uncopied.get(tp)
+            while uncopied and uncopied[0][0] < done:
+                uncopied.popleft()
+            oldest = None
+            if lag.records:
+                # Read but not committed as copied; or not read yet (the consumer
+                # fetches what was appended since): then read from the source.
+                oldest = uncopied[0][1] if uncopied else self._probe_timestamp(tp, done)
+            lag.seconds = max(0.0, (now_ms - oldest) / 1000) if oldest and oldest > 0 else 0.0
+
+    def _probe_timestamp(self, tp: tuple[str, int], offset: int) -> int | None:
+        """The source timestamp of the first record at or after `offset` (kept
+        until the copy passes it), None if the source does not give it within 1 s."""
+        known = self._probed.get(tp)
+        if known is not None and known[0] == offset:
+            return known[1]
+        if self._lag_probe is None:
+            c = self.cfg
+            self._lag_probe = self._client(Consumer, "consumer", False, {
+                "bootstrap.servers": c.source_bootstrap, "group.id": f"{c.mirror_group}-lag",
+                "enable.auto.commit": False, "isolation.level": "read_committed",
+                "logger": _quiet("lag-probe"), "fetch.wait.max.ms": 100})
+        try:
+            self._lag_probe.assign([TopicPartition(tp[0], tp[1], offset)])
+            msgs = self._lag_probe.consume(1, 1.0)
+        except KafkaException:
+            return None
+        if not msgs or msgs[0].error() is not None:
+            return None
+        self._probed[tp] = (offset, msgs[0].timestamp()[1])
+        return self._probed[tp][1]
 
     # --- the loop -----------------------------------------------------------
 
@@ -590,4 +630,6 @@ class Flow(ExactlyOnceSteps):
         self.sync_reader.close()
         if self.positions is not None:
             self.positions.close()
+        if self._lag_probe is not None:
+            self._lag_probe.close()
         self.stats.state = "stopped"

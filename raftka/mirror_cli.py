@@ -150,9 +150,11 @@ def run(flows: list, instance: str | None) -> int:
                 for w in workers:
                     s = w.stats
                     behind = sum(lag.records for lag in s.lag.values())
+                    seconds = max((lag.seconds for lag in s.lag.values()), default=0.0)
                     eos = (f", {s.producer_replacements} producer replacements "
                            f"({s.abandoned_producers} stuck, left behind)") if w.cfg.exactly_once else ""
-                    say(f"[{w.cfg.name}] {s.state}: {s.mirrored} records mirrored, {behind} behind, "
+                    say(f"[{w.cfg.name}] {s.state}: {s.mirrored} records mirrored, {behind} behind "
+                        f"({seconds:.1f} s), "
                         f"{s.checkpoints} checkpoints, {s.errors} errors{eos}")
     finally:
         stop.set()
