@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 import time
 
@@ -34,6 +35,17 @@ SOAK = os.environ.get("RAFTKA_SOAK") == "1"
 TWO = {"offsets.topic.replication.factor": "2", "default.replication.factor": "2", "min.insync.replicas": "2",
        "transaction.state.log.replication.factor": "2", "transaction.state.log.min.isr": "2"}
 PARTITIONS = 2
+STATUS = re.compile(r"\] mirroring: \d+ records mirrored, (\d+) behind \(([\d.]+) s\).*, (\d+) producer "
+                    r"replacements \((\d+) stuck")
+
+
+def _lag_figures(lines: list[str]) -> dict[str, float]:
+    """The worst lag the mirror's status lines showed (one every 5 s), and its producer replacements."""
+    rows = [tuple(map(float, m.groups())) for line in lines if (m := STATUS.search(line))]
+    return {"max_records_behind": max((r[0] for r in rows), default=0),
+            "max_seconds_behind": max((r[1] for r in rows), default=0.0),
+            "producer_replacements": rows[-1][2] if rows else 0,
+            "max_stuck_producers_left_behind": max((r[3] for r in rows), default=0)}
 
 
 def _schedule(rng: random.Random, duration_s: float, partition: bool, brokers: list[int]) -> list[Fault]:
@@ -142,6 +154,7 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
                    "target_records": sum(map(len, target.values())), "failed_sends": len(failed),
                    "acked_lost_on_source": lost_on_source, "not_on_target": lost, "duplicated_on_target": duplicated,
                    "in_order": in_order, "positions_on_target": _positions(tgt),
+                   **_lag_figures(mirror.reader.lines),
                    "mirror_errors": [line for line in mirror.reader.lines if line.startswith("[")
                                      and " mirroring: " not in line][-8:]}
         print("MIRROR CHAOS", json.dumps(summary))
