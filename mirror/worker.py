@@ -91,6 +91,8 @@ class FlowStats:
     #: call), and how many of them are still left behind with a stuck call (0 or 1).
     producer_replacements: int = 0
     abandoned_producers: int = 0
+    #: Source consumers replaced after a fatal error (a fenced static member).
+    consumer_replacements: int = 0
     state: str = "starting"
     topics: dict[str, str] = dataclasses.field(default_factory=dict)
     lag: dict[tuple[str, int], PartitionLag] = dataclasses.field(default_factory=dict)
@@ -133,6 +135,7 @@ class Flow(ExactlyOnceSteps):
         self._done: dict[tuple[str, int], int] = {}
         self._stored: dict[tuple[str, int], int] = {}
         self._renewed = False
+        self._consumer_failed: KafkaError | None = None
         self._stuck: threading.Thread | None = None
         self._abandoned = None  # an `eos.AbandonedProducer` still closing
         #: When a list (`raftka bench mirror`): per acknowledged record, the
@@ -175,6 +178,7 @@ class Flow(ExactlyOnceSteps):
             # Static membership (KIP-345): a restarted process takes its own
             # partitions back at once, without waiting out the dead one's session.
             consumer_config["group.instance.id"] = f"{c.mirror_group}-{self.instance}"
+        self._consumer_config = consumer_config
         self.consumer = self._client(Consumer, "consumer", False, consumer_config)
         producer = {
             "bootstrap.servers": c.target_bootstrap, "acks": "all", "enable.idempotence": True,
@@ -264,6 +268,8 @@ class Flow(ExactlyOnceSteps):
     # --- rebalance --------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.consumer:
+            return  # a replaced consumer's last callbacks (`_renew_consumer`)
         self._assigned |= {(p.topic, p.partition) for p in partitions}
         if self.positions is not None:
             # Exactly once: start where the last committed transaction left off.
@@ -287,20 +293,25 @@ class Flow(ExactlyOnceSteps):
                 for tp in committed]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.consumer:
+            return  # a replaced consumer's last callbacks (`_renew_consumer`)
         # Finish what was sent and commit it before another process takes the partitions.
         if not self.cfg.exactly_once:
             self.producer.flush(30)
             self._commit()
         for p in partitions:
-            tp = (p.topic, p.partition)
-            self._assigned.discard(tp)
-            self.emitter.forget(tp)
-            self._blocked.pop(tp, None)
-            self._paused.pop(tp, None)
-            self._backoffs.pop(tp, None)
-            self.stats.lag.pop(tp, None)
-            self._done.pop(tp, None)
-            self._uncopied.pop(tp, None)
+            self._forget((p.topic, p.partition))
+
+    def _forget(self, tp: tuple[str, int]) -> None:
+        """A partition no longer this process's."""
+        self._assigned.discard(tp)
+        self.emitter.forget(tp)
+        self._blocked.pop(tp, None)
+        self._paused.pop(tp, None)
+        self._backoffs.pop(tp, None)
+        self.stats.lag.pop(tp, None)
+        self._done.pop(tp, None)
+        self._uncopied.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
 
@@ -354,6 +365,36 @@ class Flow(ExactlyOnceSteps):
                 if tp not in self._blocked or msg.offset() < self._blocked[tp][0]:
                     self._blocked[tp] = (msg.offset(), f"{err.name()}: {err.str()}")
                 return
+
+    def _renew_consumer(self) -> None:
+        """A fatal consumer error (e.g. this static member fenced by the source's
+        group coordinator after a failover mistook its rejoin for another
+        member's) ends that consumer for good: a new one joins, and its
+        partitions resume from the last committed positions."""
+        err, self._consumer_failed = self._consumer_failed, None
+        self._error(f"the consumer of {self.cfg.source} failed for good ({err.name()}: {err.str()}); starting a "
+                    "new one (its partitions resume from the last committed positions)")
+        if not self.cfg.exactly_once:
+            try:
+                self.producer.flush(30)  # what was acknowledged is committed by the next owner's read, or again
+            except (KafkaException, RuntimeError):
+                pass
+        old, self.consumer = self.consumer, self._client(Consumer, "consumer", False, self._consumer_config)
+        self.stats.consumer_replacements += 1
+        for tp in list(self._assigned):
+            self._forget(tp)
+        self._acked, self._stored = {}, {}
+        self._subscribed = []
+        # Its close() may wait for the coordinator; its callbacks are ignored (`_on_revoke`).
+        threading.Thread(target=self._close_quietly, args=(old,), name="mirror-old-consumer", daemon=True).start()
+        self.refresh_topics()
+
+    @staticmethod
+    def _close_quietly(client: Any) -> None:
+        try:
+            client.close()
+        except (KafkaException, RuntimeError):
+            pass
 
     def _retry_blocked(self) -> None:
         """Records the target refused: drain, say which and why, and set each
@@ -428,7 +469,9 @@ class Flow(ExactlyOnceSteps):
         for msg in messages:
             err = msg.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal():
+                    self._consumer_failed = err  # the consumer is replaced after this batch (`_renew_consumer`)
+                elif err.code() != KafkaError._PARTITION_EOF:
                     self._error(f"reading {self.cfg.source}: {err.str()}")
                 continue
             tp = (msg.topic(), msg.partition())
@@ -570,7 +613,14 @@ class Flow(ExactlyOnceSteps):
         unassigned_since = now
         while not self.stop.is_set():
             # A short wait: delivery reports (and so source commits) are served between two consumes.
-            messages = self.consumer.consume(500, 0.02) if self._subscribed else []
+            try:
+                messages = self.consumer.consume(500, 0.02) if self._subscribed else []
+            except KafkaException as exc:
+                messages = []
+                if exc.args[0].fatal():
+                    self._consumer_failed = exc.args[0]
+                else:
+                    self._error(f"reading {self.cfg.source}: {exc.args[0].str()}")
             if not self._subscribed:
                 self.stop.wait(0.1)
             if self.cfg.exactly_once and messages:
@@ -579,6 +629,8 @@ class Flow(ExactlyOnceSteps):
                 self._copy_batch(messages)
             if self._blocked:
                 self._retry_blocked()
+            if self._consumer_failed is not None:
+                self._renew_consumer()
             if self._paused:
                 self._resume_due()
             now = time.monotonic()

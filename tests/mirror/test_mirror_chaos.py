@@ -10,8 +10,10 @@ min.insync.replicas=2 (an acknowledged record is on both). The default run
 (24 s of faults, a minute or so in all) cycles kill, pause, partition on each
 side; RAFTKA_SOAK=1 runs a longer random schedule (RAFTKA_MIRROR_CHAOS_S
 seconds, 300 by default). RAFTKA_MIRROR_CHAOS_SEED picks the schedule (7 by
-default). It prints one `MIRROR CHAOS {...}` line with the faults, the
-counts and the mirror's messages.
+default). RAFTKA_MIRROR_CHAOS_SOURCE=zk makes the source a ZooKeeper-mode
+raftka cluster (one ZooKeeper, two brokers; the faults hit its brokers).
+It prints one `MIRROR CHAOS {...}` line with the faults, the counts, the
+worst lag the mirror showed, its producer replacements and its messages.
 """
 
 from __future__ import annotations
@@ -68,8 +70,12 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
     history = HistoryWriter(tmp_path / "history.jsonl")
     clusters, nemeses, cutters = {}, {}, []
     partition = link_cutting_unavailable() is None
+    source_mode = os.environ.get("RAFTKA_MIRROR_CHAOS_SOURCE", "kraft")
     for side in ("src", "tgt"):
-        cluster = LocalCluster(tmp_path / side, controllers=1, brokers=2, overrides=TWO)
+        mode = source_mode if side == "src" else "kraft"
+        # A short ZooKeeper tick: a killed broker's session (and leadership) expires in seconds.
+        cluster = LocalCluster(tmp_path / side, controllers=1, brokers=2, overrides=TWO, mode=mode,
+                               zookeeper_tick_time_ms=500)
         cutter = None
         if partition:
             cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()}, tag=f"{os.getpid()}{side}")
@@ -150,7 +156,8 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
             lost += len(set(values) - set(target[p]))
             duplicated += len(target[p]) - len(set(target[p]))
             in_order &= [v for v in target[p] if v in set(values)] == values[:len(target[p])]
-        summary = {"duration_s": duration, "faults": applied, "acknowledged": total, "source_records": expected,
+        summary = {"duration_s": duration, "source_mode": source_mode, "faults": applied, "acknowledged": total,
+                   "source_records": expected,
                    "target_records": sum(map(len, target.values())), "failed_sends": len(failed),
                    "acked_lost_on_source": lost_on_source, "not_on_target": lost, "duplicated_on_target": duplicated,
                    "in_order": in_order, "positions_on_target": _positions(tgt),
@@ -158,6 +165,7 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
                    "mirror_errors": [line for line in mirror.reader.lines if line.startswith("[")
                                      and " mirroring: " not in line][-8:]}
         print("MIRROR CHAOS", json.dumps(summary))
+        (tmp_path / "mirror.out").write_text("\n".join(mirror.reader.lines) + "\n")
         assert not lost_on_source, summary
         assert not lost and not duplicated and in_order, f"{summary}: {mirror.output()[-1500:]}"
         assert mirror.process.poll() is None, mirror.output()
