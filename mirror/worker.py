@@ -469,7 +469,7 @@ class Flow(ExactlyOnceSteps):
         for msg in messages:
             err = msg.error()
             if err is not None:
-                if err.fatal():
+                if err.fatal() or err.code() == KafkaError._FATAL:
                     self._consumer_failed = err  # the consumer is replaced after this batch (`_renew_consumer`)
                 elif err.code() != KafkaError._PARTITION_EOF:
                     self._error(f"reading {self.cfg.source}: {err.str()}")
@@ -617,7 +617,7 @@ class Flow(ExactlyOnceSteps):
                 messages = self.consumer.consume(500, 0.02) if self._subscribed else []
             except KafkaException as exc:
                 messages = []
-                if exc.args[0].fatal():
+                if exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL:
                     self._consumer_failed = exc.args[0]
                 else:
                     self._error(f"reading {self.cfg.source}: {exc.args[0].str()}")

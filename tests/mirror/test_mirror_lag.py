@@ -3,7 +3,9 @@ take records: the records the source gained since are behind (the
 consumer having read them does not make them copied), the seconds are the
 age of the oldest of them (not the time since the last copied one), and
 both go back to 0 once the target has them. `raftka mirror status` reads
-the same figures from the clusters with the mirror stopped."""
+the same figures from the clusters with the mirror stopped. On the same
+clusters: a mirror whose source consumer is fenced for good (another
+member took its static group membership) replaces it and goes on."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import json
 import re
 import signal
 import time
+
+from confluent_kafka import Consumer, KafkaException
 
 from cluster_testing import run_cli
 from mirror_testing import ONE_BROKER, MirrorProcess, create, produce, read_committed, wait_until
@@ -60,11 +64,33 @@ def test_lag_counts_records_not_committed_on_a_paused_target(tmp_path) -> None:
                    "all 250 records on the target")
         mark = len(mirror.reader.lines)
         wait_until(lambda: _lag(mirror, mark)[-1:] == [(0, 0.0)], 30, f"the lag back to 0: {_lag(mirror, mark)}")
+
+        # Another consumer joins as the mirror's static member (as the mirror's own
+        # rejoin can look after a coordinator failover): the mirror's consumer is
+        # fenced for good (librdkafka's fatal error), replaced, and the copy goes on.
+        impostor = Consumer({"bootstrap.servers": src.bootstrap, "group.id": "mirror-source-target",
+                             "group.instance.id": "mirror-source-target-m", "session.timeout.ms": 10000})
+        impostor.subscribe(["lagged"])
+
+        def replaced() -> bool:
+            try:
+                impostor.poll(0.2)
+            except KafkaException:
+                pass  # fenced in turn by the mirror's new consumer
+            return any("failed for good" in line for line in mirror.reader.lines[mark:])
+
+        try:
+            wait_until(replaced, 30, "the mirror's fenced consumer replaced")
+        finally:
+            impostor.close()
+        produce(src.bootstrap, "lagged", [(0, b"k", str(i).encode(), [], 0) for i in range(250, 255)])
+        wait_until(lambda: len(read_committed(tgt.bootstrap, "source.lagged", 1, 1.0)[0]) == 255, 60,
+                   f"the 5 records written after the fencing on the target: {mirror.output()[-2000:]}")
         assert mirror.stop() == 0
 
         # Stopped: 10 more records wait; `status` counts them and the age of the first.
         appended = time.time()
-        produce(src.bootstrap, "lagged", [(0, b"k", str(i).encode(), [], 0) for i in range(250, 260)])
+        produce(src.bootstrap, "lagged", [(0, b"k", str(i).encode(), [], 0) for i in range(255, 265)])
         time.sleep(2)
         out = run_cli("mirror", "status", "--json", "--source", src.bootstrap, "--target", tgt.bootstrap,
                       "--topics", "lagged", "--set", "exactly.once.support=enabled")
