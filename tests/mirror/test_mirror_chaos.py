@@ -25,7 +25,7 @@ import re
 import threading
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from mirror_testing import MirrorProcess, read_all, read_committed, wait_until
 
 from chaos.history import HistoryWriter
@@ -140,7 +140,8 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
             stop.set()
             writer.join(240)
         total = sum(map(len, acked.values()))
-        source = read_all(src, "chaos")
+        # After the last fault the source may still be electing leaders: read it once it answers.
+        source = wait_until(lambda: _answering(read_all, src, "chaos"), 120, "the source cluster answering")
         expected = sum(map(len, source.values()))
         try:
             wait_until(lambda: sum(map(len, read_committed(tgt, "source.chaos", PARTITIONS, 1.0).values()))
@@ -165,7 +166,6 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
                    "mirror_errors": [line for line in mirror.reader.lines if line.startswith("[")
                                      and " mirroring: " not in line][-8:]}
         print("MIRROR CHAOS", json.dumps(summary))
-        (tmp_path / "mirror.out").write_text("\n".join(mirror.reader.lines) + "\n")
         assert not lost_on_source, summary
         assert not lost and not duplicated and in_order, f"{summary}: {mirror.output()[-1500:]}"
         assert mirror.process.poll() is None, mirror.output()
@@ -174,10 +174,19 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
         stop.set()
         if mirror is not None:
             mirror.ensure_dead()
+            (tmp_path / "mirror.out").write_text("\n".join(mirror.reader.lines) + "\n")
         for cluster in clusters.values():
             cluster.stop_all(20)
         for cutter in cutters:
             cutter.tear_down()
+
+
+def _answering(read, *args):
+    """read(*args), or None while the cluster does not answer."""
+    try:
+        return read(*args)
+    except KafkaException:
+        return None
 
 
 def create_rf2(bootstrap: str, topic: str) -> None:
