@@ -376,7 +376,8 @@ class Flow(ExactlyOnceSteps):
                     "new one (its partitions resume from the last committed positions)")
         if not self.cfg.exactly_once:
             try:
-                self.producer.flush(30)  # what was acknowledged is committed by the next owner's read, or again
+                # Deliver what was sent; what the old consumer had not committed is copied again (at least once).
+                self.producer.flush(30)
             except (KafkaException, RuntimeError):
                 pass
         old, self.consumer = self.consumer, self._client(Consumer, "consumer", False, self._consumer_config)
