@@ -59,6 +59,9 @@ log = logging.getLogger("raftka.mirror")
 UNASSIGNED_WARNING_S = 30.0
 #: How long one reachability probe waits (short: a stop request is answered between probes).
 REACH_TIMEOUT_S = 3.0
+#: Lag: a partition the consumer gave no record for this long has the
+#: timestamp of its oldest record not copied read from the source.
+PROBE_AFTER_S = 2.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
@@ -128,6 +131,8 @@ class Flow(ExactlyOnceSteps):
         #: The timestamp of a record not yet read, (partition, offset) -> ms, from `_probe_timestamp`.
         self._probed: dict[tuple[str, int], tuple[int, int | None]] = {}
         self._lag_probe: Consumer | None = None
+        #: Per source partition, when the consumer last gave a record, and that record's timestamp.
+        self._last_read: dict[tuple[str, int], tuple[float, int]] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
         self._acked: dict[tuple[str, int], int] = {}
         #: Per source partition, the next offset whose copy is committed (on the
@@ -312,6 +317,7 @@ class Flow(ExactlyOnceSteps):
         self.stats.lag.pop(tp, None)
         self._done.pop(tp, None)
         self._uncopied.pop(tp, None)
+        self._last_read.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
 
@@ -467,6 +473,7 @@ class Flow(ExactlyOnceSteps):
         self.sync_producer.poll(0)
 
     def _copy_batch(self, messages: list[Any]) -> None:
+        read_at = time.monotonic()
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -478,9 +485,13 @@ class Flow(ExactlyOnceSteps):
             tp = (msg.topic(), msg.partition())
             if tp in self._blocked:
                 continue  # sought back to the refused record: this one comes again after it
-            uncopied = self._uncopied.setdefault(tp, collections.deque())
+            uncopied = self._uncopied.get(tp)
+            if uncopied is None:
+                uncopied = self._uncopied[tp] = collections.deque()
+            ts = msg.timestamp()[1]
             if not uncopied or msg.offset() > uncopied[-1][0]:  # a rewound batch's records are there already
-                uncopied.append((msg.offset(), msg.timestamp()[1]))
+                uncopied.append((msg.offset(), ts))
+            self._last_read[tp] = (read_at, ts)
             if tp[0] not in self.topic_map:
                 # A topic refresh during a fault of either cluster did not confirm the target
                 # topic: the record waits (the consumer is sought back to it), never skipped.
@@ -559,9 +570,15 @@ class Flow(ExactlyOnceSteps):
                 uncopied.popleft()
             oldest = None
             if lag.records:
-                # Read but not committed as copied; or not read yet (the consumer
-                # fetches what was appended since): then read from the source.
-                oldest = uncopied[0][1] if uncopied else self._probe_timestamp(tp, done)
+                last = self._last_read.get(tp)
+                if uncopied:
+                    oldest = uncopied[0][1]  # read, not committed as copied yet
+                elif last is not None and time.monotonic() - last[0] < PROBE_AFTER_S:
+                    # Not read yet, but the consumer is reading: the next record is
+                    # no older than the last one it gave (a backlog being copied).
+                    oldest = last[1]
+                else:
+                    oldest = self._probe_timestamp(tp, done)  # the consumer is not reading: ask the source
             lag.seconds = max(0.0, (now_ms - oldest) / 1000) if oldest and oldest > 0 else 0.0
 
     def _probe_timestamp(self, tp: tuple[str, int], offset: int) -> int | None:
