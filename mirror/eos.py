@@ -182,6 +182,8 @@ class ExactlyOnceSteps:
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal():
+                    self._error(f"the transactional producer on {self.cfg.target} failed to abort the transaction: "
+                                f"{err.name()}: {err.str()}; starting a new one (it aborts what was left open)")
                     self._renew_producer()
                     break
                 if err.code() == KafkaError._STATE:
