@@ -33,6 +33,41 @@ TXN_TIMEOUT_S = 10.0
 TXN_RETRY_S = 60.0
 #: How long past its own timeout a transactional call may take before it counts as stuck.
 TXN_GRACE_S = 5.0
+#: How often a call stuck while an earlier stuck producer is still closing says it still waits.
+STUCK_REPORT_S = 15.0
+
+
+class AbandonedProducer:
+    """A transactional producer replaced while one of its calls was stuck,
+    closed by a daemon thread once that call returns (librdkafka's handle
+    must not be destroyed under a running call). Until then its threads
+    live on: the flow keeps at most one such producer (`alive`)."""
+
+    def __init__(self, producer: Producer, stuck: threading.Thread) -> None:
+        self.since = time.monotonic()
+        self._producer: Producer | None = producer
+        self._stuck = stuck
+        self._closer = threading.Thread(target=self._close, name="mirror-abandoned-producer", daemon=True)
+        self._closer.start()
+
+    def _close(self) -> None:
+        self._stuck.join()
+        producer, self._producer = self._producer, None
+        try:
+            # Fenced by its successor: nothing it holds may reach the target, so
+            # nothing is waited for (close() would flush what is left).
+            producer.purge(blocking=False)
+            producer.close()
+        except (KafkaException, RuntimeError):
+            pass
+
+    def alive(self) -> bool:
+        return self._closer.is_alive()
+
+    def wait(self, timeout: float) -> bool:
+        """True once it is closed (its call returned and its handle is destroyed)."""
+        self._closer.join(timeout)
+        return not self._closer.is_alive()
 
 
 class ExactlyOnceSteps:
@@ -74,7 +109,9 @@ class ExactlyOnceSteps:
         deadline = time.monotonic() + TXN_RETRY_S
         while True:
             try:
-                if not self._bounded(call):
+                if not self._bounded(what, call):
+                    if self.stop.is_set():
+                        return False  # stopping: the process exit ends the stuck call
                     # librdkafka (2.16) can leave send_offsets_to_transaction waiting for ever
                     # when the target's group coordinator went away, whatever its timeout
                     # (its coordinator requests never time out: librdkafka issues 5456, 5511):
@@ -99,10 +136,12 @@ class ExactlyOnceSteps:
                 self._error(f"{self.cfg.target} did not let the mirror {what} ({err.name()}: {err.str()}); "
                             "retrying")
 
-    @staticmethod
-    def _bounded(call: Callable[[], Any]) -> bool:
+    def _bounded(self, what: str, call: Callable[[], Any]) -> bool:
         """Run a transactional call in a helper thread; False if it has not
-        returned within its own timeout and a grace (its exception, if any, is raised here)."""
+        returned within its own timeout and a grace (its exception, if any, is
+        raised here), and then `self._stuck` is its thread. While an earlier
+        stuck producer is still closing, the call is waited for (at most one
+        producer is left behind, with its librdkafka threads)."""
         outcome: list[BaseException | None] = []
 
         def body() -> None:
@@ -115,7 +154,18 @@ class ExactlyOnceSteps:
         helper = threading.Thread(target=body, name="mirror-txn", daemon=True)
         helper.start()
         helper.join(TXN_TIMEOUT_S + TXN_GRACE_S)
+        while not outcome and self._abandoned is not None and not self.stop.is_set():
+            if not self._abandoned.alive():
+                self._reap_abandoned()
+                break
+            self._error(f"the transactional producer on {self.cfg.target} still did not {what}; the one it "
+                        f"replaced {time.monotonic() - self._abandoned.since:.0f} s ago is still stuck, so no "
+                        "second one is left behind: waiting for either (a new one then fences this one)")
+            self._update_lag()  # the source goes on: the lag shown grows while the copy waits
+            self._abandoned.wait(STUCK_REPORT_S)
+            helper.join(0.1)
         if not outcome:
+            self._stuck = helper
             return False
         if outcome[0] is not None:
             raise outcome[0]
@@ -132,6 +182,8 @@ class ExactlyOnceSteps:
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal():
+                    self._error(f"the transactional producer on {self.cfg.target} failed to abort the transaction: "
+                                f"{err.name()}: {err.str()}; starting a new one (it aborts what was left open)")
                     self._renew_producer()
                     break
                 if err.code() == KafkaError._STATE:
@@ -147,15 +199,32 @@ class ExactlyOnceSteps:
     def _renew_producer(self, abandon: bool = False) -> None:
         """A new transactional producer (same transactional.id): its
         init_transactions fences the old one and aborts what it left open.
-        `abandon`: a call of the old one is stuck; it is left alone (not closed)."""
-        if not abandon:
+        `abandon`: a call of the old one (`self._stuck`) is stuck; the old one
+        is closed by a daemon thread once that call returns."""
+        if abandon:
+            self._abandoned = AbandonedProducer(self.producer, self._stuck)
+            self._stuck = None
+            self.stats.producer_replacements += 1
+            self.stats.abandoned_producers = 1
+            self.say(f"[{self.cfg.name}] transactional producer replaced ({self.stats.producer_replacements} so "
+                     "far); the stuck one is left behind until its call returns, then closed")
+        else:
             try:
                 self.producer.flush(0)
             except (KafkaException, RuntimeError):
                 pass
+            self.stats.producer_replacements += 1
         self.producer = self._client(Producer, "producer", True, self._producer_config)
         self._init_transactions()
         self._renewed = True  # nothing open on the new producer: no abort
+
+    def _reap_abandoned(self) -> None:
+        """Forget the producer left behind once its daemon thread closed it."""
+        if self._abandoned is not None and not self._abandoned.alive():
+            held = time.monotonic() - self._abandoned.since
+            self._abandoned = None
+            self.stats.abandoned_producers = 0
+            self.say(f"[{self.cfg.name}] the stuck transactional producer left behind {held:.0f} s ago is closed")
 
     def _rewind_to_committed(self) -> None:
         assigned = [TopicPartition(t, p) for t, p in sorted(self._assigned)]

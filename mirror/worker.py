@@ -34,6 +34,7 @@ naming it each time.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import struct
@@ -58,6 +59,9 @@ log = logging.getLogger("raftka.mirror")
 UNASSIGNED_WARNING_S = 30.0
 #: How long one reachability probe waits (short: a stop request is answered between probes).
 REACH_TIMEOUT_S = 3.0
+#: Lag: a partition the consumer gave no record for this long has the
+#: timestamp of its oldest record not copied read from the source.
+PROBE_AFTER_S = 2.0
 #: librdkafka's own ceiling for a produced message; the target's limit is what decides.
 PRODUCER_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
@@ -86,6 +90,12 @@ class FlowStats:
     synced_groups: int = 0
     errors: int = 0
     last_error: str = ""
+    #: Exactly once: transactional producers replaced (fatal error or a stuck
+    #: call), and how many of them are still left behind with a stuck call (0 or 1).
+    producer_replacements: int = 0
+    abandoned_producers: int = 0
+    #: Source consumers replaced after a fatal error (a fenced static member).
+    consumer_replacements: int = 0
     state: str = "starting"
     topics: dict[str, str] = dataclasses.field(default_factory=dict)
     lag: dict[tuple[str, int], PartitionLag] = dataclasses.field(default_factory=dict)
@@ -115,7 +125,14 @@ class Flow(ExactlyOnceSteps):
         self._backoff = Backoff()  # exactly once: a refusal aborts the whole batch
         self._backoffs: dict[tuple[str, int], Backoff] = {}
         self._paused: dict[tuple[str, int], float] = {}
-        self._last_ts: dict[tuple[str, int], int] = {}
+        #: Per source partition, (offset, timestamp ms) of the records read
+        #: and not yet committed as copied, oldest first: the lag's seconds.
+        self._uncopied: dict[tuple[str, int], collections.deque[tuple[int, int]]] = {}
+        #: The timestamp of a record not yet read, (partition, offset) -> ms, from `_probe_timestamp`.
+        self._probed: dict[tuple[str, int], tuple[int, int | None]] = {}
+        self._lag_probe: Consumer | None = None
+        #: Per source partition, when the consumer last gave a record, and that record's timestamp.
+        self._last_read: dict[tuple[str, int], tuple[float, int]] = {}
         self._txn_offsets: dict[tuple[str, int], int] = {}
         self._acked: dict[tuple[str, int], int] = {}
         #: Per source partition, the next offset whose copy is committed (on the
@@ -123,6 +140,9 @@ class Flow(ExactlyOnceSteps):
         self._done: dict[tuple[str, int], int] = {}
         self._stored: dict[tuple[str, int], int] = {}
         self._renewed = False
+        self._consumer_failed: KafkaError | None = None
+        self._stuck: threading.Thread | None = None
+        self._abandoned = None  # an `eos.AbandonedProducer` still closing
         #: When a list (`raftka bench mirror`): per acknowledged record, the
         #: ms from its source timestamp to the target's acknowledgement.
         self.ack_lag_ms: list[float] | None = None
@@ -163,6 +183,7 @@ class Flow(ExactlyOnceSteps):
             # Static membership (KIP-345): a restarted process takes its own
             # partitions back at once, without waiting out the dead one's session.
             consumer_config["group.instance.id"] = f"{c.mirror_group}-{self.instance}"
+        self._consumer_config = consumer_config
         self.consumer = self._client(Consumer, "consumer", False, consumer_config)
         producer = {
             "bootstrap.servers": c.target_bootstrap, "acks": "all", "enable.idempotence": True,
@@ -252,6 +273,8 @@ class Flow(ExactlyOnceSteps):
     # --- rebalance --------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.consumer:
+            return  # a replaced consumer's last callbacks (`_renew_consumer`)
         self._assigned |= {(p.topic, p.partition) for p in partitions}
         if self.positions is not None:
             # Exactly once: start where the last committed transaction left off.
@@ -275,19 +298,26 @@ class Flow(ExactlyOnceSteps):
                 for tp in committed]
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self.consumer:
+            return  # a replaced consumer's last callbacks (`_renew_consumer`)
         # Finish what was sent and commit it before another process takes the partitions.
         if not self.cfg.exactly_once:
             self.producer.flush(30)
             self._commit()
         for p in partitions:
-            tp = (p.topic, p.partition)
-            self._assigned.discard(tp)
-            self.emitter.forget(tp)
-            self._blocked.pop(tp, None)
-            self._paused.pop(tp, None)
-            self._backoffs.pop(tp, None)
-            self.stats.lag.pop(tp, None)
-            self._done.pop(tp, None)
+            self._forget((p.topic, p.partition))
+
+    def _forget(self, tp: tuple[str, int]) -> None:
+        """A partition no longer this process's."""
+        self._assigned.discard(tp)
+        self.emitter.forget(tp)
+        self._blocked.pop(tp, None)
+        self._paused.pop(tp, None)
+        self._backoffs.pop(tp, None)
+        self.stats.lag.pop(tp, None)
+        self._done.pop(tp, None)
+        self._uncopied.pop(tp, None)
+        self._last_read.pop(tp, None)
 
     # --- the copy ---------------------------------------------------------
 
@@ -307,7 +337,6 @@ class Flow(ExactlyOnceSteps):
                 self.ack_lag_ms.append(time.time() * 1000 - timestamp)
             self.stats.mirrored += 1
             self.stats.bytes += size
-            self._last_ts[source] = timestamp
             lag = self.stats.lag.setdefault(source, PartitionLag())
             lag.mirrored += 1
             if self.cfg.exactly_once:
@@ -342,6 +371,37 @@ class Flow(ExactlyOnceSteps):
                 if tp not in self._blocked or msg.offset() < self._blocked[tp][0]:
                     self._blocked[tp] = (msg.offset(), f"{err.name()}: {err.str()}")
                 return
+
+    def _renew_consumer(self) -> None:
+        """A fatal consumer error (e.g. this static member fenced by the source's
+        group coordinator after a failover mistook its rejoin for another
+        member's) ends that consumer for good: a new one joins, and its
+        partitions resume from the last committed positions."""
+        err, self._consumer_failed = self._consumer_failed, None
+        self._error(f"the consumer of {self.cfg.source} failed for good ({err.name()}: {err.str()}); starting a "
+                    "new one (its partitions resume from the last committed positions)")
+        if not self.cfg.exactly_once:
+            try:
+                # Deliver what was sent; what the old consumer had not committed is copied again (at least once).
+                self.producer.flush(30)
+            except (KafkaException, RuntimeError):
+                pass
+        old, self.consumer = self.consumer, self._client(Consumer, "consumer", False, self._consumer_config)
+        self.stats.consumer_replacements += 1
+        for tp in list(self._assigned):
+            self._forget(tp)
+        self._acked, self._stored = {}, {}
+        self._subscribed = []
+        # Its close() may wait for the coordinator; its callbacks are ignored (`_on_revoke`).
+        threading.Thread(target=self._close_quietly, args=(old,), name="mirror-old-consumer", daemon=True).start()
+        self.refresh_topics()
+
+    @staticmethod
+    def _close_quietly(client: Any) -> None:
+        try:
+            client.close()
+        except (KafkaException, RuntimeError):
+            pass
 
     def _retry_blocked(self) -> None:
         """Records the target refused: drain, say which and why, and set each
@@ -413,15 +473,25 @@ class Flow(ExactlyOnceSteps):
         self.sync_producer.poll(0)
 
     def _copy_batch(self, messages: list[Any]) -> None:
+        read_at = time.monotonic()
         for msg in messages:
             err = msg.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    self._consumer_failed = err  # the consumer is replaced after this batch (`_renew_consumer`)
+                elif err.code() != KafkaError._PARTITION_EOF:
                     self._error(f"reading {self.cfg.source}: {err.str()}")
                 continue
             tp = (msg.topic(), msg.partition())
             if tp in self._blocked:
                 continue  # sought back to the refused record: this one comes again after it
+            uncopied = self._uncopied.get(tp)
+            if uncopied is None:
+                uncopied = self._uncopied[tp] = collections.deque()
+            ts = msg.timestamp()[1]
+            if not uncopied or msg.offset() > uncopied[-1][0]:  # a rewound batch's records are there already
+                uncopied.append((msg.offset(), ts))
+            self._last_read[tp] = (read_at, ts)
             if tp[0] not in self.topic_map:
                 # A topic refresh during a fault of either cluster did not confirm the target
                 # topic: the record waits (the consumer is sought back to it), never skipped.
@@ -480,7 +550,8 @@ class Flow(ExactlyOnceSteps):
     def _update_lag(self) -> None:
         """Records behind: the source's end minus the next offset whose copy is
         committed (not the consumer's position, which runs ahead of what the
-        target holds)."""
+        target holds). Seconds behind: the age of the oldest record not yet
+        copied (its source timestamp; MM2's replication latency), 0 when none is."""
         now_ms = time.time() * 1000
         for tp in sorted(self._assigned):
             try:
@@ -492,9 +563,45 @@ class Flow(ExactlyOnceSteps):
             except KafkaException:
                 continue
             lag = self.stats.lag.setdefault(tp, PartitionLag())
-            lag.records = max(0, high - max(self._done[tp], low))
-            last = self._last_ts.get(tp)
-            lag.seconds = max(0.0, (now_ms - last) / 1000) if lag.records and last else 0.0
+            done = max(self._done[tp], low)
+            lag.records = max(0, high - done)
+            uncopied = self._uncopied.get(tp)
+            while uncopied and uncopied[0][0] < done:
+                uncopied.popleft()
+            oldest = None
+            if lag.records:
+                last = self._last_read.get(tp)
+                if uncopied:
+                    oldest = uncopied[0][1]  # read, not committed as copied yet
+                elif last is not None and time.monotonic() - last[0] < PROBE_AFTER_S:
+                    # Not read yet, but the consumer is reading: the next record is
+                    # no older than the last one it gave (a backlog being copied).
+                    oldest = last[1]
+                else:
+                    oldest = self._probe_timestamp(tp, done)  # the consumer is not reading: ask the source
+            lag.seconds = max(0.0, (now_ms - oldest) / 1000) if oldest and oldest > 0 else 0.0
+
+    def _probe_timestamp(self, tp: tuple[str, int], offset: int) -> int | None:
+        """The source timestamp of the first record at or after `offset` (kept
+        until the copy passes it), None if the source does not give it within 1 s."""
+        known = self._probed.get(tp)
+        if known is not None and known[0] == offset:
+            return known[1]
+        if self._lag_probe is None:
+            c = self.cfg
+            self._lag_probe = self._client(Consumer, "consumer", False, {
+                "bootstrap.servers": c.source_bootstrap, "group.id": f"{c.mirror_group}-lag",
+                "enable.auto.commit": False, "isolation.level": "read_committed",
+                "logger": _quiet("lag-probe"), "fetch.wait.max.ms": 100})
+        try:
+            self._lag_probe.assign([TopicPartition(tp[0], tp[1], offset)])
+            msgs = self._lag_probe.consume(1, 1.0)
+        except KafkaException:
+            return None
+        if not msgs or msgs[0].error() is not None:
+            return None
+        self._probed[tp] = (offset, msgs[0].timestamp()[1])
+        return self._probed[tp][1]
 
     # --- the loop -----------------------------------------------------------
 
@@ -524,7 +631,14 @@ class Flow(ExactlyOnceSteps):
         unassigned_since = now
         while not self.stop.is_set():
             # A short wait: delivery reports (and so source commits) are served between two consumes.
-            messages = self.consumer.consume(500, 0.02) if self._subscribed else []
+            try:
+                messages = self.consumer.consume(500, 0.02) if self._subscribed else []
+            except KafkaException as exc:
+                messages = []
+                if exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL:
+                    self._consumer_failed = exc.args[0]
+                else:
+                    self._error(f"reading {self.cfg.source}: {exc.args[0].str()}")
             if not self._subscribed:
                 self.stop.wait(0.1)
             if self.cfg.exactly_once and messages:
@@ -533,6 +647,8 @@ class Flow(ExactlyOnceSteps):
                 self._copy_batch(messages)
             if self._blocked:
                 self._retry_blocked()
+            if self._consumer_failed is not None:
+                self._renew_consumer()
             if self._paused:
                 self._resume_due()
             now = time.monotonic()
@@ -543,6 +659,7 @@ class Flow(ExactlyOnceSteps):
                 self._heartbeat()
                 next_heartbeat = now + self.cfg.heartbeat_interval_s
             if now >= next_lag:
+                self._reap_abandoned()
                 self._update_lag()
                 next_lag = now + 1.0
             if self._assigned or not self._subscribed:
@@ -583,4 +700,6 @@ class Flow(ExactlyOnceSteps):
         self.sync_reader.close()
         if self.positions is not None:
             self.positions.close()
+        if self._lag_probe is not None:
+            self._lag_probe.close()
         self.stats.state = "stopped"

@@ -150,8 +150,12 @@ def run(flows: list, instance: str | None) -> int:
                 for w in workers:
                     s = w.stats
                     behind = sum(lag.records for lag in s.lag.values())
-                    say(f"[{w.cfg.name}] {s.state}: {s.mirrored} records mirrored, {behind} behind, "
-                        f"{s.checkpoints} checkpoints, {s.errors} errors")
+                    seconds = max((lag.seconds for lag in s.lag.values()), default=0.0)
+                    eos = (f", {s.producer_replacements} producer replacements "
+                           f"({s.abandoned_producers} stuck, left behind)") if w.cfg.exactly_once else ""
+                    say(f"[{w.cfg.name}] {s.state}: {s.mirrored} records mirrored, {behind} behind "
+                        f"({seconds:.1f} s), "
+                        f"{s.checkpoints} checkpoints, {s.errors} errors{eos}")
     finally:
         stop.set()
         for t in threads:
@@ -188,6 +192,9 @@ def _table(workers: list):
                       f"{max((x.seconds for x in s.lag.values()), default=0.0):.1f}")
         for (topic, partition), lag in sorted(s.lag.items()):
             table.add_row("", f"{topic}[{partition}]", str(lag.mirrored), str(lag.records), f"{lag.seconds:.1f}")
+        if w.cfg.exactly_once and s.producer_replacements:
+            table.add_row("", "producers replaced", str(s.producer_replacements), "",
+                          f"{s.abandoned_producers} stuck, left behind")
         if s.last_error:
             table.add_row("", "[red]last error[/red]", "", "", s.last_error[:80])
     return table

@@ -10,8 +10,10 @@ min.insync.replicas=2 (an acknowledged record is on both). The default run
 (24 s of faults, a minute or so in all) cycles kill, pause, partition on each
 side; RAFTKA_SOAK=1 runs a longer random schedule (RAFTKA_MIRROR_CHAOS_S
 seconds, 300 by default). RAFTKA_MIRROR_CHAOS_SEED picks the schedule (7 by
-default). It prints one `MIRROR CHAOS {...}` line with the faults, the
-counts and the mirror's messages.
+default). RAFTKA_MIRROR_CHAOS_SOURCE=zk makes the source a ZooKeeper-mode
+raftka cluster (one ZooKeeper, two brokers; the faults hit its brokers).
+It prints one `MIRROR CHAOS {...}` line with the faults, the counts, the
+worst lag the mirror showed, its producer replacements and its messages.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from mirror_testing import MirrorProcess, read_all, read_committed, wait_until
 
 from chaos.history import HistoryWriter
@@ -34,6 +37,17 @@ SOAK = os.environ.get("RAFTKA_SOAK") == "1"
 TWO = {"offsets.topic.replication.factor": "2", "default.replication.factor": "2", "min.insync.replicas": "2",
        "transaction.state.log.replication.factor": "2", "transaction.state.log.min.isr": "2"}
 PARTITIONS = 2
+STATUS = re.compile(r"\] mirroring: \d+ records mirrored, (\d+) behind \(([\d.]+) s\).*, (\d+) producer "
+                    r"replacements \((\d+) stuck")
+
+
+def _lag_figures(lines: list[str]) -> dict[str, float]:
+    """The worst lag the mirror's status lines showed (one every 5 s), and its producer replacements."""
+    rows = [tuple(map(float, m.groups())) for line in lines if (m := STATUS.search(line))]
+    return {"max_records_behind": max((r[0] for r in rows), default=0),
+            "max_seconds_behind": max((r[1] for r in rows), default=0.0),
+            "producer_replacements": rows[-1][2] if rows else 0,
+            "max_stuck_producers_left_behind": max((r[3] for r in rows), default=0)}
 
 
 def _schedule(rng: random.Random, duration_s: float, partition: bool, brokers: list[int]) -> list[Fault]:
@@ -56,8 +70,12 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
     history = HistoryWriter(tmp_path / "history.jsonl")
     clusters, nemeses, cutters = {}, {}, []
     partition = link_cutting_unavailable() is None
+    source_mode = os.environ.get("RAFTKA_MIRROR_CHAOS_SOURCE", "kraft")
     for side in ("src", "tgt"):
-        cluster = LocalCluster(tmp_path / side, controllers=1, brokers=2, overrides=TWO)
+        mode = source_mode if side == "src" else "kraft"
+        # A short ZooKeeper tick: a killed broker's session (and leadership) expires in seconds.
+        cluster = LocalCluster(tmp_path / side, controllers=1, brokers=2, overrides=TWO, mode=mode,
+                               zookeeper_tick_time_ms=500)
         cutter = None
         if partition:
             cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()}, tag=f"{os.getpid()}{side}")
@@ -122,7 +140,8 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
             stop.set()
             writer.join(240)
         total = sum(map(len, acked.values()))
-        source = read_all(src, "chaos")
+        # After the last fault the source may still be electing leaders: read it once it answers.
+        source = wait_until(lambda: _answering(read_all, src, "chaos"), 120, "the source cluster answering")
         expected = sum(map(len, source.values()))
         try:
             wait_until(lambda: sum(map(len, read_committed(tgt, "source.chaos", PARTITIONS, 1.0).values()))
@@ -138,10 +157,12 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
             lost += len(set(values) - set(target[p]))
             duplicated += len(target[p]) - len(set(target[p]))
             in_order &= [v for v in target[p] if v in set(values)] == values[:len(target[p])]
-        summary = {"duration_s": duration, "faults": applied, "acknowledged": total, "source_records": expected,
+        summary = {"duration_s": duration, "source_mode": source_mode, "faults": applied, "acknowledged": total,
+                   "source_records": expected,
                    "target_records": sum(map(len, target.values())), "failed_sends": len(failed),
                    "acked_lost_on_source": lost_on_source, "not_on_target": lost, "duplicated_on_target": duplicated,
                    "in_order": in_order, "positions_on_target": _positions(tgt),
+                   **_lag_figures(mirror.reader.lines),
                    "mirror_errors": [line for line in mirror.reader.lines if line.startswith("[")
                                      and " mirroring: " not in line][-8:]}
         print("MIRROR CHAOS", json.dumps(summary))
@@ -153,10 +174,19 @@ def test_exactly_once_mirror_under_kills_pauses_and_partitions(tmp_path) -> None
         stop.set()
         if mirror is not None:
             mirror.ensure_dead()
+            (tmp_path / "mirror.out").write_text("\n".join(mirror.reader.lines) + "\n")
         for cluster in clusters.values():
             cluster.stop_all(20)
         for cutter in cutters:
             cutter.tear_down()
+
+
+def _answering(read, *args):
+    """read(*args), or None while the cluster does not answer."""
+    try:
+        return read(*args)
+    except KafkaException:
+        return None
 
 
 def create_rf2(bootstrap: str, topic: str) -> None:
