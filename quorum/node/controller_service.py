@@ -92,14 +92,19 @@ class ControllerService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the session timer; runs until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            if self._epoch is not None:  # activated before this task ran
-                nursery.start_soon(self._session_timer, self._epoch)
-                if self.bootstrap_records and self._working is not None and not self._working.scram_ever_set:
-                    nursery.start_soon(self._bootstrap)
-            task_status.started()
-            await trio.sleep_forever()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self._epoch is not None:  # activated before this task ran
+                    nursery.start_soon(self._session_timer, self._epoch)
+                    if self.bootstrap_records and self._working is not None and not self._working.scram_ever_set:
+                        nursery.start_soon(self._bootstrap)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            # A node shutting down (a port it could not bind, a signal) may
+            # still win an election in its last turns: nothing is started then.
+            self._nursery = None
 
     # --- leadership (called in the driver loop) ----------------------------------
 
