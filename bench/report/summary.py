@@ -109,9 +109,9 @@ def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summ
     if samples is not None:
         summary.latency_samples = _collect(sample_stats(samples))
         summary.cdfs = _collect(last_run_cdfs(samples, runs))
-    histograms = _load_beside(spark, results_dir, HISTOGRAMS_DIR, HISTOGRAM_DDL)
+    histograms = load_histograms(spark, results_dir)
     if histograms is not None:
-        merged, cdf_points = merge_histograms(histograms)
+        merged, cdf_points = merge_histograms(*histograms)
         summary.merged_histograms = _collect(merged)
         summary.merged_cdfs = _group_points(_collect(cdf_points), ["fraction"])
     # The one big table (10 million rows at 1,000 runs): Spark reads it, and only where needed.
@@ -160,33 +160,85 @@ def _from_arrow(spark: SparkSession, source: str | list[str], ddl: str) -> DataF
     # An explicit schema, as Spark is given: extra columns are left out, missing ones are null.
     # The dataset's discovery skips `_`/`.` names inside the folder, as Spark's does.
     table = ds.dataset(source, format="parquet", schema=schema).to_table()
-    return spark.createDataFrame(table, schema=ddl)
+    return _arrow_frame(spark, table, ddl)
 
 
-def merge_histograms(hist: DataFrame) -> tuple[DataFrame, DataFrame]:
+def _arrow_frame(spark: SparkSession, table: Any, ddl: str) -> DataFrame:
+    """A pyarrow table as a DataFrame of as many partitions as Spark has
+    cores: Spark makes one partition per Arrow batch, and a table read from
+    1,000 files is 1,000 chunks, so every query ran 1,000 tiny tasks."""
+    frame = spark.createDataFrame(table.combine_chunks(), schema=ddl)
+    return frame.coalesce(max(1, spark.sparkContext.defaultParallelism))
+
+
+def load_histograms(spark: SparkSession, results_dir: str) -> tuple[DataFrame, DataFrame | None] | None:
+    """The histogram buckets of every run, and None or a table of their keys.
+
+    Read by pyarrow (see `_arrow_reads`), the rows reach Spark with each key
+    (scenario, mode, metric, params, unit) and run id as a small integer: at
+    1,000 runs the buckets are 1.5 million rows, and their repeated strings
+    were most of the 190 MB Spark would have been handed. The keys' table
+    (key_id and the key's columns) joins them back after the merge."""
+    path = os.path.join(results_dir, HISTOGRAMS_DIR)
+    if "://" not in results_dir and not _has_parquet(path, recursive=True):
+        return None
+    if not _arrow_reads(spark, results_dir):
+        return spark.read.schema(HISTOGRAM_DDL).option("recursiveFileLookup", "true").parquet(path), None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from bench.results import HISTOGRAM_SCHEMA
+
+    table = ds.dataset(path, format="parquet", schema=HISTOGRAM_SCHEMA).to_table()
+    if table.num_rows == 0:
+        return None
+    # A separator no JSON text or name holds joins the key's columns into one string to encode.
+    joined = pc.binary_join_element_wise(*[pc.fill_null(table[k], "") for k in KEY], "\x1f")
+    keys = pc.dictionary_encode(joined).combine_chunks()
+    runs = pc.dictionary_encode(table["run_id"]).combine_chunks()
+    slim = pa.table({"key_id": keys.indices, "run_id": runs.indices, "bucket": table["bucket"],
+                     "count": table["count"], "min": table["min"], "max": table["max"]})
+    key_rows = [(i, *text.split("\x1f")) for i, text in enumerate(keys.dictionary.to_pylist())]
+    key_table = spark.createDataFrame(key_rows, "key_id int, " + ", ".join(f"{k} string" for k in KEY))
+    return _arrow_frame(spark, slim, "key_id int, run_id int, bucket double, count bigint, min double, "
+                                     "max double"), key_table
+
+
+def merge_histograms(hist: DataFrame, key_table: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+    """`merge_histograms_by`, by KEY; with `key_table`, `hist` carries a
+    key_id in place of KEY and the results get KEY back from the table."""
+    if key_table is None:
+        return merge_histograms_by(hist, KEY)
+    merged, cdf = merge_histograms_by(hist, ["key_id"])
+    named = F.broadcast(key_table)
+    return merged.join(named, "key_id").drop("key_id"), cdf.join(named, "key_id").drop("key_id")
+
+
+def merge_histograms_by(hist: DataFrame, key: list[str]) -> tuple[DataFrame, DataFrame]:
     """Each key's bucket counts added across its runs (HdrHistogram's merge:
     the buckets line up), then per key the nearest-rank percentiles of the
     sum: the first bucket whose running count reaches the rank, clamped to
     the recorded min and max (as `bench.histogram.LatencyHistogram` answers).
     Also each key's CDF: (bucket value, fraction at or below)."""
     hist = hist.cache()
-    per_bucket = hist.groupBy(*KEY, "bucket").agg(F.sum("count").alias("count"))
-    totals = hist.groupBy(*KEY).agg(
+    per_bucket = hist.groupBy(*key, "bucket").agg(F.sum("count").alias("count"))
+    totals = hist.groupBy(*key).agg(
         F.countDistinct("run_id").alias("n_runs"), F.min("min").alias("min"), F.max("max").alias("max"))
-    upto = Window.partitionBy(*KEY).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    everything = Window.partitionBy(*KEY)
+    upto = Window.partitionBy(*key).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    everything = Window.partitionBy(*key)
     cum = (per_bucket.withColumn("cum", F.sum("count").over(upto))
            .withColumn("total", F.sum("count").over(everything))).cache()
     picks = []
     for name, num, den in MERGED_PERCENTILES:
         rank = F.greatest(F.lit(1), F.expr(f"(total * {num} + {den - 1}) div {den}"))
         picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bucket"))).alias(name))
-    raw = cum.groupBy(*KEY).agg(F.max("total").alias("count"), *picks).join(totals, KEY)
+    raw = cum.groupBy(*key).agg(F.max("total").alias("count"), *picks).join(totals, key)
     clamp = [F.least(F.col("max"), F.greatest(F.col("min"), F.col(name))).alias(name)
              for name, _, _ in MERGED_PERCENTILES]
-    merged = raw.select(*KEY, "n_runs", "count", "min", *clamp, "max")
-    cdf = cum.join(totals, KEY).select(
-        *KEY, F.least(F.col("max"), F.greatest(F.col("min"), F.col("bucket"))).alias("value"),
+    merged = raw.select(*key, "n_runs", "count", "min", *clamp, "max")
+    cdf = cum.join(totals, key).select(
+        *key, F.least(F.col("max"), F.greatest(F.col("min"), F.col("bucket"))).alias("value"),
         (F.col("cum") / F.col("total")).alias("fraction"))
     return merged, cdf
 
