@@ -221,7 +221,8 @@ def merge_histograms_by(hist: DataFrame, key: list[str]) -> tuple[DataFrame, Dat
     sum: the first bucket whose running count reaches the rank, clamped to
     the recorded min and max (as `bench.histogram.LatencyHistogram` answers).
     Also each key's CDF: (bucket value, fraction at or below)."""
-    hist = hist.cache()
+    # Not cached: both passes below reduce it at once, and building Spark's columnar cache of
+    # 1.5 million bucket rows cost more than reading them twice.
     per_bucket = hist.groupBy(*key, "bucket").agg(F.sum("count").alias("count"))
     totals = hist.groupBy(*key).agg(
         F.countDistinct("run_id").alias("n_runs"), F.min("min").alias("min"), F.max("max").alias("max"))
