@@ -170,10 +170,13 @@ class CpuSampler:
         the measured phase's start) t_s counts from there and intervals
         that began before it (warm-up) are left out."""
         zero = self.t0 if since is None else since
+        # A phase that begins a moment after a mark (the workers start a few ms after the release
+        # the sampler started at) keeps that interval: a tenth of it, at most, is the phase before.
+        slack = self.interval_s / 10
         out = []
         for before, after in zip(self.marks, self.marks[1:]):
             used, _ = cpu_between(before, after)
             seconds = after.at - before.at
-            if seconds > 0 and before.at >= zero:
+            if seconds > 0 and before.at >= zero - slack:
                 out.append((after.at - zero, used.get(group, 0.0) / seconds))
         return out
