@@ -55,7 +55,8 @@ def register(scenarios: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from bench.histogram import LatencyHistogram
     from bench.kafka_bench import create_topic
-    from bench.load_generator import run_workers
+    from bench.load_generator import interval_percentiles, run_workers
+    from bench.proc_stats import CpuSampler
 
     if args.rate < 1 or args.duration <= 0 or args.warmup < 0 or args.record_size < STAMP.size:
         raise SystemExit(f"raftka bench latency: --rate and --duration must be positive, --warmup >= 0, "
@@ -82,7 +83,13 @@ def run(args: argparse.Namespace) -> int:
             def on_progress(n: int) -> None:
                 progress.update(task, completed=n, description="warm-up" if n < warm else "measure")
 
-            results = {r["role"]: r for r in run_workers(latency_worker, specs, on_progress=on_progress)}
+            # Broker CPU every second while the records flow, for the report's series.
+            sampler = CpuSampler(cluster)
+            try:
+                results = {r["role"]: r for r in run_workers(latency_worker, specs, on_start=sampler.start,
+                                                             on_progress=on_progress)}
+            finally:
+                sampler.stop()
         consumer, producer = results["consumer"], results["producer"]
         histogram = LatencyHistogram()
         histogram.record_many(consumer["latencies_ms"])
@@ -95,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
             for key in ("p50", "p95", "p99", "p99_9", "max", "mean"):
                 runner.row(f"e2e_latency_{key}", summary[key], "ms")
             runner.samples("e2e_latency", "ms", consumer["latencies_ms"])
+            # Per second of the measured phase (from the first measured record's due time, on the
+            # machine-wide monotonic clock every process shares): the latency of the records due in
+            # that second, and the brokers' CPU.
+            measured_start = min(consumer["due_s"])
+            by_second = interval_percentiles(measured_start, consumer["due_s"], consumer["latencies_ms"])
+            runner.series("e2e_latency_p50", "ms", by_second[50.0])
+            runner.series("e2e_latency_p99", "ms", by_second[99.0])
+            runner.series("broker_cpu_cores", "cores", sampler.series("brokers", since=measured_start))
             runner.table(f"end-to-end latency: {args.rate:,} records/s of {args.record_size} B, acks={args.acks}, "
                          f"{args.partitions} partition(s), RF {args.replication_factor}",
                          [(k, f"{summary[k]:.2f} ms", "") for k in ("p50", "p95", "p99", "p99_9", "max", "mean")]
@@ -163,6 +178,7 @@ def _consume(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results
     start.wait()
     deadline = time.monotonic() + spec["timeout_s"]
     latencies_ms: list[float] = []
+    due_s: list[float] = []  # when each measured record was due (monotonic s): the series' clock
     got = 0
     errors: list[str] = []
     unpack, now_ns = STAMP.unpack_from, time.monotonic_ns
@@ -182,7 +198,8 @@ def _consume(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results
             due_ns, phase = unpack(m.value())
             if phase == MEASURE:
                 latencies_ms.append(max(0, received_ns - due_ns) / 1e6)
+                due_s.append(due_ns / 1e9)
         counter.value = got
     consumer.close()
     results.put({"role": "consumer", "records": got, "failed": len(errors), "errors": errors,
-                 "latencies_ms": latencies_ms, "start": 0.0, "end": 0.0, "cpu_s": 0.0})
+                 "latencies_ms": latencies_ms, "due_s": due_s, "start": 0.0, "end": 0.0, "cpu_s": 0.0})

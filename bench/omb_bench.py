@@ -219,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
         rows += [row(SCENARIO, params, f"produce_latency_p{q}", histogram.percentile(q), "ms") for q in (50, 99)]
     args.series = [("produce_records_per_s", "records/s", result["series"]),
                    ("produce_latency_p50", "ms", result["latency_series"][50.0]),
-                   ("produce_latency_p99", "ms", result["latency_series"][99.0])]
+                   ("produce_latency_p99", "ms", result["latency_series"][99.0]),
+                   ("broker_cpu_cores", "cores", result["cpu_series"])]
     run_id = emit(args, console, rows, {"produce_latency": result["latencies_ms"]}, SCENARIO, params)
     out_dir = args.out_dir or os.path.join(args.results, "_omb")
     for path in export_omb(args.results, out_dir, run_ids=[run_id]):

@@ -123,3 +123,60 @@ def segment_files(log_dir: str, topic: str) -> list[str]:
 def log_bytes(log_dir: str, topic: str) -> int:
     """Bytes in the `.log` segment files of `topic`'s partitions in `log_dir`."""
     return sum(os.path.getsize(path) for path in segment_files(log_dir, topic))
+
+
+class CpuSampler:
+    """Per-second CPU of a local cluster's process groups during a phase,
+    for the report's time series: a thread takes a `cluster_cpu_mark`
+    every `interval_s`; `series(group)` is `(t_s, cores busy)` for each
+    interval, t_s its end in seconds after `start()` (the phase's clock).
+
+        sampler = CpuSampler(cluster).start()
+        ...measured phase...
+        runner.series("broker_cpu_cores", "cores", sampler.stop().series("brokers"))
+    """
+
+    def __init__(self, cluster: Any, interval_s: float = 1.0):
+        import threading
+
+        self.cluster = cluster
+        self.interval_s = interval_s
+        self.marks: list[CpuMark] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def start(self, at: float | None = None) -> "CpuSampler":
+        """Start sampling; `at` (a monotonic time, default now) is t_s = 0."""
+        self.t0 = time.monotonic() if at is None else at
+        self.marks.append(cluster_cpu_mark(self.cluster))
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        # Marks at fixed times after the start: a late wake-up shortens the next wait.
+        n = 1
+        while not self._stop.wait(max(0.0, self.t0 + n * self.interval_s - time.monotonic())):
+            self.marks.append(cluster_cpu_mark(self.cluster))
+            n += 1
+
+    def stop(self) -> "CpuSampler":
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        return self
+
+    def series(self, group: str = "brokers", since: float | None = None) -> list[tuple[float, float]]:
+        """`(t_s, cores busy)` per interval; with `since` (a monotonic time:
+        the measured phase's start) t_s counts from there and intervals
+        that began before it (warm-up) are left out."""
+        zero = self.t0 if since is None else since
+        # A phase that begins a moment after a mark (the workers start a few ms after the release
+        # the sampler started at) keeps that interval: a tenth of it, at most, is the phase before.
+        slack = self.interval_s / 10
+        out = []
+        for before, after in zip(self.marks, self.marks[1:]):
+            used, _ = cpu_between(before, after)
+            seconds = after.at - before.at
+            if seconds > 0 and before.at >= zero - slack:
+                out.append((after.at - zero, used.get(group, 0.0) / seconds))
+        return out

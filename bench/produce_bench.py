@@ -259,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
         rows += _tansu_rows(console, params, result, tansu)
     args.series = [("produce_records_per_s", "records/s", result["series"]),
                    ("produce_latency_p50", "ms", result["latency_series"][50.0]),
-                   ("produce_latency_p99", "ms", result["latency_series"][99.0])]
+                   ("produce_latency_p99", "ms", result["latency_series"][99.0]),
+                   ("broker_cpu_cores", "cores", result["cpu_series"])]
     emit(args, console, rows, samples, SCENARIO, params)
     failed = result["failed"] + (baseline["failed"] if baseline is not None else 0)
     failed += tansu["failed"] if tansu is not None else 0
@@ -271,14 +272,24 @@ def _measure(console: Any, args: argparse.Namespace, bc: Any, spec: dict[str, An
     cost, the bytes the topic grew by, what that came to per record (None: no record), and a
     latency histogram."""
     from bench.histogram import LatencyHistogram
+    from bench.proc_stats import CpuSampler
 
     specs = [{**spec, "config": {**spec["config"], "bootstrap.servers": bc.bootstrap}}] * args.producers
     before: dict[str, float] = {}
 
+    # The brokers' CPU in each second of the phase, for the report's series.
+    sampler = CpuSampler(bc.cluster)
+
     def on_start() -> None:
         before.update(cpu=bc.broker_cpu_seconds(), log=bc.broker_log_bytes(spec["topic"]))
+        sampler.start()
 
-    result = _phase(console, f"producing: {title}", specs, args, on_start)
+    try:
+        result = _phase(console, f"producing: {title}", specs, args, on_start)
+    finally:
+        sampler.stop()
+    # From the release of the producers; the rate series counts from their first progress report, 0.1 s later.
+    result["cpu_series"] = sampler.series("brokers")
     result["broker_cpu_s"] = bc.broker_cpu_seconds() - before["cpu"]
     result["appended"] = bc.broker_log_bytes(spec["topic"]) - before["log"]
     result["per_record"] = per_record(result) if result["records"] else None

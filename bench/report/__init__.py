@@ -23,6 +23,15 @@ laptop (`local[*]`) and on a cluster (`spark://...`) over years of runs:
    (Spark's `percentile_approx`, nearest rank, rank error at most n/10**4),
    and CDF points of each mode's last run for the plots.
 
+6. Series inside runs: only each key's last run per mode is drawn, so the
+   runs and keys come from the Parquet footers (`series_index_from_footers`)
+   and Spark reads and bins only those runs' folders.
+
+Under a local master the small tables (rows, samples, histograms, events)
+are read by pyarrow and handed to Spark in memory (histogram keys as
+integers); on a cluster the executors read them. Either way every
+aggregation above is Spark's.
+
 Only the collected summary (small: one row per key) reaches the driver's
 Python; `plots.py` and `render.py` draw and write it. This package is the
 only code in raftka that imports pyspark; import its modules lazily.

@@ -109,14 +109,16 @@ def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summ
     if samples is not None:
         summary.latency_samples = _collect(sample_stats(samples))
         summary.cdfs = _collect(last_run_cdfs(samples, runs))
-    histograms = _load_beside(spark, results_dir, HISTOGRAMS_DIR, HISTOGRAM_DDL)
+    histograms = load_histograms(spark, results_dir)
     if histograms is not None:
-        merged, cdf_points = merge_histograms(histograms)
+        merged, cdf_points = merge_histograms(*histograms)
         summary.merged_histograms = _collect(merged)
         summary.merged_cdfs = _group_points(_collect(cdf_points), ["fraction"])
-    series = _load_beside(spark, results_dir, SERIES_DIR, SERIES_DDL)
+    # The one big table (10 million rows at 1,000 runs): Spark reads it, and only where needed.
+    series = _load_beside(spark, results_dir, SERIES_DIR, SERIES_DDL, arrow=False)
     if series is not None:
-        summary.series = _group_points(_collect(last_run_series(series, runs)), [])
+        started = {r["run_id"]: r["started_ms"] for r in run_list}
+        summary.series = _group_points(_collect(last_run_series(spark, results_dir, series, started)), [])
     events = _load_beside(spark, results_dir, EVENTS_DIR, EVENTS_DDL)
     if events is not None:
         summary.events = _collect(events)
@@ -129,54 +131,201 @@ def summarize(spark: SparkSession, results_dir: str, settings: Settings) -> Summ
     return summary
 
 
-def _load_beside(spark: SparkSession, results_dir: str, folder: str, ddl: str) -> DataFrame | None:
+def _load_beside(spark: SparkSession, results_dir: str, folder: str, ddl: str, arrow: bool = True) -> DataFrame | None:
     path = os.path.join(results_dir, folder)
     if "://" not in results_dir and not _has_parquet(path, recursive=True):
         return None
+    if arrow and _arrow_reads(spark, results_dir):
+        return _from_arrow(spark, path, ddl)
     return spark.read.schema(ddl).option("recursiveFileLookup", "true").parquet(path)
 
 
-def merge_histograms(hist: DataFrame) -> tuple[DataFrame, DataFrame]:
+def _arrow_reads(spark: SparkSession, results_dir: str) -> bool:
+    """Whether the small tables are read by pyarrow in this process and
+    handed to Spark in memory: with a local master and a local dir. Spark
+    opens each Parquet file in a task of its own, some 10-50 ms each on the
+    2-core VM, and a bench writes a file per run and table: at 1,000 runs
+    reading the rows alone took 30-50 s, pyarrow (C++, threaded) reads them
+    in about a second. On a cluster the executors read (the driver may not
+    even see the files). The aggregation is Spark's either way."""
+    return spark.sparkContext.master.startswith("local") and "://" not in results_dir
+
+
+def _from_arrow(spark: SparkSession, source: str | list[str], ddl: str) -> DataFrame:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    types = {"string": pa.string(), "double": pa.float64(), "bigint": pa.int64()}
+    schema = pa.schema([(name, types[kind]) for name, kind in (part.split() for part in ddl.split(","))])
+    # An explicit schema, as Spark is given: extra columns are left out, missing ones are null.
+    # The dataset's discovery skips `_`/`.` names inside the folder, as Spark's does.
+    table = ds.dataset(source, format="parquet", schema=schema).to_table()
+    return _arrow_frame(spark, table, ddl)
+
+
+def _arrow_frame(spark: SparkSession, table: Any, ddl: str) -> DataFrame:
+    """A pyarrow table as a DataFrame of as many partitions as Spark has
+    cores: Spark makes one partition per Arrow batch, and a table read from
+    1,000 files is 1,000 chunks, so every query ran 1,000 tiny tasks."""
+    frame = spark.createDataFrame(table.combine_chunks(), schema=ddl)
+    return frame.coalesce(max(1, spark.sparkContext.defaultParallelism))
+
+
+def load_histograms(spark: SparkSession, results_dir: str) -> tuple[DataFrame, DataFrame | None] | None:
+    """The histogram buckets of every run, and None or a table of their keys.
+
+    Read by pyarrow (see `_arrow_reads`), the rows reach Spark with each key
+    (scenario, mode, metric, params, unit) and run id as a small integer: at
+    1,000 runs the buckets are 1.5 million rows, and their repeated strings
+    were most of the 190 MB Spark would have been handed. The keys' table
+    (key_id and the key's columns) joins them back after the merge."""
+    path = os.path.join(results_dir, HISTOGRAMS_DIR)
+    if "://" not in results_dir and not _has_parquet(path, recursive=True):
+        return None
+    if not _arrow_reads(spark, results_dir):
+        return spark.read.schema(HISTOGRAM_DDL).option("recursiveFileLookup", "true").parquet(path), None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from bench.results import HISTOGRAM_SCHEMA
+
+    table = ds.dataset(path, format="parquet", schema=HISTOGRAM_SCHEMA).to_table()
+    if table.num_rows == 0:
+        return None
+    # A separator no JSON text or name holds joins the key's columns into one string to encode.
+    joined = pc.binary_join_element_wise(*[pc.fill_null(table[k], "") for k in KEY], "\x1f")
+    keys = pc.dictionary_encode(joined).combine_chunks()
+    runs = pc.dictionary_encode(table["run_id"]).combine_chunks()
+    slim = pa.table({"key_id": keys.indices, "run_id": runs.indices, "bucket": table["bucket"],
+                     "count": table["count"], "min": table["min"], "max": table["max"]})
+    key_rows = [(i, *text.split("\x1f")) for i, text in enumerate(keys.dictionary.to_pylist())]
+    key_table = spark.createDataFrame(key_rows, "key_id int, " + ", ".join(f"{k} string" for k in KEY))
+    return _arrow_frame(spark, slim, "key_id int, run_id int, bucket double, count bigint, min double, "
+                                     "max double"), key_table
+
+
+def merge_histograms(hist: DataFrame, key_table: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+    """`merge_histograms_by`, by KEY; with `key_table`, `hist` carries a
+    key_id in place of KEY and the results get KEY back from the table."""
+    if key_table is None:
+        return merge_histograms_by(hist, KEY)
+    merged, cdf = merge_histograms_by(hist, ["key_id"])
+    named = F.broadcast(key_table)
+    return merged.join(named, "key_id").drop("key_id"), cdf.join(named, "key_id").drop("key_id")
+
+
+def merge_histograms_by(hist: DataFrame, key: list[str]) -> tuple[DataFrame, DataFrame]:
     """Each key's bucket counts added across its runs (HdrHistogram's merge:
     the buckets line up), then per key the nearest-rank percentiles of the
     sum: the first bucket whose running count reaches the rank, clamped to
     the recorded min and max (as `bench.histogram.LatencyHistogram` answers).
     Also each key's CDF: (bucket value, fraction at or below)."""
-    hist = hist.cache()
-    per_bucket = hist.groupBy(*KEY, "bucket").agg(F.sum("count").alias("count"))
-    totals = hist.groupBy(*KEY).agg(
+    # Not cached: both passes below reduce it at once, and building Spark's columnar cache of
+    # 1.5 million bucket rows cost more than reading them twice.
+    per_bucket = hist.groupBy(*key, "bucket").agg(F.sum("count").alias("count"))
+    totals = hist.groupBy(*key).agg(
         F.countDistinct("run_id").alias("n_runs"), F.min("min").alias("min"), F.max("max").alias("max"))
-    upto = Window.partitionBy(*KEY).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    everything = Window.partitionBy(*KEY)
+    upto = Window.partitionBy(*key).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    everything = Window.partitionBy(*key)
     cum = (per_bucket.withColumn("cum", F.sum("count").over(upto))
-           .withColumn("total", F.sum("count").over(everything)))
+           .withColumn("total", F.sum("count").over(everything))).cache()
     picks = []
     for name, num, den in MERGED_PERCENTILES:
         rank = F.greatest(F.lit(1), F.expr(f"(total * {num} + {den - 1}) div {den}"))
         picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bucket"))).alias(name))
-    raw = cum.groupBy(*KEY).agg(F.max("total").alias("count"), *picks).join(totals, KEY)
+    raw = cum.groupBy(*key).agg(F.max("total").alias("count"), *picks).join(totals, key)
     clamp = [F.least(F.col("max"), F.greatest(F.col("min"), F.col(name))).alias(name)
              for name, _, _ in MERGED_PERCENTILES]
-    merged = raw.select(*KEY, "n_runs", "count", "min", *clamp, "max")
-    cdf = cum.join(totals, KEY).select(
-        *KEY, F.least(F.col("max"), F.greatest(F.col("min"), F.col("bucket"))).alias("value"),
+    merged = raw.select(*key, "n_runs", "count", "min", *clamp, "max")
+    cdf = cum.join(totals, key).select(
+        *key, F.least(F.col("max"), F.greatest(F.col("min"), F.col("bucket"))).alias("value"),
         (F.col("cum") / F.col("total")).alias("fraction"))
     return merged, cdf
 
 
-def last_run_series(series: DataFrame, runs: DataFrame) -> DataFrame:
+def last_run_series(spark: SparkSession, results_dir: str, series: DataFrame,
+                    started: dict[str, int]) -> DataFrame:
     """The series of each key's last run per mode, averaged into at most
-    SERIES_POINTS bins of time (a million-point series draws as 400)."""
-    with_start = series.join(runs.select("run_id", "started_ms"), "run_id", "left")
-    last = with_start.groupBy(*KEY).agg(F.max(F.struct("started_ms", "run_id")).alias("last"))
-    kept = with_start.join(last, KEY).where(F.col("run_id") == F.col("last.run_id")).drop("last").cache()
-    span = kept.groupBy(*KEY).agg(F.max("t_s").alias("span"), F.count(F.lit(1)).alias("n"))
-    binned = kept.join(span, KEY).withColumn(
+    SERIES_POINTS bins of time (a million-point series draws as 400).
+
+    Two passes, because nearly all series rows belong to runs that are not
+    drawn: one aggregation over the whole table finds each run's keys (with
+    their span and length), the driver picks each key's last run from the
+    run table it already holds, and only those runs' folders are read again
+    to bin their points. Joining every row with the runs and caching the
+    kept rows instead cost minutes at 10 million rows."""
+    # Raw rows, params as written: the second pass joins on them exactly.
+    per_run = None if "://" in results_dir else series_index_from_footers(os.path.join(results_dir, SERIES_DIR))
+    if per_run is None:
+        per_run = series.groupBy(*KEY, "run_id").agg(
+            F.max("t_s").alias("span"), F.count(F.lit(1)).alias("n")).collect()
+    last: dict[tuple, tuple] = {}
+    for row in per_run:
+        key = tuple(row[k] for k in KEY)
+        # Runs without result rows have no start: they lose to any run with one.
+        rank = (started.get(row["run_id"]) or -1, row["run_id"])
+        if key not in last or rank > last[key][0]:
+            last[key] = (rank, row)
+    chosen = [row for _, row in last.values()]
+    if not chosen:
+        return spark.createDataFrame([], f"{', '.join(k + ' string' for k in KEY)}, run_id string, "
+                                         "raw array<struct<bin:double,value:double>>")
+    picks = spark.createDataFrame([tuple(row[k] for k in KEY) + (row["run_id"], float(row["span"]), int(row["n"]))
+                                   for row in chosen],
+                                  f"{', '.join(k + ' string' for k in KEY)}, run_id string, span double, n bigint")
+    run_ids = sorted({row["run_id"] for row in chosen})
+    folders = [os.path.join(results_dir, SERIES_DIR, r) for r in run_ids]
+    if "://" not in results_dir and all(os.path.isdir(f) for f in folders):
+        # `write_series` keeps each run in its own folder: read only the drawn runs.
+        kept = spark.read.schema(SERIES_DDL).option("recursiveFileLookup", "true").parquet(*folders)
+    else:
+        kept = series.where(F.col("run_id").isin(run_ids))
+    joined = kept.join(F.broadcast(picks), [*KEY, "run_id"])
+    binned = joined.withColumn(
         "bin", F.when(F.col("n") <= SERIES_POINTS, F.col("t_s"))
         .otherwise(F.floor(F.col("t_s") / F.col("span") * SERIES_POINTS) * F.col("span") / SERIES_POINTS))
-    return binned.groupBy(*KEY, "run_id").agg(
-        F.sort_array(F.collect_list(F.struct("bin", "value"))).alias("raw")).select(
-        *KEY, "run_id", "raw")
+    # Each bin's mean in Spark: the driver gets at most SERIES_POINTS + 1 points per key.
+    return binned.groupBy(*KEY, "run_id", "bin").agg(F.avg("value").alias("value")).groupBy(*KEY, "run_id").agg(
+        F.sort_array(F.collect_list(F.struct("bin", "value"))).alias("raw"))
+
+
+def series_index_from_footers(series_dir: str) -> list[dict[str, Any]] | None:
+    """Each run's series keys with their span (largest t_s) and length,
+    read from the Parquet footers alone (row-group statistics), without
+    reading a row: `write_series` writes one key per file, so in each row
+    group every key column's min equals its max. None when some row group
+    does not say (another writer, statistics left out): then Spark
+    aggregates the rows instead. At 1,000 runs this is a second, where
+    Spark's pass over 10 million rows was most of the report's time."""
+    import pyarrow.parquet as pq
+
+    index: dict[tuple, dict[str, Any]] = {}
+    for folder, _, names in os.walk(series_dir):
+        for name in names:
+            if not name.endswith(".parquet"):
+                continue
+            meta = pq.ParquetFile(os.path.join(folder, name)).metadata
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                if group.num_rows == 0:
+                    continue
+                stats = {group.column(c).path_in_schema: group.column(c).statistics
+                         for c in range(group.num_columns)}
+                values = {}
+                for column in (*KEY, "run_id", "t_s"):
+                    st = stats.get(column)
+                    if st is None or not st.has_min_max or st.null_count:
+                        return None
+                    if column != "t_s" and st.min != st.max:
+                        return None
+                    values[column] = st.max
+                key = tuple(values[k] for k in (*KEY, "run_id"))
+                entry = index.setdefault(key, {**{k: values[k] for k in (*KEY, "run_id")}, "span": values["t_s"],
+                                               "n": 0})
+                entry["span"] = max(entry["span"], values["t_s"])
+                entry["n"] += group.num_rows
+    return list(index.values())
 
 
 def commit_history(per_run: DataFrame, rows: DataFrame) -> DataFrame:
@@ -217,6 +366,9 @@ def load_rows(spark: SparkSession, results_dir: str) -> DataFrame:
             f"{results_dir}`) or pass --results with the dir the bench wrote to"
         )
     # Only the top level: `_samples/` and other `_` folders are not rows.
+    if _arrow_reads(spark, results_dir):
+        names = sorted(os.path.join(results_dir, n) for n in os.listdir(results_dir) if n.endswith(".parquet"))
+        return _from_arrow(spark, names, ROWS_DDL)
     return spark.read.schema(ROWS_DDL).parquet(os.path.join(results_dir, "*.parquet"))
 
 
@@ -224,6 +376,8 @@ def load_samples(spark: SparkSession, results_dir: str) -> DataFrame | None:
     samples_dir = os.path.join(results_dir, SAMPLES_DIR)
     if "://" not in results_dir and not _has_parquet(samples_dir, recursive=True):
         return None
+    if _arrow_reads(spark, results_dir):
+        return _from_arrow(spark, samples_dir, SAMPLES_DDL)
     return spark.read.schema(SAMPLES_DDL).option("recursiveFileLookup", "true").parquet(samples_dir)
 
 

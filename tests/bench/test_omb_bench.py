@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from bench.omb_bench import read_workload
 from bench.report.omb import import_omb
-from bench.results import read_rows
+from bench.results import SERIES_DIR, read_rows
 from common.errors import RaftkaError
 from tests.bench.scenarios_testing import run_bench
 
@@ -58,6 +59,11 @@ def test_omb_workload_runs_and_its_result_round_trips(tmp_path):
     produce = [r for r in read_rows(results) if r["scenario"] == "produce"]
     assert json.loads(produce[0]["params"])["workload"] == "tiny-100b"
     assert {"produce_records_per_s", "produce_latency_p99"} <= {r["metric"] for r in produce}
+    # The brokers' CPU in each second of the measured phase, as a series beside the rates.
+    run_dir = os.path.join(results, SERIES_DIR, produce[0]["run_id"])
+    cpu = [r for r in pq.read_table(run_dir).to_pylist() if r["metric"] == "broker_cpu_cores"]
+    assert len(cpu) >= 2 and all(r["unit"] == "cores" and 0 <= r["value"] <= os.cpu_count() + 0.5 for r in cpu), cpu
+    assert any(r["value"] > 0 for r in cpu)
 
     # What `raftka report --import-omb` runs before the (Spark) report: the file reads back.
     assert len(import_omb(results, [str(out / name)], "raftka-omb")) == 1

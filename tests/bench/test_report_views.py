@@ -95,6 +95,12 @@ def write_views_dataset(results: str) -> dict:
                  points=[(t / 10, 0 if t < 20 else 3) for t in range(40)])
     write_events(results, "fault-0", scenario="failover", mode="kraft", params={"partitions": 3},
                  events=[("kill broker 2", 0.0, 2.5)])
+    # Broker CPU of that run, 1,000 points (drawn as at most 401 bin means), and of a run without
+    # result rows (no start time: never the last run).
+    write_series(results, "fault-0", scenario="failover", mode="kraft", params={"partitions": 3},
+                 metric="broker_cpu_cores", unit="cores", points=[(t / 100, 0.5) for t in range(1000)])
+    write_series(results, "stray-0", scenario="failover", mode="kraft", params={"partitions": 3},
+                 metric="broker_cpu_cores", unit="cores", points=[(t / 100, 1.5) for t in range(1000)])
     return known
 
 
@@ -164,9 +170,17 @@ def test_change_point_search_on_plain_series():
 
 
 def test_a_series_is_drawn_with_its_fault_window(views):
-    (plot,) = [p for p in views["summary"]["plots"] if p["kind"] == "series" and p["scenario"] == "failover"]
+    plots = {p["data"]["metric"]: p for p in views["summary"]["plots"]
+             if p["kind"] == "series" and p["scenario"] == "failover"}
+    plot = plots["partitions_writable_again"]
     assert plot["data"]["events"] == [{"event": "kill broker 2", "start_s": 0.0, "end_s": 2.5, "run_id": "fault-0"}]
     assert plot["data"]["lines"][0]["points"] == 40
+    # Broker CPU, the last run's: 1,000 points averaged into 400 bins of time (and the last point's own).
+    cpu = plots["broker_cpu_cores"]
+    assert cpu["data"]["events"] and [line["run_id"] for line in cpu["data"]["lines"]] == ["fault-0"]
+    (series,) = [s for s in views["summary"]["series"] if s["metric"] == "broker_cpu_cores"]
+    assert 300 <= len(series["points"]) <= 401 and {v for _, v in series["points"]} == {0.5}
+    assert series["points"][0][0] == 0.0 and series["points"][-1][0] == pytest.approx(9.99)
 
 
 def test_an_omb_result_is_imported_beside_raftka_and_raftka_runs_export_as_omb(views):

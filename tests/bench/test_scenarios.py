@@ -10,8 +10,10 @@ import json
 import os
 import re
 
+import pyarrow.parquet as pq
 import pytest
 
+from bench.results import SERIES_DIR
 from bench.runner import read_environment
 from bench.suite import QUICK, plan
 from scenarios_testing import by_metric, json_rows, run_bench, stored
@@ -40,6 +42,16 @@ def test_suite_repeats_latency_runs_with_percentiles_samples_and_environment(tmp
         mine = [s for s in samples if s["run_id"] == run_id]
         assert len(mine) == 1500 and {s["metric"] for s in mine} == {"e2e_latency"}
         assert max(s["value"] for s in mine) == metrics["e2e_latency_max"]["value"]
+        # Per second of the measured phase: end-to-end latency by the second records were due, and broker CPU.
+        series = pq.read_table(os.path.join(results, SERIES_DIR, run_id)).to_pylist()
+        by = {m: sorted((r["t_s"], r["value"]) for r in series if r["metric"] == m)
+              for m in ("e2e_latency_p50", "e2e_latency_p99", "broker_cpu_cores")}
+        assert [t for t, _ in by["e2e_latency_p50"]] == [1.0, 2.0, 3.0], by
+        assert all(p50 <= p99 for (_, p50), (_, p99) in zip(by["e2e_latency_p50"], by["e2e_latency_p99"]))
+        assert max(v for _, v in by["e2e_latency_p99"]) <= metrics["e2e_latency_max"]["value"]
+        assert len(by["broker_cpu_cores"]) >= 2 and all(0 <= v <= os.cpu_count() + 0.5
+                                                         for _, v in by["broker_cpu_cores"]), by
+        assert any(v > 0 for _, v in by["broker_cpu_cores"]), "the broker works while records flow"
         env = read_environment(results, run_id)
         assert env["cpu_count"] >= 1 and env["python_version"].count(".") == 2
         assert len(env["git_sha"]) == 40 and env["scenario"] == "latency" and env["params"]["rate"] == 500
