@@ -544,6 +544,33 @@ async def handle_alter_configs(broker, ctx, request):
     return await configs.handle_alter_configs(broker, ctx, request)
 
 
+# --- DescribeQuorum ---------------------------------------------------------
+
+
+async def handle_describe_quorum(broker, ctx, request):
+    """The controller quorum's state, asked of the active controller: Kafka's
+    brokers forward DescribeQuorum, so `kafka-metadata-quorum
+    --bootstrap-server` and admin clients reach it through any broker. Needs
+    Describe on the cluster (Kafka's rule)."""
+    from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
+
+    response_cls = response_class(request.header)
+
+    def failed(code: ErrorCode, message: str):
+        fields = {f.name for f in dataclasses.fields(response_cls)}
+        extra = {"error_message": message, "nodes": ()} if "error_message" in fields else {}
+        return build(response_cls, error_code=code, topics=(), **extra)
+
+    if broker.authorizer.enabled and not broker.authorizer.allowed(ctx, Operation.DESCRIBE, ResourceType.CLUSTER,
+                                                                   "kafka-cluster"):
+        return failed(ErrorCode.cluster_authorization_failed,
+                      f"{ctx.principal} needs Describe on the cluster to describe the controller quorum")
+    response = await _forward(broker, request, DescribeQuorumRequest)
+    if response is None:
+        return failed(ErrorCode.request_timed_out, "the active controller did not answer")
+    return response
+
+
 # --- AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter ------------------------
 
 

@@ -119,6 +119,7 @@ _APIS = {
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 2, metadata_api.handle_describe_cluster),
     64: (0, 0, admin.handle_unregister_broker),
+    55: (0, 2, admin.handle_describe_quorum),  # forwarded to the active controller, as Kafka's brokers do
     80: (0, 1, admin.handle_raft_voter_change),  # AddRaftVoter, forwarded (KIP-853)
     81: (0, 0, admin.handle_raft_voter_change),  # RemoveRaftVoter
     82: (0, 0, admin.handle_raft_voter_change),  # UpdateRaftVoter

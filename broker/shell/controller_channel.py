@@ -34,6 +34,7 @@ CONTROLLER_VERSIONS: dict[int, int] = {
     44: 1,  # IncrementalAlterConfigs
     67: 0,  # AllocateProducerIds
     64: 0,  # UnregisterBroker (KIP-631: an admin client may send it to any broker)
+    55: 2,  # DescribeQuorum
     80: 1,  # AddRaftVoter (KIP-853: forwarded to the leader)
     81: 0,  # RemoveRaftVoter
     82: 0,  # UpdateRaftVoter

@@ -122,6 +122,19 @@ def test_delete_records_holds_on_every_replica_after_leader_changes(tmp_path) ->
                                                     _third(first_leader, second_leader): False})
         assert _unregister(bootstrap, 99) == ErrorCode.broker_id_not_registered
 
+        # DescribeQuorum sent to a broker is answered by the active controller, as Kafka's brokers
+        # forward it (kafka-metadata-quorum --bootstrap-server, kafka-python's describe_metadata_quorum).
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            quorum = kp.describe_metadata_quorum()
+        finally:
+            kp.close()
+        (topic,) = quorum["topics"]
+        (partition,) = topic["partitions"]
+        assert partition["leader_id"] == 1
+        assert [v["replica_id"] for v in partition["current_voters"]] == [1]
+        assert partition["high_watermark"] > 0
+
 
 def _third(*gone: int) -> int:
     (left,) = set(BROKERS) - set(gone)
