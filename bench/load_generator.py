@@ -32,6 +32,12 @@ CPU seconds, and its latency samples.
   `assign()`s its partitions from the beginning (after the release:
   librdkafka fetches ahead as soon as partitions are assigned) and
   consumes until it has `count` records (or `timeout_s` passes).
+- **e2e_consume_worker**: one consumer of an OMB subscription, run beside
+  producers whose values are stamped (`stamp`: the first 8 bytes carry
+  when the record was due, at a fixed rate, or sent); it reads from the
+  partitions' ends at the release and keeps each record's end-to-end
+  latency (receipt minus stamp) and receipt time. `omb_worker` runs either
+  role, so producers and consumers are released together.
 
 With `mock=True` a producer talks to librdkafka's own in-process mock
 cluster (`test.mock.num.brokers=1`) instead of a broker: the client's
@@ -44,12 +50,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
 #: Longest wait for a delivery report while librdkafka's queue is full.
 QUEUE_FULL_WAIT_S = 0.05
+#: Bytes of a stamped value that carry its send time (a little-endian double).
+STAMP_BYTES = 8
 POLL_EVERY = 100
 READY_TIMEOUT_S = 60.0
 
@@ -115,6 +124,11 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
         in_txn.clear()
 
     value = os.urandom(spec["record_size"])
+    # With `stamp`, each value starts with when the record was due (fixed rate) or sent, as a
+    # monotonic time (one clock for every process of this machine): the consumers' end-to-end
+    # latency starts there, as OMB's does from the record's publish time.
+    stamp = bool(spec.get("stamp"))
+    pack, tail = struct.Struct("<d").pack, value[STAMP_BYTES:]
     if spec.get("warm_up"):
         # One record before the release, not counted: the producer id (and
         # the transaction's partitions and coordinator) are then known, so
@@ -150,6 +164,8 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
                 # Serves delivery reports while it waits; may return early, so check again.
                 poll(min(wait, QUEUE_FULL_WAIT_S))
                 continue
+        if stamp:
+            value = pack(due if rate else perf_counter()) + tail
         try:
             if i % sample_every == 0:
                 # At a fixed rate a sampled latency starts when the record was due, not when
@@ -225,6 +241,62 @@ def consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
     consumer.close()
     results.put({"pid": os.getpid(), "records": got, "value_bytes": value_bytes, "errors": errors,
                  "failed": len(errors), "start": t0, "end": last, "cpu_s": cpu_s, "latencies_ms": []})
+
+
+def e2e_consume_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
+    """One consumer of a subscription: reads its share of `spec["partitions"]`
+    of `spec["topic"]` from their ends at the release (records written
+    before are not its), and times each record from the send time stamped
+    in its value. After `duration_s` it keeps reading until nothing came for
+    `idle_s` (the producers' last records), at most `drain_s` more."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group_id"],
+                         "enable.auto.commit": False, "enable.auto.offset.store": False, **spec["config"]})
+    topic = spec["topic"]
+    # The high watermarks before the release: every record produced in the phase lies above them.
+    assignment = []
+    for p in spec["partitions"]:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+        assignment.append(TopicPartition(topic, p, high))
+    consumer.assign(assignment)
+    unpack = struct.Struct("<d").unpack_from
+    ready.put(os.getpid())
+    start.wait()
+    cpu0, t0 = _cpu_seconds(), time.monotonic()
+    measured_end = t0 + spec["duration_s"]
+    hard_end = measured_end + spec["drain_s"]
+    latencies_ms: list[float] = []
+    latency_at: list[float] = []
+    errors: list[str] = []
+    got = 0
+    last = t0
+    while True:
+        messages = consumer.consume(num_messages=10000, timeout=0.1)
+        now = time.monotonic()
+        for m in messages:
+            if m.error() is not None:
+                if len(errors) < 5:
+                    errors.append(str(m.error()))
+                continue
+            got += 1
+            latencies_ms.append((now - unpack(m.value())[0]) * 1000)
+            latency_at.append(now)
+        if messages:
+            last = now
+        elif now >= measured_end and (now - last >= spec["idle_s"] or now >= hard_end):
+            break
+    cpu_s = _cpu_seconds() - cpu0
+    consumer.close()
+    results.put({"pid": os.getpid(), "role": "consume", "subscription": spec["subscription"], "records": got,
+                 "errors": errors, "failed": len(errors), "start": t0, "end": last, "cpu_s": cpu_s,
+                 "latencies_ms": latencies_ms, "latency_at": latency_at})
+
+
+def omb_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, results: Any) -> None:
+    """A producer or (`role: consume`) an end-to-end consumer, so that both run in one release."""
+    target = e2e_consume_worker if spec.get("role") == "consume" else produce_worker
+    target(spec, ready, start, counter, results)
 
 
 def run_workers(
