@@ -202,7 +202,7 @@ def produce_worker(spec: dict[str, Any], ready: Any, start: Any, counter: Any, r
         end = time.monotonic()  # the records are read_committed-visible only now
     counter.value = sent[0]
     results.put({"pid": os.getpid(), "records": sent[0], "failed": sent[1] + unsent, "errors": errors,
-                 "start": t0, "end": end, "cpu_s": _cpu_seconds() - cpu0,
+                 "topic": topic, "start": t0, "end": end, "cpu_s": _cpu_seconds() - cpu0,
                  "latencies_ms": latencies_ms, "latency_at": latency_at, "commit_ms": commit_ms,
                  "visible_ms": visible_ms})
 
