@@ -372,8 +372,9 @@ def _phase(console: Any, args: argparse.Namespace, bc: Any, w: dict[str, Any], t
     result["consume_series"] = [(i + 1.0, float(c)) for i, c in enumerate(bins)] if consumed else []
     result["consume_records_per_s"] = sum(bins) / whole if whole and consumed else 0.0
     ps = tuple(q for _, q in E2E_PCTS) + (100.0,)
-    result["e2e_series"] = interval_percentiles(start, e2e_at, e2e_ms, ps=ps)
-    result["e2e_avg_series"] = _interval_means(start, e2e_at, e2e_ms)
+    result["e2e_series"] = {q: [(t, v) for t, v in points if t <= whole]
+                            for q, points in interval_percentiles(start, e2e_at, e2e_ms, ps=ps).items()}
+    result["e2e_avg_series"] = [(t, v) for t, v in _interval_means(start, e2e_at, e2e_ms) if t <= whole]
     return result
 
 
