@@ -75,6 +75,12 @@ COMPARED = (
     ("produce_latency_p99_9", "produce latency p99.9", "ms"),
     ("produce_latency_p99_99", "produce latency p99.99", "ms"),
     ("produce_latency_max", "produce latency max", "ms"),
+    ("consume_records_per_s", "records/s consumed", "records/s"),
+    ("end_to_end_latency_p50", "end-to-end latency p50", "ms"),
+    ("end_to_end_latency_p99", "end-to-end latency p99", "ms"),
+    ("end_to_end_latency_p99_9", "end-to-end latency p99.9", "ms"),
+    ("end_to_end_latency_p99_99", "end-to-end latency p99.99", "ms"),
+    ("end_to_end_latency_max", "end-to-end latency max", "ms"),
 )
 
 
@@ -140,8 +146,9 @@ def systems_table(stats: list[dict[str, Any]], merged: list[dict[str, Any]]) -> 
     merged histograms."""
     others = [s for s in stats if s["scenario"] == SCENARIO]
     ours = [s for s in stats if s["scenario"] == "produce" and s["mode"] == "kraft"]
-    tails = {(m["params"].get("record_size"), json.dumps(m["params"], sort_keys=True)): m
-             for m in merged if m["scenario"] == "produce" and m["metric"] == "produce_latency"
+    # Both latencies of raftka's `bench omb` runs: the producer's and the end-to-end one.
+    tails = {(m["metric"], m["params"].get("record_size"), json.dumps(m["params"], sort_keys=True)): m
+             for m in merged if m["scenario"] == "produce" and m["metric"] in ("produce_latency", "end_to_end_latency")
              and m["mode"] == "kraft"}
     groups: dict[str, dict[str, Any]] = {}
     for s in others:
@@ -152,7 +159,9 @@ def systems_table(stats: list[dict[str, Any]], merged: list[dict[str, Any]]) -> 
         p = group["params"]
         candidates = [s for s in ours if s["params"].get("record_size") == p.get("record_size")
                       and s["metric"] == "produce_records_per_s"]
-        candidates.sort(key=lambda s: (s["params"].get("partitions") == p.get("partitions"), s["n_runs"]),
+        # An OMB run of the same workload first (it measured what OMB measures, consumers included).
+        candidates.sort(key=lambda s: (s["params"].get("workload") == p.get("workload"),
+                                       s["params"].get("partitions") == p.get("partitions"), s["n_runs"]),
                         reverse=True)
         mine: dict[str, float] = {}
         mine_params = None
@@ -161,10 +170,11 @@ def systems_table(stats: list[dict[str, Any]], merged: list[dict[str, Any]]) -> 
             for s in ours:
                 if s["params"] == mine_params:
                     mine[s["metric"]] = s["median"]
-            tail = tails.get((p.get("record_size"), json.dumps(mine_params, sort_keys=True)))
-            if tail is not None:
-                for name in ("p99_9", "p99_99", "max"):
-                    mine.setdefault(f"produce_latency_{name}", tail[name])
+            for metric in ("produce_latency", "end_to_end_latency"):
+                tail = tails.get((metric, p.get("record_size"), json.dumps(mine_params, sort_keys=True)))
+                if tail is not None:
+                    for name in ("p99_9", "p99_99", "max"):
+                        mine.setdefault(f"{metric}_{name}", tail[name])
         out.append({
             "system": p.get("system"), "workload": p.get("workload"), "params": p, "raftka_params": mine_params,
             "metrics": [{"metric": metric, "what": what, "unit": unit, "raftka": mine.get(metric),

@@ -379,7 +379,10 @@ def _systems(systems: list[dict], out_dir: str, names: set[str]) -> list[Plot]:
     plots = []
     for entry in systems:
         metrics = {m["metric"]: m for m in entry["metrics"]}
-        latency = [m for m in entry["metrics"] if m["unit"] == "ms" and (m["raftka"] or m["other"])]
+        # Producer and end-to-end latency by percentile, each side's two lines in its colour
+        # (end-to-end dashed); a latency neither side measured draws nothing.
+        kinds = (("produce_latency", "produce", "-"), ("end_to_end_latency", "end-to-end", "--"))
+        pcts = ("p50", "p99", "p99_9", "p99_99", "max")
         fig = Figure(figsize=(9, 4), layout="constrained")
         ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         rate = metrics["produce_records_per_s"]
@@ -387,19 +390,22 @@ def _systems(systems: list[dict], out_dir: str, names: set[str]) -> list[Plot]:
         ax1.bar(who, [rate["raftka"] or 0, rate["other"] or 0], color=["tab:blue", "tab:purple"])
         ax1.set_title("records/s produced (median across runs)", fontsize=8)
         ax1.tick_params(labelsize=7)
-        xs = list(range(len(latency)))
+        xs = list(range(len(pcts)))
         for side, color in (("raftka", "tab:blue"), ("other", "tab:purple")):
-            pts = [(x, m[side]) for x, m in zip(xs, latency) if m[side] is not None]
-            if pts:
-                ax2.plot([x for x, _ in pts], [v for _, v in pts], marker="o", color=color,
-                         label="raftka" if side == "raftka" else str(entry["system"]))
+            for prefix, kind, style in kinds:
+                pts = [(x, metrics[f"{prefix}_{n}"][side]) for x, n in zip(xs, pcts)
+                       if metrics.get(f"{prefix}_{n}", {}).get(side) is not None]
+                if pts:
+                    ax2.plot([x for x, _ in pts], [v for _, v in pts], marker="o", color=color, linestyle=style,
+                             label=f"{'raftka' if side == 'raftka' else entry['system']} {kind}")
         ax2.set_xticks(xs)
-        ax2.set_xticklabels([m["what"].replace("produce latency ", "") for m in latency], fontsize=7)
+        ax2.set_xticklabels([n.replace("_", ".") for n in pcts], fontsize=7)
         ax2.set_yscale("log")
         ax2.set_ylabel("ms")
-        ax2.set_title("produce latency by percentile", fontsize=8)
+        ax2.set_title("produce (solid) and end-to-end (dashed) latency by percentile", fontsize=8)
         ax2.grid(alpha=0.3)
-        ax2.legend(fontsize=7)
+        if ax2.lines:
+            ax2.legend(fontsize=7)
         p = entry["params"]
         fig.suptitle(_wrap(f"{entry['system']} (OMB workload {entry['workload']}) beside raftka: "
                            f"{p.get('record_size')} B records, {p.get('partitions')} partitions", 100), fontsize=9)

@@ -192,12 +192,15 @@ def test_an_omb_result_is_imported_beside_raftka_and_raftka_runs_export_as_omb(v
     assert values["produce_records_per_s"]["other"] == pytest.approx(50_000.0)
     assert values["produce_latency_p99_99"]["other"] == 19.0
     assert values["produce_latency_p99_99"]["raftka"] == views["known"]["merged"].percentile(99.99)
+    # End-to-end latency beside the producer's: the imported side has it, the sweep's produce runs do not.
+    assert values["end_to_end_latency_p99"]["other"] == 9.0 and values["end_to_end_latency_p99"]["raftka"] is None
     sweep = [s for s in summary["stats"] if s["scenario"] == "produce" and s["mode"] == "kraft"
              and s["metric"] == "produce_records_per_s" and s["params"]["record_size"] == 100]
     assert values["produce_records_per_s"]["raftka"] == sweep[0]["median"]
     tables = md_tables(views["markdown"])
     (table,) = next(t for title, t in tables.items() if title.startswith("Kafka (1-topic-1-partition-100b)"))
     assert number(table[0]["Kafka"]) == pytest.approx(50_000.0)
+    assert number(next(r for r in table if r["measurement"] == "end-to-end latency p99")["Kafka"]) == 9.0
     assert "Not mapped: publishErrorRate" in views["markdown"]
     assert any(p["kind"] == "systems" for p in summary["plots"])
     series = [s for s in summary["series"] if s["scenario"] == "omb" and s["metric"] == "produce_records_per_s"]
