@@ -397,10 +397,18 @@ def _add_consumers(path: str, result: dict[str, Any], consumers_per_topic: int) 
     data["consumersPerTopic"] = consumers_per_topic
     data["consumeRate"] = [v for _, v in result["consume_series"]]
     series = result["e2e_series"]
-    data["endToEndLatencyAvg"] = [v for _, v in result["e2e_avg_series"]]
+    seconds = len(data["consumeRate"])
+
+    def per_second(points: list[tuple[float, float]]) -> list[float]:
+        # One value per second, as the rates: a second in which no record arrived (a stalled
+        # broker) is 0, as an empty interval is in OMB's files.
+        at = {round(t): v for t, v in points}
+        return [at.get(i + 1, 0.0) for i in range(seconds)]
+
+    data["endToEndLatencyAvg"] = per_second(result["e2e_avg_series"])
     for suffix, q in E2E_PCTS:
-        data[f"endToEndLatency{suffix}"] = [v for _, v in series[q]]
-    data["endToEndLatencyMax"] = [v for _, v in series[100.0]]
+        data[f"endToEndLatency{suffix}"] = per_second(series[q])
+    data["endToEndLatencyMax"] = per_second(series[100.0])
     e2e = result["e2e_histogram"]
     if e2e.count:
         data["aggregatedEndToEndLatencyAvg"] = e2e.total / e2e.count

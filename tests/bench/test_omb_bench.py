@@ -60,7 +60,7 @@ def test_omb_workload_runs_and_its_result_round_trips(tmp_path):
     assert len(result["consumeRate"]) == 2 and all(r > 0 for r in result["consumeRate"]), result["consumeRate"]
     e2e = [result[f"aggregatedEndToEndLatency{q}pct"] for q in ("50", "75", "95", "99", "999", "9999")]
     assert 0 < e2e[0] <= e2e[3] <= e2e[5] <= result["aggregatedEndToEndLatencyMax"], e2e
-    assert result["endToEndLatency50pct"] and all(
+    assert len(result["endToEndLatency50pct"]) == len(result["consumeRate"]) and all(
         p50 <= p99 for p50, p99 in zip(result["endToEndLatency50pct"], result["endToEndLatency99pct"]))
     produce = [r for r in read_rows(results) if r["scenario"] == "produce"]
     assert json.loads(produce[0]["params"])["workload"] == "tiny-100b"
