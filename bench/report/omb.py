@@ -216,10 +216,19 @@ def export_omb(results_dir: str, out_dir: str, run_ids: list[str] | None = None)
 
     rows = [r for r in read_rows(results_dir)
             if r["scenario"] == "produce" and (run_ids is None or r["run_id"] in run_ids)]
-    hists = [h for h in beside(HISTOGRAMS_DIR, HISTOGRAM_SCHEMA)
-             if h["scenario"] == "produce" and h["metric"] == "produce_latency"]
-    series = [s for s in beside(SERIES_DIR, SERIES_SCHEMA)
-              if s["scenario"] == "produce" and s["metric"] == "produce_records_per_s"]
+    all_hists = [h for h in beside(HISTOGRAMS_DIR, HISTOGRAM_SCHEMA)
+                 if h["scenario"] == "produce" and h["metric"] in ("produce_latency", "end_to_end_latency")]
+    hists = [h for h in all_hists if h["metric"] == "produce_latency"]
+    e2e_hists = [h for h in all_hists if h["metric"] == "end_to_end_latency"]
+    all_series = [s for s in beside(SERIES_DIR, SERIES_SCHEMA)
+                  if s["scenario"] == "produce" and s["metric"] in ("produce_records_per_s", "consume_records_per_s",
+                                                                    "end_to_end_latency_p50", "end_to_end_latency_p99")]
+    series = [s for s in all_series if s["metric"] == "produce_records_per_s"]
+
+    def run_series(run_id: str, metric: str) -> list[float]:
+        return [s["value"] for s in sorted((s for s in all_series if s["run_id"] == run_id and s["metric"] == metric),
+                                           key=lambda s: s["t_s"])]
+
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for run_id in sorted({r["run_id"] for r in rows}):
@@ -235,11 +244,24 @@ def export_omb(results_dir: str, out_dir: str, run_ids: list[str] | None = None)
             "messageSize": int(params.get("record_size") or 0), "topics": int(params.get("topics") or 1),
             "partitions": int(params.get("partitions") or 0),
             "producersPerTopic": int(params.get("producers_per_topic") or params.get("producers") or 0),
-            "consumersPerTopic": 0,
+            "consumersPerTopic": int(params.get("subscriptions_per_topic") or 0)
+            * int(params.get("consumers_per_subscription") or 0),
             # raftka's series are 1 s apart (OMB's are 10 s apart).
             "publishRate": rates or [values.get("produce_records_per_s", 0.0)],
-            "consumeRate": [], "publishErrorRate": [], "backlog": [],
+            "consumeRate": run_series(run_id, "consume_records_per_s"),
+            "endToEndLatency50pct": run_series(run_id, "end_to_end_latency_p50"),
+            "endToEndLatency99pct": run_series(run_id, "end_to_end_latency_p99"),
+            "publishErrorRate": [], "backlog": [],
         }
+        # A `bench omb` run with subscriptions kept its end-to-end latency histogram too.
+        e2e = sorted((h["bucket"], h["count"]) for h in e2e_hists if h["run_id"] == run_id)
+        if e2e:
+            lo = min(h["min"] for h in e2e_hists if h["run_id"] == run_id)
+            hi = max(h["max"] for h in e2e_hists if h["run_id"] == run_id)
+            for field, p in (("50", 50), ("75", 75), ("95", 95), ("99", 99), ("999", 99.9), ("9999", 99.99)):
+                result[f"aggregatedEndToEndLatency{field}pct"] = _percentile_of_buckets(e2e, lo, hi, p)
+            result["aggregatedEndToEndLatencyMax"] = hi
+            result["aggregatedEndToEndLatencyAvg"] = sum(v * c for v, c in e2e) / sum(c for _, c in e2e)
         if buckets:
             lo = min(h["min"] for h in hists if h["run_id"] == run_id)
             hi = max(h["max"] for h in hists if h["run_id"] == run_id)

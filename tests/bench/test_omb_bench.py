@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.omb_bench import read_workload
-from bench.report.omb import import_omb
+from bench.report.omb import export_omb, import_omb
 from bench.results import SERIES_DIR, read_rows
 from common.errors import RaftkaError
 from tests.bench.scenarios_testing import run_bench
@@ -87,6 +87,12 @@ def test_omb_workload_runs_and_its_result_round_trips(tmp_path):
     assert rows["end_to_end_latency_p99"]["value"] == result["aggregatedEndToEndLatency99pct"]
     mean_consume = sum(result["consumeRate"]) / len(result["consumeRate"])
     assert abs(rows["consume_records_per_s"]["value"] - mean_consume) < 1e-6 * mean_consume
+    # `raftka report --export-omb` of the stored run rebuilds the consumer side from its histogram and series.
+    (again,) = export_omb(results, str(tmp_path / "exported"), run_ids=[produce[0]["run_id"]])
+    again = json.loads(open(again).read())
+    assert again["consumeRate"] == result["consumeRate"] and again["consumersPerTopic"] == 1
+    assert again["aggregatedEndToEndLatencyMax"] == pytest.approx(result["aggregatedEndToEndLatencyMax"])
+    assert again["aggregatedEndToEndLatency99pct"] == pytest.approx(result["aggregatedEndToEndLatency99pct"], rel=0.01)
 
 
 def test_bad_workload_file_names_the_field(tmp_path):
