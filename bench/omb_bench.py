@@ -291,8 +291,9 @@ def run(args: argparse.Namespace) -> int:
     if result["unconsumed"]:
         for name, missing in result["missing_by_subscription"].items():
             if missing:
-                console.print(f"[red]subscription {name}: {missing} acknowledged records never reached its "
-                              "consumers[/red]")
+                console.print(f"[red]subscription {name}: {missing} acknowledged records were not read by its "
+                              f"consumers within {DRAIN_S:g} s after the measured phase (lost, or the consumers fell "
+                              "that far behind: try a lower producerRate or more consumerPerSubscription)[/red]")
         status = 1
     return status
 
