@@ -45,6 +45,7 @@ closes its logs and ends its session.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -246,12 +247,11 @@ class BrokerZkLink:
         conn: trio.abc.Stream = stream
         gate: SaslGate | None = None
         # An unauthenticated connection gets connections.max.idle.ms to finish its handshakes.
-        login_scope = trio.CancelScope(deadline=trio.current_time()
-                                       + self.broker.config.connections_max_idle_ms / 1000)
+        login_deadline = trio.current_time() + self.broker.config.connections_max_idle_ms / 1000
         try:
             if security is not None and security.tls is not None:
                 conn = trio.SSLStream(stream, security.tls, server_side=True)
-                with login_scope:
+                with trio.move_on_at(login_deadline) as login_scope:
                     try:
                         await conn.do_handshake()
                     except trio.BrokenResourceError as exc:
@@ -265,7 +265,8 @@ class BrokerZkLink:
             if security is not None and security.sasl is not None:
                 gate = SaslGate(security.sasl, self.broker.scram_credential, peer, _log)
             while True:
-                with login_scope if gate is not None and gate.state != "done" else trio.CancelScope():
+                logging_in = gate is not None and gate.state != "done"
+                with trio.move_on_at(login_deadline if logging_in else math.inf) as login_scope:
                     data = await conn.receive_some(65536)
                 if login_scope.cancelled_caught:
                     _log.warning("broker %d: control-plane connection from %s did not log in within "
