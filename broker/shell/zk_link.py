@@ -52,6 +52,7 @@ from typing import Any
 
 import trio
 from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -81,6 +82,10 @@ from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
 from common.config import NodeConfig, int_property, parse_listener
 from common.errors import ConfigError, RaftkaError
 from common.meta_properties import META_PROPERTIES, read_meta, write_meta
+from broker.shell.authorizer import CLUSTER
+from common.security.acl import Operation, ResourceType
+from common.security.tls import subject_dn
+from common.wire.connection import ConnectionContext
 from common.wire.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslGate
 from common.wire.codec import decode_request
 from common.wire.errors import RemoteProtocolError
@@ -95,6 +100,15 @@ def _sasl_api(api_key: int, version: int) -> bool:
     SaslAuthenticate (the raw tokens of SaslHandshake v0 are not served here)."""
     return (api_key, version) in ((SASL_HANDSHAKE_KEY, 1), (SASL_AUTHENTICATE_KEY, 0), (SASL_AUTHENTICATE_KEY, 1),
                                   (SASL_AUTHENTICATE_KEY, 2))
+
+
+def _cluster_authorization_failed(request: m.ControllerRequest) -> m.ControllerResponse:
+    error = ErrorCode.cluster_authorization_failed
+    if isinstance(request, m.LeaderAndIsrRequest):
+        return m.LeaderAndIsrResponse(error_code=error, topics=())
+    if isinstance(request, m.StopReplicaRequest):
+        return m.StopReplicaResponse(error_code=error, partition_errors=())
+    return m.UpdateMetadataResponse(error_code=error)
 
 
 def _peer(stream: trio.SocketStream) -> str:
@@ -246,6 +260,8 @@ class BrokerZkLink:
         peer = _peer(stream)
         conn: trio.abc.Stream = stream
         gate: SaslGate | None = None
+        principal = "User:ANONYMOUS"
+        allowed: bool | None = None  # asked of the authorizer at the first controller request
         # An unauthenticated connection gets connections.max.idle.ms to finish its handshakes.
         login_deadline = trio.current_time() + self.broker.config.connections_max_idle_ms / 1000
         try:
@@ -262,6 +278,9 @@ class BrokerZkLink:
                     _log.warning("broker %d: control-plane TLS handshake from %s did not finish within "
                                  "connections.max.idle.ms; closed", self.broker.node_id, peer)
                     return
+                cert = conn.getpeercert()
+                if cert:  # mutual TLS names the principal, as on the broker's listeners
+                    principal = "User:" + security.principal_mapper.name(subject_dn(cert))
             if security is not None and security.sasl is not None:
                 gate = SaslGate(security.sasl, self.broker.scram_credential, peer, _log)
             while True:
@@ -280,6 +299,13 @@ class BrokerZkLink:
                         await conn.send_all(gate.answer(decode_request(frame, _sasl_api)))
                         continue
                     header, request = m.decode_request(frame)
+                    if allowed is None:
+                        allowed = self._may_control(gate.principal if gate is not None and gate.principal
+                                                    else principal, peer)
+                    if not allowed:
+                        await conn.send_all(m.encode_response(header.correlation_id, _cluster_authorization_failed(
+                            request)))
+                        continue
                     response = self.cache.handle(request)
                     await self._publish()
                     await conn.send_all(m.encode_response(header.correlation_id, response))
@@ -294,6 +320,17 @@ class BrokerZkLink:
             pass
         finally:
             await trio.aclose_forcefully(conn)
+
+    def _may_control(self, principal: str, peer: str) -> bool:
+        """ClusterAction on the cluster, as Kafka checks for LeaderAndIsr, StopReplica and
+        UpdateMetadata (always, without an authorizer); a denial is logged by the authorizer."""
+        ctx = ConnectionContext(0, peer, CONTROL_PLANE_LISTENER, principal)
+        if self.broker.authorizer.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER):
+            return True
+        _log.warning("broker %d: refusing controller requests from %s (%s): it lacks ClusterAction on the cluster; "
+                     "make the brokers' principal a super user (super.users) or grant it ClusterAction",
+                     self.broker.node_id, peer, principal)
+        return False
 
     # --- metadata in -------------------------------------------------------------------------
 

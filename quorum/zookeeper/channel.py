@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
+from kio.schema.errors import ErrorCode
 
 from quorum.zookeeper import messages as m
 from quorum.zookeeper.znodes import BrokerInfo
@@ -103,6 +104,7 @@ class ControllerChannelManager:
             correlation_id = 0
             backoff_s = 0.05
             refused = ""  # the last login refusal logged, so a broker that keeps refusing is logged once
+            answer_error = ""  # the same for an error answer (e.g. CLUSTER_AUTHORIZATION_FAILED)
             while True:
                 if not queue.requests:
                     queue.ready = trio.Event()
@@ -142,6 +144,12 @@ class ControllerChannelManager:
                 backoff_s = 0.05
                 refused = ""
                 queue.requests.popleft()
+                error = getattr(response, "error_code", ErrorCode.none)
+                if error != ErrorCode.none and error.name != answer_error:
+                    _log.warning("broker %d answered %s with %s%s", broker_id, type(request).__name__, error.name.upper(),
+                                 ": the controller's principal needs ClusterAction on the cluster there (or to be "
+                                 "in its super.users)" if error == ErrorCode.cluster_authorization_failed else "")
+                answer_error = error.name if error != ErrorCode.none else ""
                 if self._on_response is not None:
                     self._on_response(broker_id, request, response)
 

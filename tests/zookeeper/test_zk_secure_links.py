@@ -7,9 +7,13 @@ through confluent-kafka over SASL_SSL; after the controller broker is
 killed, the new controller's requests reach the other brokers (clients are
 told new leaders); a broker whose inter-broker password is wrong is refused
 by the controller's requests and by the others, stays out of service, and
-both sides' logs say why. ZooKeeper's own link is not secured (out of scope).
+both sides' logs say why. With RAFTKA_SOAK=1, that broker then comes back
+with the right password but an authorizer whose super users leave out the
+brokers' principal: the controller's requests are answered
+CLUSTER_AUTHORIZATION_FAILED. ZooKeeper's own link is not secured (out of scope).
 """
 
+import os
 import re
 import signal
 import time
@@ -40,7 +44,10 @@ def test_zk_mode_controller_requests_go_over_sasl_ssl_and_a_wrong_password_is_re
         pytest.skip(f"ZooKeeper mode needs a local ZooKeeper: {reason}")
     cluster = LocalCluster(tmp_path / "c", controllers=1, brokers=3, mode="zk", secure=True,
                            zookeeper_tick_time_ms=500,
-                           overrides={"zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000))})
+                           overrides={"zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+                                      # The control plane asks the authorizer for ClusterAction.
+                                      "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                      "super.users": "User:admin"})
     try:
         cluster.start_all()
         cluster.wait_ready(120)
@@ -102,5 +109,20 @@ def test_zk_mode_controller_requests_go_over_sasl_ssl_and_a_wrong_password_is_re
         assert "READY " not in node.output_since_start()
         assert "not-the-password" not in node.output_since_start()
         assert cluster.security.password not in cluster.nodes[new].output_since_start()
+
+        if not os.environ.get("RAFTKA_SOAK"):
+            return  # the ClusterAction check below costs another restart (about 15 s): soak runs only
+        # Back with the right password but an authorizer that does not count the brokers'
+        # principal as a super user: the controller's requests are answered
+        # CLUSTER_AUTHORIZATION_FAILED, and both sides say so.
+        cluster.stop(old, 10)  # SIGTERM: its registration goes at once, no session to wait out
+        text = node.config_path.read_text().replace("not-the-password", password)
+        node.config_path.write_text(text.replace("super.users=User:admin", "super.users=User:nobody"))
+        cluster.start(old)
+        denied = re.compile(rf"broker {old} answered \w+Request with CLUSTER_AUTHORIZATION_FAILED")
+        wait_until(lambda: denied.search(cluster.nodes[new].output_since_start())
+                   and "lacks ClusterAction on the cluster" in node.output_since_start(), SESSION_TIMEOUT_S + 20,
+                   "the ClusterAction denial logged by the controller and by the broker")
+        assert "READY " not in node.output_since_start()
     finally:
         cluster.stop_all(20)
