@@ -132,6 +132,7 @@ class LocalCluster:
         log_dirs_per_broker: int = 1,
         secure_protocol: str = "SASL_SSL",
         dynamic_quorum: bool = False,
+        secure_links: bool = True,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
@@ -192,6 +193,9 @@ class LocalCluster:
         #: brokers' PLAINTEXT listeners stay for local tools. In zk mode a broker
         #: registers one listener, so its only listener is the secure one and
         #: clients log in with PLAIN (SCRAM credentials live in the KRaft metadata log).
+        #: `secure_links=False` (kraft) keeps the nodes' own links PLAINTEXT, so that
+        #: only the clients' path pays for TLS (the bench's security cost).
+        self.secure_links = secure_links or mode == "zk"
         self.secure_protocol = secure_protocol
         self.security = None
         self.secure_ports: dict[int, int] = {}
@@ -243,8 +247,11 @@ class LocalCluster:
                     props["listeners"] = f"{secure_protocol}://{node.address}"
                 elif self.security is not None:
                     props["listeners"] += f",{secure_protocol}://{host}:{self.secure_ports[node.node_id]}"
-            if self.security is not None:
-                props.update(self._secure_links(secure_protocol))
+            if self.security is not None and self.secure_links:
+                props.update(self._node_link_properties(secure_protocol))
+            elif self.security is not None and node.role == "broker":
+                props["inter.broker.listener.name"] = "PLAINTEXT"
+                props.update(self.security.listener_properties(secure_protocol))
             if node.metrics_port is not None:
                 props["metrics.host"] = host
                 props["metrics.port"] = str(node.metrics_port)
@@ -276,7 +283,7 @@ class LocalCluster:
                 write_bootstrap_voters(str(node.log_dir), initial)
         self._write_state()
 
-    def _secure_links(self, protocol: str) -> dict[str, str]:
+    def _node_link_properties(self, protocol: str) -> dict[str, str]:
         """Every node's keys for links on `protocol`: its brokers' secure listener is the
         inter-broker one and the controllers' listener uses the same protocol (in kraft mode)."""
         assert self.security is not None
@@ -291,11 +298,11 @@ class LocalCluster:
     def node_link_security(self):
         """How a local tool reaches the controllers' listener and (in zk mode) the brokers'
         (`common.security.client.ClientSecurity`); None when they are PLAINTEXT."""
-        if self.security is None:
+        if self.security is None or not self.secure_links:
             return None
         from common.security.client import listener_client_security
 
-        props = self._secure_links(self.secure_protocol)
+        props = self._node_link_properties(self.secure_protocol)
         if self.zookeeper is not None:
             return listener_client_security(props, self.secure_protocol, "sasl.mechanism.inter.broker.protocol")
         return listener_client_security(props, "CONTROLLER", "sasl.mechanism.controller.protocol")
