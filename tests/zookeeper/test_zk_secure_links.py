@@ -54,7 +54,7 @@ def test_zk_mode_controller_requests_go_over_sasl_ssl_and_a_wrong_password_is_re
         config = cluster.secure_client_config()
         assert config["security.protocol"] == "SASL_SSL"
         for b in cluster.brokers:  # every listener a broker has is SASL_SSL: no PLAINTEXT port to fall back on
-            assert re.search(r"^listeners=SASL_SSL://[^,]*$", b.config_path.read_text(), re.M)
+            assert re.search(r"^listeners=SASL_SSL://[^,]*$", b.config_path.read_text(), re.MULTILINE)
 
         admin = AdminClient(config)
         admin.create_topics([NewTopic(TOPIC, 1, 3)], operation_timeout=30)[TOPIC].result(60)
