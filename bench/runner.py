@@ -338,8 +338,9 @@ class Runner:
 
         kwargs: dict[str, Any] = {"mode": self.mode} if require_mode(self.mode) else {}
         if secure_protocol is not None:
-            # A TLS (SSL or SASL_SSL) listener on every broker beside PLAINTEXT.
-            kwargs.update(secure=True, secure_protocol=secure_protocol)
+            # A TLS (SSL or SASL_SSL) listener on every broker beside PLAINTEXT; the nodes'
+            # own links stay PLAINTEXT, so that the comparison is of the clients' path alone.
+            kwargs.update(secure=True, secure_protocol=secure_protocol, secure_links=False)
         if self._tmp is None:
             # `raftka bench` made --dir, if given, before the run (common.dirs.ensure_dir).
             self._tmp = tempfile.mkdtemp(prefix=f"raftka-bench-{self.scenario}-", dir=getattr(self.args, "dir", None))

@@ -67,7 +67,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,11 +116,12 @@ def link_cutting_unavailable() -> str | None:
 class LinkCutter:
     """Cuts TCP links between the nodes of one cluster (see the module docstring)."""
 
-    def __init__(self, ports: dict[int, int], tag: str | None = None) -> None:
+    def __init__(self, ports: Mapping[int, int | tuple[int, ...]], tag: str | None = None) -> None:
         reason = link_cutting_unavailable()
         if reason:
             raise NemesisError(reason)
-        self.ports = dict(ports)
+        #: node id -> the ports it listens on (a broker may have more than one listener).
+        self.ports = {node: (p,) if isinstance(p, int) else tuple(p) for node, p in ports.items()}
         tag = tag or str(os.getpid())
         self.table = f"raftka_chaos_{tag}"
         self.mount = cgroup2_mount()
@@ -162,10 +163,12 @@ class LinkCutter:
             if src == dst or (src, dst) in self.cuts:
                 continue
             self.cuts.add((src, dst))
-            rules.append(f"add rule inet {self.table} cut meta l4proto tcp ct mark {MARK_BASE + src} "
-                         f"ct direction original ct original proto-dst {self.ports[dst]} counter drop")
-            rules.append(f"add rule inet {self.table} cut meta l4proto tcp ct mark {MARK_BASE + dst} "
-                         f"ct direction reply ct original proto-dst {self.ports[src]} counter drop")
+            for port in self.ports[dst]:
+                rules.append(f"add rule inet {self.table} cut meta l4proto tcp ct mark {MARK_BASE + src} "
+                             f"ct direction original ct original proto-dst {port} counter drop")
+            for port in self.ports[src]:
+                rules.append(f"add rule inet {self.table} cut meta l4proto tcp ct mark {MARK_BASE + dst} "
+                             f"ct direction reply ct original proto-dst {port} counter drop")
         if rules:
             self._nft("\n".join(rules))
 

@@ -178,7 +178,9 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
                              if o.log_dirs > 1 else None) if "eio" in o.nemeses else None
     cutter = None
     if "partition" in o.nemeses:
-        cutter = LinkCutter({n.node_id: n.port for n in cluster.nodes.values()})
+        # A broker's secure listener (--secure) carries its replication links: cut it too.
+        cutter = LinkCutter({n.node_id: tuple(dict.fromkeys((n.port, cluster.secure_ports.get(n.node_id, n.port))))
+                             for n in cluster.nodes.values()})
         cluster.preexec = cutter.preexec
     timeline: dict[str, float] = {}
     safety: dict[str, Any] = {}
@@ -385,13 +387,17 @@ def active_controller(cluster: LocalCluster) -> int | None:
         parse_describe_quorum,
     )
 
+    # With --secure the controllers' listener is SASL_SSL: log in as the nodes do.
+    security = cluster.node_link_security()
+
     async def ask() -> int | None:
         for node in cluster.controllers:
             if not node.is_running():
                 continue
             try:
                 with trio.fail_after(2):
-                    async with open_connection(node.host, node.port, connect_timeout_ms=1000) as conn:
+                    async with open_connection(node.host, node.port, connect_timeout_ms=1000,
+                                               security=security) as conn:
                         response = await conn.request(describe_quorum_request(2), timeout_ms=1500)
                 d = parse_describe_quorum(response)
                 if d.error_code == 0 and d.leader_id >= 0:

@@ -132,13 +132,12 @@ class LocalCluster:
         log_dirs_per_broker: int = 1,
         secure_protocol: str = "SASL_SSL",
         dynamic_quorum: bool = False,
+        secure_links: bool = True,
     ) -> None:
         if mode not in ("kraft", "zk"):
             raise ClusterError(f"mode={mode!r}: use kraft or zk")
         if secure_protocol not in ("SSL", "SASL_SSL"):
             raise ClusterError(f"secure_protocol={secure_protocol!r}: use SSL or SASL_SSL")
-        if secure and mode != "kraft":
-            raise ClusterError("--secure needs --mode kraft (a ZooKeeper-mode broker's control plane is PLAINTEXT)")
         if mode == "zk" and controllers not in (1, 3, 5):
             raise ClusterError(f"--controllers {controllers}: in zk mode it is the ZooKeeper ensemble size, "
                                "1, 3 or 5")
@@ -187,8 +186,16 @@ class LocalCluster:
                 self.base_dir / "zookeeper", controllers, tick_time_ms=zookeeper_tick_time_ms, host=host,
                 base_port=None if base_port == 0 else base_port + CONTROLLER_PORT_OFFSET)
         #: With `secure`: each broker's SASL_SSL listener (clients log in as the
-        #: admin with SCRAM), or SSL one with `secure_protocol="SSL"`; the
-        #: PLAINTEXT ones stay for the nodes' own links.
+        #: admin with SCRAM), or SSL one with `secure_protocol="SSL"`, which is
+        #: also the inter-broker listener; the controllers' listener uses the
+        #: same protocol, so every node-to-node link (Raft, broker to controller,
+        #: replication) is secured; the nodes log in as the admin with PLAIN. The
+        #: brokers' PLAINTEXT listeners stay for local tools. In zk mode a broker
+        #: registers one listener, so its only listener is the secure one and
+        #: clients log in with PLAIN (SCRAM credentials live in the KRaft metadata log).
+        #: `secure_links=False` (kraft) keeps the nodes' own links PLAINTEXT, so that
+        #: only the clients' path pays for TLS (the bench's security cost).
+        self.secure_links = secure_links or mode == "zk"
         self.secure_protocol = secure_protocol
         self.security = None
         self.secure_ports: dict[int, int] = {}
@@ -196,9 +203,12 @@ class LocalCluster:
             from common.security.dev import DevSecurity
 
             self.security = DevSecurity.ensure(self.base_dir / "secure", (host,))
-            extra = free_ports(brokers, host) if base_port == 0 else [base_port + SECURE_PORT_OFFSET + i
-                                                                      for i in range(brokers)]
-            self.secure_ports = {controllers + i + 1: port for i, port in enumerate(extra)}
+            if mode == "zk":
+                self.secure_ports = {controllers + i + 1: ports[controllers + i] for i in range(brokers)}
+            else:
+                extra = free_ports(brokers, host) if base_port == 0 else [base_port + SECURE_PORT_OFFSET + i
+                                                                          for i in range(brokers)]
+                self.secure_ports = {controllers + i + 1: port for i, port in enumerate(extra)}
         self.nodes: dict[int, LocalNode] = {}
         for index in range(controllers + brokers):
             node_id = index + 1
@@ -233,10 +243,15 @@ class LocalCluster:
                 props["log.dirs"] = ",".join(str(d) for d in self.broker_log_dirs(node, log_dirs_per_broker))
             if node.role == "broker":
                 props["listeners"] = f"PLAINTEXT://{node.address}"
-                if self.security is not None:
+                if self.security is not None and self.zookeeper is not None:
+                    props["listeners"] = f"{secure_protocol}://{node.address}"
+                elif self.security is not None:
                     props["listeners"] += f",{secure_protocol}://{host}:{self.secure_ports[node.node_id]}"
-                    props["inter.broker.listener.name"] = "PLAINTEXT"
-                    props.update(self.security.listener_properties(secure_protocol))
+            if self.security is not None and self.secure_links:
+                props.update(self._node_link_properties(secure_protocol))
+            elif self.security is not None and node.role == "broker":
+                props["inter.broker.listener.name"] = "PLAINTEXT"
+                props.update(self.security.listener_properties(secure_protocol))
             if node.metrics_port is not None:
                 props["metrics.host"] = host
                 props["metrics.port"] = str(node.metrics_port)
@@ -267,6 +282,30 @@ class LocalCluster:
             for node in newly_formatted:
                 write_bootstrap_voters(str(node.log_dir), initial)
         self._write_state()
+
+    def _node_link_properties(self, protocol: str) -> dict[str, str]:
+        """Every node's keys for links on `protocol`: its brokers' secure listener is the
+        inter-broker one and the controllers' listener uses the same protocol (in kraft mode)."""
+        assert self.security is not None
+        props = {"inter.broker.listener.name": protocol, **self.security.listener_properties(protocol)}
+        if self.zookeeper is None:
+            props["controller.listener.names"] = "CONTROLLER"
+            props["listener.security.protocol.map"] = (f"CONTROLLER:{protocol},PLAINTEXT:PLAINTEXT,"
+                                                       f"{protocol}:{protocol}")
+            props.update(self.security.listener_properties("CONTROLLER"))
+        return props
+
+    def node_link_security(self):
+        """How a local tool reaches the controllers' listener and (in zk mode) the brokers'
+        (`common.security.client.ClientSecurity`); None when they are PLAINTEXT."""
+        if self.security is None or not self.secure_links:
+            return None
+        from common.security.client import listener_client_security
+
+        props = self._node_link_properties(self.secure_protocol)
+        if self.zookeeper is not None:
+            return listener_client_security(props, self.secure_protocol, "sasl.mechanism.inter.broker.protocol")
+        return listener_client_security(props, "CONTROLLER", "sasl.mechanism.controller.protocol")
 
     def broker_log_dirs(self, node: LocalNode, count: int) -> list[Path]:
         """A broker's `count` log dirs: its own, then `<name>-dir2`, ... beside it."""
@@ -305,7 +344,10 @@ class LocalCluster:
         if self.secure_protocol == "SSL":
             return {"bootstrap.servers": self.secure_bootstrap, "security.protocol": "SSL",
                     "ssl.ca.location": str(self.security.ca_path)}
-        return dict(line.split("=", 1) for line in self.security.client_settings(self.secure_bootstrap))
+        settings = dict(line.split("=", 1) for line in self.security.client_settings(self.secure_bootstrap))
+        if self.zookeeper is not None:
+            settings["sasl.mechanism"] = "PLAIN"  # no SCRAM credentials without the KRaft metadata log
+        return settings
 
     def node(self, node_id: int) -> LocalNode:
         return self.nodes[node_id]
@@ -474,11 +516,12 @@ class LocalCluster:
         voter_ids = {n.node_id for n in self.controllers}
         brokers = [n for n in self.brokers if n in running]
         expected = {b.node_id for b in brokers}
+        links = self.node_link_security()
         while True:
             for n in running:
                 self._check_alive(n)
             try:
-                trio.run(self._probe, controllers, voter_ids, brokers, expected)
+                trio.run(self._probe, controllers, voter_ids, brokers, expected, links)
                 return
             except ProbeFailed as exc:
                 self._check_deadline(deadline, f"the cluster is not ready: {exc}")
@@ -486,11 +529,14 @@ class LocalCluster:
 
     @staticmethod
     async def _probe(controllers: list[tuple[str, int]], voter_ids: set[int], brokers: list[LocalNode],
-                     expected: set[int]) -> None:
+                     expected: set[int], links: Any) -> None:
+        # With `secure`, `links` logs in on the controllers' listener (kraft) or on the
+        # brokers' only listener (zk: no controller process runs); a kraft broker's
+        # PLAINTEXT listener needs nothing.
         if controllers:
-            await quorum_caught_up(controllers, voter_ids)
+            await quorum_caught_up(controllers, voter_ids, links)
         for b in brokers:
-            listed = await live_broker_ids(b.host, b.port)
+            listed = await live_broker_ids(b.host, b.port, None if controllers else links)
             if not expected <= listed:
                 raise ProbeFailed(f"broker {b.node_id} lists live brokers {sorted(listed)}, "
                                   f"not yet all of {sorted(expected)}")

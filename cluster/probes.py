@@ -15,6 +15,7 @@ import trio
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from common.errors import RaftkaError
+from common.security.client import ClientSecurity
 from common.wire import open_connection
 from common.wire.errors import ConnectionFailedError
 
@@ -25,7 +26,8 @@ class ProbeFailed(RaftkaError):
     """A readiness probe saw the cluster not ready yet; the message says how."""
 
 
-async def quorum_caught_up(controllers: list[tuple[str, int]], voter_ids: set[int]) -> int:
+async def quorum_caught_up(controllers: list[tuple[str, int]], voter_ids: set[int],
+                           security: ClientSecurity | None = None) -> int:
     """The quorum's high watermark, once every voter's log has reached it."""
     from quorum.node.describe_quorum import describe_quorum_request, parse_describe_quorum
 
@@ -33,7 +35,7 @@ async def quorum_caught_up(controllers: list[tuple[str, int]], voter_ids: set[in
     for host, port in controllers:
         try:
             with trio.fail_after(PROBE_TIMEOUT_MS / 1000):
-                async with open_connection(host, port, connect_timeout_ms=PROBE_TIMEOUT_MS) as conn:
+                async with open_connection(host, port, connect_timeout_ms=PROBE_TIMEOUT_MS, security=security) as conn:
                     response = await conn.request(describe_quorum_request(2), timeout_ms=PROBE_TIMEOUT_MS)
         except (ConnectionFailedError, OSError, trio.TooSlowError) as exc:
             last = f"{host}:{port}: {exc or type(exc).__name__}"
@@ -50,11 +52,11 @@ async def quorum_caught_up(controllers: list[tuple[str, int]], voter_ids: set[in
     raise ProbeFailed(last)
 
 
-async def live_broker_ids(host: str, port: int) -> set[int]:
+async def live_broker_ids(host: str, port: int, security: ClientSecurity | None = None) -> set[int]:
     """The broker ids `host:port`'s Metadata answer lists (unfenced brokers)."""
     try:
         with trio.fail_after(PROBE_TIMEOUT_MS / 1000):
-            async with open_connection(host, port, connect_timeout_ms=PROBE_TIMEOUT_MS) as conn:
+            async with open_connection(host, port, connect_timeout_ms=PROBE_TIMEOUT_MS, security=security) as conn:
                 response = await conn.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
                                                               include_topic_authorized_operations=False),
                                               timeout_ms=PROBE_TIMEOUT_MS)

@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--secure", action="store_true",
                      help="the clients use each broker's SASL_SSL listener (SCRAM-SHA-512, a throwaway CA), as "
                           "`raftka cluster up --secure`, with sessions of 10 s (connections.max.reauth.ms) so clients "
-                          "re-authenticate under the faults; the nodes' own links stay PLAINTEXT")
+                          "re-authenticate under the faults; the nodes' own links (Raft, broker to controller, replication) "
+                          "are SASL_SSL too")
     run.add_argument("--out", metavar="DIR", help="where the cluster, history and report go "
                      "(default chaos-<seed> in the current directory)")
     run.set_defaults(func=run_main)

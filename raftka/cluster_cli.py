@@ -23,8 +23,13 @@ node, its data under the cluster's dir, and prints its URL.
 throwaway CA, a node certificate and an admin SCRAM user (random password)
 are made under D/secure on first start; the client settings are printed on
 stderr and written to D/secure/client-librdkafka.properties (librdkafka's
-keys) and D/secure/client.properties (Java's). The nodes' own links stay on
-their PLAINTEXT listeners.
+keys) and D/secure/client.properties (Java's). The nodes' own links are
+SASL_SSL too: that listener is the inter-broker one and the controllers'
+listener is SASL_SSL (the nodes log in as the admin with PLAIN); the
+brokers' PLAINTEXT listeners stay for local tools. With --mode zk the
+broker's only listener is SASL_SSL (clients log in with PLAIN: SCRAM
+credentials need the KRaft metadata log), and it secures the controller's
+requests to the brokers as well.
 
 --mode zk runs the brokers in ZooKeeper mode: --controllers is then the
 size of a ZooKeeper ensemble (1 or 3, from the Debian `zookeeper` package,
@@ -80,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="a config key for every node (Kafka's key names), e.g. --set num.partitions=6")
     up.add_argument("--secure", action="store_true",
                     help="also a SASL_SSL listener on every broker (base port + 500, ...), with a throwaway CA "
-                         "and an admin SCRAM user under the data dir; prints the client settings on stderr")
+                         "and an admin SCRAM user under the data dir, used also for the nodes' own links (a "
+                         "SASL_SSL controller listener); prints the client settings on stderr")
     up.add_argument("--no-metrics", dest="metrics", action="store_false",
                     help="serve no Prometheus metrics (default: each node on metrics.port, P+400, P+401, ...)")
     up.add_argument("--prometheus", action="store_true",
@@ -159,11 +165,13 @@ def up_main(args: argparse.Namespace) -> int:
                 cluster.wait_ready(args.timeout, progress=status.update)
             if cluster.security is not None:
                 # stdout keeps its one READY line; the settings go to stderr and to files.
-                cluster.security.write_client_files(cluster.secure_bootstrap)
+                # zk mode: PLAIN, since SCRAM credentials live in the KRaft metadata log.
+                mechanism = cluster.secure_client_config().get("sasl.mechanism", "SCRAM-SHA-512")
+                cluster.security.write_client_files(cluster.secure_bootstrap, mechanism)
                 console.print("clients log in on the SASL_SSL listeners with (librdkafka keys; also in "
                               f"{cluster.security.directory}/client-librdkafka.properties, and for Java clients "
                               "client.properties):", markup=False)
-                for line in cluster.security.client_settings(cluster.secure_bootstrap):
+                for line in cluster.security.client_settings(cluster.secure_bootstrap, mechanism):
                     console.print(line, markup=False, highlight=False)
             if args.metrics:
                 console.print("metrics (Prometheus text format): " + ", ".join(

@@ -45,12 +45,14 @@ closes its logs and ends its session.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 from kazoo.client import KazooClient
+from kio.schema.errors import ErrorCode
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -80,11 +82,41 @@ from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
 from common.config import NodeConfig, int_property, parse_listener
 from common.errors import ConfigError, RaftkaError
 from common.meta_properties import META_PROPERTIES, read_meta, write_meta
+from broker.shell.authorizer import CLUSTER
+from common.security.acl import Operation, ResourceType
+from common.security.tls import subject_dn
+from common.wire.connection import ConnectionContext
+from common.wire.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslGate
+from common.wire.codec import decode_request
 from common.wire.errors import RemoteProtocolError
 from common.wire.framing import FrameBuffer
 from common.wire.listeners import listen_tcp
 
 _log = logging.getLogger("broker.zk_link")
+
+
+def _sasl_api(api_key: int, version: int) -> bool:
+    """What an unauthenticated control-plane connection may send: SaslHandshake v1 and
+    SaslAuthenticate (the raw tokens of SaslHandshake v0 are not served here)."""
+    return (api_key, version) in ((SASL_HANDSHAKE_KEY, 1), (SASL_AUTHENTICATE_KEY, 0), (SASL_AUTHENTICATE_KEY, 1),
+                                  (SASL_AUTHENTICATE_KEY, 2))
+
+
+def _cluster_authorization_failed(request: m.ControllerRequest) -> m.ControllerResponse:
+    error = ErrorCode.cluster_authorization_failed
+    if isinstance(request, m.LeaderAndIsrRequest):
+        return m.LeaderAndIsrResponse(error_code=error, topics=())
+    if isinstance(request, m.StopReplicaRequest):
+        return m.StopReplicaResponse(error_code=error, partition_errors=())
+    return m.UpdateMetadataResponse(error_code=error)
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
 
 CONTROL_PLANE_LISTENER = "CONTROL_PLANE"
 #: How often the `/config/changes` watch is re-armed even without a firing.
@@ -177,8 +209,11 @@ class BrokerZkLink:
             await self._register(self.registration)
             # The controller may have answered the registration before `on_epoch` ran.
             await self._publish()
+            # The controller's requests travel as the inter-broker listener says (TLS, SASL login),
+            # as this broker's replica fetchers do; each broker's control plane checks the same way.
             sender = ControllerChannelManager(nursery, CONTROL_PLANE_LISTENER,
-                                              client_id=f"raftka-controller-{self.broker.node_id}")
+                                              client_id=f"raftka-controller-{self.broker.node_id}",
+                                              security=self.broker.config.inter_broker_security)
             unclean = self.config.raw.get("unclean.leader.election.enable", "false").lower() == "true"
 
             def on_change(active: bool, epoch: int) -> None:
@@ -216,26 +251,86 @@ class BrokerZkLink:
             await self.controller.run(task_status=task_status)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        """One controller connection: requests in, answered in order. It is secured as the
+        inter-broker listener is (TLS handshake, then SaslHandshake and SaslAuthenticate
+        before any controller request), so only a node with that listener's credentials
+        can move this broker's leaders."""
         frames = FrameBuffer(self.config.socket_request_max_bytes)
-        async with stream:
-            try:
-                while True:
-                    data = await stream.receive_some(65536)
-                    if not data:
+        security = self.broker.config.listener_security.get(self.broker.config.inter_broker_listener)
+        peer = _peer(stream)
+        conn: trio.abc.Stream = stream
+        gate: SaslGate | None = None
+        principal = "User:ANONYMOUS"
+        allowed: bool | None = None  # asked of the authorizer at the first controller request
+        # An unauthenticated connection gets connections.max.idle.ms to finish its handshakes.
+        login_deadline = trio.current_time() + self.broker.config.connections_max_idle_ms / 1000
+        try:
+            if security is not None and security.tls is not None:
+                conn = trio.SSLStream(stream, security.tls, server_side=True)
+                with trio.move_on_at(login_deadline) as login_scope:
+                    try:
+                        await conn.do_handshake()
+                    except trio.BrokenResourceError as exc:
+                        _log.warning("broker %d: control-plane TLS handshake from %s failed: %s",
+                                     self.broker.node_id, peer, exc.__cause__ or exc)
                         return
-                    for frame in frames.feed(data):
-                        header, request = m.decode_request(frame)
-                        response = self.cache.handle(request)
-                        await self._publish()
-                        await stream.send_all(m.encode_response(header.correlation_id, response))
-            except RemoteProtocolError as exc:
-                _log.warning("broker %d: closing a control-plane connection: %s", self.broker.node_id, exc)
-            except KazooException as exc:
-                # Unanswered: the controller sends the request again on a new connection.
-                _log.info("broker %d: ZooKeeper unavailable while applying a controller request (%s)",
-                          self.broker.node_id, type(exc).__name__)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+                if login_scope.cancelled_caught:
+                    _log.warning("broker %d: control-plane TLS handshake from %s did not finish within "
+                                 "connections.max.idle.ms; closed", self.broker.node_id, peer)
+                    return
+                cert = conn.getpeercert()
+                if cert:  # mutual TLS names the principal, as on the broker's listeners
+                    principal = "User:" + security.principal_mapper.name(subject_dn(cert))
+            if security is not None and security.sasl is not None:
+                gate = SaslGate(security.sasl, self.broker.scram_credential, peer, _log)
+            while True:
+                logging_in = gate is not None and gate.state != "done"
+                with trio.move_on_at(login_deadline if logging_in else math.inf) as login_scope:
+                    data = await conn.receive_some(65536)
+                if login_scope.cancelled_caught:
+                    _log.warning("broker %d: control-plane connection from %s did not log in within "
+                                 "connections.max.idle.ms; closed", self.broker.node_id, peer)
+                    return
+                if not data:
+                    return
+                for frame in frames.feed(data):
+                    if gate is not None and gate.state != "done":
+                        # SaslHandshake v1 and SaslAuthenticate only; anything else closes the connection.
+                        await conn.send_all(gate.answer(decode_request(frame, _sasl_api)))
+                        continue
+                    header, request = m.decode_request(frame)
+                    if allowed is None:
+                        allowed = self._may_control(gate.principal if gate is not None and gate.principal
+                                                    else principal, peer)
+                    if not allowed:
+                        await conn.send_all(m.encode_response(header.correlation_id, _cluster_authorization_failed(
+                            request)))
+                        continue
+                    response = self.cache.handle(request)
+                    await self._publish()
+                    await conn.send_all(m.encode_response(header.correlation_id, response))
+        except RemoteProtocolError as exc:
+            _log.warning("broker %d: closing a control-plane connection from %s: %s", self.broker.node_id, peer,
+                         exc)
+        except KazooException as exc:
+            # Unanswered: the controller sends the request again on a new connection.
+            _log.info("broker %d: ZooKeeper unavailable while applying a controller request (%s)",
+                      self.broker.node_id, type(exc).__name__)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(conn)
+
+    def _may_control(self, principal: str, peer: str) -> bool:
+        """ClusterAction on the cluster, as Kafka checks for LeaderAndIsr, StopReplica and
+        UpdateMetadata (always, without an authorizer); a denial is logged by the authorizer."""
+        ctx = ConnectionContext(0, peer, CONTROL_PLANE_LISTENER, principal)
+        if self.broker.authorizer.allowed(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER):
+            return True
+        _log.warning("broker %d: refusing controller requests from %s (%s): it lacks ClusterAction on the cluster; "
+                     "make the brokers' principal a super user (super.users) or grant it ClusterAction",
+                     self.broker.node_id, peer, principal)
+        return False
 
     # --- metadata in -------------------------------------------------------------------------
 

@@ -49,19 +49,20 @@ class DevSecurity:
         """`--add-scram` values for the admin user."""
         return [f"{m}=[name={ADMIN_USER},password={self.password}]" for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")]
 
-    def client_settings(self, bootstrap: str) -> list[str]:
+    def client_settings(self, bootstrap: str, mechanism: str = "SCRAM-SHA-512") -> list[str]:
         """`key=value` lines in librdkafka's keys."""
-        return [f"bootstrap.servers={bootstrap}", "security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
+        return [f"bootstrap.servers={bootstrap}", "security.protocol=SASL_SSL", f"sasl.mechanism={mechanism}",
                 f"sasl.username={ADMIN_USER}", f"sasl.password={self.password}", f"ssl.ca.location={self.ca_path}"]
 
-    def write_client_files(self, bootstrap: str) -> None:
+    def write_client_files(self, bootstrap: str, mechanism: str = "SCRAM-SHA-512") -> None:
         """client.properties for Java-style clients, client-librdkafka.properties for librdkafka."""
-        jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+        module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+        jaas = (f'org.apache.kafka.common.security.{module} required '
                 f'username="{ADMIN_USER}" password="{self.password}";')
-        java = (f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        java = (f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\nsasl.mechanism={mechanism}\n"
                 f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={self.ca_path}\n")
         for name, text in (("client.properties", java),
-                           ("client-librdkafka.properties", "".join(f"{line}\n" for line in self.client_settings(bootstrap)))):
+                           ("client-librdkafka.properties", "".join(f"{line}\n" for line in self.client_settings(bootstrap, mechanism)))):
             path = self.directory / name
             path.write_text(text)
             path.chmod(0o600)

@@ -55,7 +55,7 @@ from common.wire.errors import (
     RequestTimeoutError,
     UnsupportedVersionError,
 )
-from common.wire.framing import DEFAULT_REQUEST_MAX_BYTES, ReceiveBuffer
+from common.wire.framing import DEFAULT_REQUEST_MAX_BYTES, FrameBuffer, ReceiveBuffer
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
 DEFAULT_CONNECT_TIMEOUT_MS = 10000
@@ -405,6 +405,60 @@ async def _sasl_login(conn: KafkaConnection, security: ClientSecurity, timeout_m
         return lifetime_ms
     except ConnectionError as exc:
         raise ConnectionFailedError(f"SASL {mechanism} login at {where} failed: {exc}") from None
+
+
+async def secure_stream(stream: trio.SocketStream, host: str, port: int, security: ClientSecurity,
+                        timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS) -> trio.abc.Stream:
+    """`stream` wrapped in TLS and logged in with SASL as `security` says,
+    for links that speak their own frames rather than through a
+    `KafkaConnection` (the ZooKeeper-mode controller's requests to brokers).
+    Raises ConnectionFailedError saying why the handshake or login failed;
+    the caller closes `stream` then."""
+    secured: trio.abc.Stream = stream
+    if security.tls is not None:
+        secured = trio.SSLStream(stream, security.tls, server_hostname=host)
+        try:
+            with trio.fail_after(timeout_ms / 1000):
+                await secured.do_handshake()
+        except (trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            cause = exc.__cause__ or exc
+            raise ConnectionFailedError(f"TLS handshake with {host}:{port} failed: {cause}") from None
+    if security.mechanism:
+        try:
+            await _sasl_login(_BareLogin(secured, host, port), security, timeout_ms)  # type: ignore[arg-type]
+        except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError) as exc:
+            raise ConnectionFailedError(f"SASL login at {host}:{port} failed: {exc}") from None
+    return secured
+
+
+class _BareLogin:
+    """What `_sasl_login` needs of a connection, over a bare stream: one
+    request at a time, its answer read before the next is sent."""
+
+    def __init__(self, stream: trio.abc.Stream, host: str, port: int) -> None:
+        self.stream = stream
+        self.host = host
+        self.port = port
+        self._frames = FrameBuffer()
+        self._correlation_id = 0
+
+    async def request(self, body: Any, *, timeout_ms: int) -> Any:
+        self._correlation_id += 1
+        codec = api_codec(body.__api_key__, body.__version__)
+        try:
+            with trio.fail_after(timeout_ms / 1000):
+                await self.stream.send_all(encode_request(self._correlation_id, CLIENT_SOFTWARE_NAME, body))
+                while True:
+                    data = await self.stream.receive_some(65536)
+                    if not data:
+                        raise ConnectionFailedError(f"{self.host}:{self.port} closed the connection during "
+                                                    f"{api_name(codec.api_key)}")
+                    done = self._frames.feed(data)
+                    if done:
+                        return decode_response(done[0], codec, self._correlation_id)
+        except trio.TooSlowError:
+            raise ConnectionFailedError(f"{self.host}:{self.port} did not answer {api_name(codec.api_key)} "
+                                        f"within {timeout_ms} ms") from None
 
 
 #: Renew a SASL connection at this fraction of its session's lifetime (librdkafka: 90%).

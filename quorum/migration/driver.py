@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 from kazoo.client import KazooClient
@@ -83,6 +83,7 @@ from quorum.zookeeper.context import SetZNode, ZkTransaction
 from quorum.zookeeper.znodes import BrokerInfo, NamedPartition
 from common.config import NodeConfig
 from common.errors import ConfigError, RaftkaError
+from common.security.client import ClientSecurity, inter_broker_client_security
 
 _log = logging.getLogger("quorum.migration")
 
@@ -99,6 +100,9 @@ class MigrationConfig:
     expected_broker_ids: frozenset[int] = frozenset()
     #: where ZooKeeper-mode brokers take controller requests (raftka's serve them on CONTROL_PLANE)
     control_plane_listener_name: str = "CONTROL_PLANE"
+    #: How to reach those brokers: TLS and SASL of `inter.broker.listener.name`, whose
+    #: security their control plane applies (None: PLAINTEXT)
+    broker_security: ClientSecurity | None = field(default=None, compare=False)
 
     @classmethod
     def from_node_config(cls, config: NodeConfig) -> MigrationConfig | None:
@@ -117,7 +121,9 @@ class MigrationConfig:
         except ValueError as e:
             raise ConfigError(f"zookeeper.session.timeout.ms / zookeeper.metadata.migration.broker.ids: {e}; "
                               f"use an integer and a comma-separated list of broker ids") from None
-        return cls(connect, timeout_ms, ids, raw.get("control.plane.listener.name", "CONTROL_PLANE"))
+        inter_broker = raw.get("inter.broker.listener.name", "PLAINTEXT").strip().upper()
+        return cls(connect, timeout_ms, ids, raw.get("control.plane.listener.name", "CONTROL_PLANE"),
+                   inter_broker_client_security(raw, inter_broker))
 
 
 class MigrationDriver:
@@ -218,7 +224,8 @@ class MigrationDriver:
                           versions: dict[NamedPartition, int]) -> None:
         async with trio.open_nursery() as nursery:
             channel = ControllerChannelManager(nursery, self.config.control_plane_listener_name,
-                                               client_id=f"kraft-controller-{self.node.node_id}")
+                                               client_id=f"kraft-controller-{self.node.node_id}",
+                                               security=self.config.broker_security)
             zk_brokers: dict[int, BrokerInfo] = {}
             sent: MetadataImage | None = None
             polled_s = -POLL_S
