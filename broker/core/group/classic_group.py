@@ -89,6 +89,9 @@ class Member:
     awaiting_join: Parked | None = None
     awaiting_sync: Parked | None = None
     heartbeat_deadline_ms: int | None = None
+    #: Loaded from the log by this coordinator and not heard from since:
+    #: its client may have moved on to a member id the log never got.
+    unconfirmed: bool = False
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, metadata in self.protocols:
@@ -199,16 +202,27 @@ class ClassicGroup:
         return min(votes, key=lambda name: (-votes[name], name))
 
     def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
-        """None if the request's identity is current; else FENCED_INSTANCE_ID
-        (a static member's older incarnation) or UNKNOWN_MEMBER_ID."""
+        """None if the request's identity is current (its member is then
+        known live); else FENCED_INSTANCE_ID (a static member's older
+        incarnation) or UNKNOWN_MEMBER_ID."""
         if group_instance_id is not None:
             holder = self.static_members.get(group_instance_id)
             if holder is None:
                 return ErrorCode.unknown_member_id
             if holder != member_id:
+                if self.members[holder].unconfirmed:
+                    # The holder is only what the log says: a member id
+                    # handed out in a rebalance is stored when its SyncGroup
+                    # ends (or a failed write reverted it), so after a
+                    # coordinator failover the instance's one process may
+                    # ask with a newer id. Fencing is fatal to it; it rejoins
+                    # without an id instead and takes its place back.
+                    return ErrorCode.unknown_member_id
                 return ErrorCode.fenced_instance_id
-        if member_id not in self.members:
+        member = self.members.get(member_id)
+        if member is None:
             return ErrorCode.unknown_member_id
+        member.unconfirmed = False
         return None
 
     # --- changes -----------------------------------------------------------
