@@ -1,0 +1,102 @@
+"""A static member (KIP-345, `group.instance.id`) across coordinator
+failovers: the broker leading the group's `__consumer_offsets` partition is
+killed (SIGKILL, then restarted) and paused (SIGSTOP/SIGCONT), and the one
+member of the group, a confluent-kafka consumer with the settings `raftka
+mirror` uses (session 10 s, heartbeat 1 s), must keep its partitions: it is
+never fenced (FENCED_INSTANCE_ID is fatal for a static member, and no other
+process holds its instance id) and it consumes again within seconds of
+each fault, not after a rebalance timeout.
+
+Real processes (`LocalCluster`: one controller, three brokers), the data
+topic and `__consumer_offsets` with three replicas, a producer writing the
+whole time (acks=all). About 30 s, so it runs with RAFTKA_SOAK=1. The
+fencing it guards against (a member id handed out in a rebalance that the
+new coordinator's log never got) is reproduced exactly in
+tests/broker/test_group_static.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cluster_group_testing import BackgroundProducer, Member, wait_for_split
+from cluster import LocalCluster
+from test_group_failover import coordinator_of
+
+PARTITIONS = 2
+SETTINGS = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "300",
+    "offsets.topic.num.partitions": "1",
+    "offsets.topic.replication.factor": "3",
+    "group.initial.rebalance.delay.ms": "500",
+}
+TOPIC, GROUP = "orders", "mirror-like"
+#: How long the member may go without a record after a fault ends.
+RECOVERY_S = 15.0
+
+
+def wait_consuming(member: Member, since: float, timeout_s: float) -> float:
+    """Seconds from `since` until the member reads a record that arrived after it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        fenced = [e for _t, e, fatal in member.errors() if fatal or "fenced" in e.lower()]
+        assert not fenced, f"the static member was fenced: {fenced}"
+        if any(t > since for t, *_ in member.consumed()):
+            return time.monotonic() - since
+        time.sleep(0.1)
+    raise AssertionError(f"{member.name} read nothing for {timeout_s} s after the fault; "
+                         f"errors: {member.errors()[-5:]}")
+
+
+def current_coordinator(bootstrap: str, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return coordinator_of(bootstrap, GROUP)[0]
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="about 30 s of coordinator faults: RAFTKA_SOAK=1")
+def test_static_member_keeps_its_partitions_across_coordinator_kills_and_pauses(tmp_path) -> None:
+    with LocalCluster(tmp_path, controllers=1, brokers=3, overrides=SETTINGS) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)], operation_timeout=30)[TOPIC].result(60)
+        producer = BackgroundProducer(bootstrap, TOPIC, PARTITIONS, rate_per_s=50)
+        member = Member("confluent-kafka", bootstrap, GROUP, TOPIC, "static", session_ms=10000,
+                        heartbeat_ms=1000, report_dir=tmp_path, instance_id="mirror-like-0")
+        recoveries = []
+        try:
+            wait_for_split([member], PARTITIONS)
+            for fault in ("kill", "pause", "kill", "pause"):
+                coordinator = current_coordinator(bootstrap)
+                if fault == "kill":
+                    cluster.kill(coordinator)
+                    time.sleep(3)
+                    cluster.start(coordinator)
+                else:
+                    cluster.kill(coordinator, signal.SIGSTOP)
+                    time.sleep(4)
+                    cluster.kill(coordinator, signal.SIGCONT)
+                ended = time.monotonic()
+                recoveries.append((fault, coordinator, round(wait_consuming(member, ended, RECOVERY_S), 1)))
+                time.sleep(1)
+            print("STATIC FAILOVER", recoveries)
+            assert member.process.poll() is None
+            _coordinator, state, members = coordinator_of(bootstrap, GROUP)
+            assert (state, members) == ("STABLE", 1)
+        finally:
+            member.kill()
+            producer._stop.set()
