@@ -100,3 +100,44 @@ def test_static_member_keeps_its_partitions_across_coordinator_kills_and_pauses(
         finally:
             member.kill()
             producer._stop.set()
+
+
+@pytest.mark.skipif(not os.environ.get("RAFTKA_SOAK"), reason="coordinator faults with no group writes: RAFTKA_SOAK=1")
+def test_restarted_static_member_gets_its_partitions_once_group_writes_succeed_again(tmp_path) -> None:
+    """`__consumer_offsets` with min.insync.replicas = its replication
+    factor (the mirror chaos test's source: two replicas, two in sync): while
+    a broker is down the coordinator can write nothing. A static member
+    restarted meanwhile takes its place back as soon as the broker is back."""
+    settings = {**SETTINGS, "min.insync.replicas": "3"}
+    with LocalCluster(tmp_path, controllers=1, brokers=3, overrides=settings) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(120)
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "1"})],
+                            operation_timeout=30)[TOPIC].result(60)
+        producer = BackgroundProducer(bootstrap, TOPIC, PARTITIONS, rate_per_s=50)
+        first = Member("confluent-kafka", bootstrap, GROUP, TOPIC, "first", session_ms=10000,
+                       heartbeat_ms=1000, report_dir=tmp_path, instance_id="mirror-like-0")
+        members = [first]
+        try:
+            wait_for_split([first], PARTITIONS)
+            timings = []
+            for _ in range(2):
+                coordinator = current_coordinator(bootstrap)
+                cluster.kill(coordinator)
+                time.sleep(1)
+                members[-1].kill()
+                again = Member("confluent-kafka", bootstrap, GROUP, TOPIC, f"again{len(members)}",
+                               session_ms=10000, heartbeat_ms=1000, report_dir=tmp_path,
+                               instance_id="mirror-like-0")
+                members.append(again)
+                time.sleep(3)
+                cluster.start(coordinator)
+                restarted = time.monotonic()
+                timings.append(round(wait_consuming(again, restarted, 60), 1))
+            print("RESTART WHILE UNWRITABLE", timings)
+        finally:
+            for m in members:
+                m.kill()
+            producer._stop.set()

@@ -31,7 +31,12 @@ Static membership (KIP-345): a member with a `group.instance.id` keeps its
 place across restarts. The group maps each instance id to the member id
 currently holding it; a JoinGroup of that instance id with an unknown
 member id replaces the old member id (`replace_static_member`), and any
-request still carrying the old id is answered FENCED_INSTANCE_ID.
+request still carrying the old id is answered FENCED_INSTANCE_ID. After a
+coordinator failover the holder is what the log says, which may be older
+than the id the instance's process uses (a rebalance's member ids are
+stored when its SyncGroup ends): until the loaded holder is heard from, a
+different id of its instance gets UNKNOWN_MEMBER_ID (the client rejoins
+without an id and takes the place back) instead of the fatal fence.
 """
 
 from __future__ import annotations
