@@ -335,9 +335,14 @@ class GroupCoordinatorRuntime(ShardHost):
             answer, hp, required = broker.replicas.append_to_leader(
                 broker.image, OFFSETS_TOPIC_NAME, runner.partition, bytearray(batch), -1, now_ms)
             if answer.error_code != ErrorCode.none or hp is not runner.hp:
-                _log.warning("%s-%d: appending %d group records failed with %s %s", OFFSETS_TOPIC_NAME,
+                hint = ""
+                if answer.error_code == ErrorCode.not_enough_replicas:
+                    # Kafka refuses these writes too; say what unblocks them.
+                    hint = ("(fewer in-sync replicas than its min.insync.replicas: joins, syncs and offset "
+                            "commits of its groups fail until a replica catches up or the broker returns)")
+                _log.warning("%s-%d: appending %d group records failed with %s %s%s", OFFSETS_TOPIC_NAME,
                              runner.partition, len(result.records), ErrorCode(answer.error_code).name,
-                             answer.error_message or "")
+                             answer.error_message or "", hint)
                 return None
         for producer_id, producer_epoch, records in result.txn_records:
             # A TxnOffsetCommit: the producer's transactional batch (Kafka

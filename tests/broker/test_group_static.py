@@ -4,8 +4,11 @@ fenced with FENCED_INSTANCE_ID."""
 
 from __future__ import annotations
 
+import random
+
 from kio.schema.errors import ErrorCode
 
+from broker.core.group import GroupCoordinatorShard
 from broker.core.group.classic_group import GroupState
 from broker.core.group.records import GroupMetadataKey, decode_record
 from group_testing import (
@@ -145,3 +148,52 @@ def test_member_id_of_another_instance_is_fenced() -> None:
     assert wrong.error_code == ErrorCode.fenced_instance_id
     unknown_instance = h.call(heartbeat_request("g", leader.member_id, 1, instance_id="i7"))
     assert unknown_instance.error_code == ErrorCode.unknown_member_id
+
+
+def failover(h: Harness) -> None:
+    """A new coordinator: the shard rebuilt from the records written so far."""
+    shard = GroupCoordinatorShard(h.partition, h.config, random.Random(1))
+    for record in h.log:
+        shard.replay(record.key, record.value)
+    shard.on_loaded(h.now_ms)
+    h.shard = shard
+
+
+def test_after_a_failover_the_member_id_the_log_never_got_is_not_fenced() -> None:
+    """The member id a static member got in a rebalance is stored only when
+    its generation's SyncGroup ends; a new coordinator that loads the group
+    before then knows the instance under its older id. The one process of
+    that instance asks with the newer id: it is no duplicate (nothing was
+    heard from the older id since the load), so it is told to rejoin
+    (UNKNOWN_MEMBER_ID), takes its place back and gets its assignment."""
+    h = Harness()
+    [first] = form_static_group(h, 1)
+    # The leader rejoins (a new generation), then its process restarts
+    # (JoinGroup without an id): a new member id, not stored yet.
+    assert h.call(join_request("g", first.member_id, instance_id="i0")).generation_id == 2
+    again = h.call(join_request("g", "", instance_id="i0"))
+    assert again.error_code == ErrorCode.none and again.generation_id == 3
+    failover(h)
+    assert h.group().static_members == {"i0": first.member_id}
+    assert h.call(sync_request("g", again.member_id, 3, {again.member_id: b"x"}, instance_id="i0")).error_code \
+        == ErrorCode.unknown_member_id
+    assert h.call(heartbeat_request("g", again.member_id, 3, instance_id="i0")).error_code \
+        == ErrorCode.unknown_member_id
+    rejoined = h.call(join_request("g", "", instance_id="i0"))
+    assert rejoined.error_code == ErrorCode.none and rejoined.generation_id == 1
+    synced = h.call(sync_request("g", rejoined.member_id, 1, instance_id="i0"))
+    assert synced.error_code == ErrorCode.none and synced.assignment == first.member_id.encode()
+    # The id the log had is now an older incarnation: fenced.
+    assert h.call(heartbeat_request("g", first.member_id, 1, instance_id="i0")).error_code \
+        == ErrorCode.fenced_instance_id
+
+
+def test_after_a_failover_a_second_process_of_a_live_instance_is_fenced() -> None:
+    h = Harness()
+    [first] = form_static_group(h, 1)
+    failover(h)
+    # The loaded member id is heard from: it is live here.
+    assert h.call(heartbeat_request("g", first.member_id, 1, instance_id="i0")).error_code == ErrorCode.none
+    other = "i0-00000000-0000-4000-8000-000000000000"
+    assert h.call(heartbeat_request("g", other, 1, instance_id="i0")).error_code == ErrorCode.fenced_instance_id
+    assert h.call(join_request("g", other, instance_id="i0")).error_code == ErrorCode.fenced_instance_id

@@ -68,13 +68,15 @@ class Member:
     """A group member process and everything it reported."""
 
     def __init__(self, client: str, bootstrap: str, group: str, topic: str, name: str,
-                 session_ms: int = 6000, heartbeat_ms: int = 500, report_dir: Path | None = None) -> None:
+                 session_ms: int = 6000, heartbeat_ms: int = 500, report_dir: Path | None = None,
+                 instance_id: str | None = None) -> None:
         self.name = name
         #: Where its reports are kept, with arrival times (to read after a failure).
         self.report_path = None if report_dir is None else report_dir / f"{name}.jsonl"
         self.process = subprocess.Popen(
             [PYTHON, MEMBER_SCRIPT, client, bootstrap, group, topic, name, str(session_ms), str(heartbeat_ms)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **({"GROUP_MEMBER_INSTANCE_ID": instance_id} if instance_id else {})})
         self.lock = threading.Lock()
         #: (arrival time, event) in order.
         self.events: list[tuple[float, dict]] = []
@@ -97,6 +99,11 @@ class Member:
                 self.events.append((arrived, event))
                 if event["ev"] == "assigned":
                     self.assigned = frozenset(event["partitions"])
+
+    def errors(self) -> list[tuple[float, str, bool]]:
+        """(arrival, message, fatal) of every consumer error it reported."""
+        with self.lock:
+            return [(t, e["error"], e["fatal"]) for t, e in self.events if e["ev"] == "error"]
 
     def consumed(self) -> list[tuple[float, int, int, str]]:
         """(arrival, partition, offset, value) of every record it read."""

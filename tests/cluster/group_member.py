@@ -11,7 +11,7 @@ commit form the member's uncommitted window, which a member that takes its
 partitions over reads again. A rebalance (partitions revoked, lost or
 assigned) forgets the offsets not yet committed: they were positions of
 an assignment that is over, and committing them later would skip records
-(the consumer restarts from the committed offsets). SIGTERM ends the loop
+(the consumer restarts from the committed offsets). Consumer errors are reported too. SIGTERM ends the loop
 and closes the consumer (a dynamic member leaves the group); SIGKILL is
 the test's other way to end it. Reports are JSON lines on stdout:
 
@@ -19,17 +19,21 @@ the test's other way to end it. Reports are JSON lines on stdout:
     {"ev": "records", "records": [[p, offset, value], ...]}
     {"ev": "committed", "offsets": {"p": next_offset, ...}}
     {"ev": "commit_failed", "error": "..."}
+    {"ev": "error", "error": "...", "fatal": false}   (confluent-kafka)
     {"ev": "closed"}
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
 
 MAX_RECORDS = 50
+#: GROUP_MEMBER_INSTANCE_ID in the environment: the confluent-kafka member's group.instance.id.
+INSTANCE_ID = os.environ.get("GROUP_MEMBER_INSTANCE_ID")
 COMMIT_INTERVAL_S = 0.3
 
 
@@ -68,7 +72,9 @@ def run_confluent(bootstrap, group, topic, name, session_ms, heartbeat_ms, stopp
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "session.timeout.ms": session_ms, "heartbeat.interval.ms": heartbeat_ms})
+                         "session.timeout.ms": session_ms, "heartbeat.interval.ms": heartbeat_ms,
+                         # A static member (KIP-345) when the test names its instance.
+                         **({"group.instance.id": INSTANCE_ID} if INSTANCE_ID else {})})
     reporter = Reporter()
     consumer.subscribe([topic], on_assign=reporter.rebalanced, on_revoke=reporter.rebalanced,
                        on_lost=reporter.rebalanced)
@@ -76,6 +82,9 @@ def run_confluent(bootstrap, group, topic, name, session_ms, heartbeat_ms, stopp
         while not stopping():
             messages = consumer.consume(num_messages=MAX_RECORDS, timeout=0.1)
             reporter.assignment(tp.partition for tp in consumer.assignment())
+            for m in messages:
+                if m.error() is not None:
+                    say(ev="error", error=str(m.error()), fatal=m.error().fatal())
             records = [m for m in messages if m.error() is None]
             if not records:
                 continue

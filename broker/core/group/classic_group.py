@@ -31,7 +31,12 @@ Static membership (KIP-345): a member with a `group.instance.id` keeps its
 place across restarts. The group maps each instance id to the member id
 currently holding it; a JoinGroup of that instance id with an unknown
 member id replaces the old member id (`replace_static_member`), and any
-request still carrying the old id is answered FENCED_INSTANCE_ID.
+request still carrying the old id is answered FENCED_INSTANCE_ID. After a
+coordinator failover the holder is what the log says, which may be older
+than the id the instance's process uses (a rebalance's member ids are
+stored when its SyncGroup ends): until the loaded holder is heard from, a
+different id of its instance gets UNKNOWN_MEMBER_ID (the client rejoins
+without an id and takes the place back) instead of the fatal fence.
 """
 
 from __future__ import annotations
@@ -89,6 +94,9 @@ class Member:
     awaiting_join: Parked | None = None
     awaiting_sync: Parked | None = None
     heartbeat_deadline_ms: int | None = None
+    #: Loaded from the log by this coordinator and not heard from since:
+    #: its client may have moved on to a member id the log never got.
+    unconfirmed: bool = False
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, metadata in self.protocols:
@@ -199,16 +207,27 @@ class ClassicGroup:
         return min(votes, key=lambda name: (-votes[name], name))
 
     def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
-        """None if the request's identity is current; else FENCED_INSTANCE_ID
-        (a static member's older incarnation) or UNKNOWN_MEMBER_ID."""
+        """None if the request's identity is current (its member is then
+        known live); else FENCED_INSTANCE_ID (a static member's older
+        incarnation) or UNKNOWN_MEMBER_ID."""
         if group_instance_id is not None:
             holder = self.static_members.get(group_instance_id)
             if holder is None:
                 return ErrorCode.unknown_member_id
             if holder != member_id:
+                if self.members[holder].unconfirmed:
+                    # The holder is only what the log says: a member id
+                    # handed out in a rebalance is stored when its SyncGroup
+                    # ends (or a failed write reverted it), so after a
+                    # coordinator failover the instance's one process may
+                    # ask with a newer id. Fencing is fatal to it; it rejoins
+                    # without an id instead and takes its place back.
+                    return ErrorCode.unknown_member_id
                 return ErrorCode.fenced_instance_id
-        if member_id not in self.members:
+        member = self.members.get(member_id)
+        if member is None:
             return ErrorCode.unknown_member_id
+        member.unconfirmed = False
         return None
 
     # --- changes -----------------------------------------------------------

@@ -357,7 +357,7 @@ def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup
             client_host=m.client_host,
             rebalance_timeout_ms=m.session_timeout_ms if m.rebalance_timeout_ms < 0 else m.rebalance_timeout_ms,
             session_timeout_ms=m.session_timeout_ms, protocol_type=value.protocol_type,
-            protocols=((value.protocol or "", m.subscription),), assignment=m.assignment,
+            protocols=((value.protocol or "", m.subscription),), assignment=m.assignment, unconfirmed=True,
         ))
     # `add` makes the first member leader; the record's leader is the truth.
     group.leader_id = value.leader if value.leader in group.members else next(iter(group.members), None)
