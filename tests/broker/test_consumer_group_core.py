@@ -213,3 +213,14 @@ def test_static_member_fenced_replaced_and_expired():
     beat(s, "b", b.member_epoch, 1000, owned={p for ps in b.assigned.values() for p in ps})
     s.written += s.tick(1100).records
     assert set(group.members) == {"b"} and group.group_epoch == epoch + 1
+
+
+def test_uniform_prefers_a_member_in_a_replica_rack():
+    group = ConsumerGroup("g", members={m: ConsumerMember(m, subscribed_topic_names=("t",), rack_id=r)
+                                        for m, r in (("a", "r1"), ("b", "r2"))})
+    racks = {(T, 0): frozenset({"r2"}), (T, 1): frozenset({"r2"}), (T, 2): frozenset({"r1"}), (T, 3): frozenset({"r1"})}
+    near = assign("uniform", group, {"t": (T, 4)}, racks)
+    assert (near["a"][T], near["b"][T]) == ({2, 3}, {0, 1})
+    # Balance comes first: with every replica in r2, each still gets two.
+    far = assign("uniform", group, {"t": (T, 4)}, {(T, p): frozenset({"r2"}) for p in range(4)})
+    assert sorted(len(a[T]) for a in far.values()) == [2, 2]

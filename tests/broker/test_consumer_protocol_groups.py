@@ -287,3 +287,13 @@ async def static_member_checks(running, nursery, names, stop, assignments) -> No
     assert all(first[n] <= sample[n] for sample in samples for n in names[1:]), "a kept member lost a partition"
     assert group.group_epoch == epoch
     assert sorted(m.instance_id for m in group.members.values()) == names
+
+
+async def test_partition_racks_come_from_the_brokers_racks(nursery, tmp_path) -> None:
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG, rack="r1")
+    await running.create_topic("t", partitions=2)
+    coordinator = running.broker.coordinator
+    topics = coordinator._topic_metadata()
+    topic_id = topics["t"][0]
+    assert coordinator._partition_racks[(topic_id, 0)] == coordinator._partition_racks[(topic_id, 1)] == {"r1"}
+    running.stop()

@@ -125,8 +125,13 @@ def subscribed_topics(member: ConsumerMember, topics: TopicMetadata) -> list[str
     return sorted(names)
 
 
-def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata) -> dict[str, Assignment]:
-    """The target assignment of every member of `group`."""
+def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata,
+           racks: Mapping[tuple[uuid.UUID, int], frozenset[str]] | None = None) -> dict[str, Assignment]:
+    """The target assignment of every member of `group`. `racks`: the racks
+    of each partition's replicas; `uniform` gives a partition it places to
+    a member in one of them while that member is below its share (KIP-881),
+    so the member can fetch from a replica in its rack."""
+    racks = racks or {}
     subs = {m: subscribed_topics(member, topics) for m, member in group.members.items()}
     result: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in group.members}
     if assignor == "range":
@@ -163,7 +168,20 @@ def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata) -> dict[s
                 count[owner] += 1
             else:
                 free.append((tid, p, t))
+        # Rack-aware (KIP-881): a free partition goes first to a member in
+        # one of its replicas' racks that is below its share; the share
+        # keeps the assignment balanced. The rest goes by load.
+        rest = []
         for tid, p, t in free:
+            near = racks.get((tid, p))
+            local = [m for m in subscribers[t] if near and group.members[m].rack_id in near and count[m] < quota]
+            if local:
+                best = min(local, key=lambda m: (count[m], m))
+                result[best].setdefault(tid, set()).add(p)
+                count[best] += 1
+            else:
+                rest.append((tid, p, t))
+        for tid, p, t in rest:
             candidates = subscribers[t]
             if not candidates:
                 continue
@@ -206,6 +224,8 @@ class ConsumerGroups:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
+        #: (topic id, partition) -> the racks of its replicas (set by the shell from the metadata image).
+        self.partition_racks: Mapping[tuple[uuid.UUID, int], frozenset[str]] = {}
 
     # --- records ------------------------------------------------------------
 
@@ -400,7 +420,7 @@ class ConsumerGroups:
         # The most wanted assignor of the members, else the broker's default.
         assignor = max(sorted(set(assignors)), key=assignors.count) if assignors \
             else self.config.group_consumer_assignors[0]
-        target = assign(assignor, group, topics)
+        target = assign(assignor, group, topics, self.partition_racks)
         for m, a in target.items():
             if group.target.get(m) != a:
                 fx.records.append(cr.target_member_record(group.group_id, m, a))
