@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 import trio
 
 from broker.api import (admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets,
-                        log_admin, produce, txn_markers)
+                        log_admin, offset_topic_ids, produce, txn_markers)
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
@@ -87,6 +87,8 @@ PUBLISH_SLICE_S = 0.02
 #: How often the logs that could not be opened (a resource limit, a disk
 #: error) are tried again.
 OFFLINE_RETRY_MS = 10_000
+#: APIs whose v10 names topics by id, served as their v9 twin (broker.api.offset_topic_ids).
+TOPIC_ID_APIS = (offset_topic_ids.OFFSET_COMMIT, offset_topic_ids.OFFSET_FETCH)
 
 # api_key: (min version, max version, handler). What the clients negotiate
 # (tests/broker/test_kafka4_clients.py): librdkafka 2.16 Produce v10, Fetch
@@ -145,6 +147,9 @@ _APIS = {
     **{api_key: (lo, hi, handle_group_request) for api_key, (lo, hi) in GROUP_API_VERSIONS.items()},
     # TxnOffsetCommit v4+: verified with (v5: added to) the transaction first.
     28: (*GROUP_API_VERSIONS[28], txn_verification.handle_txn_offset_commit),
+    # v10 (topic ids) is served as v9 by the coordinator (broker.api.offset_topic_ids).
+    **{api_key: (GROUP_API_VERSIONS[api_key][0], offset_topic_ids.TOPIC_ID_VERSION, handle_group_request)
+       for api_key in (offset_topic_ids.OFFSET_COMMIT, offset_topic_ids.OFFSET_FETCH)},
     # InitProducerId (22, with or without a transactional id), AddPartitionsToTxn,
     # AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
     **{api_key: (lo, hi, txn.HANDLERS[api_key]) for api_key, (lo, hi) in txn.TXN_API_VERSIONS.items()},
@@ -384,6 +389,12 @@ class Broker:
         return request_quota.with_throttle(request, result, throttle_ms)
 
     def _handle(self, ctx: ConnectionContext, request: DecodedRequest):
+        if request.header.api_key in TOPIC_ID_APIS and request.header.api_version >= offset_topic_ids.TOPIC_ID_VERSION:
+            # OffsetCommit/OffsetFetch v10 name topics by id: answered as their v9 twin.
+            return offset_topic_ids.serve(self, ctx, request, self._handle_by_name)
+        return self._handle_by_name(ctx, request)
+
+    def _handle_by_name(self, ctx: ConnectionContext, request: DecodedRequest):
         if self.authorizer.enabled:
             refused = self.authorizer.refuse(ctx, request)
             if refused is not None:

@@ -149,6 +149,7 @@ class GroupCoordinatorRuntime(ShardHost):
         # shard's generator is seeded from the system's entropy.
         self._seeds = random.SystemRandom()
         self._topics_image = None
+        self._partition_racks: dict = {}
         self._topics: dict = {}
         #: Rebalances completed by shards no longer here (metrics: the
         #: broker's count goes on across a shard's unload).
@@ -162,10 +163,17 @@ class GroupCoordinatorRuntime(ShardHost):
         if self._topics_image is not image:
             self._topics_image = image
             self._topics = {t.name: (t.topic_id, len(t.partitions)) for t in image.topics_by_id.values()}
+            brokers = image.brokers
+            # The racks of each partition's replicas, for rack-aware assignment (client.rack).
+            self._partition_racks = {
+                (t.topic_id, p): frozenset(brokers[r].rack for r in reg.replicas if r in brokers and brokers[r].rack)
+                for t in image.topics_by_id.values() for p, reg in t.partitions.items()} \
+                if any(b.rack for b in brokers.values()) else {}
         return self._topics
 
     def _on_due(self, runner: GroupShardRunner, now_ms: int) -> None:
         runner.shard.topics = self._topic_metadata()
+        runner.shard.consumer.partition_racks = self._partition_racks
         self._absorb(runner, runner.shard.tick(now_ms))
 
     # --- loading ---------------------------------------------------------
@@ -284,6 +292,7 @@ class GroupCoordinatorRuntime(ShardHost):
         token = next(self._tokens)
         held = self._held[token] = HeldResponse(token, part, runner)
         runner.shard.topics = self._topic_metadata()
+        runner.shard.consumer.partition_racks = self._partition_racks
         result = runner.shard.handle(RequestContext(token, client_id, client_host), part, self.broker.clock_ms())
         self._absorb(runner, result)
         return held

@@ -75,7 +75,7 @@ async def start_broker(nursery: trio.Nursery, data_dir, *, node_id: int = 1, pub
 
     server = await nursery.start(run)
     broker.on_metadata_update(controller.image)
-    await controller.register_broker(node_id, "127.0.0.1", server.port)
+    await controller.register_broker(node_id, "127.0.0.1", server.port, rack=broker_config.rack)
     if publish_lag_s:
         await broker.wait_for_image(lambda image: image.is_usable(node_id), trio.current_time() + 5)
     return RunningBroker(broker, controller, server.port, scope)

@@ -179,3 +179,48 @@ def test_delete_groups_refuses_a_consumer_group_with_members_and_deletes_an_empt
     fx = Effects(20)
     assert delete_group(s, "g", fx) == ErrorCode.none
     assert "g" not in s.consumer.groups and fx.records
+
+
+def test_static_member_fenced_replaced_and_expired():
+    s = shard(4)
+
+    def static(member: str, epoch: int, now_ms: int, instance: str = "i", owned_now=None):
+        request = hb.ConsumerGroupHeartbeatRequest(
+            group_id="g", member_id=member, member_epoch=epoch, instance_id=instance,
+            rebalance_timeout=timedelta(seconds=5), subscribed_topic_names=("t",) if epoch == 0 else None,
+            topic_partitions=() if owned_now is None else (hb.TopicPartitions(topic_id=T, partitions=tuple(owned_now)),))
+        result = s.handle(RequestContext(member), request, now_ms)
+        s.written += result.records
+        return result.response_for(member)
+
+    first = owned(static("a", 0, 0))
+    beat(s, "b", 0, 10)
+    assert static("x", 1, 20).error_code == ErrorCode.fenced_instance_id  # not the holder of "i"
+    assert static("a", -2, 30).member_epoch == -2
+    group = s.consumer.groups["g"]
+    epoch = group.group_epoch
+    # Back under a new member id: the same partitions, no new group epoch.
+    r = static("a2", 0, 40)
+    assert r.error_code == ErrorCode.none and owned(r) | first == first and set(group.members) == {"a2", "b"}
+    assert group.group_epoch == epoch
+    rebuilt = GroupCoordinatorShard(0, CONFIG, random.Random(2))
+    for rec in s.written:
+        rebuilt.replay(rec.key, rec.value)
+    assert set(rebuilt.consumer.groups["g"].members) == {"a2", "b"}
+    # Away past its session timeout: it is removed and b gets everything.
+    static("a2", -2, 50)
+    b = group.members["b"]
+    beat(s, "b", b.member_epoch, 1000, owned={p for ps in b.assigned.values() for p in ps})
+    s.written += s.tick(1100).records
+    assert set(group.members) == {"b"} and group.group_epoch == epoch + 1
+
+
+def test_uniform_prefers_a_member_in_a_replica_rack():
+    group = ConsumerGroup("g", members={m: ConsumerMember(m, subscribed_topic_names=("t",), rack_id=r)
+                                        for m, r in (("a", "r1"), ("b", "r2"))})
+    racks = {(T, 0): frozenset({"r2"}), (T, 1): frozenset({"r2"}), (T, 2): frozenset({"r1"}), (T, 3): frozenset({"r1"})}
+    near = assign("uniform", group, {"t": (T, 4)}, racks)
+    assert (near["a"][T], near["b"][T]) == ({2, 3}, {0, 1})
+    # Balance comes first: with every replica in r2, each still gets two.
+    far = assign("uniform", group, {"t": (T, 4)}, {(T, p): frozenset({"r2"}) for p in range(4)})
+    assert sorted(len(a[T]) for a in far.values()) == [2, 2]

@@ -8,6 +8,7 @@ alone rebuild the group (what a coordinator that takes over does)."""
 
 from __future__ import annotations
 
+import datetime
 import random
 import threading
 import time
@@ -204,4 +205,95 @@ async def test_killed_member_partitions_move_after_session_timeout_and_resume_ex
         for m in members:
             if m.proc.poll() is None:
                 m.kill()
+    running.stop()
+
+
+def static_member(bootstrap: str, name: str, stop: threading.Event, assignments: dict) -> None:
+    """A librdkafka consumer-protocol member with `group.instance.id`:
+    closing it is a temporary leave (member epoch -2)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ks", "client.id": name,
+                         "group.instance.id": name, "group.protocol": "consumer",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe(["t"])
+    try:
+        while not stop.is_set():
+            consumer.poll(0.05)
+            assignments[name] = frozenset(tp.partition for tp in consumer.assignment())
+    finally:
+        consumer.close()
+        assignments[name] = frozenset()
+
+
+async def test_static_member_restarts_within_session_timeout_without_rebalance(nursery, tmp_path) -> None:
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG)
+    await running.create_topic("t", partitions=PARTITIONS)
+    names = ["s0", "s1", "s2"]
+    stop = {n: threading.Event() for n in names}
+    assignments: dict = {}
+    async with trio.open_nursery() as members:
+        for n in names:
+            members.start_soon(in_thread, static_member, running.bootstrap, n, stop[n], assignments)
+        try:
+            await static_member_checks(running, nursery, names, stop, assignments)
+        finally:
+            # A failed assert must not leave consumer threads the nursery waits for.
+            for event in stop.values():
+                event.set()
+    running.stop()
+
+
+async def static_member_checks(running, nursery, names, stop, assignments) -> None:
+    from kio.schema.consumer_group_heartbeat.v1 import request as hb
+    from kio.schema.errors import ErrorCode
+
+    first = await in_thread(wait_for_split, assignments, names, 30.0)
+    group = running.broker.coordinator.shards[0].shard.consumer.groups["ks"]
+    epoch = group.group_epoch
+    # A second live consumer with a held instance id is refused, as Kafka does.
+    conn = await running.connect(nursery)
+    refused = await conn.request(hb.ConsumerGroupHeartbeatRequest(
+        group_id="ks", member_id="intruder", member_epoch=0, instance_id="s1",
+        rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=("t",), topic_partitions=()))
+    assert refused.error_code == ErrorCode.unreleased_instance_id, refused
+    assert "s1" in refused.error_message
+    # s0 closes (a temporary leave) and comes back within the 6 s session timeout.
+    samples: list[dict] = []
+    stop["s0"].set()
+
+    def watch_restart() -> dict:
+        while assignments.get("s0"):
+            time.sleep(0.01)
+        deadline = time.monotonic() + 30
+        restarted = False
+        while time.monotonic() < deadline:
+            samples.append({n: assignments.get(n, frozenset()) for n in names[1:]})
+            if not restarted and time.monotonic() > deadline - 29:
+                restarted = True
+                stop["s0"] = threading.Event()
+                threading.Thread(target=static_member, daemon=True,
+                                 args=(running.bootstrap, "s0", stop["s0"], assignments)).start()
+            if restarted and assignments.get("s0") == first["s0"]:
+                return {n: assignments.get(n, frozenset()) for n in names}
+            time.sleep(0.01)
+        raise AssertionError(f"the restarted static member never got its partitions back: {assignments}")
+
+    started = time.monotonic()
+    again = await in_thread(watch_restart)
+    print(f"static member back with its partitions after {time.monotonic() - started:.2f} s")
+    assert again == first
+    # The others never lost a partition, and the group epoch did not move (no rebalance).
+    assert all(first[n] <= sample[n] for sample in samples for n in names[1:]), "a kept member lost a partition"
+    assert group.group_epoch == epoch
+    assert sorted(m.instance_id for m in group.members.values()) == names
+
+
+async def test_partition_racks_come_from_the_brokers_racks(nursery, tmp_path) -> None:
+    running = await start_broker(nursery, tmp_path, group_coordinator=GROUP_CONFIG, rack="r1")
+    await running.create_topic("t", partitions=2)
+    coordinator = running.broker.coordinator
+    topics = coordinator._topic_metadata()
+    topic_id = topics["t"][0]
+    assert coordinator._partition_racks[(topic_id, 0)] == coordinator._partition_racks[(topic_id, 1)] == {"r1"}
     running.stop()

@@ -20,6 +20,7 @@ from kio.schema.list_offsets.v9 import request as lo9
 from kio.schema.metadata.v13 import request as md13
 
 from broker.api.describe_topic_partitions import page
+from broker.core.group import GroupCoordinatorConfig
 from storage.batch import build_batch
 
 MS = datetime.timedelta(milliseconds=1)
@@ -207,4 +208,51 @@ async def test_a_fetch_v15_follower_is_known_by_its_replica_state(tmp_path):
         # The follower's next fetch says it has offset 0: the HW moves to 1.
         follower = (await conn.request(fetch(1, 2))).responses[0].partitions[0]
         assert follower.high_watermark == 1
+        running.stop()
+
+
+async def test_offset_commit_and_fetch_v10_by_topic_id(tmp_path):
+    from kio.schema.find_coordinator.v4 import request as fc4
+    from kio.schema.offset_commit.v10 import request as oc10
+    from kio.schema.offset_fetch.v9 import request as of9
+    from kio.schema.offset_fetch.v10 import request as of10
+
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path, group_coordinator=GroupCoordinatorConfig(
+            offsets_topic_num_partitions=1, offsets_topic_replication_factor=1))
+        await running.create_topic("ids", partitions=2)
+        conn = await running.connect(nursery)
+        await conn.request(fc4.FindCoordinatorRequest(key_type=0, coordinator_keys=("g10",)))  # creates __consumer_offsets
+        versions = await conn.request(av4.ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
+        served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert served[8] == (2, 10) and served[9] == (1, 10)
+        topic_id = next(t.topic_id for t in running.broker.image.topics_by_id.values() if t.name == "ids")
+        stranger = uuid.uuid4()
+        commit = oc10.OffsetCommitRequest(
+            group_id="g10", generation_id_or_member_epoch=-1, member_id="", topics=(
+                oc10.OffsetCommitRequestTopic(topic_id=topic_id, partitions=(oc10.OffsetCommitRequestPartition(
+                    partition_index=1, committed_offset=42, committed_leader_epoch=-1, committed_metadata="m"),)),
+                oc10.OffsetCommitRequestTopic(topic_id=stranger, partitions=(oc10.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=7, committed_leader_epoch=-1, committed_metadata=None),))))
+        with trio.fail_after(30):  # until the coordinator has loaded __consumer_offsets
+            while (committed := await conn.request(commit)).topics[0].partitions[0].error_code \
+                    == ErrorCode.not_coordinator:
+                await trio.sleep(0.1)
+        assert {(t.topic_id, p.partition_index, p.error_code) for t in committed.topics for p in t.partitions} == {
+            (topic_id, 1, ErrorCode.none), (stranger, 0, ErrorCode.unknown_topic_id)}
+        fetched = await conn.request(of10.OffsetFetchRequest(groups=(of10.OffsetFetchRequestGroup(
+            group_id="g10", topics=(of10.OffsetFetchRequestTopics(topic_id=topic_id, partition_indexes=(0, 1)),
+                                    of10.OffsetFetchRequestTopics(topic_id=stranger, partition_indexes=(0,)))),)))
+        got = {(t.topic_id, p.partition_index): (p.committed_offset, p.error_code)
+               for g in fetched.groups for t in g.topics for p in t.partitions}
+        assert got == {(topic_id, 0): (-1, ErrorCode.none), (topic_id, 1): (42, ErrorCode.none),
+                       (stranger, 0): (-1, ErrorCode.unknown_topic_id)}
+        # The same offset by name (v9), and all of a group's offsets by id (null topics).
+        by_name = await conn.request(of9.OffsetFetchRequest(groups=(of9.OffsetFetchRequestGroup(
+            group_id="g10", topics=(of9.OffsetFetchRequestTopics(name="ids", partition_indexes=(1,)),)),)))
+        assert by_name.groups[0].topics[0].partitions[0].committed_offset == 42
+        every = await conn.request(of10.OffsetFetchRequest(groups=(of10.OffsetFetchRequestGroup(
+            group_id="g10", topics=None),)))
+        assert [(t.topic_id, [p.committed_offset for p in t.partitions]) for t in every.groups[0].topics] == [
+            (topic_id, [42])]
         running.stop()

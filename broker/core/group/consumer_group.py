@@ -36,6 +36,7 @@ formats (`consumer_records`) and rebuilt from them by replay.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import uuid
@@ -124,8 +125,13 @@ def subscribed_topics(member: ConsumerMember, topics: TopicMetadata) -> list[str
     return sorted(names)
 
 
-def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata) -> dict[str, Assignment]:
-    """The target assignment of every member of `group`."""
+def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata,
+           racks: Mapping[tuple[uuid.UUID, int], frozenset[str]] | None = None) -> dict[str, Assignment]:
+    """The target assignment of every member of `group`. `racks`: the racks
+    of each partition's replicas; `uniform` gives a partition it places to
+    a member in one of them while that member is below its share (KIP-881),
+    so the member can fetch from a replica in its rack."""
+    racks = racks or {}
     subs = {m: subscribed_topics(member, topics) for m, member in group.members.items()}
     result: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in group.members}
     if assignor == "range":
@@ -162,7 +168,20 @@ def assign(assignor: str, group: ConsumerGroup, topics: TopicMetadata) -> dict[s
                 count[owner] += 1
             else:
                 free.append((tid, p, t))
+        # Rack-aware (KIP-881): a free partition goes first to a member in
+        # one of its replicas' racks that is below its share; the share
+        # keeps the assignment balanced. The rest goes by load.
+        rest = []
         for tid, p, t in free:
+            near = racks.get((tid, p))
+            local = [m for m in subscribers[t] if near and group.members[m].rack_id in near and count[m] < quota]
+            if local:
+                best = min(local, key=lambda m: (count[m], m))
+                result[best].setdefault(tid, set()).add(p)
+                count[best] += 1
+            else:
+                rest.append((tid, p, t))
+        for tid, p, t in rest:
             candidates = subscribers[t]
             if not candidates:
                 continue
@@ -205,6 +224,8 @@ class ConsumerGroups:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
+        #: (topic id, partition) -> the racks of its replicas (set by the shell from the metadata image).
+        self.partition_racks: Mapping[tuple[uuid.UUID, int], frozenset[str]] = {}
 
     # --- records ------------------------------------------------------------
 
@@ -223,6 +244,24 @@ class ConsumerGroups:
         fx.records.append(cr.tombstone(cr.TARGET_MEMBER_KEY, gid, member_id))
         fx.records.append(cr.tombstone(cr.MEMBER_METADATA_KEY, gid, member_id))
         self._bump(group, fx)
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str, fx: Effects) -> None:
+        """The consumer back with a static member's instance id takes its
+        place: same subscription, target and partitions, a new member id, and
+        no group epoch bump, so the other members see no rebalance."""
+        new = dataclasses.replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0,
+                                  assignment_changed=True)
+        gid = group.group_id
+        del group.members[old.member_id]
+        target = group.target.pop(old.member_id, {})
+        fx.records.append(cr.tombstone(cr.CURRENT_ASSIGNMENT_KEY, gid, old.member_id))
+        fx.records.append(cr.tombstone(cr.TARGET_MEMBER_KEY, gid, old.member_id))
+        fx.records.append(cr.tombstone(cr.MEMBER_METADATA_KEY, gid, old.member_id))
+        group.members[member_id] = new
+        group.target[member_id] = target
+        self._write_member(group, new, fx)
+        fx.records.append(cr.target_member_record(gid, member_id, target))
+        self._write_current(group, new, fx)
 
     def _bump(self, group: ConsumerGroup, fx: Effects) -> None:
         group.group_epoch += 1
@@ -259,6 +298,39 @@ class ConsumerGroups:
         if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
             return error(ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         group = self.groups.get(request.group_id)
+        instance_id = request.instance_id
+        static = _static_member(group, instance_id) if group is not None and instance_id is not None else None
+        if instance_id is not None and epoch != 0 and group is not None:
+            # Kafka's static member checks: the instance id must be known and
+            # held by this very member (a newer one with it fences this one).
+            if static is None:
+                return error(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
+            if static.member_id != member_id:
+                return error(ErrorCode.fenced_instance_id,
+                             f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                             f"{static.member_id}: another consumer uses group.instance.id {instance_id}.")
+        if epoch == STATIC_LEAVE_EPOCH and static is not None:
+            # A static member leaving for a while (a restart) keeps its
+            # partitions until its session times out: nobody else is given
+            # them, and the consumer that comes back with this instance id
+            # takes them over without a rebalance.
+            static.member_epoch = STATIC_LEAVE_EPOCH
+            static.pending_revocation = {}
+            static.revocation_deadline_ms = None
+            static.state = STABLE
+            self._write_current(group, static, fx)
+            for other in group.members.values():
+                if other is not static and other.state == UNRELEASED:
+                    self._reconcile(group, other, None, fx)
+            return response_cls(throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=member_id,
+                                member_epoch=epoch, heartbeat_interval=timedelta(0), assignment=None)
+        if epoch == 0 and static is not None and static.member_id != member_id:
+            if static.member_epoch != STATIC_LEAVE_EPOCH:
+                return error(ErrorCode.unreleased_instance_id,
+                             f"Static member {member_id} with instance id {instance_id} cannot join group "
+                             f"{group.group_id}: member {static.member_id} still holds the instance id. "
+                             f"Give each consumer its own group.instance.id, or close the other one first.")
+            self._replace_static(group, static, member_id, fx)
         if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if group is not None and member_id in group.members:
                 self._remove_member(group, member_id, fx)
@@ -348,7 +420,7 @@ class ConsumerGroups:
         # The most wanted assignor of the members, else the broker's default.
         assignor = max(sorted(set(assignors)), key=assignors.count) if assignors \
             else self.config.group_consumer_assignors[0]
-        target = assign(assignor, group, topics)
+        target = assign(assignor, group, topics, self.partition_racks)
         for m, a in target.items():
             if group.target.get(m) != a:
                 fx.records.append(cr.target_member_record(group.group_id, m, a))
@@ -359,6 +431,8 @@ class ConsumerGroups:
 
     def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None,
                    fx: Effects) -> None:
+        if member.member_epoch == STATIC_LEAVE_EPOCH:
+            return  # away until it comes back or its session times out; it keeps what it has
         before = (member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
                   member.pending_revocation)
         if member.state == UNREVOKED:
@@ -471,6 +545,10 @@ class ConsumerGroups:
             member = group.members.setdefault(mid, ConsumerMember(mid))
             for name, v in value.items():
                 setattr(member, name, v)
+
+
+def _static_member(group: ConsumerGroup, instance_id: str) -> ConsumerMember | None:
+    return next((m for m in group.members.values() if m.instance_id == instance_id), None)
 
 
 def _assignment(response_cls: Any, assigned: Assignment) -> Any:
