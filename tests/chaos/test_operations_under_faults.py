@@ -6,8 +6,8 @@ restarted on their data) for about 90 s, one fault at a time, while:
 
 - a confluent-kafka producer whose client id has a 1 MB/s
   `producer_byte_rate` quota tries to send 3 MB/s (acks=all) to one
-  partition: every acknowledged record is read back, and between the faults
-  over the whole quota windows (11 s) outside the faults its delivered rate
+  partition: every acknowledged record is read back, and over the whole
+  quota windows (11 s) outside the faults its delivered rate
   is on average within 10% of the quota, and over the whole run at most the
   quota (+10%);
 - DeleteRecords is sent every 12 s on a partition that takes appends: after
@@ -21,9 +21,8 @@ restarted on their data) for about 90 s, one fault at a time, while:
   and the move is then asked again) and every acknowledged record is read back;
 - every node's metrics endpoint is scraped every second: each running,
   unpaused node answers (a killed one once it first answered after its
-  restart, within 60 s), the
-  brokers' UnderReplicatedPartitions rise during every broker kill and
-  partition and are back to 0 after the heal.
+  restart, within 60 s), the brokers' UnderReplicatedPartitions rise during
+  every broker kill and partition and are back to 0 after the heal.
 
 It prints one `OPERATIONS CHAOS {...}` line with the faults and the figures.
 """
