@@ -430,9 +430,11 @@ def test_quotas_delete_records_log_dir_moves_and_metrics_under_pause_partition_a
         (tmp_path / "capped-acks.json").write_text(json.dumps(
             {"t0": t0, "windows": windows, "leaders": capped_leaders, "acks": [t for t, _, _ in capped_acked]}))
 
-        # -- URP rose during each broker kill and partition (by 3 s after its heal)
+        # -- URP rose during each broker kill and partition, or soon after its heal: a cut-off
+        # leader cannot shrink its ISR without the controller, and the others count a partition
+        # under-replicated once they lead it (the cut-off broker fenced) or while it catches up.
         urp_missed = [f"{k} {n}" for k, n, a, b in windows if k in ("kill", "partition") and n in brokers
-                      and not any(v > 0 for t, v in urp_seen if a <= t <= b + 3)]
+                      and not any(v > 0 for t, v in urp_seen if a <= t <= b + 8)]
 
         summary = {
             "faults": applied, "partition_nemesis": partition_ok,
