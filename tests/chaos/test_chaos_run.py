@@ -152,6 +152,8 @@ def test_soak_secure(tmp_path: Path) -> None:
     assert "--secure" in (out / "report.md").read_text()
 
 
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
 def test_soak_dynamic_quorum_voter_changes(tmp_path: Path) -> None:
     """KIP-853 under faults: controllers leave the voter set and come back while others are killed, paused
     and cut off."""
