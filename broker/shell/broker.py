@@ -60,7 +60,7 @@ from broker.api.metadata_codec import METADATA_MAX_VERSION, METADATA_MIN_VERSION
 from broker.shell.replica_fetcher import IsrSender, ReplicaFetchers
 from broker.shell.replica_manager import ReplicaManager
 from broker.shell.txn_runtime import TransactionCoordinatorRuntime
-from broker.api import broker_logger, quotas, security, txn, txn_verification
+from broker.api import broker_logger, quorum_admin, quotas, security, txn, txn_verification
 from broker.core.client_quotas import ConnectionRateQuota, QuotaEnforcer, connection_quota_for, enforcer_for
 from broker.core.replication_quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
                                            ReplicationQuota, replication_quota)
@@ -121,10 +121,10 @@ _APIS = {
     46: (0, 0, admin.handle_list_partition_reassignments),
     60: (0, 2, metadata_api.handle_describe_cluster),
     64: (0, 0, admin.handle_unregister_broker),
-    55: (0, 2, admin.handle_describe_quorum),  # forwarded to the active controller, as Kafka's brokers do
-    80: (0, 1, admin.handle_raft_voter_change),  # AddRaftVoter, forwarded (KIP-853)
-    81: (0, 0, admin.handle_raft_voter_change),  # RemoveRaftVoter
-    82: (0, 0, admin.handle_raft_voter_change),  # UpdateRaftVoter
+    55: (0, 2, quorum_admin.handle_describe_quorum),  # forwarded to the active controller, as Kafka's brokers do
+    80: (0, 1, quorum_admin.handle_raft_voter_change),  # AddRaftVoter, forwarded (KIP-853)
+    81: (0, 0, quorum_admin.handle_raft_voter_change),  # RemoveRaftVoter
+    82: (0, 0, quorum_admin.handle_raft_voter_change),  # UpdateRaftVoter
     75: (0, 0, describe_topic_partitions.handle_describe_topic_partitions),
     # SCRAM credentials and ACLs (KIP-554, KIP-801).
     29: (1, 3, security.handle_describe_acls),
