@@ -19,18 +19,29 @@ brokers):
    partitions (`produce_ms`); those records read back by a
    confluent-kafka consumer assigned those partitions (`consume_ms`).
 3. **restart**: the last broker gets `--restart-fault` (term: a controlled
-   shutdown, timed as `broker_shutdown_ms`; kill: SIGKILL) and is started
-   again at once. Clocks from the start: until it prints READY
-   (`broker_restart_ready_ms`: log recovery and listeners), until another
-   broker lists it as live (`broker_restart_unfenced_ms`: registered with
-   the controller and caught up enough to be unfenced), and until its own
-   Metadata answer shows every partition with a leader
-   (`broker_catchup_ms`: its metadata image has caught up).
+   shutdown, timed as `broker_shutdown_ms`; kill: SIGKILL; both: term,
+   then kill) and is started again at once. Clocks from the start: until
+   it prints READY (`broker_restart_ready_ms`: log recovery and
+   listeners), until another broker lists it as live
+   (`broker_restart_unfenced_ms`: registered with the controller and
+   caught up enough to be unfenced), and until its own Metadata answer
+   shows every partition with a leader (`broker_catchup_ms`: its metadata
+   image has caught up). After a SIGKILL the rows are named
+   `broker_kill_restart_ready_ms`, `broker_kill_restart_unfenced_ms` and
+   `broker_kill_catchup_ms`, and the sampled records are read back again
+   (`kill_consume_ms`): every acknowledged record survived the crash.
+
+`--partitions 10000,30000,100000` runs once per size, each on a fresh
+cluster (`--topics` then defaults to one topic per 1,000 partitions), and
+ends with a table of every clock at each size and its growth factor from
+one size to the next, divided by the growth in partitions: 1.0 is linear,
+below 1 is better than linear.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import time
 from typing import Any
@@ -55,11 +66,14 @@ def register(scenarios: argparse._SubParsersAction) -> None:
                                             "broker restart and catch-up",
                              description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--partitions", type=int, default=1000, help="partitions created, in all (default 1000)")
-    p.add_argument("--topics", type=int, default=10, help="topics they are spread over (default 10)")
+    p.add_argument("--partitions", type=_sizes, default=[1000], metavar="N[,N...]",
+                   help="partitions created, in all (default 1000); a comma list runs once per size and "
+                        "reports growth factors")
+    p.add_argument("--topics", type=int, default=None,
+                   help="topics they are spread over (default 10; with a list of sizes, one per 1,000 partitions)")
     p.add_argument("--replication-factor", type=int, default=1, help="default 1")
-    p.add_argument("--restart-fault", choices=("term", "kill", "none"), default="term",
-                   help="how the restarted broker stops (default term; none skips the restart)")
+    p.add_argument("--restart-fault", choices=("term", "kill", "both", "none"), default="term",
+                   help="how the restarted broker stops (default term; both: term, then kill; none skips the restart)")
     p.add_argument("--sample", type=int, default=2000,
                    help="partitions produced to and consumed from, at random (default 2000)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S s (default 300)")
@@ -68,20 +82,63 @@ def register(scenarios: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of partitions or a comma list, e.g. 10000,30000")
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: partitions must be at least 1")
+    return sizes
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.topics < 1 or args.partitions < args.topics:
-        raise SystemExit("raftka bench metadata-scale: need --topics >= 1 and --partitions >= --topics")
+    sizes = args.partitions
+    figures: dict[int, dict[str, float]] = {}
+    for partitions in sizes:
+        topics = args.topics if args.topics is not None else (10 if len(sizes) == 1 else max(1, partitions // 1000))
+        if topics < 1 or partitions < topics:
+            raise SystemExit("raftka bench metadata-scale: need --topics >= 1 and --partitions >= --topics")
+        figures[partitions] = _run_one(args, partitions, topics)
+    if len(sizes) > 1:
+        _growth_table(args, figures)
+    return 0
+
+
+def _growth_table(args: argparse.Namespace, figures: dict[int, dict[str, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    sizes = list(figures)
+    metrics = [m for m in figures[sizes[0]] if all(m in figures[n] for n in sizes)]
+    table = Table(title="metadata scale: each clock at each size, and its growth divided by the partitions' growth")
+    table.add_column("clock")
+    for n in sizes:
+        table.add_column(f"{n:,}", justify="right")
+    for a, b in itertools.pairwise(sizes):
+        table.add_column(f"{a:,} -> {b:,} ({b / a:.3g}x)", justify="right")
+    for metric in metrics:
+        values = [figures[n][metric] for n in sizes]
+        cells = [f"{v:,.0f} ms" for v in values]
+        for (a, va), (b, vb) in itertools.pairwise(zip(sizes, values)):
+            cells.append(f"{(vb / va) / (b / a):.2f}" if va > 0 else "-")
+        table.add_row(metric, *cells)
+    Console(stderr=True).print(table)
+
+
+def _run_one(args: argparse.Namespace, partitions: int, topics: int) -> dict[str, float]:
     overrides = parse_sets(args.set)
-    params = {"partitions": args.partitions, "topics": args.topics, "replication_factor": args.replication_factor,
+    params = {"partitions": partitions, "topics": topics, "replication_factor": args.replication_factor,
               "brokers": args.brokers, "controllers": args.controllers, "restart_fault": args.restart_fault,
               "engine": engine_overrides(args, overrides)}
-    per_topic = [args.partitions // args.topics + (i < args.partitions % args.topics) for i in range(args.topics)]
+    per_topic = [partitions // topics + (i < partitions % topics) for i in range(topics)]
+    faults = {"none": (), "both": ("term", "kill")}.get(args.restart_fault, (args.restart_fault,))
     with Runner(SCENARIO, args, params) as runner:
         cluster = runner.cluster(controllers=args.controllers, brokers=args.brokers, overrides=overrides)
-        names = [f"scale-{runner.run_id[-8:]}-{i}" for i in range(args.topics)]
+        names = [f"scale-{runner.run_id[-8:]}-{i}" for i in range(topics)]
         runner.phase("warm-up", "one small topic through every broker's path")
         runner.trio_run(_create, cluster, [f"warm-up-{runner.run_id[-8:]}"], [1], 1, args.timeout, None)
-        runner.phase("measure", f"create {args.partitions:,} partitions in {args.topics} topic(s)")
+        runner.phase("measure", f"create {partitions:,} partitions in {topics} topic(s)")
         with runner.progress("brokers see them all") as progress:
             task = progress.add_task("create", total=len(cluster.brokers))
             created = runner.trio_run(_create, cluster, names, per_topic, args.replication_factor, args.timeout,
@@ -94,39 +151,48 @@ def run(args: argparse.Namespace) -> int:
         runner.samples("metadata_visible", "ms", [v * 1000 for v in seen.values()])
         lines = [("CreateTopics answered", f"{created['answered'] * 1000:,.0f} ms", f"by broker {cluster.brokers[0].node_id}")]
         lines += [(f"broker {b} lists them all", f"{seen[b] * 1000:,.0f} ms", "") for b in sorted(seen)]
-        runner.phase("list, produce, consume", f"{min(args.sample, args.partitions):,} partitions at random")
-        sample = random.Random(args.partitions).sample(
-            [(name, p) for name, n in zip(names, per_topic) for p in range(n)], min(args.sample, args.partitions))
-        used = runner.trio_run(_list_and_produce, cluster, names, args.partitions, sample, args.timeout)
+        runner.phase("list, produce, consume", f"{min(args.sample, partitions):,} partitions at random")
+        sample = random.Random(partitions).sample(
+            [(name, p) for name, n in zip(names, per_topic) for p in range(n)], min(args.sample, partitions))
+        used = runner.trio_run(_list_and_produce, cluster, names, partitions, sample, args.timeout)
         used["consume"] = _consume(cluster, sample, args.timeout)
         for metric, key, what in (("list_ms", "list", "Metadata lists every partition"),
                                   ("produce_ms", "produce", f"produce to {len(sample):,} partitions"),
                                   ("consume_ms", "consume", f"consume from {len(sample):,} partitions")):
             runner.row(metric, used[key] * 1000, "ms")
             lines.append((what, f"{used[key] * 1000:,.0f} ms", ""))
-        if args.restart_fault != "none":
-            victim = cluster.brokers[-1]
-            runner.phase("restart", f"{args.restart_fault} broker {victim.node_id}, start it again")
-            t_fault = runner.inject(cluster, victim.node_id, args.restart_fault)
-            if args.restart_fault == "term":
+        victim = cluster.brokers[-1]
+        for fault in faults:
+            runner.phase("restart", f"{fault} broker {victim.node_id}, start it again")
+            t_fault = runner.inject(cluster, victim.node_id, fault)
+            if fault == "term":
                 assert victim.process is not None
                 victim.process.wait()
                 runner.row("broker_shutdown_ms", (time.monotonic() - t_fault) * 1000, "ms")
                 lines.append(("controlled shutdown", f"{(time.monotonic() - t_fault) * 1000:,.0f} ms", ""))
             t0 = time.monotonic()
             cluster.start(victim.node_id)
-            restart = runner.trio_run(_restart, cluster, victim, names, args.partitions, t0, args.timeout)
-            for metric, key, what in (("broker_restart_ready_ms", "ready", "prints READY"),
-                                      ("broker_restart_unfenced_ms", "unfenced", "is listed live (unfenced)"),
-                                      ("broker_catchup_ms", "caught_up", "lists every partition")):
+            restart = runner.trio_run(_restart, cluster, victim, names, partitions, t0, args.timeout)
+            prefix = "broker_kill_" if fault == "kill" and len(faults) > 1 else "broker_"
+            after = "after SIGKILL " if fault == "kill" else ""
+            for metric, key, what in ((f"{prefix}restart_ready_ms", "ready", "prints READY"),
+                                      (f"{prefix}restart_unfenced_ms", "unfenced", "is listed live (unfenced)"),
+                                      (f"{prefix}catchup_ms", "caught_up", "lists every partition")):
                 if key not in restart:
                     raise BenchError(f"the restarted broker {victim.node_id} never {what} within {args.timeout:.0f} s")
                 runner.row(metric, restart[key] * 1000, "ms")
-                lines.append((f"restarted broker {what}", f"{restart[key] * 1000:,.0f} ms", "from its start"))
-        runner.table(f"metadata scale: {args.partitions:,} partitions in {args.topics} topic(s), "
+                lines.append((f"restarted {after}broker {what}", f"{restart[key] * 1000:,.0f} ms", "from its start"))
+            if fault == "kill":
+                # Every record acknowledged before the crash is read back from the recovered logs.
+                again = _consume(cluster, sample, args.timeout)
+                runner.row("kill_consume_ms", again * 1000, "ms")
+                lines.append((f"after SIGKILL: consume the {len(sample):,} records again", f"{again * 1000:,.0f} ms",
+                              "every one read back"))
+        runner.table(f"metadata scale: {partitions:,} partitions in {topics} topic(s), "
                      f"{len(cluster.brokers)} brokers", lines)
+        figures = {r["metric"]: r["value"] for r in runner.rows}
         runner.finish()
-    return 0
+    return figures
 
 
 async def _create(cluster: Any, names: list[str], per_topic: list[int], replication_factor: int, timeout_s: float,
