@@ -123,7 +123,7 @@ def _growth_table(args: argparse.Namespace, figures: dict[int, dict[str, float]]
         for (a, va), (b, vb) in itertools.pairwise(zip(sizes, values)):
             cells.append(f"{(vb / va) / (b / a):.2f}" if va > 0 else "-")
         table.add_row(metric, *cells)
-    Console(stderr=True).print(table)
+    Console(stderr=True, width=200).print(table)
 
 
 def _run_one(args: argparse.Namespace, partitions: int, topics: int) -> dict[str, float]:
