@@ -172,7 +172,7 @@ def _run_one(args: argparse.Namespace, partitions: int, topics: int) -> dict[str
                 lines.append(("controlled shutdown", f"{(time.monotonic() - t_fault) * 1000:,.0f} ms", ""))
             t0 = time.monotonic()
             cluster.start(victim.node_id)
-            restart = runner.trio_run(_restart, cluster, victim, names, partitions, t0, args.timeout)
+            restart = runner.trio_run(_restart, cluster, victim, names, partitions, t0, args.timeout, fault == "kill")
             prefix = "broker_kill_" if fault == "kill" and len(faults) > 1 else "broker_"
             after = "after SIGKILL " if fault == "kill" else ""
             for metric, key, what in ((f"{prefix}restart_ready_ms", "ready", "prints READY"),
@@ -293,7 +293,7 @@ def _consume(cluster: Any, sample: list[tuple[str, int]], timeout_s: float) -> f
 
 
 async def _restart(cluster: Any, victim: Any, names: list[str], expected: int, t0: float,
-                   timeout_s: float) -> dict[str, float]:
+                   timeout_s: float, killed: bool) -> dict[str, float]:
     import trio
 
     from bench.cluster_probes import PROBE_ERRORS, live_brokers, topic_partitions
@@ -309,6 +309,10 @@ async def _restart(cluster: Any, victim: Any, names: list[str], expected: int, t
         out["ready"] = time.monotonic() - t0
 
     async def unfenced() -> None:
+        # A SIGKILLed broker stays listed until its session times out: only a listing
+        # after the new process registered (its READY line) counts.
+        while killed and "ready" not in out:
+            await trio.sleep(POLL_S)
         while True:
             for b in others or [victim]:
                 try:
