@@ -6,11 +6,18 @@ protocol:
 
 - `join_to_split_s`: from the new consumer's start until every partition
   is owned again and the newcomer owns some;
-- `kept_pause_s`: the longest wait between two records a consumer got from
-  a partition it owned before and after the join, while a producer writes
-  a record every 2 ms round robin over the partitions. With `classic` (librdkafka's eager `range`
-  assignor) every member gives up everything for the rebalance; with
-  `consumer` (KIP-848, the broker assigns) kept partitions stay.
+- `kept_pause_s`: the longest pause of any member: its longest wait
+  between two records from the partitions it owned both before and after
+  the join, while a producer writes a record every 2 ms round robin over
+  the partitions in a shuffled order (with many partitions a single
+  partition's records are far apart, so a member's kept partitions are
+  taken together). With
+  `classic` (librdkafka's eager `range` assignor) every member gives up
+  everything for the rebalance; with `consumer` (KIP-848, the broker
+  assigns) kept partitions stay;
+- `steady_pause_s`: the longest pause of any member over the 2.5 s
+  before the join: what the machine gives a member without a rebalance,
+  the floor of `kept_pause_s`.
 
 Both heartbeat every 300 ms (the classic consumers' `heartbeat.interval.ms`,
 the broker's `group.consumer.heartbeat.interval.ms`, set unless `--set`
@@ -23,6 +30,8 @@ figures.
 from __future__ import annotations
 
 import argparse
+import itertools
+import random
 import threading
 import time
 import uuid
@@ -40,6 +49,8 @@ SAMPLE_S = 0.005
 #: One record every 2 ms, round robin over the partitions.
 FEED_INTERVAL_S = 0.002
 TIMEOUT_S = 120.0
+#: The window before the join whose longest pause is the baseline.
+STEADY_S = 2.5
 
 
 def register(scenarios: argparse._SubParsersAction) -> None:
@@ -58,7 +69,7 @@ def _member(bootstrap: str, group: str, protocol: str, stop: threading.Event, ow
     from confluent_kafka import Consumer
 
     config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-              "auto.offset.reset": "earliest"}
+              "auto.offset.reset": "latest"}  # not the records of a run before this one
     if protocol == "consumer":
         config["group.protocol"] = "consumer"
     else:
@@ -105,9 +116,13 @@ def measure(bootstrap: str, protocol: str, members: int, partitions: int) -> dic
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        # Partitions in a shuffled order: an assignor gives a member a block of
+        # neighbours, and in plain order the block would get records only in
+        # its own slice of each round.
+        order = random.Random(partitions).sample(range(partitions), partitions)
         i = 0
         while not stop.is_set():
-            producer.produce(TOPIC, value=b"x", partition=i % partitions)
+            producer.produce(TOPIC, value=b"x", partition=order[i % partitions])
             producer.poll(0)
             i += 1
             time.sleep(FEED_INTERVAL_S)
@@ -120,7 +135,7 @@ def measure(bootstrap: str, protocol: str, members: int, partitions: int) -> dic
         for n in names:
             start(n)
         until(lambda: split(names))
-        time.sleep(1.0)  # settled
+        time.sleep(STEADY_S + 0.5)  # settled; the last STEADY_S seconds are the baseline
         before = {n: owned[n] for n in names}
         joined = time.monotonic()
         start("new")
@@ -131,18 +146,20 @@ def measure(bootstrap: str, protocol: str, members: int, partitions: int) -> dic
         done = time.monotonic()
         after = {n: owned[n] for n in names}
         time.sleep(1.0)  # deliveries after the split close the last gaps
-        # The longest wait between two records of a partition a member kept,
-        # across the join (records arrive every few ms while nothing stops).
-        pause = 0.0
+        # Each member's longest wait between two records of the partitions it kept,
+        # across the join (they arrive every few ms while nothing stops it).
+        pause = steady = 0.0
+        end = time.monotonic()
         for n in names:
             kept = before[n] & after[n]
-            last: dict[int, float] = {}
-            for when, partition in list(delivered.get(n, ())):
-                if partition in kept and when >= joined - 0.5:
-                    if partition in last:
-                        pause = max(pause, when - last[partition])
-                    last[partition] = when
-        return {"join_to_split_s": done - joined, "kept_pause_s": pause}
+            got = [when for when, partition in list(delivered.get(n, ())) if partition in kept]
+            times = [when for when in got if when >= joined - 0.5]
+            # A member that got nothing since the join waited until now.
+            pause = max([pause] + [b - a for a, b in itertools.pairwise([*times, end])])
+            # The same member's longest wait before anyone joined: what the machine gives without a rebalance.
+            quiet = [when for when in got if joined - STEADY_S <= when < joined]
+            steady = max([steady] + [b - a for a, b in itertools.pairwise([joined - STEADY_S, *quiet, joined])])
+        return {"join_to_split_s": done - joined, "kept_pause_s": pause, "steady_pause_s": steady}
     finally:
         stop.set()
         for t in threads:
@@ -173,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             figures[protocol] = got = measure(bc.bootstrap, protocol, args.members, args.partitions)
             console.print(f"{protocol}: one more member with {args.members} over {args.partitions} partitions: "
                           f"split again after {got['join_to_split_s']:.2f} s; kept partitions paused "
-                          f"{got['kept_pause_s']:.2f} s at most")
+                          f"{got['kept_pause_s']:.2f} s at most (without a join: {got['steady_pause_s']:.2f} s)")
             for metric, value in got.items():
                 rows.append(row("rebalance", {**params, "protocol": protocol}, metric, value, "s"))
     if len(figures) == 2:

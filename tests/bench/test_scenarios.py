@@ -206,10 +206,10 @@ def test_rebalance_measures_both_protocols_and_the_consumer_protocol_keeps_parti
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json_rows(out.stdout)
     got = {(r["protocol"], r["metric"]): r["value"] for r in rows}
-    assert set(got) == {(p, m) for p in ("classic", "consumer") for m in ("join_to_split_s", "kept_pause_s")}
+    assert set(got) == {(p, m) for p in ("classic", "consumer") for m in ("join_to_split_s", "kept_pause_s", "steady_pause_s")}
     # The newcomer is taken in within a few heartbeats (300 ms each), and a
     # kept partition waits for records no longer than a heartbeat or two.
     assert 0 < got[("consumer", "join_to_split_s")] < 5
     assert got[("consumer", "kept_pause_s")] < 1.0
     assert "classic/consumer" in out.stdout + out.stderr
-    assert len(stored(results, "rebalance")[0]) == 4
+    assert len(stored(results, "rebalance")[0]) == 6
