@@ -18,20 +18,16 @@ import trio
 
 from common.errors import RaftkaError
 from common.wire.errors import ConnectionFailedError
+from raftka.controller_admin_cli import ask_leader, command_group, parse_host_port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    features = sub.add_parser("features", help="upgrade kraft.version (like kafka-features)",
-                              description=__doc__.splitlines()[0])
-    commands = features.add_subparsers(dest="features_command", metavar="COMMAND")
-    commands.required = True
-    upgrade = commands.add_parser("upgrade", help="raise a feature's finalized level (kraft.version=1)")
-    upgrade.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    command = command_group(sub, "features", "upgrade kraft.version (like kafka-features)", __doc__)
+    upgrade = command("upgrade", "raise a feature's finalized level (kraft.version=1)", upgrade_features,
+                      timeout_ms=30000)
     upgrade.add_argument("--feature", required=True, action="append", metavar="NAME=LEVEL",
                          help="kraft.version=1 (a static quorum becomes dynamic)")
     upgrade.add_argument("--dry-run", action="store_true", help="check the upgrade without making it")
-    upgrade.add_argument("--timeout-ms", type=int, default=30000)
-    upgrade.set_defaults(func=upgrade_features)
 
 
 def upgrade_features(args: argparse.Namespace) -> int:
@@ -40,8 +36,6 @@ def upgrade_features(args: argparse.Namespace) -> int:
         UpdateFeaturesRequest,
     )
     from kio.static.primitive import i8, i16, i32Timedelta
-
-    from raftka.quorum_cli import _ask_leader, parse_host_port
 
     try:
         updates = []
@@ -54,7 +48,7 @@ def upgrade_features(args: argparse.Namespace) -> int:
         host, port = parse_host_port(args.bootstrap_controller)
         request = UpdateFeaturesRequest(timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=args.timeout_ms)),
                                         feature_updates=tuple(updates), validate_only=args.dry_run)
-        response = trio.run(_ask_leader, host, port, request, args.timeout_ms)
+        response = trio.run(ask_leader, host, port, request, args.timeout_ms)
     except (RaftkaError, ConnectionFailedError, OSError) as exc:
         print(f"raftka features upgrade: {exc}", file=sys.stderr)
         return 2

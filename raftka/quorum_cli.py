@@ -48,51 +48,31 @@ from common.errors import RaftkaError
 from common.wire.errors import ConnectionFailedError
 from common.config import NodeConfig, read_properties
 from common.meta_properties import read_directory_id
-from common.wire import open_connection
 from quorum.node.describe_quorum import describe_quorum, node_configs
 from quorum.node.voter_config import format_directory_id, parse_directory_id
-
+from raftka.controller_admin_cli import ask_leader, command_group, parse_host_port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    quorum = sub.add_parser("quorum", help="inspect the metadata quorum (like kafka-metadata-quorum)",
-                            description=__doc__.splitlines()[0])
-    commands = quorum.add_subparsers(dest="quorum_command", metavar="COMMAND")
-    commands.required = True
-    status = commands.add_parser("status", help="leader, epoch, high watermark and each replica's lag")
-    status.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    command = command_group(sub, "quorum", "inspect the metadata quorum (like kafka-metadata-quorum)", __doc__)
+    status = command("status", "leader, epoch, high watermark and each replica's lag", main, timeout_ms=10000)
     status.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    status.add_argument("--timeout-ms", type=int, default=10000)
-    status.set_defaults(func=main)
-    describe = commands.add_parser("describe", help="as kafka-metadata-quorum describe: --status or --replication")
-    describe.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    describe = command("describe", "as kafka-metadata-quorum describe: --status or --replication", main,
+                       timeout_ms=10000)
     shown = describe.add_mutually_exclusive_group()
     shown.add_argument("--status", action="store_true", help="the summary and the rows (the default)")
     shown.add_argument("--replication", action="store_true", help="one row per replica, with its directory id")
     describe.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    describe.add_argument("--timeout-ms", type=int, default=10000)
-    describe.set_defaults(func=main)
-    add = commands.add_parser("add-controller", help="make a running observer controller a voter (AddRaftVoter)")
+    add = command("add-controller", "make a running observer controller a voter (AddRaftVoter)", add_controller,
+                  timeout_ms=30000, bootstrap_required=False,
+                  bootstrap_help="a controller to ask (default: the config's controller.quorum.bootstrap.servers)")
     add.add_argument("--config", "-c", required=True, metavar="FILE",
                      help="the new controller's properties (node.id, log.dirs, its CONTROLLER listener)")
-    add.add_argument("--bootstrap-controller", metavar="HOST:PORT",
-                     help="a controller to ask (default: the config's controller.quorum.bootstrap.servers)")
-    add.add_argument("--timeout-ms", type=int, default=30000)
-    add.set_defaults(func=add_controller)
-    remove = commands.add_parser("remove-controller", help="take a controller out of the voters (RemoveRaftVoter)")
-    remove.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT")
+    remove = command("remove-controller", "take a controller out of the voters (RemoveRaftVoter)",
+                     remove_controller, timeout_ms=30000)
     remove.add_argument("--controller-id", type=int, required=True, metavar="ID")
     remove.add_argument("--controller-directory-id", metavar="DIR-ID",
                         help="the voter's directory id (as `describe --replication` shows it); checked if given")
-    remove.add_argument("--timeout-ms", type=int, default=30000)
-    remove.set_defaults(func=remove_controller)
-
-
-def parse_host_port(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise RaftkaError(f"--bootstrap-controller {value!r} is not HOST:PORT")
-    return host or "127.0.0.1", int(port)
 
 
 def status_rows(d: Any) -> list[dict[str, Any]]:
@@ -168,16 +148,6 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _ask_leader(host: str, port: int, request: Any, timeout_ms: int) -> Any:
-    """Send `request` to the leader DescribeQuorum names."""
-    d = await describe_quorum(host, port, timeout_ms)
-    if d.leader_id < 0 or d.leader_id not in d.nodes:
-        raise RaftkaError(f"the quorum at {host}:{port} names no leader with an endpoint yet; retry in a moment")
-    leader_host, leader_port = d.nodes[d.leader_id]
-    async with open_connection(leader_host, leader_port, connect_timeout_ms=timeout_ms) as conn:
-        return await conn.request(request, timeout_ms=timeout_ms + 5000)
-
-
 def _answer(command: str, response: Any, done: str) -> int:
     if int(response.error_code) != 0:
         message = getattr(response, "error_message", None) or ""
@@ -212,7 +182,7 @@ def add_controller(args: argparse.Namespace) -> int:
             cluster_id=None, timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=args.timeout_ms)),
             voter_id=i32(config.node_id), voter_directory_id=parse_directory_id(directory),
             listeners=(Listener(name=name, host=lhost or "127.0.0.1", port=u16(lport)),), ack_when_committed=True)
-        response = trio.run(_ask_leader, host, port, request, args.timeout_ms)
+        response = trio.run(ask_leader, host, port, request, args.timeout_ms)
     except (RaftkaError, ConnectionFailedError, OSError) as exc:
         print(f"raftka quorum add-controller: {exc}", file=sys.stderr)
         return 2
@@ -229,7 +199,7 @@ def remove_controller(args: argparse.Namespace) -> int:
         directory = parse_directory_id(args.controller_directory_id) if args.controller_directory_id else None
         request = RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(args.controller_id),
                                          voter_directory_id=directory)
-        response = trio.run(_ask_leader, host, port, request, args.timeout_ms)
+        response = trio.run(ask_leader, host, port, request, args.timeout_ms)
     except (RaftkaError, ConnectionFailedError, OSError) as exc:
         print(f"raftka quorum remove-controller: {exc}", file=sys.stderr)
         return 2

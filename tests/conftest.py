@@ -2,6 +2,10 @@
 
 `fast` is the default; `thorough` (RAFTKA_HYPOTHESIS_PROFILE=thorough) runs
 many more examples, for nightly soaks.
+
+Helpers that more than one test package uses live beside this file
+(`wait_testing`): pytest puts this directory on sys.path, as it holds the
+top conftest.py, so a test anywhere below imports them by name.
 """
 
 import os

@@ -6,21 +6,27 @@
 - `Pipeline`: the connection's requests in arrival order until their
   responses are sent; it bounds how many are in flight and hands the writer
   the completed run at its head.
+- `response_parts`: what a handler returned, as the checked parts of one
+  response frame.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from common.wire.codec import DecodedRequest
+from common.wire.codec import DecodedRequest, api_name, encode_response
 from common.wire.errors import LocalProtocolError
-from common.wire.framing import ResponsePart
+from common.wire.framing import SIZE_PREFIX, FileSlice, ResponsePart, part_length
+
+#: What a handler returns (or its awaitable gives): a kio response entity,
+#: bytes or a list of parts forming one complete frame, or None (no response).
+Response = bytes | bytearray | memoryview | Sequence[ResponsePart] | Any | None
 
 
 class Sequencer:
@@ -281,3 +287,39 @@ class Pipeline:
             if self.reading_done and not self.slots:
                 return None
             await self._writer.park()
+
+
+def response_parts(request: DecodedRequest, result: Response) -> list[ResponsePart]:
+    """The parts of one complete response frame, checked."""
+    if result is None:
+        return []
+    if type(result) is bytes and len(result) >= 4 and SIZE_PREFIX.unpack_from(result)[0] == len(result) - 4:
+        return [result]  # the hot path's hand-built responses
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        parts: list[ResponsePart] = [result]
+    elif isinstance(result, (list, tuple)):
+        parts = list(result)
+    elif hasattr(result, "__api_key__"):
+        return [encode_response(request.header, result)]
+    else:
+        raise LocalProtocolError(
+            f"a handler returned {type(result).__name__}; return a kio response, "
+            "bytes, a list of parts, or None"
+        )
+    _check_frame(request, parts)
+    return parts
+
+
+def _check_frame(request: DecodedRequest, parts: list[ResponsePart]) -> None:
+    first = parts[0] if parts else b""
+    if isinstance(first, FileSlice) or part_length(first) < 4:
+        raise LocalProtocolError(
+            f"response to {api_name(request.header.api_key)} does not start with a size prefix"
+        )
+    (declared,) = SIZE_PREFIX.unpack_from(first, 0)
+    actual = sum(part_length(p) for p in parts) - 4
+    if declared != actual:
+        raise LocalProtocolError(
+            f"response to {api_name(request.header.api_key)} declares {declared} bytes "
+            f"but its parts hold {actual}; build it with frame_parts()"
+        )

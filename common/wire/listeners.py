@@ -4,6 +4,7 @@ A node binds its ports when it starts (`bind_tcp`: the port is taken and
 its number known, a client's connect refused and retried) and listens only
 once it can serve (`listen_on`), as Kafka opens its client listeners.
 Errors name the address, since a node has more than one listener.
+`tune_connection` sets up each connection a listener accepts.
 """
 
 from __future__ import annotations
@@ -77,3 +78,20 @@ async def listen_tcp(port: int, host: str) -> list[trio.SocketListener]:
         for sock in sockets:
             sock.close()
         raise
+
+
+def tune_connection(sock: socket.socket, send_buffer_bytes: int, receive_buffer_bytes: int) -> None:
+    """Kafka's `socket.send.buffer.bytes` and `socket.receive.buffer.bytes`
+    on an accepted connection (-1: the kernel's autotuning), and trio's
+    16 KiB TCP_NOTSENT_LOWAT lifted: a broker streams large responses."""
+    if send_buffer_bytes != -1:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+    if receive_buffer_bytes != -1:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+    notsent_lowat = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if notsent_lowat is not None:
+        # 0: back to the system default (no limit but the send buffer).
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, notsent_lowat, 0)
+        except OSError:
+            pass

@@ -60,10 +60,9 @@ import itertools
 import logging
 import socket
 from time import perf_counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import CoroutineType
-from typing import Any
 
 import trio
 
@@ -71,20 +70,13 @@ from common.security import ListenerSecurity
 from common.security.sasl import ScramLookup
 from common.security.tls import TlsSocket
 from common.wire.apis import SupportedApis
-from common.wire.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SaslGate, answer_out_of_exchange
-from common.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request, encode_response
-from common.wire.connection import ConnectionContext, Pipeline, Slot
+from common.wire.authenticate import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from common.wire.codec import API_VERSIONS_KEY, DecodedRequest, api_name, decode_request
+from common.wire.connection import ConnectionContext, Pipeline, Response, Slot, response_parts
 from common.wire.errors import LocalProtocolError, ProtocolError
-from common.wire.framing import (
-    DEFAULT_REQUEST_MAX_BYTES,
-    SIZE_PREFIX,
-    FileSlice,
-    ReceiveBuffer,
-    ResponsePart,
-    part_length,
-)
-from common.wire.listeners import bind_tcp, listen_on
-from common.wire.secure_connection import authenticated_by, secure_connection
+from common.wire.framing import DEFAULT_REQUEST_MAX_BYTES, ReceiveBuffer
+from common.wire.listeners import bind_tcp, listen_on, tune_connection
+from common.wire.secure_connection import SaslSession, secure_connection
 from common.wire.transmit import FileTransfer, SendReport, send_now, send_parts
 
 DEFAULT_MAX_IN_FLIGHT = 16
@@ -96,7 +88,6 @@ DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
 DEFAULT_SEND_BUFFER_BYTES = -1
 DEFAULT_RECEIVE_BUFFER_BYTES = -1
 
-Response = bytes | bytearray | memoryview | Sequence[ResponsePart] | Any | None
 Handler = Callable[["ConnectionContext", DecodedRequest], Awaitable[Response] | Response]
 
 _log = logging.getLogger("raftka.wire.server")
@@ -271,16 +262,16 @@ class _ConnectionServer:
         sock = socket.socket(fileno=stream.socket.fileno())
         try:
             sock.setblocking(False)
-            self._tune(sock)
+            tune_connection(sock, self.send_buffer_bytes, self.receive_buffer_bytes)
             # TLS handshake and SASL gate, as the listener's security asks (none: PLAINTEXT).
             secured = await secure_connection(sock, ctx, self.security, self.scram_lookup, self.file_transfer,
                                               self.idle_s, self.server.stats, self.log)
             if secured is None:
                 return
-            conn_sock, file_transfer, gate = secured
+            conn_sock, file_transfer, sasl = secured
             async with trio.open_nursery() as nursery:
                 ctx._scope = nursery.cancel_scope
-                connection = _Connection(self, ctx, conn_sock, nursery, file_transfer, gate)
+                connection = _Connection(self, ctx, conn_sock, nursery, file_transfer, sasl)
                 nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._idle_watchdog, ctx)
                 await connection.read_loop()
@@ -295,19 +286,6 @@ class _ConnectionServer:
             sock.detach()
             del self.server.connections[ctx.connection_id]
             await trio.aclose_forcefully(stream)
-
-    def _tune(self, sock: socket.socket) -> None:
-        if self.send_buffer_bytes != -1:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-        if self.receive_buffer_bytes != -1:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
-        notsent_lowat = getattr(socket, "TCP_NOTSENT_LOWAT", None)
-        if notsent_lowat is not None:
-            # 0: back to the system default (no limit but the send buffer).
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, notsent_lowat, 0)
-            except OSError:
-                pass
 
     async def _idle_watchdog(self, ctx: ConnectionContext) -> None:
         # connections.max.idle.ms: Kafka closes connections with no I/O for that
@@ -333,16 +311,14 @@ class _Connection:
 
     def __init__(
         self, owner: _ConnectionServer, ctx: ConnectionContext, sock: socket.socket | TlsSocket,
-        nursery: trio.Nursery, file_transfer: FileTransfer, gate: SaslGate | None,
+        nursery: trio.Nursery, file_transfer: FileTransfer, sasl: SaslSession | None,
     ) -> None:
         self.owner = owner
         self.ctx = ctx
         self.sock = sock
         self.file_transfer = file_transfer
-        #: The SASL exchange until it completes; None: requests go to the handler.
-        self.gate = gate
-        #: The mechanism of the connection's SASL session (re-authentication must use it).
-        self.mechanism: str | None = None
+        #: A SASL listener's authentication of the connection; None: no SASL.
+        self.sasl = sasl
         self.nursery = nursery
         self.stats = owner.server.stats
         self.log = owner.log
@@ -352,9 +328,7 @@ class _Connection:
         #: On a SASL listener SaslHandshake may start a re-authentication
         #: and SaslAuthenticate is the gate's: neither goes to the handler.
         self.slow_keys = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
-                                   if owner.security.sasl is not None else (API_VERSIONS_KEY,))
-        #: When the SASL session expires (trio time; None: never), KIP-368.
-        self.session_deadline: float | None = None
+                                   if sasl is not None else (API_VERSIONS_KEY,))
 
     async def read_loop(self) -> None:
         ctx, stats, sock = self.ctx, self.stats, self.sock
@@ -368,6 +342,7 @@ class _Connection:
         pipeline = self.pipeline
         dispatch_now = self._dispatch_now
         slow_keys = self.slow_keys
+        sasl = self.sasl
         # Whether this task let others run since it last handled frames: a
         # peer that keeps the socket full must not starve the writer.
         yielded = True
@@ -395,7 +370,7 @@ class _Connection:
                     await trio.lowlevel.checkpoint()
                 now = ctx._last_activity = ctx._read_at = current_time()
                 # An expired SASL session sends its requests the slow way, which closes the connection.
-                expired = self.session_deadline is not None and now >= self.session_deadline
+                expired = sasl is not None and sasl.expired(now)
                 ctx.bytes_received += nbytes
                 stats.bytes_received += nbytes
                 try:
@@ -407,7 +382,7 @@ class _Connection:
                         if ctx.muted_until:
                             # Throttled by a quota: the requests after it wait out the mute.
                             await ctx.wait_unmuted()
-                        gate = self.gate
+                        gate = sasl.gate if sasl is not None else None
                         if gate is not None and gate.raw:
                             # After SaslHandshake v0: a raw SASL token, not a request.
                             if not await self._raw_token(bytes(frame)):
@@ -444,62 +419,29 @@ class _Connection:
 
     async def _dispatch(self, request: DecodedRequest) -> None:
         ctx, pipeline = self.ctx, self.pipeline
-        if request.header.api_key == API_VERSIONS_KEY:
-            self.stats.requests += 1
-            seq = self._next_seq
-            self._next_seq = seq + 1
-            slot = Slot(request)
-            if request.body is not None and request.header.api_version >= 3:
-                ctx.client_software_name = request.body.client_software_name
-                ctx.client_software_version = request.body.client_software_version
-            slot.parts = [self.owner.apis.api_versions_response(request)]
-            slot.done = True
-            ctx._sequencer.release(seq)
-            if not pipeline.has_room():
-                await pipeline.wait_for_room()
-            pipeline.add(slot)
-            ctx._in_flight += 1
-            return
+        key = request.header.api_key
+        if key == API_VERSIONS_KEY and request.body is not None and request.header.api_version >= 3:
+            ctx.client_software_name = request.body.client_software_name
+            ctx.client_software_version = request.body.client_software_version
         if not pipeline.has_room():
             await pipeline.wait_for_room()
-        key = request.header.api_key
-        if self.gate is None and key == SASL_HANDSHAKE_KEY and self.owner.security.sasl is not None:
-            # A re-authentication (KIP-368): a new exchange on the authenticated connection.
-            self.stats.sasl_reauthentications += 1
-            self.gate = SaslGate(self.owner.security.sasl, self.owner.scram_lookup, ctx.peer, self.log,
-                                 reauthenticating=(self.mechanism, ctx.principal))
-        if self.gate is not None:
-            self._authenticate(request)
+        if key == API_VERSIONS_KEY:
+            self._answer_at_once(request, self.owner.apis.api_versions_response(request))
             return
-        if self.session_deadline is not None and trio.current_time() >= self.session_deadline:
-            # Kafka closes a connection used after its session expired without re-authenticating.
-            self.stats.connections_closed_expired += 1
-            self.log.info("closing connection %d from %s: its SASL session (connections.max.reauth.ms) expired "
-                          "and the client did not re-authenticate", ctx.connection_id, ctx.peer)
-            ctx.close()
-            return
-        if key == SASL_AUTHENTICATE_KEY and self.owner.security.sasl is not None:
-            self._answer_at_once(request, answer_out_of_exchange(request))
-            return
+        sasl = self.sasl
+        if sasl is not None:
+            if sasl.closes(request):
+                ctx.close()
+                return
+            answer = sasl.answer(request)
+            if answer is not None:
+                self._answer_at_once(request, answer)
+                return
         self._dispatch_now(request)
 
-    def _authenticate(self, request: DecodedRequest) -> None:
-        """Answer a request of a connection in its SASL exchange
-        (a RemoteProtocolError, which closes the connection, for any other)."""
-        gate = self.gate
-        assert gate is not None
-        self._answer_at_once(request, authenticated_by(gate, self.ctx, request))
-        if gate.state == "done":
-            self._session_opened(gate)
-
-    def _session_opened(self, gate: SaslGate) -> None:
-        self.gate = None
-        self.mechanism = gate.mechanism
-        lifetime = gate.session_lifetime_ms
-        self.session_deadline = trio.current_time() + lifetime / 1000 if lifetime else None
-
     def _answer_at_once(self, request: DecodedRequest | None, response: bytes) -> None:
-        """Queue an answer made here (not by the handler); the pipeline has room."""
+        """Queue an answer made here (not by the handler); the caller made
+        sure the pipeline has room."""
         self.stats.requests += 1
         seq = self._next_seq
         self._next_seq = seq + 1
@@ -507,25 +449,20 @@ class _Connection:
         slot.parts = [response]
         slot.done = True
         self.ctx._sequencer.release(seq)
-        # The exchange is one request at a time: the client waits for each answer.
         self.pipeline.add(slot)
         self.ctx._in_flight += 1
 
     async def _raw_token(self, token: bytes) -> bool:
         """Answer a raw SASL token (after SaslHandshake v0); False: the
         exchange failed and the connection closes."""
-        gate = self.gate
-        assert gate is not None
+        assert self.sasl is not None
         if not self.pipeline.has_room():
             await self.pipeline.wait_for_room()
-        reply = gate.raw_token(token)
+        reply = self.sasl.raw_token(token)
         if reply is None:
             self.ctx.close()
             return False
         self._answer_at_once(None, reply)
-        if gate.state == "done":
-            self.ctx.principal = gate.principal or self.ctx.principal
-            self._session_opened(gate)
         return True
 
     def _dispatch_now(self, request: DecodedRequest) -> None:
@@ -548,7 +485,7 @@ class _Connection:
             ):
                 self.nursery.start_soon(self._await_handler, slot, seq, result)
                 return
-            parts = _response_parts(request, result)
+            parts = response_parts(request, result)
         except Exception:
             ctx._sequence_of.pop(id(request), None)
             ctx._sequencer.release(seq)
@@ -565,7 +502,7 @@ class _Connection:
         ctx = self.ctx
         request = slot.request
         try:
-            parts = _response_parts(request, await awaitable)
+            parts = response_parts(request, await awaitable)
         except Exception:
             self._handler_failed(request)
             return
@@ -653,38 +590,3 @@ class _Connection:
         # either way the connection is over.
         self.ctx.close()
 
-
-def _response_parts(request: DecodedRequest, result: Response) -> list[ResponsePart]:
-    """The parts of one complete response frame, checked."""
-    if result is None:
-        return []
-    if type(result) is bytes and len(result) >= 4 and SIZE_PREFIX.unpack_from(result)[0] == len(result) - 4:
-        return [result]  # the hot path's hand-built responses
-    if isinstance(result, (bytes, bytearray, memoryview)):
-        parts: list[ResponsePart] = [result]
-    elif isinstance(result, (list, tuple)):
-        parts = list(result)
-    elif hasattr(result, "__api_key__"):
-        return [encode_response(request.header, result)]
-    else:
-        raise LocalProtocolError(
-            f"a handler returned {type(result).__name__}; return a kio response, "
-            "bytes, a list of parts, or None"
-        )
-    _check_frame(request, parts)
-    return parts
-
-
-def _check_frame(request: DecodedRequest, parts: list[ResponsePart]) -> None:
-    first = parts[0] if parts else b""
-    if isinstance(first, FileSlice) or part_length(first) < 4:
-        raise LocalProtocolError(
-            f"response to {api_name(request.header.api_key)} does not start with a size prefix"
-        )
-    (declared,) = SIZE_PREFIX.unpack_from(first, 0)
-    actual = sum(part_length(p) for p in parts) - 4
-    if declared != actual:
-        raise LocalProtocolError(
-            f"response to {api_name(request.header.api_key)} declares {declared} bytes "
-            f"but its parts hold {actual}; build it with frame_parts()"
-        )

@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from wait_testing import wait_for
 
 from chaos.history import HistoryWriter
 from chaos.nemesis import LinkCutter, Nemesis, link_cutting_unavailable
@@ -89,20 +90,6 @@ def _scrape(node) -> dict[str, float]:
         text = response.read().decode()
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
             if not s.labels}
-
-
-def _wait(what: str, predicate, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - a broker still starting
-            last = repr(exc)
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})")
 
 
 def _log_starts(cluster, topic: str) -> dict[int, int]:
@@ -355,7 +342,7 @@ def test_quotas_delete_records_log_dir_moves_and_metrics_under_pause_partition_a
         def urp_zero():
             return all(_scrape(b).get(URP) == 0 for b in cluster.brokers)
 
-        _wait("UnderReplicatedPartitions back to 0 on every broker", urp_zero, 90)
+        wait_for("UnderReplicatedPartitions back to 0 on every broker", urp_zero, 90)
 
         # -- the move: the replica in the target dir (asked again if a kill dropped it)
         reissued = 0
@@ -365,18 +352,18 @@ def test_quotas_delete_records_log_dir_moves_and_metrics_under_pause_partition_a
                 not list(target_dir.glob("moving-0*-future")) and not list(source.glob("moving-0*-future"))
 
         try:
-            _wait("the moved replica in its target dir", moved, 30)
+            wait_for("the moved replica in its target dir", moved, 30)
         except AssertionError:
             reissued += 1
             again = _cli("log-dirs", "move", "-b", bootstrap, "--broker", str(mover), "--topic", "moving",
                          "--partition", "0", "--log-dir", str(target_dir))
             assert again.returncode == 0, again.stderr
-            _wait("the moved replica in its target dir after the move was asked again", moved, 120)
+            wait_for("the moved replica in its target dir after the move was asked again", moved, 120)
 
         # -- DeleteRecords: every replica's log start at the last acknowledged deletion
         low = max((lw for _, lw in deletions), default=0)
-        starts = _wait(f"every replica's log start at {low} or beyond",
-                       lambda: (s := _log_starts(cluster, "purged")) and min(s.values()) >= low and s, 60)
+        starts = wait_for(f"every replica's log start at {low} or beyond",
+                          lambda: (s := _log_starts(cluster, "purged")) and min(s.values()) >= low and s, 60)
         last_ack = max((t for t, _ in deletions), default=0.0)
         below = [(round(t - t0, 1), o) for t, o in live_reads
                  if o < max((lw for ta, lw in deletions if ta + 5 < t), default=0)]

@@ -8,6 +8,7 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from wait_testing import wait_for  # also imported from here by the replication tests
 
 SETTINGS = {
     "broker.session.timeout.ms": "3000",
@@ -29,20 +30,6 @@ def partition_state(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[in
     admin = AdminClient({"bootstrap.servers": bootstrap})
     meta = admin.list_topics(topic, timeout=20).topics[topic]
     return {p.id: (p.leader, tuple(sorted(p.isrs))) for p in meta.partitions.values()}
-
-
-def wait_for(what: str, predicate, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # a broker may be down for a moment
-            last = repr(exc)
-        time.sleep(0.3)
-    raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})")
 
 
 def wait_for_isr(bootstrap: str, topic: str, partitions: int, isr: tuple[int, ...], timeout_s: float = 60):
