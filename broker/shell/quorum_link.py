@@ -50,7 +50,7 @@ import trio
 from kio.schema.assign_replicas_to_dirs.v0 import request as ard_req
 
 from broker.shell.broker import Broker
-from broker.shell.log_manager import dir_id
+from broker.shell.log_dir_failure import dir_id
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.lifecycle import BrokerLifecycle, BrokerState, ListenerSpec
 from quorum.metadata import MetadataDelta, MetadataImage
