@@ -155,12 +155,18 @@ def build_tree(image, source: str) -> dict:
             "isFenced": str(b.fenced).lower(),
             "inControlledShutdown": str(b.in_controlled_shutdown).lower(),
         }
+        if b.offline_log_dirs:
+            # The log dirs its heartbeats report offline (KIP-858).
+            brokers[str(broker_id)]["offlineLogDirs"] = ", ".join(sorted(str(d) for d in b.offline_log_dirs))
     topics, topic_ids = {}, {}
     for name in sorted(image.topic_ids_by_name):
         t = image.topic(name)
         node = {"id": str(t.topic_id)}
         for index, p in sorted(t.partitions.items()):
-            node[str(index)] = (f"PartitionRegistration(replicas={list(p.replicas)}, isr={list(p.isr)}, "
+            # Each replica's log dir once one is assigned (KIP-858), as Kafka's shell shows them.
+            directories = f"directories=[{', '.join(str(d) for d in p.directories)}], " if p.directories else ""
+            node[str(index)] = (f"PartitionRegistration(replicas={list(p.replicas)}, {directories}"
+                                f"isr={list(p.isr)}, "
                                 f"removingReplicas={list(p.removing_replicas)}, "
                                 f"addingReplicas={list(p.adding_replicas)}, leader={p.leader}, "
                                 f"leaderEpoch={p.leader_epoch}, partitionEpoch={p.partition_epoch})")

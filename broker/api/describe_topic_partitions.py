@@ -22,7 +22,8 @@ partition) to ask from next, as Kafka's `describeTopicResponse` does:
   every topic asked, as Kafka refuses it.
 
 Partitions are as Metadata gives them: LEADER_NOT_AVAILABLE and leader -1
-when the leader is not live, offline replicas those not on live brokers.
+when the leader is not live, offline replicas those not on live brokers or
+in a log dir their broker reports offline.
 raftka has no eligible leader replicas (KIP-966's ELR), so those lists are
 empty. `page` is the pure part: (name, start, count) per topic and the cursor.
 """
@@ -93,6 +94,7 @@ async def handle_describe_topic_partitions(broker, ctx, request):
     limit = min(body.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE)
     chosen, next_cursor = page(names, counts, limit, cursor)
     live = {b[0] for b in live_brokers(broker, image)}
+    offline_dirs = image.offline_log_dirs()
     topics = []
     for name, start, count in chosen:
         topic = image.topic(name)
@@ -114,7 +116,7 @@ async def handle_describe_topic_partitions(broker, ctx, request):
                 error_code=ErrorCode.none if leader_live else ErrorCode.leader_not_available,
                 partition_index=index, leader_id=p.leader if leader_live else -1, leader_epoch=p.leader_epoch,
                 replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr), eligible_leader_replicas=(),
-                last_known_elr=(), offline_replicas=tuple(r for r in p.replicas if r not in live)))
+                last_known_elr=(), offline_replicas=tuple(p.offline_replicas(live, offline_dirs))))
         topics.append(build(mod.DescribeTopicPartitionsResponseTopic, error_code=ErrorCode.none, name=name,
                             topic_id=topic.topic_id, is_internal=name in INTERNAL_TOPICS,
                             partitions=tuple(partitions), topic_authorized_operations=NO_OPERATIONS))

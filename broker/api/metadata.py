@@ -3,7 +3,8 @@
 Metadata lists the live brokers (registered and unfenced, with their
 endpoint on this listener), and for each requested topic its partitions
 with leader, leader epoch, replicas, ISR and offline replicas (replicas on
-brokers that are not live). A partition without a live leader says
+brokers that are not live, or in a log dir their broker reports offline:
+KIP-858's directory assignment). A partition without a live leader says
 LEADER_NOT_AVAILABLE. The controller id clients see is this broker's own
 id: in KRaft, admin requests go to any broker, which forwards them.
 

@@ -12,8 +12,9 @@ while partitions have no leader.
 An answer is the same bytes as long as the image is, and the image changes
 by sharing: a `TopicImage` no record touched is the same object in the next
 image. So `MetadataEncoder` keeps each topic's encoded bytes by (version,
-topic name) together with the `TopicImage` object and the live-broker set
-they were made from, and makes them again only when either differs. An
+topic name) together with the `TopicImage` object, the live-broker set and
+the brokers' offline log dirs they were made from, and makes them again
+only when one differs. An
 answer is then the header, the live brokers, and the kept topics.
 
 Layout (Kafka's MetadataResponse.json, v1..v13; flexible from v9, KIP-482):
@@ -25,7 +26,8 @@ Layout (Kafka's MetadataResponse.json, v1..v13; flexible from v9, KIP-482):
     topic     error_code, name (nullable in v12), topic_id (v10+),
               is_internal, partitions, topic_authorized_operations (v8+)
     partition error_code, partition_index, leader_id, leader_epoch (v7+),
-              replica_nodes, isr_nodes, offline_replicas (v5+)
+              replica_nodes, isr_nodes, offline_replicas (v5+: on a
+              broker not live, or in a log dir its broker reports offline)
 
 Every struct ends with a tagged-field section when flexible. Checked
 against kio's decoder for every version in tests/broker/test_broker_codec.py.
@@ -57,8 +59,8 @@ class MetadataEncoder:
     """Metadata answers of one broker (see the module docstring)."""
 
     def __init__(self) -> None:
-        #: (version, name) -> (TopicImage, live broker ids, internal, bytes).
-        self._topics: dict[tuple[int, str], tuple[object, frozenset[int], bool, bytes]] = {}
+        #: (version, name) -> (TopicImage, (live broker ids, offline log dirs), internal, bytes).
+        self._topics: dict[tuple[int, str], tuple[object, tuple, bool, bytes]] = {}
 
     def encode(self, correlation_id: int, version: int, image: MetadataImage,
                brokers: list[tuple[int, str, int, str | None]], cluster_id: str, controller_id: int,
@@ -72,6 +74,8 @@ class MetadataEncoder:
         assert METADATA_MIN_VERSION <= version <= METADATA_MAX_VERSION, version
         flexible = version >= 9
         live = frozenset(b[0] for b in brokers)
+        offline_dirs = image.offline_log_dirs()
+        made_from = (live, frozenset(offline_dirs.items()))
         if len(self._topics) > len(image.topics_by_id) * 2 + _SLACK:
             self._topics.clear()
         parts = [_I32.pack(correlation_id), _NO_TAGS if flexible else b""]
@@ -87,15 +91,15 @@ class MetadataEncoder:
         parts.append(array_length_bytes(len(topics), flexible))
         for name, error in topics:
             if error is not None:
-                parts.append(_topic_bytes(version, name, None, error, name in internal, (), live))
+                parts.append(_topic_bytes(version, name, None, error, name in internal, (), live, offline_dirs))
                 continue
             topic = image.topic(name)
             is_internal = name in internal
             kept = self._topics.get((version, name))
-            if kept is None or kept[0] is not topic or kept[1] != live or kept[2] != is_internal:
+            if kept is None or kept[0] is not topic or kept[1] != made_from or kept[2] != is_internal:
                 encoded = _topic_bytes(version, name, topic.topic_id, ErrorCode.none, is_internal,
-                                       sorted(topic.partitions.items()), live)
-                kept = self._topics[(version, name)] = (topic, live, is_internal, encoded)
+                                       sorted(topic.partitions.items()), live, offline_dirs)
+                kept = self._topics[(version, name)] = (topic, made_from, is_internal, encoded)
             parts.append(kept[3])
         if 8 <= version <= 10:
             parts.append(_I32.pack(NO_OPERATIONS))
@@ -108,7 +112,7 @@ class MetadataEncoder:
 
 
 def _topic_bytes(version: int, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode, is_internal: bool,
-                 partitions, live: frozenset[int]) -> bytes:
+                 partitions, live: frozenset[int], offline_dirs: dict[int, frozenset[uuid.UUID]]) -> bytes:
     flexible = version >= 9
     tags = _NO_TAGS if flexible else b""
     out = [_I16.pack(error)]
@@ -133,7 +137,12 @@ def _topic_bytes(version: int, name: str | None, topic_id: uuid.UUID | None, err
             head = (ErrorCode.none, index, leader)
         else:
             head = (ErrorCode.leader_not_available, index, -1)
-        offline = () if not with_offline or live.issuperset(replicas) else [r for r in replicas if r not in live]
+        if not with_offline:
+            offline = ()
+        elif offline_dirs and p.directories:
+            offline = p.offline_replicas(live, offline_dirs)
+        else:
+            offline = () if live.issuperset(replicas) else [r for r in replicas if r not in live]
         shape = _partition_shape(version, len(replicas), len(isr), len(offline))
         if shape is None:  # an array too long for a one-byte compact length
             out.append(_partition_bytes_slow(version, head, p, offline, tags))

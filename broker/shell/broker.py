@@ -29,8 +29,9 @@ the group coordinator (`GroupCoordinatorRuntime`: shards of the
 `__consumer_offsets` partitions led here, loaded and unloaded as metadata
 changes leadership), the transaction coordinator
 (`TransactionCoordinatorRuntime`: shards of the `__transaction_state`
-partitions led here, and the sender of transaction markers) and the log
-cleaner (`broker.shell.cleaner_runtime`) going. `run` serves until
+partitions led here, and the sender of transaction markers), the log
+cleaner (`broker.shell.cleaner_runtime`) and the periodic passes over the
+logs (`broker.shell.log_passes`: checkpoints, retention) going. `run` serves until
 cancelled and then shuts down cleanly (checkpoints, `.kafka_cleanshutdown`).
 """
 
@@ -48,6 +49,7 @@ from broker.api import (admin, describe_topic_partitions, features, fetch, find_
                         log_admin, offset_topic_ids, produce, txn_markers)
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
+from broker.shell.log_passes import run_log_passes
 from broker.api.codec import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION
 from broker.config import BrokerConfig
 from broker.shell.controller_channel import ControllerChannel
@@ -84,9 +86,6 @@ _log = logging.getLogger("broker")
 
 #: How long `publish_metadata` works on a delta before it lets the event loop run.
 PUBLISH_SLICE_S = 0.02
-#: How often the logs that could not be opened (a resource limit, a disk
-#: error) are tried again.
-OFFLINE_RETRY_MS = 10_000
 #: APIs whose v10 names topics by id, served as their v9 twin (broker.api.offset_topic_ids).
 TOPIC_ID_APIS = (offset_topic_ids.OFFSET_COMMIT, offset_topic_ids.OFFSET_FETCH)
 
@@ -440,7 +439,7 @@ class Broker:
                     _log.info("broker %d %s %s on %s:%d", self.node_id,
                               "listening" if listen else "bound (listens once it serves)", listener.name,
                               listener.host or "*", server.port)
-                nursery.start_soon(self._background)
+                nursery.start_soon(run_log_passes, self)
                 nursery.start_soon(self._fail_log_dirs)
                 await nursery.start(self.fetchers.run)
                 await nursery.start(self.isr_sender.run)
@@ -474,51 +473,6 @@ class Broker:
         else:
             _log.info("broker %d shut down cleanly", self.node_id)
 
-    async def _background(self) -> None:
-        """Checkpoints, flush.ms and retention on Kafka's timers."""
-        config = self.config
-        due = {
-            "hw": config.replica_high_watermark_checkpoint_interval_ms,
-            "recovery": min(config.log_flush_offset_checkpoint_interval_ms,
-                            config.log_flush_start_offset_checkpoint_interval_ms),
-            "retention": config.log_retention_check_interval_ms,
-            "producers": config.producer_id_expiration_check_interval_ms,
-            "offline": OFFLINE_RETRY_MS,
-        }
-        last = {name: self.clock_ms() for name in due}
-        tick_s = min(1.0, min(due.values()) / 1000)
-        failing: dict[str, str] = {}
-        while True:
-            await trio.sleep(tick_s)
-            if not self._loaded or self._closed:
-                continue
-            now = self.clock_ms()
-            for name, step in (("flush", self._flush_due), ("hw", self._checkpoint_high_watermarks),
-                               ("recovery", self._checkpoint_logs), ("retention", self._enforce_retention),
-                               ("producers", self._remove_expired_producers), ("offline", self._retry_offline)):
-                if name != "flush" and now - last[name] < due[name]:
-                    continue
-                try:
-                    await step(now)
-                except OSError as exc:
-                    if self.replicas.path_error(exc):
-                        continue  # its log dir goes offline (`_fail_log_dirs`); the pass runs on without it
-                    # A full or failing disk fails this pass, not the broker:
-                    # the appends that cannot be persisted already answer
-                    # KAFKA_STORAGE_ERROR, and the pass is tried again on its
-                    # next timer, so it succeeds once space returns.
-                    cause = f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or 'a log directory'})"
-                    if failing.get(name) != cause:
-                        _log.error("broker %d: the %s pass failed: %s; it is retried every %d ms: free space "
-                                   "on the log directory, or replace the failing disk", self.node_id,
-                                   _PASS_NAMES[name], cause, due.get(name, tick_s * 1000))
-                    failing[name] = cause
-                    continue
-                if failing.pop(name, None) is not None:
-                    _log.info("broker %d: the %s pass succeeds again", self.node_id, _PASS_NAMES[name])
-                if name != "flush":
-                    last[name] = now
-
     async def _fail_log_dirs(self) -> None:
         """Take offline the log dirs a request or pass found failed
         (`ReplicaManager.disk_error`); once none is left, ask the process
@@ -538,31 +492,6 @@ class Broker:
                 self.all_dirs_offline.set()
                 return
 
-    async def _flush_due(self, now: int) -> None:
-        self.log_manager.flush_due(now)
-
-    # Each pass over every log lets the event loop run every few ms: at
-    # 100,000 partitions one step of any of them held it past the metadata
-    # fetch's timeout.
-    async def _checkpoint_high_watermarks(self, now: int) -> None:
-        await self.log_manager.checkpoint_high_watermarks_in_thread(await self.replicas.high_watermarks_in_slices())
-
-    async def _checkpoint_logs(self, now: int) -> None:
-        await self.log_manager.checkpoint_logs_in_slices()
-
-    async def _enforce_retention(self, now: int) -> None:
-        await self.log_manager.enforce_retention_in_slices(now)
-
-    async def _remove_expired_producers(self, now: int) -> None:
-        await self.log_manager.remove_expired_producers_in_slices(now)
-
-    async def _retry_offline(self, now: int) -> None:
-        if self.replicas.offline:
-            self.replicas.retry_offline(self.image)
-
-
-_PASS_NAMES = {"flush": "flush.ms", "hw": "high-watermark checkpoint", "recovery": "recovery-point checkpoint",
-               "retention": "retention", "producers": "producer-id expiration", "offline": "offline-partition retry"}
 
 def _is_stop(exc: BaseException) -> bool:
     if isinstance(exc, (trio.Cancelled, KeyboardInterrupt)):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from broker.shell.log_manager import DELETE_SUFFIX, FUTURE_SUFFIX, PARTITION_METADATA_FILE
+from broker.shell.log_scan import DELETE_SUFFIX, FUTURE_SUFFIX, PARTITION_METADATA_FILE
 from storage.log import Log
 
 _log = logging.getLogger("broker.log_dirs")

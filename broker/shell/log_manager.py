@@ -36,36 +36,31 @@ goes away (or the broker leaves the replica list).
   broker died, and the logs are recovered from their recovery points
   (`storage.recovery`) as they are opened. With the marker, the recovery
   points equal the log end offsets and opening reads only the indexes.
-- **A failed log directory** (Kafka's LogDirFailureChannel). With several
-  `log.dirs`, an I/O error that says the directory's disk failed (EIO,
-  EROFS, a device gone, the directory removed or unmounted) takes that
-  directory offline (`fail_dir`): its logs are released without another
-  write, no new log is placed there, its checkpoints and clean-shutdown
-  marker are no longer written (its logs are recovered at the next start),
-  and the partitions in it answer KAFKA_STORAGE_ERROR until the broker is
-  restarted with the directory healthy. The other directories serve on.
-  With one log dir, the same errors fail only the operation (the
-  partition answers KAFKA_STORAGE_ERROR and writes resume when the disk
-  does): there is no other directory to serve from. Each directory has a
-  stable id (`dir_id`, derived from its path) that the broker reports to
-  the controller.
+- **Start.** `scan` reads the log dirs in threads before `load`
+  (`broker.shell.log_scan`); `load` opens nothing, and a log found there
+  opens as the first delta names its partition.
+- **A failed log directory** (with several `log.dirs`: EIO, unmounted) is
+  taken offline by `fail_dir`, the other directories serving on
+  (`broker.shell.log_dir_failure`). Each directory has a stable id
+  (`dir_id`) that the broker reports to the controller.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import logging
 import os
 import shutil
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
+from broker.shell.log_dir_failure import failing_dir, log_dir_offline
+from broker.shell.log_passes import PASS_SLICE_S, SLICE_CHECK_EVERY, Slices
+from broker.shell.log_scan import (DELETE_SUFFIX, PARTITION_METADATA_FILE, ScannedDir, finish_leftovers,
+                                   read_topic_id, scan_log_dirs)
 from quorum.metadata import MetadataImage
-from quorum.node.metadata_log import METADATA_PARTITION_DIR
 from storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
@@ -83,10 +78,6 @@ from storage.log import Log, parse_topic_partition
 from storage.log_checkpoints import write_checkpoints_of
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-PARTITION_METADATA_FILE = "partition.metadata"
-DELETE_SUFFIX = "-delete"
-#: A replica's copy being moved into this dir (Kafka's future log).
-FUTURE_SUFFIX = "-future"
 STRAY_SUFFIX = "-stray"
 
 #: Topic config keys the log engine reads (see `storage.config.LogConfig`).
@@ -98,40 +89,7 @@ _LONG_MAX = str(2**63 - 1)
 
 TopicPartitionName = tuple[str, int]
 
-#: Threads that read the partition directories at start (`LogManager.scan`).
-SCAN_THREADS = 16
-#: The longest a periodic pass over every log holds the event loop at once.
-PASS_SLICE_S = 0.02
-#: A walk looks at the clock once per this many logs.
-SLICE_CHECK_EVERY = 256
-
-
-class Slices:
-    """Lets the event loop run every `slice_s` of a long walk."""
-
-    def __init__(self, slice_s: float) -> None:
-        self.slice_s = slice_s
-        self._started = time.monotonic()
-
-    async def check(self) -> None:
-        if time.monotonic() - self._started >= self.slice_s:
-            await trio.lowlevel.checkpoint()
-            self._started = time.monotonic()
-
-
 _log = logging.getLogger("broker.log_manager")
-
-#: The errors that say a log directory's disk failed, not one operation:
-#: Kafka takes the directory offline on any IOException; ENOSPC and EMFILE
-#: stay the operation's own error (retention or closed files free them).
-DIR_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENODEV, errno.ENXIO, errno.ESTALE})
-
-
-def dir_id(log_dir: str) -> uuid.UUID:
-    """A log directory's id, as the broker reports it to the controller
-    (Kafka's `directory.id`): stable for as long as the path is."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, "raftka-log-dir:" + os.path.abspath(log_dir))
-
 
 def log_config_for(topic_configs: Mapping[str, str], broker_defaults: Mapping[str, str]) -> LogConfig:
     """The `LogConfig` of a topic: its explicit configs over the broker's defaults."""
@@ -186,7 +144,7 @@ class LogManager:
         #: open: read per log, a start with n logs parsed n files of n lines.
         self._start_offsets: dict[TopicPartitionName, tuple[int, int]] = {}
         #: What `scan` read of each log dir, till `load` takes it.
-        self._scanned: dict | None = None
+        self._scanned: dict[str, ScannedDir] | None = None
         #: The topic id in `partition.metadata` (None: no such file) and the
         #: directory's listing (None: it could not be listed) of each log
         #: found at start, read once by `scan`: the first open neither looks
@@ -213,34 +171,9 @@ class LogManager:
     # --- start ---------------------------------------------------------
 
     def scan(self) -> None:
-        """Read what opening the logs found at start needs: each log dir's
-        names, each partition directory's listing and `partition.metadata`,
-        the directories read by `SCAN_THREADS` threads at once. Reads only,
-        so a broker runs it in a worker thread before `load`. At 100,000
-        partitions the directories, read one by one as each log opened,
-        were most of a restart: each read is a wait for the disk after a
-        shutdown (cold directory entries), and many waits overlap."""
-        scanned: dict[str, tuple[list[tuple[str, bool]], list[str], dict[str, tuple]]] = {}
-        for log_dir in self.log_dirs:
-            started = time.monotonic()
-            os.makedirs(log_dir, exist_ok=True)
-            # One scandir: its entries say which are directories without a
-            # stat each. The metadata log lives beside the partitions in the
-            # first log dir (Kafka's metadata.log.dir default) and belongs
-            # to the Raft node.
-            with os.scandir(log_dir) as entries:
-                names = [(e.name, e.is_dir()) for e in entries]
-            partition_dirs = [n for n, is_dir in names
-                              if is_dir and n != METADATA_PARTITION_DIR and parse_topic_partition(n) is not None]
-            with concurrent.futures.ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="log-scan") as pool:
-                found = dict(zip(partition_dirs, pool.map(_scan_partition_dir,
-                                                          (os.path.join(log_dir, n) for n in partition_dirs),
-                                                          chunksize=256)))
-            scanned[log_dir] = (names, partition_dirs, found)
-            if partition_dirs:
-                _log.info("%s: read %d partition directories in %.1f s", log_dir, len(partition_dirs),
-                          time.monotonic() - started)
-        self._scanned = scanned
+        """Read the log dirs at start (`broker.shell.log_scan`): reads
+        only, so a broker runs it in a worker thread before `load`."""
+        self._scanned = scan_log_dirs(self.log_dirs)
 
     def load(self, image: MetadataImage, broker_id: int) -> None:
         """Prepare the log dirs at start, given the first metadata image
@@ -265,16 +198,7 @@ class LogManager:
                 _log.warning(
                     "%s: no clean shutdown marker: the broker stopped uncleanly; %d logs are recovered "
                     "from their recovery points as they open", log_dir, len(partition_dirs))
-            for name, _is_dir in names:
-                if name.endswith(DELETE_SUFFIX):
-                    _log.info("%s: finishing the deletion of %s", log_dir, name)
-                    shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
-                elif name.endswith(FUTURE_SUFFIX):
-                    # A move between log dirs the last run did not finish (it is not resumed).
-                    _log.warning("%s: removing %s, the copy of a replica move between log dirs that did not "
-                                 "finish before the broker stopped; send the AlterReplicaLogDirs again",
-                                 log_dir, name)
-                    shutil.rmtree(os.path.join(log_dir, name), ignore_errors=True)
+            finish_leftovers(log_dir, names)
             self._checkpointed_hws.update(self._hw_file(log_dir).read())
             recovery_points = _read_checkpoint(self._fs, log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT)
             start_offsets = _read_checkpoint(self._fs, log_dir, LOG_START_OFFSET_CHECKPOINT)
@@ -312,18 +236,8 @@ class LogManager:
 
     def failed_dir(self, topic: str, partition: int, exc: OSError) -> str | None:
         """The log dir an I/O error on the partition takes offline, or None
-        when the error is the operation's own (module doc: one log dir, a
-        full disk, too many open files)."""
-        log_dir = self._dir_of.get((topic, partition))
-        if log_dir is None or len(self.log_dirs) < 2:
-            return None
-        if log_dir in self.offline_dirs:
-            return log_dir
-        if exc.errno in DIR_FAILURE_ERRNOS:
-            return log_dir
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(log_dir):
-            return log_dir  # the directory was removed, or its disk unmounted
-        return None
+        when the error is the operation's own (`broker.shell.log_dir_failure`)."""
+        return failing_dir(self.log_dirs, self.offline_dirs, self._dir_of.get((topic, partition)), exc)
 
     def fail_dir(self, log_dir: str, reason: str) -> list[TopicPartitionName]:
         """Take `log_dir` offline (module doc); the partitions it held."""
@@ -341,12 +255,7 @@ class LogManager:
         self._removed.pop(log_dir, None)
         self._written_hws.pop(log_dir, None)
         self._unclean_dirs.add(log_dir)
-        online = [d for d in self.log_dirs if d not in self.offline_dirs]
-        _log.error("log dir %s is offline: %s; its %d partition(s) answer KAFKA_STORAGE_ERROR and their "
-                   "leadership moves to other replicas; %s. Fix: check the disk (dmesg); replace or remount it "
-                   "(an empty directory is fine: the replicas are copied back from their leaders) and restart "
-                   "the broker.", log_dir, reason, len(lost),
-                   f"the broker serves on from {', '.join(online)}" if online else "no log dir is left")
+        log_dir_offline(log_dir, reason, len(lost), self.online_dirs)
         return lost
 
     @property
@@ -373,7 +282,7 @@ class LogManager:
             stored_id, listing = self._found.pop(tp)
         else:
             fresh = not os.path.isdir(path)
-            stored_id = None if fresh else _read_topic_id(path)
+            stored_id = None if fresh else read_topic_id(path)
         if stored_id is not None and stored_id != topic_id:
             self._move_aside(path, f"the topic now has id {topic_id}")
             found, listing = False, None
@@ -560,41 +469,6 @@ class LogManager:
         for log in self._flushed_by_policy.values():
             log.maybe_flush(now_ms)
 
-    def enforce_retention(self, now_ms: int) -> int:
-        """Delete segments by `retention.ms` / `retention.bytes`; the count deleted."""
-        return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
-
-    async def enforce_retention_in_slices(self, now_ms: int, slice_s: float = PASS_SLICE_S) -> int:
-        """`enforce_retention`, letting the event loop run every `slice_s`
-        (a walk of 100,000 logs in one step held it past the metadata fetch's timeout)."""
-        deleted = 0
-        async for log in self._walk_logs(slice_s):
-            deleted += log.delete_old_segments(now_ms)
-        return deleted
-
-    def remove_expired_producers(self, now_ms: int) -> int:
-        """Forget idempotent producers idle for `producer.id.expiration.ms`; how many."""
-        return sum(len(log.producer_state.remove_expired_producers(now_ms))
-                   for log in self._logs.values() if log.producer_state is not None)
-
-    async def remove_expired_producers_in_slices(self, now_ms: int, slice_s: float = PASS_SLICE_S) -> int:
-        """`remove_expired_producers`, letting the event loop run every `slice_s`."""
-        removed = 0
-        async for log in self._walk_logs(slice_s):
-            if log.producer_state is not None:
-                removed += len(log.producer_state.remove_expired_producers(now_ms))
-        return removed
-
-    async def _walk_logs(self, slice_s: float) -> AsyncIterator[Log]:
-        """The open logs, the event loop let run every `slice_s`; a log
-        closed while the walk yielded is skipped."""
-        slices = Slices(slice_s)
-        for i, (tp, log) in enumerate(list(self._logs.items())):
-            if i % SLICE_CHECK_EVERY == 0:
-                await slices.check()
-            if self._logs.get(tp) is log:
-                yield log
-
     def shutdown(self, high_watermarks: Mapping[TopicPartitionName, int]) -> None:
         """Clean shutdown: flush and close every log, write every
         checkpoint, then the clean shutdown marker (fsynced)."""
@@ -687,36 +561,6 @@ def _read_checkpoint(fs: OsFileSystem, log_dir: str, name: str) -> dict[TopicPar
     except CorruptCheckpointError as e:
         _log.warning("%s; ignoring it (the logs are recovered from their first segments)", e)
         return {}
-
-
-def _scan_partition_dir(path: str) -> tuple[list[str] | None, uuid.UUID | None]:
-    """A partition directory's listing and topic id (`LogManager.scan`, in a worker thread)."""
-    try:
-        listing = os.listdir(path)
-    except OSError:
-        return None, None  # the log's open lists it again and reports the error
-    try:
-        topic_id = _read_topic_id(path) if PARTITION_METADATA_FILE in listing else None
-    except OSError:
-        topic_id = None
-    return listing, topic_id
-
-
-def _read_topic_id(path: str) -> uuid.UUID | None:
-    try:
-        with open(os.path.join(path, PARTITION_METADATA_FILE)) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            try:
-                return uuid.UUID(value.strip())
-            except ValueError:
-                break
-    _log.warning("%s/%s is malformed; treating the log as of unknown topic id", path, PARTITION_METADATA_FILE)
-    return None
 
 
 def _nofile_limit() -> str:

@@ -26,9 +26,12 @@ the `Broker`:
   broker once it has seen its own registration (KIP-631).
 - **Offline log dirs.** When a log dir fails (`ReplicaManager.fail_log_dir`),
   the next heartbeat, sent at once, lists its id, and `_report_offline`
-  sends AssignReplicasToDirs for the partitions that were in it and still
-  name this broker leader or in-sync, until the image shows none: the
-  controller moves them to the other replicas (`quorum.controller.cluster_control`).
+  sends AssignReplicasToDirs for the partitions that were in it and that
+  the image does not yet show assigned to it, or that still name this
+  broker leader or in-sync, until the image shows none: the controller
+  records the dir of each and moves them to the other replicas
+  (`quorum.controller.cluster_control`), and Metadata answers list them
+  offline.
 - **Controlled shutdown.** `controlled_shutdown(timeout_s)` heartbeats
   want_shut_down until the controller answers should_shut_down (its
   leaderships have moved), or until the timeout; the caller then stops
@@ -50,7 +53,7 @@ import trio
 from kio.schema.assign_replicas_to_dirs.v0 import request as ard_req
 
 from broker.shell.broker import Broker
-from broker.shell.log_manager import dir_id
+from broker.shell.log_dir_failure import dir_id
 from broker.shell.controller_channel import ControllerUnavailableError
 from broker.core.lifecycle import BrokerLifecycle, BrokerState, ListenerSpec
 from quorum.metadata import MetadataDelta, MetadataImage
@@ -174,15 +177,19 @@ class BrokerQuorumLink:
 
     def _offline_replicas(self) -> dict[uuid.UUID, dict[uuid.UUID, list[int]]]:
         """dir id -> topic id -> partitions in an offline log dir that the
-        image still has this broker lead or sit in the ISR of."""
+        image does not show in that dir, or still has this broker lead or
+        sit in the ISR of."""
         image = self.broker.image
         me = self.broker.node_id
         out: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = defaultdict(lambda: defaultdict(list))
         for (topic, partition), log_dir in self.broker.replicas.dir_offline.items():
             t = image.topic(topic)
             reg = None if t is None else t.partitions.get(partition)
-            if reg is not None and (reg.leader == me or (me in reg.isr and len(reg.isr) > 1)):
-                out[dir_id(log_dir)][t.topic_id].append(partition)
+            if reg is None or me not in reg.replicas:
+                continue
+            directory = dir_id(log_dir)
+            if reg.directory(me) != directory or reg.leader == me or (me in reg.isr and len(reg.isr) > 1):
+                out[directory][t.topic_id].append(partition)
         return out
 
     async def _report_offline(self) -> None:

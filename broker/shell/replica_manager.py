@@ -18,21 +18,16 @@ The partitions themselves and the requests parked on them are
 `broker.shell.hosted_partition`; a storage error's log line and fix are
 `broker.shell.storage_errors`.
 
-A log directory that fails (`broker.shell.log_manager`: EIO, unmounted,
-with several `log.dirs`) is taken offline by `fail_log_dir`, after the
-request or pass that met the error (`disk_error` queues it: the failure is
-met inside loops over the partitions): every replica in it stops (no
-leading, no fetching), and its partitions answer KAFKA_STORAGE_ERROR from
-then on (`storage_error`) whatever later metadata says, until a restart.
-The broker tells the controller (`broker.shell.quorum_link`), which moves
-their leadership and ISR membership to the other replicas.
+A log directory that fails (EIO, unmounted, with several `log.dirs`) is
+taken offline, its replicas stopped and its partitions answering
+KAFKA_STORAGE_ERROR until a restart: the `ReplicaDirFailures` part of
+the replica manager (`broker.shell.log_dir_failure`).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -42,8 +37,8 @@ from kio.schema.errors import ErrorCode
 from broker.api.codec import ProducePartitionResult
 from broker.core.failover_timeline import LeadershipTimeline
 from broker.shell.hosted_partition import HostedPartition, LogTransactions
-from broker.shell.log_manager import (DIR_FAILURE_ERRNOS, PASS_SLICE_S, SLICE_CHECK_EVERY, LogManager, Slices,
-                                      TopicPartitionName, log_config_for)
+from broker.shell.log_dir_failure import ReplicaDirFailures
+from broker.shell.log_manager import LogManager, TopicPartitionName, log_config_for
 from broker.shell.storage_errors import storage_error_logger
 from broker.core.replication import (
     AlterPartitionProposal,
@@ -68,7 +63,6 @@ from storage.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from storage.log import parse_topic_partition
 from storage.producer_state import ProducerStateError
 from storage.record_validation import RecordPolicy, validate_client_batch
 
@@ -80,7 +74,7 @@ def _topic_config(image: MetadataImage, topic: str, key: str, defaults: Mapping[
     return image.topic_config(topic).get(key, defaults.get(key, TOPIC_CONFIGS[key].default))
 
 
-class ReplicaManager:
+class ReplicaManager(ReplicaDirFailures):
     def __init__(
         self,
         broker_id: int,
@@ -112,18 +106,11 @@ class ReplicaManager:
         #: newest delta entry for it. They answer KAFKA_STORAGE_ERROR;
         #: `retry_offline` tries them again. Every other partition serves on.
         self.offline: dict[TopicPartitionName, object] = {}
-        #: Partitions whose log dir is offline (`fail_log_dir`): key -> the dir.
-        #: Never retried: the dir comes back only with a restart.
-        self.dir_offline: dict[TopicPartitionName, str] = {}
-        #: Log dirs a request or pass found failed, taken offline by the
-        #: broker's task (`fail_pending_dirs`): dir -> the error.
-        self.pending_dir_failures: dict[str, str] = {}
+        # A failed log dir's state (`ReplicaDirFailures`).
+        self.dir_offline = {}
+        self.pending_dir_failures = {}
         self.dir_failed = trio.Event()
-        #: Called with the dir after `fail_log_dir` (the broker tells the controller).
-        self.on_dir_offline: Callable[[str], None] = lambda _dir: None
-        #: Whether a failed log dir goes offline: only where the controller can
-        #: be told (KRaft: `broker.shell.quorum_link` sets it). A ZooKeeper-mode
-        #: broker keeps the one-dir rule (the partition's operations fail).
+        self.on_dir_offline = lambda _dir: None
         self.log_dirs_can_go_offline = False
         #: ISR changes seen on partitions led here (metrics).
         self.isr_shrinks = 0
@@ -295,60 +282,6 @@ class ReplicaManager:
     def storage_error(self, topic: str, partition: int) -> bool:
         """Whether the partition is hosted here but its log is offline."""
         return (topic, partition) in self.offline or (topic, partition) in self.dir_offline
-
-    # --- log dir failure -------------------------------------------------
-
-    def disk_error(self, topic: str, partition: int, exc: OSError) -> bool:
-        """An I/O error on a partition's log: whether it takes the log dir
-        offline (module doc). Only queued here (`fail_pending_dirs` acts):
-        callers are inside loops over the partitions."""
-        log_dir = self.log_manager.failed_dir(topic, partition, exc) if self.log_dirs_can_go_offline else None
-        if log_dir is None:
-            return False
-        if log_dir not in self.log_manager.offline_dirs and log_dir not in self.pending_dir_failures:
-            self.pending_dir_failures[log_dir] = f"{exc.strerror or exc} on {topic}-{partition}"
-            self.dir_failed.set()
-        return True
-
-    def path_error(self, exc: OSError) -> bool:
-        """`disk_error` for an error of a pass over many logs (checkpoints,
-        retention): the dir is found from the file named by the error."""
-        if not self.log_dirs_can_go_offline:
-            return False
-        path = os.path.abspath(str(getattr(exc, "filename", "") or ""))
-        for log_dir in self.log_manager.log_dirs:
-            if path == log_dir or path.startswith(log_dir + os.sep):
-                name = os.path.relpath(path, log_dir).split(os.sep)[0]
-                tp = parse_topic_partition(name)
-                if tp is not None and self.log_manager.dir_of(*tp) == log_dir:
-                    return self.disk_error(tp[0], tp[1], exc)
-                if len(self.log_manager.log_dirs) > 1 and log_dir not in self.log_manager.offline_dirs and (
-                        exc.errno in DIR_FAILURE_ERRNOS or not os.path.isdir(log_dir)):
-                    self.pending_dir_failures.setdefault(log_dir, f"{exc.strerror or exc} on {path}")
-                    self.dir_failed.set()
-                    return True
-        return False
-
-    def fail_pending_dirs(self) -> list[str]:
-        """Take offline the log dirs `disk_error` queued; the dirs."""
-        pending, self.pending_dir_failures = self.pending_dir_failures, {}
-        self.dir_failed = trio.Event()
-        for log_dir, reason in pending.items():
-            self.fail_log_dir(log_dir, reason)
-        return list(pending)
-
-    def fail_log_dir(self, log_dir: str, reason: str) -> None:
-        """Stop every replica in `log_dir` and take it offline (module doc)."""
-        for key in self.log_manager.fail_dir(log_dir, reason):
-            self.dir_offline[key] = log_dir
-            self.offline.pop(key, None)
-            hp = self.partitions.pop(key, None)
-            if hp is not None:
-                self.on_follow(key[0], key[1], hp.state.topic_id, -1, -1)
-                self._drop(hp)
-                hp.state.stop()
-                hp.notify()
-        self.on_dir_offline(log_dir)
 
     def _stop_replica(self, stopped) -> None:
         self.offline.pop((stopped.topic_name, stopped.partition), None)
@@ -606,19 +539,6 @@ class ReplicaManager:
 
     def high_watermarks(self) -> dict[TopicPartitionName, int]:
         return {tp: hp.state.high_watermark for tp, hp in self.partitions.items()}
-
-    async def high_watermarks_in_slices(self, slice_s: float = PASS_SLICE_S) -> dict[TopicPartitionName, int]:
-        """`high_watermarks`, letting the event loop run every `slice_s` (the periodic checkpoint)."""
-        out: dict[TopicPartitionName, int] = {}
-        slices = Slices(slice_s)
-        for i, (tp, hp) in enumerate(list(self.partitions.items())):
-            if i % SLICE_CHECK_EVERY == 0:
-                await slices.check()
-            out[tp] = hp.state.high_watermark
-        return out
-
-    def enforce_retention(self, now_ms: int) -> None:
-        self.log_manager.enforce_retention(now_ms)
 
 
 def log_timeline(lines: list[str]) -> None:

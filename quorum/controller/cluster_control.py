@@ -20,16 +20,20 @@ A broker's lifecycle, as the image records it (`fenced`,
       DOWN                    respond should_shut_down
     any       => (none)       UnregisterBroker
 
-Offline log dirs (KIP-858's messages). A broker whose log dir failed lists
-the dir's id in every heartbeat (`offline_log_dirs`) and sends
-AssignReplicasToDirs naming the partitions that were in it. Replicas
-assigned to a dir the broker reports offline leave their ISRs and, where
-the broker led, leadership moves to another in-sync replica, as Kafka's
-controller does for an assignment to an offline dir. The assignment of a
-replica to an online dir changes nothing (raftka keeps no directory per
-replica in the metadata). The offline dirs are soft state: a new active
-controller learns them from the next heartbeat, and the broker sends the
-assignment again until its image shows the replicas out of the ISRs.
+Offline log dirs (KIP-858). A broker whose log dir failed lists the dir's
+id in every heartbeat (`offline_log_dirs`); a change of that list is
+written to the image (`BrokerRegistrationChangeRecord.offline_log_dirs`;
+a new registration starts with none). The broker sends
+AssignReplicasToDirs naming the partitions that were in the dir: each
+replica's dir is written to its partition (`directories`, as Kafka's
+PartitionChangeRecord carries it), and replicas assigned to a dir the
+broker reports offline leave their ISRs and, where the broker led,
+leadership moves to another in-sync replica, as Kafka's controller does.
+Metadata answers list a replica in an offline dir among the partition's
+offline replicas (`PartitionRegistration.offline_replicas`). The broker
+sends the assignment again until its image shows the replicas assigned
+and out of the ISRs, so a new active controller (which learns the offline
+dirs for its decisions from the next heartbeat) finishes the work.
 
 No metadata batch carries more than MAX_CHANGES_PER_BATCH partition
 changes (as no CreateTopics creates more partitions): a broker leaving
@@ -49,6 +53,7 @@ fresh session then, as Kafka grants after a failover.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 
@@ -68,10 +73,12 @@ from quorum.controller.elections import (
 )
 from quorum.controller.result import NO_THROTTLE, ControllerResult
 from quorum.controller.topic_control import MAX_PARTITIONS_PER_REQUEST
-from quorum.metadata.image import MetadataImage, TopicPartition
+from quorum.metadata.image import BrokerRegistration, MetadataImage, TopicPartition
 from quorum.metadata.records import (
+    UNASSIGNED_DIR,
     BrokerRegistrationChangeRecord,
     Endpoint,
+    PartitionChangeRecord,
     Record,
     RegisterBrokerRecord,
     UnregisterBrokerRecord,
@@ -81,6 +88,17 @@ from quorum.metadata.records import (
 MAX_CHANGES_PER_BATCH = MAX_PARTITIONS_PER_REQUEST
 
 _log = logging.getLogger("quorum.controller")
+
+
+def _directories(current, replicas: tuple[int, ...] | None, broker_id: int,
+                 directory: uuid.UUID) -> tuple[uuid.UUID, ...]:
+    """The `directories` of a change to `current` that gives `replicas`
+    (None: unchanged) with `broker_id`'s replica in `directory`."""
+    dirs = current.with_directory(broker_id, directory)
+    if replicas is None:
+        return dirs
+    by_replica = dict(zip(current.replicas, dirs))
+    return tuple(by_replica.get(r, UNASSIGNED_DIR) for r in replicas)
 
 
 def _heartbeat_response(error: ErrorCode, *, caught_up: bool = False, fenced: bool = True,
@@ -175,6 +193,17 @@ class ClusterControlManager:
             _log.warning("broker %d reports %d offline log dir(s)%s", broker_id, len(offline),
                          f": {', '.join(sorted(str(d) for d in offline))}" if offline else "")
             self._offline_dirs[broker_id] = offline
+        result = self._heartbeat(request, image, reg)
+        if offline == reg.offline_log_dirs:
+            return result
+        dirs = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.epoch,
+                                              offline_log_dirs=tuple(sorted(offline)))
+        return ControllerResult((dirs, *result.records), result.response)
+
+    def _heartbeat(self, request: BrokerHeartbeatRequest, image: MetadataImage,
+                   reg: BrokerRegistration) -> ControllerResult[BrokerHeartbeatResponse]:
+        """The lifecycle step of a heartbeat (module doc's table)."""
+        broker_id = request.broker_id
         caught_up = request.current_metadata_offset >= reg.epoch
         ok = ErrorCode.none
 
@@ -230,6 +259,8 @@ class ClusterControlManager:
                 throttle_time=NO_THROTTLE, error_code=error, directories=()))
         offline = self._offline_dirs.get(broker_id, frozenset())
         lost: list[TopicPartition] = []
+        #: Replicas whose dir in the image is not the one assigned now.
+        assigned: dict[TopicPartition, uuid.UUID] = {}
         answer = []
         for d in request.directories:
             topics = []
@@ -237,18 +268,38 @@ class ClusterControlManager:
                 parts = []
                 for p in t.partitions:
                     topic = image.topics_by_id.get(t.topic_id)
-                    known = topic is not None and int(p.partition_index) in topic.partitions
+                    current = None if topic is None else topic.partitions.get(int(p.partition_index))
+                    known = current is not None
+                    tp = TopicPartition(t.topic_id, int(p.partition_index))
                     if known and d.id_ in offline:
-                        lost.append(TopicPartition(t.topic_id, int(p.partition_index)))
+                        lost.append(tp)
+                    if known and broker_id in current.replicas and current.directory(broker_id) != d.id_:
+                        assigned[tp] = d.id_
                     parts.append(ard_resp.PartitionData(
                         partition_index=p.partition_index,
                         error_code=ErrorCode.none if known else ErrorCode.unknown_topic_or_partition))
                 topics.append(ard_resp.TopicData(topic_id=t.topic_id, partitions=tuple(parts)))
             answer.append(ard_resp.DirectoryData(id_=d.id_, topics=tuple(topics)))
-        records = changes_for_offline_replicas(image, broker_id, lost, self._config, MAX_CHANGES_PER_BATCH)
-        if records:
+        moves = changes_for_offline_replicas(image, broker_id, lost, self._config, MAX_CHANGES_PER_BATCH)
+        if moves:
             _log.info("broker %d: %d replica(s) in an offline log dir leave their ISRs (%d partition change(s))",
-                      broker_id, len(lost), len(records))
+                      broker_id, len(lost), len(moves))
+        records: list[Record] = []
+        for change in moves:
+            tp = TopicPartition(change.topic_id, change.partition)
+            directory = assigned.pop(tp, None)
+            if directory is not None:
+                # The dir goes in the same record as the ISR change (as Kafka's).
+                change = dataclasses.replace(change, directories=_directories(
+                    image.topics_by_id[tp.topic_id].partitions[tp.partition], change.replicas, broker_id,
+                    directory))
+            records.append(change)
+        for tp, directory in assigned.items():
+            if len(records) >= MAX_CHANGES_PER_BATCH:
+                break  # the broker sends the rest again
+            current = image.topics_by_id[tp.topic_id].partitions[tp.partition]
+            records.append(PartitionChangeRecord(topic_id=tp.topic_id, partition=tp.partition,
+                                                 directories=current.with_directory(broker_id, directory)))
         return ControllerResult(tuple(records), ard_resp.AssignReplicasToDirsResponse(
             throttle_time=NO_THROTTLE, error_code=ErrorCode.none, directories=tuple(answer)))
 

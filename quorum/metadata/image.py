@@ -34,6 +34,7 @@ from common.security.sasl import ScramCredential
 from quorum.metadata.pmap import PMap
 from quorum.metadata.records import (
     NO_LEADER,
+    UNASSIGNED_DIR,
     ConfigResourceType,
     Endpoint,
     PartitionChangeRecord,
@@ -70,6 +71,9 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
+    #: The log dirs its heartbeats report offline (KIP-858): its replicas
+    #: assigned to one of them are offline.
+    offline_log_dirs: frozenset[uuid.UUID] = frozenset()
 
     @property
     def usable(self) -> bool:
@@ -87,27 +91,62 @@ class PartitionRegistration:
     partition_epoch: int
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    #: Each replica's log dir, in `replicas` order; empty: none assigned.
+    directories: tuple[uuid.UUID, ...] = ()
 
     @classmethod
     def from_record(cls, r: PartitionRecord) -> PartitionRegistration:
         return cls(r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch,
-                   r.removing_replicas, r.adding_replicas)
+                   r.removing_replicas, r.adding_replicas, r.directories)
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
         """The registration after `change`: always a new partition epoch; a new
-        leader epoch whenever the record names a leader (as Kafka's merge)."""
+        leader epoch whenever the record names a leader (as Kafka's merge).
+        New replicas without `directories` keep each replica's log dir
+        (`UNASSIGNED_DIR` for one that joins)."""
         leader, leader_epoch = self.leader, self.leader_epoch
         if change.leader is not None:
             leader, leader_epoch = change.leader, self.leader_epoch + 1
+        replicas = self.replicas if change.replicas is None else change.replicas
+        directories = self.directories
+        if change.directories is not None:
+            directories = change.directories
+        elif directories and replicas != self.replicas:
+            directories = tuple(self.directory(r) for r in replicas)
         return PartitionRegistration(
-            self.replicas if change.replicas is None else change.replicas,
+            replicas,
             self.isr if change.isr is None else change.isr,
             leader,
             leader_epoch,
             self.partition_epoch + 1,
             self.removing_replicas if change.removing_replicas is None else change.removing_replicas,
             self.adding_replicas if change.adding_replicas is None else change.adding_replicas,
+            directories,
         )
+
+    def directory(self, broker_id: int) -> uuid.UUID:
+        """The log dir of `broker_id`'s replica (`UNASSIGNED_DIR`: none assigned)."""
+        if self.directories:
+            for replica, directory in zip(self.replicas, self.directories):
+                if replica == broker_id:
+                    return directory
+        return UNASSIGNED_DIR
+
+    def with_directory(self, broker_id: int, directory: uuid.UUID) -> tuple[uuid.UUID, ...]:
+        """`directories` with `broker_id`'s replica in `directory`."""
+        current = self.directories or (UNASSIGNED_DIR,) * len(self.replicas)
+        return tuple(directory if r == broker_id else d for r, d in zip(self.replicas, current))
+
+    def offline_replicas(self, live: frozenset[int] | set[int],
+                         offline_dirs: dict[int, frozenset[uuid.UUID]]) -> list[int]:
+        """The replicas a Metadata answer lists offline: on a broker not in
+        `live`, or in a log dir its broker reports offline (`offline_dirs`:
+        broker -> those dirs, only brokers that have one; Kafka's
+        `isReplicaInOfflineDir`)."""
+        if not offline_dirs or not self.directories:
+            return [r for r in self.replicas if r not in live]
+        return [r for r, d in zip(self.replicas, self.directories)
+                if r not in live or d in offline_dirs.get(r, ())]
 
     @property
     def has_leader(self) -> bool:
@@ -182,6 +221,10 @@ class MetadataImage:
     def topic_config(self, name: str) -> PMap[str, str]:
         """A topic's explicitly set configs (see `topic_configs.effective_topic_config`)."""
         return self.configs.get(ConfigResource(ConfigResourceType.TOPIC, name), _EMPTY_PMAP)
+
+    def offline_log_dirs(self) -> dict[int, frozenset[uuid.UUID]]:
+        """broker -> its offline log dirs, for the brokers that have one."""
+        return {b: reg.offline_log_dirs for b, reg in self.brokers.items() if reg.offline_log_dirs}
 
     def usable_brokers(self) -> list[BrokerRegistration]:
         """Unfenced brokers not in controlled shutdown, by id."""

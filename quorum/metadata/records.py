@@ -13,7 +13,9 @@ disk and on the wire, one CBOR map ``{"t": <type>, "v": <version>, ...fields}``.
   node must be upgraded instead (KIP-584's rule for metadata versions).
 * Fields are encoded by a per-type table (`_SCHEMAS`). A field whose default
   is ``None`` and whose value is ``None`` is left out of the map, so a
-  `PartitionChangeRecord` carries only what changed. A field missing on
+  `PartitionChangeRecord` carries only what changed; so is an empty list
+  of ids whose default is empty (a partition's `directories` before any
+  replica is assigned to a log dir, a broker's `offline_log_dirs`). A field missing on
   decode takes its default, which lets a later version add a defaulted
   field without breaking older logs; unknown extra keys are ignored.
 * UUIDs travel as 16 raw bytes, lists as CBOR arrays (tuples in Python).
@@ -38,6 +40,10 @@ from common.frozen import descriptor_init
 
 NO_LEADER = -1
 """`leader` of a partition that has no leader (offline)."""
+
+UNASSIGNED_DIR = uuid.UUID(int=0)
+"""The directory of a replica not assigned to one of its broker's log dirs
+(Kafka's `DirectoryId.UNASSIGNED`): taken to be online."""
 
 
 class UnsupportedRecordError(RaftkaError):
@@ -85,6 +91,9 @@ class RegisterBrokerRecord:
     fenced: bool = True
     in_controlled_shutdown: bool = False
     broker_epoch: int | None = None
+    #: The ids of the broker's offline log dirs: empty in the log (a new
+    #: registration starts with all its dirs online), set in snapshots.
+    offline_log_dirs: tuple[uuid.UUID, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +105,17 @@ class UnregisterBrokerRecord:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationChangeRecord:
-    """Fence/unfence a broker or mark it in controlled shutdown. None = unchanged."""
+    """Fence/unfence a broker, mark it in controlled shutdown, or record
+    the log dirs its heartbeats report offline (all of them: a dir not
+    listed is online; Kafka's record lists the online ones instead). None =
+    unchanged."""
 
     TYPE: ClassVar[str] = "BrokerRegistrationChange"
     broker_id: int
     broker_epoch: int
     fenced: bool | None = None
     in_controlled_shutdown: bool | None = None
+    offline_log_dirs: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +140,9 @@ class PartitionRecord:
     partition_epoch: int = 0
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    #: The log dir of each replica, in `replicas` order (KIP-858); empty:
+    #: none assigned (`UNASSIGNED_DIR` for each).
+    directories: tuple[uuid.UUID, ...] = ()
 
 
 @descriptor_init
@@ -146,6 +162,9 @@ class PartitionChangeRecord:
     replicas: tuple[int, ...] | None = None
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
+    #: The log dir of each replica, in the new `replicas` order. None:
+    #: unchanged, or, when `replicas` changes, each replica keeps its dir.
+    directories: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +302,7 @@ Record = (
 _INT, _OPT_INT, _STR, _OPT_STR = "int", "int?", "str", "str?"
 _BOOL, _OPT_BOOL, _UUID = "bool", "bool?", "uuid"
 _INTS, _OPT_INTS, _ENDPOINTS, _RESOURCE = "ints", "ints?", "endpoints", "resource"
-_BYTES = "bytes"
+_BYTES, _UUIDS_KIND, _OPT_UUIDS = "bytes", "uuids", "uuids?"
 _FLOAT, _ENTITY = "float", "entity"
 
 # type -> (current version, ((field, kind), ...)). Bump the version when a
@@ -292,22 +311,23 @@ _SCHEMAS: dict[type, tuple[int, tuple[tuple[str, str], ...]]] = {
     RegisterBrokerRecord: (1, (
         ("broker_id", _INT), ("incarnation_id", _UUID), ("endpoints", _ENDPOINTS),
         ("rack", _OPT_STR), ("fenced", _BOOL), ("in_controlled_shutdown", _BOOL),
-        ("broker_epoch", _OPT_INT),
+        ("broker_epoch", _OPT_INT), ("offline_log_dirs", _UUIDS_KIND),
     )),
     UnregisterBrokerRecord: (1, (("broker_id", _INT), ("broker_epoch", _INT))),
     BrokerRegistrationChangeRecord: (1, (
         ("broker_id", _INT), ("broker_epoch", _INT),
-        ("fenced", _OPT_BOOL), ("in_controlled_shutdown", _OPT_BOOL),
+        ("fenced", _OPT_BOOL), ("in_controlled_shutdown", _OPT_BOOL), ("offline_log_dirs", _OPT_UUIDS),
     )),
     TopicRecord: (1, (("name", _STR), ("topic_id", _UUID))),
     PartitionRecord: (1, (
         ("topic_id", _UUID), ("partition", _INT), ("replicas", _INTS), ("isr", _INTS),
         ("leader", _INT), ("leader_epoch", _INT), ("partition_epoch", _INT),
-        ("removing_replicas", _INTS), ("adding_replicas", _INTS),
+        ("removing_replicas", _INTS), ("adding_replicas", _INTS), ("directories", _UUIDS_KIND),
     )),
     PartitionChangeRecord: (1, (
         ("topic_id", _UUID), ("partition", _INT), ("isr", _OPT_INTS), ("leader", _OPT_INT),
         ("replicas", _OPT_INTS), ("removing_replicas", _OPT_INTS), ("adding_replicas", _OPT_INTS),
+        ("directories", _OPT_UUIDS),
     )),
     RemoveTopicRecord: (1, (("topic_id", _UUID),)),
     ConfigRecord: (1, (
@@ -389,6 +409,12 @@ def _uuid_from(value: Any, where: str) -> Any:
     raise _malformed(_UUID, value, where)
 
 
+def _uuids_from(value: Any, where: str) -> Any:
+    if isinstance(value, list):
+        return tuple(_uuid_from(v, where) for v in value)
+    raise _malformed(_UUIDS_KIND, value, where)
+
+
 def _ints_from(value: Any, where: str) -> Any:
     if isinstance(value, list) and all(type(x) is int or _is_int(x) for x in value):
         return tuple(value)
@@ -451,12 +477,12 @@ def _entity_from(value: Any, where: str) -> Any:
 _FROM_CBOR: dict[str, Any] = {
     _BYTES: _bytes_from, _FLOAT: _float_from, _ENTITY: _entity_from,
     _INT: _int_from, _STR: _str_from, _BOOL: _bool_from, _UUID: _uuid_from, _INTS: _ints_from,
-    _RESOURCE: _resource_from, _ENDPOINTS: _endpoints_from,
+    _RESOURCE: _resource_from, _ENDPOINTS: _endpoints_from, _UUIDS_KIND: _uuids_from,
 }
 _TO_CBOR: dict[str, Any] = {
     _BYTES: None, _FLOAT: float, _ENTITY: lambda v: [[t, n] for t, n in v],
     _INT: None, _STR: None, _BOOL: None, _UUID: lambda v: v.bytes, _INTS: list, _RESOURCE: int,
-    _ENDPOINTS: _endpoints_to,
+    _ENDPOINTS: _endpoints_to, _UUIDS_KIND: lambda v: [u.bytes for u in v],
 }
 
 
@@ -470,6 +496,7 @@ class _Field:
     optional: bool         # None is a valid value
     required: bool         # no default: the map must carry it
     omit_none: bool        # default None and value None: left out of the map
+    omit_empty: bool       # a list of ids whose default is empty: left out when empty
     from_cbor: Any
     to_cbor: Any
     plain_type: type | None  # a CBOR value of exactly this type is the field's value as is
@@ -480,7 +507,8 @@ def _plan(cls: type) -> tuple[int, tuple[_Field, ...]]:
     defaults = _DEFAULTS[cls]
     return version, tuple(
         _Field(name, f"{cls.TYPE}.{name}", kind.endswith("?"), name not in defaults,
-               name in defaults and defaults[name] is None, _FROM_CBOR[kind.rstrip("?")], _TO_CBOR[kind.rstrip("?")],
+               name in defaults and defaults[name] is None, kind == _UUIDS_KIND and defaults.get(name) == (),
+               _FROM_CBOR[kind.rstrip("?")], _TO_CBOR[kind.rstrip("?")],
                _PLAIN_TYPES.get(kind.rstrip("?")))
         for name, kind in fields)
 
@@ -498,6 +526,8 @@ def record_to_map(record: Record) -> dict[str, Any]:
         if value is None:
             if not f.omit_none:
                 out[f.name] = None
+        elif f.omit_empty and not value:
+            continue
         elif f.to_cbor is None:
             out[f.name] = value
         else:
@@ -569,7 +599,8 @@ def _partition_change_from_map(data: dict[str, Any]) -> PartitionChangeRecord | 
     topic_id = _UUIDS.get(raw_id) if type(raw_id) is bytes else None
     partition = data.get("partition")
     leader = data.get("leader")
-    if topic_id is None or type(partition) is not int or (leader is not None and type(leader) is not int):
+    if (topic_id is None or type(partition) is not int or (leader is not None and type(leader) is not int)
+            or data.get("directories") is not None):
         return None
     try:
         return PartitionChangeRecord(topic_id, partition, _plain_ints(data.get("isr")), leader,

@@ -255,7 +255,8 @@ def _register_broker(b: _ImageBuilder, offset: int | None, r: RegisterBrokerReco
     if epoch is None:
         raise b.fail("a RegisterBroker record in a snapshot must carry its broker_epoch")
     b.brokers[r.broker_id] = BrokerRegistration(
-        r.broker_id, epoch, r.incarnation_id, r.endpoints, r.rack, r.fenced, r.in_controlled_shutdown)
+        r.broker_id, epoch, r.incarnation_id, r.endpoints, r.rack, r.fenced, r.in_controlled_shutdown,
+        frozenset(r.offline_log_dirs))
 
 
 def _registered(b: _ImageBuilder, broker_id: int, epoch: int) -> BrokerRegistration:
@@ -278,6 +279,7 @@ def _broker_change(b: _ImageBuilder, _: int | None, r: BrokerRegistrationChangeR
         reg.broker_id, reg.epoch, reg.incarnation_id, reg.endpoints, reg.rack,
         reg.fenced if r.fenced is None else r.fenced,
         reg.in_controlled_shutdown if r.in_controlled_shutdown is None else r.in_controlled_shutdown,
+        reg.offline_log_dirs if r.offline_log_dirs is None else frozenset(r.offline_log_dirs),
     )
 
 

@@ -42,7 +42,8 @@ def image_to_records(image: MetadataImage) -> list[Record]:
     for _, b in sorted(image.brokers.items()):
         out.append(RegisterBrokerRecord(
             broker_id=b.broker_id, incarnation_id=b.incarnation_id, endpoints=b.endpoints, rack=b.rack,
-            fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown, broker_epoch=b.epoch))
+            fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown, broker_epoch=b.epoch,
+            offline_log_dirs=tuple(sorted(b.offline_log_dirs))))
     for name, topic_id in sorted(image.topic_ids_by_name.items()):
         topic = image.topics_by_id[topic_id]
         out.append(TopicRecord(name=name, topic_id=topic_id))
@@ -50,7 +51,8 @@ def image_to_records(image: MetadataImage) -> list[Record]:
             out.append(PartitionRecord(
                 topic_id=topic_id, partition=index, replicas=p.replicas, isr=p.isr, leader=p.leader,
                 leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
-                removing_replicas=p.removing_replicas, adding_replicas=p.adding_replicas))
+                removing_replicas=p.removing_replicas, adding_replicas=p.adding_replicas,
+                directories=p.directories))
     for resource, values in sorted(image.configs.items(), key=lambda kv: (int(kv[0].type), kv[0].name)):
         for key, value in sorted(values.items()):
             out.append(ConfigRecord(resource_type=resource.type, resource_name=resource.name, key=key, value=value))

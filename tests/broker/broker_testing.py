@@ -60,8 +60,10 @@ class RunningBroker:
 
 
 async def start_broker(nursery: trio.Nursery, data_dir, *, node_id: int = 1, publish_lag_s: float = 0.0,
-                       **config) -> RunningBroker:
-    controller = LocalController(cluster_id=CLUSTER_ID, publish_lag_s=publish_lag_s,
+                       controller_config=None, **config) -> RunningBroker:
+    """A broker on loopback with a `LocalController` (`controller_config`:
+    its settings, a `quorum.controller.ControllerConfig`)."""
+    controller = LocalController(cluster_id=CLUSTER_ID, publish_lag_s=publish_lag_s, config=controller_config,
                                  nursery=nursery if publish_lag_s else None)
     broker_config = BrokerConfig(node_id=node_id, log_dirs=(str(data_dir),), cluster_id=CLUSTER_ID, port=0,
                                  **config)

@@ -17,7 +17,8 @@ from kio.schema.metadata.v8 import request as md8
 from kio.schema.broker_heartbeat.v2 import BrokerHeartbeatRequest
 
 from broker.shell.cleaner_runtime import compaction_config
-from broker_testing import batch, in_thread, list_offsets_request, only_partition, produce_request, start_broker
+from broker_testing import (CLUSTER_ID, batch, in_thread, list_offsets_request, only_partition, produce_request,
+                            start_broker)
 
 
 def metadata_request(*names, auto_create=True):
@@ -171,6 +172,41 @@ class NoController:
     async def send(self, request):
         from broker import ControllerUnavailableError
         raise ControllerUnavailableError("no active controller")
+
+
+async def test_a_client_is_refused_partitions_past_max_partitions_per_broker(nursery, tmp_path):
+    """`max.partitions.per.broker` on the controller: a real client's
+    CreateTopics and CreatePartitions that would put more replicas on a
+    broker fail with POLICY_VIOLATION and a message naming the limit, and
+    create nothing."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewPartitions as CkNewPartitions
+    from confluent_kafka.admin import NewTopic as CkNewTopic
+
+    from quorum.controller import ControllerConfig
+
+    rb = await start_broker(nursery, tmp_path,
+                            controller_config=ControllerConfig(cluster_id=CLUSTER_ID, max_partitions_per_broker=10))
+
+    def client_calls() -> list:
+        admin = AdminClient({"bootstrap.servers": rb.bootstrap})
+        admin.create_topics([CkNewTopic("fits", 8, 1)])["fits"].result(10)
+        refused = []
+        for future in (admin.create_topics([CkNewTopic("too-big", 3, 1)])["too-big"],
+                       admin.create_partitions([CkNewPartitions("fits", 11)])["fits"]):
+            try:
+                future.result(10)
+                refused.append(None)
+            except KafkaException as e:
+                refused.append(e.args[0])
+        return refused
+
+    for error in await in_thread(client_calls):
+        assert error is not None and error.code() == KafkaError.POLICY_VIOLATION, error
+        assert "max.partitions.per.broker=10" in error.str(), error.str()
+    assert rb.broker.image.topic("too-big") is None
+    assert len(rb.broker.image.topic("fits").partitions) == 8
 
 
 async def test_admin_requests_without_a_controller_answer_retriably(nursery, tmp_path):

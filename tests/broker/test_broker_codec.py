@@ -182,6 +182,22 @@ def test_metadata_response_decodes_with_kio_and_kept_topics_follow_the_image(ver
     image2 = dataclasses.replace(image, topics_by_id=image.topics_by_id.set(moved.topic_id, moved))
     again = answer(image2).topics[0].partitions[2]
     assert (again.error_code, again.leader_id) == (ErrorCode.none, 3)
+    # A replica in a log dir its broker reports offline is an offline replica
+    # (KIP-858); the kept bytes follow the brokers' offline dirs alone too.
+    from quorum.metadata.image import BrokerRegistration
+    from quorum.metadata.pmap import PMap
+    from quorum.metadata.records import UNASSIGNED_DIR
+
+    dead = uuid.UUID(int=99)
+    placed = dataclasses.replace(moved, partitions=moved.partitions.set(0, PartitionRegistration(
+        (2, 3, 5), (2, 3), 2, 6, 11, directories=(dead, uuid.UUID(int=98), UNASSIGNED_DIR))))
+    image3 = dataclasses.replace(image2, topics_by_id=image2.topics_by_id.set(placed.topic_id, placed))
+    reported = dataclasses.replace(image3, brokers=PMap({2: BrokerRegistration(
+        2, 1, uuid.UUID(int=1), (), None, False, False, frozenset({dead}))}))
+    if version >= 5:
+        assert answer(image3).topics[0].partitions[0].offline_replicas == (5,)
+        assert answer(reported).topics[0].partitions[0].offline_replicas == (2, 5)
+        assert answer(image3).topics[0].partitions[0].offline_replicas == (5,)
     # So does a change of the live brokers alone (3 is no longer live).
     brokers.pop()
     assert [p.leader_id for p in answer(image2).topics[0].partitions] == [2, -1, -1]

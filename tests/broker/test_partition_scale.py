@@ -26,6 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 import storage.checkpoint
+from broker.shell import log_passes
 from broker.shell.log_manager import CLEAN_SHUTDOWN_FILE
 from storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -159,8 +160,8 @@ async def test_periodic_passes_let_the_event_loop_run_and_write_only_what_change
         # slice_s=0: the pass lets the loop run at every clock check (each 256 logs).
         assert await manager.checkpoint_logs_in_slices(slice_s=0) >= 1
         during = turns - before
-        await manager.enforce_retention_in_slices(rb.broker.clock_ms(), slice_s=0)
-        await manager.remove_expired_producers_in_slices(rb.broker.clock_ms(), slice_s=0)
+        await log_passes.enforce_retention_in_slices(manager, rb.broker.clock_ms(), slice_s=0)
+        await log_passes.remove_expired_producers_in_slices(manager, rb.broker.clock_ms(), slice_s=0)
         scope.cancel()
     assert during >= partitions // 256, f"the other task ran {during} times during the pass"
     fs = OsFileSystem()

@@ -6,8 +6,8 @@ write with EIO (the test-only disk fault switch, `eio <dir>`). Broker 2
 takes that dir offline and keeps running; the controller moves the
 leadership of the dir's partitions to the other in-sync replicas; the
 producer's every record is acknowledged and every acknowledged record is
-read back; DescribeLogDirs lists the dir with KAFKA_STORAGE_ERROR and the
-metric counts it. Once both of its dirs fail, it stops cleanly and says
+read back; DescribeLogDirs lists the dir with KAFKA_STORAGE_ERROR, the
+metric counts it, and Metadata lists the dir's replicas as offline. Once both of its dirs fail, it stops cleanly and says
 why; the cluster serves on without it.
 
 With RAFTKA_SOAK=1 (a restart costs 10+ s on a loaded machine): restarted
@@ -96,6 +96,35 @@ def _list_offsets_errors(address: str, partitions: list[int]) -> list[int]:
     return trio.run(call)
 
 
+def _offline_replicas(address: str) -> list[dict[int, list[int]]]:
+    """partition -> its offline replicas, as Metadata v5 (the first with
+    the field), Metadata v12 (flexible) and DescribeTopicPartitions answer
+    on one broker (no client library exposes the field)."""
+    import trio
+    from kio.schema.describe_topic_partitions.v0 import request as dtp
+    from kio.schema.metadata.v5 import request as md5
+    from kio.schema.metadata.v12 import request as md12
+
+    from common.wire import open_connection
+
+    requests = (
+        md5.MetadataRequest(topics=(md5.MetadataRequestTopic(name=TOPIC),), allow_auto_topic_creation=False),
+        md12.MetadataRequest(topics=(md12.MetadataRequestTopic(topic_id=None, name=TOPIC),),
+                             allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+        dtp.DescribeTopicPartitionsRequest(topics=(dtp.TopicRequest(name=TOPIC),), response_partition_limit=100,
+                                           cursor=None),
+    )
+
+    async def call() -> list[dict[int, list[int]]]:
+        host, _, port = address.rpartition(":")
+        async with open_connection(host, int(port), client_id="test") as conn:
+            return [{int(p.partition_index): sorted(int(r) for r in p.offline_replicas)
+                     for t in (await conn.request(request)).topics for p in t.partitions}
+                    for request in requests]
+
+    return trio.run(call)
+
+
 def _metric(cluster: LocalCluster, broker: int, name: str) -> float:
     node = cluster.node(broker)
     with urllib.request.urlopen(f"http://{node.host}:{node.metrics_port}/metrics", timeout=5) as answer:
@@ -144,6 +173,11 @@ def _fail_one_dir_then_both(tmp_path: Path, *, restart_healthy: bool) -> None:
         assert "is offline" in victim.output_since_start()
         # A client with stale metadata asking the broker about them: KAFKA_STORAGE_ERROR, on a live connection.
         assert _list_offsets_errors(victim.address, sorted(lost)) == [KAFKA_STORAGE_ERROR] * (2 * len(lost))
+        # Metadata lists the failed dir's replicas as offline (KIP-858), on every broker, and no other.
+        offline = {p: [VICTIM] if p in lost else [] for p in range(PARTITIONS)}
+        for node in (victim, cluster.node(VICTIM + 1)):
+            wait_for(f"broker {node.node_id}'s Metadata lists the failed dir's replicas offline",
+                     lambda node=node: _offline_replicas(node.address) == [offline] * 3, 15)
 
         acked_at_fault = producer.acked_count()
         wait_for("records acknowledged after the fault", lambda: producer.acked_count() > acked_at_fault + 150)
@@ -159,6 +193,7 @@ def _fail_one_dir_then_both(tmp_path: Path, *, restart_healthy: bool) -> None:
                      lambda: all(len(isr) == 3 for _, isr in partition_state(bootstrap, TOPIC).values()), 60)
             assert _log_dirs_of(bootstrap, VICTIM) == {str(victim.log_dir): 0, str(second): 0}
             assert _metric(cluster, VICTIM, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+            assert _offline_replicas(victim.address) == [{p: [] for p in range(PARTITIONS)}] * 3
             # The disk replaced by an empty one: formatted at start, its replicas copied from their leaders.
             import shutil
 

@@ -311,18 +311,25 @@ def test_replicas_assigned_to_an_offline_log_dir_leave_isrs_and_leadership():
                 id_=dir_id, topics=(ard_req.TopicData(topic_id=topic_id, partitions=tuple(
                     ard_req.PartitionData(partition_index=i) for i in lost)),)),)))
 
-    # Not (yet) reported offline: an assignment changes nothing.
+    live = {1, 2, 3}
+    # Not (yet) reported offline: an assignment records the dir, and moves nothing.
     assert assign(dead_dir).error_code == ErrorCode.none
     assert all(c.partition("t", i).leader == 1 for i in lost)
+    assert all(c.partition("t", i).directory(1) == dead_dir for i in lost)
+    assert all(c.partition("t", i).offline_replicas(live, c.image.offline_log_dirs()) == [] for i in range(6))
     c.send(BrokerHeartbeatRequest(broker_id=1, broker_epoch=c.image.brokers[1].epoch,
                                   current_metadata_offset=c.image.offset, want_fence=False, want_shut_down=False,
                                   offline_log_dirs=(dead_dir,)))
+    assert c.image.brokers[1].offline_log_dirs == {dead_dir}
     answer = assign(dead_dir)
     assert answer.error_code == ErrorCode.none
     assert {p.error_code for d in answer.directories for t in d.topics for p in t.partitions} == {ErrorCode.none}
     for i in lost:
         p = c.partition("t", i)
         assert p.leader in (2, 3) and 1 not in p.isr
+        # What Metadata lists as the partition's offline replicas.
+        assert p.offline_replicas(live, c.image.offline_log_dirs()) == [1]
     for i in kept:
         assert 1 in c.partition("t", i).isr
+        assert c.partition("t", i).offline_replicas(live, c.image.offline_log_dirs()) == []
     assert not c.image.brokers[1].fenced

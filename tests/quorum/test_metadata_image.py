@@ -27,6 +27,7 @@ from quorum.metadata import (
     image_to_records,
 )
 from quorum.metadata.image import ConfigResource, TopicPartition
+from quorum.metadata.records import UNASSIGNED_DIR
 
 EP = (Endpoint("PLAINTEXT", "127.0.0.1", 9092, 0),)
 
@@ -88,11 +89,17 @@ def histories(draw, max_ops=40):
             leader = draw(st.sampled_from(choices))
             if leader is not None:
                 leaders[(tid, p)] = leader
-            records.append(PartitionChangeRecord(tid, p, isr=isr, leader=leader, replicas=new_replicas))
+            # Now and then a replica assigned to a log dir (KIP-858), with or without a new replica list.
+            directories = None
+            if draw(st.integers(0, 3)) == 0:
+                directories = tuple(uuid.UUID(int=draw(st.integers(0, 3))) for _ in replicas)
+            records.append(PartitionChangeRecord(tid, p, isr=isr, leader=leader, replicas=new_replicas,
+                                                 directories=directories))
         elif op == "fence" and brokers:
             b = draw(st.sampled_from(sorted(brokers)))
             records.append(BrokerRegistrationChangeRecord(b, brokers[b], draw(st.sampled_from([None, True, False])),
-                                                          draw(st.sampled_from([None, True, False]))))
+                                                          draw(st.sampled_from([None, True, False])),
+                                                          draw(st.sampled_from([None, (), (uuid.UUID(int=1),)]))))
         elif op == "config":
             name = draw(st.sampled_from([t[0] for t in topics.values()] + ["other", ""]))
             records.append(ConfigRecord(draw(st.sampled_from(ConfigResourceType)), name,
@@ -252,3 +259,29 @@ def test_delta_matches_a_full_scan_for_every_broker(records, data):
         assert {(x.topic_id, x.partition) for x in delta.leaders} == leaders
         assert {(x.topic_id, x.partition) for x in delta.followers} == followers
         assert {(x.topic_id, x.partition) for x in delta.stopped} == stopped
+
+
+def test_a_replica_keeps_its_log_dir_through_a_reassignment_and_a_new_registration_brings_its_dirs_online():
+    """KIP-858: each replica's log dir follows the replica when the replica
+    list changes; the dirs a broker reported offline are online again once
+    it registers anew (a restart with the disk replaced)."""
+    tid, d1, d2, dead = uuid.UUID(int=99), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    image = MetadataImage().apply(logged([
+        RegisterBrokerRecord(1, uuid.uuid4(), EP, None, False),
+        RegisterBrokerRecord(2, uuid.uuid4(), EP, None, False),
+        TopicRecord("t", tid),
+        PartitionRecord(tid, 0, (1, 2), (1, 2), 1),
+        PartitionChangeRecord(tid, 0, directories=(dead, d2)),
+        PartitionChangeRecord(tid, 0, replicas=(2, 3, 1), isr=(2, 1)),
+    ]))
+    p = image.partition(tid, 0)
+    assert p.directories == (d2, UNASSIGNED_DIR, dead)
+    assert p.partition_epoch == 2 and p.leader_epoch == 0  # a dir's assignment is no leader change
+    assert p.offline_replicas({1, 2, 3}, image.offline_log_dirs()) == []
+    image = image.apply(logged([BrokerRegistrationChangeRecord(1, 0, offline_log_dirs=(dead, d1))], start=6))
+    assert p.offline_replicas({1, 2, 3}, image.offline_log_dirs()) == [1]
+    assert p.offline_replicas({1, 2}, image.offline_log_dirs()) == [3, 1]
+    rebuilt = image_from_records(image_to_records(image), image.offset, image.epoch)
+    assert rebuilt == image
+    image = image.apply(logged([RegisterBrokerRecord(1, uuid.uuid4(), EP, None, True)], start=7))
+    assert image.offline_log_dirs() == {}

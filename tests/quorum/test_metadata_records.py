@@ -32,6 +32,7 @@ ids = st.integers(-1, 2**31 - 1)
 uuids = st.uuids()
 names = st.text(max_size=20)
 id_lists = st.lists(ids, max_size=6).map(tuple)
+uuid_lists = st.lists(uuids, max_size=4).map(tuple)
 
 
 def opt(strategy):
@@ -43,15 +44,19 @@ endpoints = st.builds(Endpoint, names, names, st.integers(0, 65535), st.integers
 records = st.one_of(
     st.builds(RegisterBrokerRecord, broker_id=ids, incarnation_id=uuids,
               endpoints=st.lists(endpoints, max_size=3).map(tuple), rack=opt(names),
-              fenced=st.booleans(), in_controlled_shutdown=st.booleans(), broker_epoch=opt(ints)),
+              fenced=st.booleans(), in_controlled_shutdown=st.booleans(), broker_epoch=opt(ints),
+              offline_log_dirs=uuid_lists),
     st.builds(UnregisterBrokerRecord, broker_id=ids, broker_epoch=ints),
     st.builds(BrokerRegistrationChangeRecord, broker_id=ids, broker_epoch=ints,
-              fenced=opt(st.booleans()), in_controlled_shutdown=opt(st.booleans())),
+              fenced=opt(st.booleans()), in_controlled_shutdown=opt(st.booleans()),
+              offline_log_dirs=opt(uuid_lists)),
     st.builds(TopicRecord, name=names, topic_id=uuids),
     st.builds(PartitionRecord, topic_id=uuids, partition=ids, replicas=id_lists, isr=id_lists, leader=ids,
-              leader_epoch=ids, partition_epoch=ids, removing_replicas=id_lists, adding_replicas=id_lists),
+              leader_epoch=ids, partition_epoch=ids, removing_replicas=id_lists, adding_replicas=id_lists,
+              directories=uuid_lists),
     st.builds(PartitionChangeRecord, topic_id=uuids, partition=ids, isr=opt(id_lists), leader=opt(ids),
-              replicas=opt(id_lists), removing_replicas=opt(id_lists), adding_replicas=opt(id_lists)),
+              replicas=opt(id_lists), removing_replicas=opt(id_lists), adding_replicas=opt(id_lists),
+              directories=opt(uuid_lists)),
     st.builds(RemoveTopicRecord, topic_id=uuids),
     st.builds(ConfigRecord, resource_type=st.sampled_from(ConfigResourceType), resource_name=names,
               key=names, value=opt(names)),
@@ -72,6 +77,20 @@ def test_partition_change_carries_only_changed_fields():
     tid = uuid.uuid4()
     raw = cbor2.loads(encode_record(PartitionChangeRecord(topic_id=tid, partition=3, isr=(1, 2))))
     assert set(raw) == {"t", "v", "topic_id", "partition", "isr"}
+
+
+def test_a_record_written_before_log_dirs_were_recorded_reads_with_none_assigned():
+    """A log written before replicas had log dirs in the metadata stays
+    readable: no `directories` is none assigned, no `offline_log_dirs` none offline."""
+    tid = uuid.uuid4()
+    old = cbor2.dumps({"t": "Partition", "v": 1, "topic_id": tid.bytes, "partition": 0, "replicas": [1, 2],
+                       "isr": [1, 2], "leader": 1, "leader_epoch": 0, "partition_epoch": 0,
+                       "removing_replicas": [], "adding_replicas": []})
+    assert decode_record(old).directories == ()
+    assert decode_record(cbor2.dumps({"t": "BrokerRegistrationChange", "v": 1, "broker_id": 1, "broker_epoch": 5,
+                                      "fenced": False})).offline_log_dirs is None
+    # And a record with none assigned is written as before (no empty list).
+    assert "directories" not in cbor2.loads(encode_record(decode_record(old)))
 
 
 def test_unknown_type_is_refused_with_upgrade_advice():
