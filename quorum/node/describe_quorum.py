@@ -200,10 +200,11 @@ async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
 
 
 async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeout_ms: int,
-                          retry_s: float = 0.5) -> dict[int, tuple[str, int]]:
-    """The voters' endpoints, asked of `controller.quorum.bootstrap.servers`
-    with DescribeQuorum v2 (its `nodes`), each server in turn until one
-    answers: how a node whose log names no voters yet finds the quorum."""
+                          retry_s: float = 0.5) -> tuple[dict[int, tuple[str, int]], dict[int, Any]]:
+    """The voters' endpoints and directory ids, asked of
+    `controller.quorum.bootstrap.servers` with DescribeQuorum v2 (its
+    `nodes`), each server in turn until one answers: how a node whose log
+    names no voters yet finds the quorum."""
     import logging
 
     log = logging.getLogger("quorum.node.describe_quorum")
@@ -216,7 +217,9 @@ async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeou
             except (OSError, ConnectionError, trio.TooSlowError, RaftkaError) as exc:
                 log.info("bootstrap server %s:%d did not answer DescribeQuorum (%s); trying the next", host, port, exc)
                 continue
-            nodes = parse_describe_quorum(response).nodes
-            if nodes:
-                return nodes
+            description = parse_describe_quorum(response)
+            if description.nodes:
+                voter_ids = {row[0] for row in description.voters}
+                return description.nodes, {n: d for n, d in description.directory_ids.items()
+                                           if n in voter_ids and d is not None and d.int != 0}
         await trio.sleep(retry_s)
