@@ -3,7 +3,9 @@
 Only the leader knows every replica's progress, so, as in Kafka, a node
 that is not the leader answers NOT_LEADER_OR_FOLLOWER with the leader it
 knows; in v2 the answer lists every voter's endpoint (`nodes`), so a tool
-can ask the leader next. Timestamps on the wire are wall-clock ms; the
+can ask the leader next. Its `current_voters` are the voter set of its own
+log, with their directory ids (progress -1): each controller's view of a
+voter change can be read from it. Timestamps on the wire are wall-clock ms; the
 core keeps monotonic ones, converted here.
 """
 
@@ -60,7 +62,10 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
         "leader_id": -1 if status.leader_id is None else status.leader_id,
         "leader_epoch": status.epoch,
         "high_watermark": status.high_watermark if is_leader and status.high_watermark is not None else -1,
-        "current_voters": tuple(replica(r) for r in status.voters) if is_leader else (),
+        # A non-leader names the voters of its own log (their progress -1, its
+        # own row aside), so each controller's view of the set can be
+        # checked; tools read the error code and ask the leader.
+        "current_voters": tuple(replica(r) for r in status.voters),
         "observers": tuple(replica(r) for r in status.observers) if is_leader else (),
     }
     top: dict[str, Any] = {"error_code": ErrorCode.none}
