@@ -429,7 +429,10 @@ class RaftCore:
         return timeout + self.rng.randrange(timeout)
 
     def random_voter(self) -> int:
-        return self.rng.choice(sorted(self.voters))
+        # Never this node: one that shares a voter's id but not its directory
+        # id (a wiped disk) would fetch from itself.
+        others = sorted(self.voters - {self.node_id})
+        return self.rng.choice(others or sorted(self.voters))
 
     def note_appended(self, size_in_bytes: int) -> None:
         self._bytes_since_snapshot += size_in_bytes

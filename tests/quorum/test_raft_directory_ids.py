@@ -39,9 +39,11 @@ def vote(candidate: int, receiver: int, directory_id: uuid.UUID | None) -> VoteR
 def test_a_wiped_voter_neither_stands_nor_votes_under_its_old_directory_id() -> None:
     wiped = node(3, directory_id=WIPED_DIR)
     assert not wiped.core.is_voter and wiped.core.is_voter_key(3, DIRS[3])
-    wiped.tick(0)
-    wiped.tick(CONFIG.controller_quorum_election_timeout_ms * 3)
+    for now_ms in range(0, CONFIG.controller_quorum_election_timeout_ms * 50, 100):
+        wiped.tick(now_ms)  # nobody answers: it keeps looking for a leader
     assert wiped.core.role == "Unattached", "a node that is not the voter of its id must not stand"
+    sent = [m.destination_id for out in wiped.outputs for m in out.messages]
+    assert sent and 3 not in sent, "it looks for the leader among the other voters, never itself"
     # A candidate with an empty log asks for the vote of voter 3 (its old disk): refused.
     (answer,) = outbound(wiped.handle(1, vote(1, 3, DIRS[3]), "v", 10_000), VoteResponse)
     assert (answer.message.error_code, answer.message.vote_granted) == (ErrorCode.INVALID_VOTER_KEY, False)
