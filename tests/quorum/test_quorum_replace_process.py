@@ -13,7 +13,8 @@ confluent-kafka producer (acks=all) and consumer running throughout.
 
 The default suite runs all three on one cluster (three controllers, a spare
 one, a broker); RAFTKA_SOAK=1 adds the leader kill at several timings, each
-on a fresh cluster, and the wiped controller being the leader."""
+on a fresh cluster, the wiped controller being the leader, and one
+controller grown to three and shrunk back to one under three brokers."""
 
 from __future__ import annotations
 
@@ -217,11 +218,11 @@ def metadata_log_text(cluster: Cluster, n: int) -> str:
                    for segment in sorted(log_dir.glob("*.log")))
 
 
-def fenced_after_unfencing(cluster: Cluster, n: int) -> list[str]:
+def fenced_after_unfencing(cluster: Cluster, n: int, broker_id: int = BROKER_ID) -> list[str]:
     """The records of controller `n`'s metadata log that fence the broker
     after it was first unfenced (a broker is registered fenced)."""
     lines = metadata_log_text(cluster, n).splitlines()
-    changes = [line for line in lines if f"broker_id={BROKER_ID}" in line and "fenced=" in line]
+    changes = [line for line in lines if f"broker_id={broker_id}," in line and "fenced=" in line]
     unfenced = next((i for i, line in enumerate(changes) if re.search(r"\bfenced=(False|0)\b", line)), None)
     assert unfenced is not None, f"the broker was never unfenced in controller {n}'s log"
     return [line for line in changes[unfenced + 1:] if re.search(r"\bfenced=(True|1)\b", line)]
@@ -354,6 +355,8 @@ def kill_leader_during_add(cluster: Cluster, new: int, delay_s: float) -> None:
     cluster.kill(leader)
     sock.close()
     after = until(cluster.converged, 30, "the live controllers to agree on one voter set")
+    print(f"leader {leader} killed {delay_s * 1000:.0f} ms after the AddRaftVoter of {new}: voters "
+          f"{sorted(after.voters)}, leader {after.leader_id}")
     assert set(after.voters) in (set(before.voters), set(before.voters) | {new}), after
     assert after.voters[leader] == before.voters[leader]
     # The next change works: the new controller becomes (or stays) a voter,
@@ -400,5 +403,93 @@ def test_soak_the_leader_is_the_controller_whose_data_dir_was_wiped(tmp_path):
             replace_wiped_controller(c, leader)
         traffic.check()
         assert fenced_after_unfencing(c, min(c.live)) == []
+    finally:
+        c.procs.stop_all()
+
+
+# --- grow one controller to three and shrink back, under three brokers ---------------------------
+
+
+@SOAK
+def test_soak_one_controller_grows_to_three_and_shrinks_back_under_three_brokers_losing_nothing(tmp_path):
+    """`raftka quorum status` is right at each step; every acknowledged
+    record is consumed; no broker is fenced. The shrink removes the leader
+    first (it resigns once its removal is committed)."""
+    import json
+
+    ports = free_ports(6)
+    cport = dict(zip((1, 2, 3), ports[:3], strict=True))
+    bports = dict(zip((10, 11, 12), ports[3:], strict=True))
+    bootstrap = "controller.quorum.bootstrap.servers=" + ",".join(f"127.0.0.1:{p}" for p in cport.values()) + "\n"
+    paths = controller_configs(tmp_path, cport, bootstrap)
+    configs = {n: paths[f"c{n}"] for n in cport}
+    assert run("storage", "format", "-c", configs[1], "-t", CLUSTER_ID, "--standalone").returncode == 0
+    for n in (2, 3):
+        assert run("storage", "format", "-c", configs[n], "-t", CLUSTER_ID, "--no-initial-controllers").returncode == 0
+    for b, port in bports.items():
+        path = tmp_path / f"b{b}.properties"
+        path.write_text(f"node.id={b}\nprocess.roles=broker\nlog.dirs={tmp_path}/b{b}\n"
+                        f"listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n"
+                        + bootstrap + FAST)
+        configs[b] = str(path)
+        assert run("storage", "format", "-c", configs[b], "-t", CLUSTER_ID).returncode == 0
+    c = Cluster(tmp_path, Processes(tmp_path), cport, bports[10], configs)
+
+    def status(voters: set[int], observers: set[int]) -> dict:
+        """`raftka quorum status`, asked of every running controller, once it shows these voters."""
+        def check() -> dict:
+            out = {}
+            for n in sorted(c.live):
+                result = run("quorum", "status", "--bootstrap-controller", f"127.0.0.1:{cport[n]}", "--json")
+                assert result.returncode == 0, result.stderr
+                out[n] = json.loads(result.stdout)
+            first = out[min(out)]
+            assert all(o["leader_id"] == first["leader_id"] and o["current_voters"] == first["current_voters"]
+                       for o in out.values()), out
+            assert set(first["current_voters"]) == voters and first["leader_id"] in voters, first
+            assert observers <= set(first["current_observers"]), first
+            assert all(r["directory_id"] == c.directory_id(r["node_id"])
+                       for r in first["replicas"] if r["node_id"] in voters), first
+            return first
+        return until(check, 30, f"quorum status showing voters {sorted(voters)}")
+
+    try:
+        c.start(1)
+        c.procs.wait_ready("c1")
+        for b in bports:
+            c.procs.start(f"b{b}", "broker", configs[b])
+        for b in bports:
+            c.procs.wait_ready(f"b{b}", timeout=60)
+        until(lambda: run("topics", "create", "--bootstrap-server", f"127.0.0.1:{bports[10]}", "--topic", TOPIC,
+                          "--partitions", "2", "--replication-factor", "3").returncode == 0, 30, "the topic")
+        brokers = set(bports)
+        with Traffic(bports[10]) as traffic:
+            status({1}, brokers)
+            for n in (2, 3):
+                c.start(n)
+            for n in (2, 3):
+                c.procs.wait_ready(f"c{n}")
+            status({1}, brokers | {2, 3})
+            for n, voters in ((2, {1, 2}), (3, {1, 2, 3})):
+                out = run("quorum", "add-controller", "--config", configs[n], timeout=60)
+                assert out.returncode == 0, out.stderr
+                status(voters, brokers)
+            text = run("quorum", "status", "--bootstrap-controller", f"127.0.0.1:{cport[1]}").stdout
+            assert "CurrentVoters:          [1, 2, 3]" in text, text
+            voters = {1, 2, 3}
+            for _ in range(2):
+                leader = status(voters, brokers)["leader_id"]
+                out = run("quorum", "remove-controller", "--bootstrap-controller", f"127.0.0.1:{cport[leader]}",
+                          "--controller-id", str(leader), timeout=60)
+                assert out.returncode == 0, out.stderr
+                voters = voters - {leader}
+                # The removed controller keeps running, as an observer.
+                status(voters, brokers | {leader})
+            (last,) = voters
+            assert run("topics", "create", "--bootstrap-server", f"127.0.0.1:{bports[11]}", "--topic",
+                       "after-shrink", "--partitions", "1").returncode == 0
+        traffic.check()
+        for b in bports:
+            assert fenced_after_unfencing(c, last, b) == [], b
     finally:
         c.procs.stop_all()
