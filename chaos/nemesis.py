@@ -360,6 +360,9 @@ class Nemesis:
         self.applied: list[dict[str, Any]] = []
         #: Controllers the voters nemesis took out of a dynamic quorum's voter set.
         self.removed_voters: set[int] = set()
+        #: Controllers the replace nemesis wiped and reformatted whose old
+        #: (node id, directory id) is still to be removed from the voters.
+        self.old_identities: dict[int, str | None] = {}
         #: Targets nobody could name at the moment of the fault, so drawn at random instead.
         self.guessed: list[str] = []
 
@@ -424,14 +427,19 @@ class Nemesis:
                 node = self.rng.choice(sorted(self.disk_faults.dirs))
             record["nodes"] = [node]
             self.disk_faults.set(node, "eio")
-        elif fault.kind == "voters":
+        elif fault.kind in ("voters", "replace"):
             node = self.resolve(fault.target)
             if node not in {c.node_id for c in self.cluster.controllers}:
                 node = self.rng.choice([c.node_id for c in self.cluster.controllers])
             record["nodes"] = [node]
-            record["error"] = change_voter(self.cluster, node, add=False)
-            if record["error"] is None:
-                self.removed_voters.add(node)
+            if fault.kind == "replace":
+                record["old_directory_id"] = self._wipe_and_reformat(node)
+                self.old_identities[node] = record["old_directory_id"]
+                record["error"] = self._remove_old_identities().get(node)
+            else:
+                record["error"] = change_voter(self.cluster, node, add=False)
+                if record["error"] is None:
+                    self.removed_voters.add(node)
         else:
             raise NemesisError(f"no nemesis {fault.kind!r}")
         if len(self.guessed) > guessed_before:
@@ -505,8 +513,8 @@ class Nemesis:
         elif fault.kind == "clock" and self.clocks is not None:
             extra["nodes"] = sorted(self.clocks.skewed)
             self.clocks.heal()
-        elif fault.kind == "voters":
-            extra["nodes"] = sorted(self.removed_voters)
+        elif fault.kind in ("voters", "replace"):
+            extra["nodes"] = sorted(self.removed_voters | set(self.old_identities))
             extra["errors"] = self._add_removed_voters()
         elif fault.kind == "eio" and self.disk_faults is not None:
             failing = sorted(self.disk_faults.failing)
@@ -554,9 +562,37 @@ class Nemesis:
                 self.cluster.start(node.node_id)
         self._add_removed_voters()
 
+    def _wipe_and_reformat(self, node_id: int) -> str | None:
+        """A controller's disk lost: SIGKILL, its data dir wiped, formatted
+        again as `raftka storage format --no-initial-controllers` does (the
+        same node id, a new directory id), started again: it follows the
+        quorum as an observer. Its old directory id."""
+        from common.meta_properties import format_log_dir, read_directory_id
+
+        node = self.cluster.nodes[node_id]
+        old = read_directory_id(node.log_dir)
+        self.cluster.kill(node_id, signal.SIGKILL)
+        shutil.rmtree(node.log_dir)
+        format_log_dir(node.log_dir, self.cluster.cluster_id, node_id)
+        self.cluster.start(node_id)
+        return old
+
+    def _remove_old_identities(self) -> dict[int, str]:
+        """RemoveRaftVoter of each wiped controller's old (id, directory id);
+        once done, it is added back with its new one at the heal."""
+        errors = {}
+        for node, old in sorted(self.old_identities.items()):
+            error = change_voter(self.cluster, node, add=False, directory_id=old)
+            if error is None:
+                del self.old_identities[node]
+                self.removed_voters.add(node)
+            else:
+                errors[node] = error
+        return errors
+
     def _add_removed_voters(self) -> dict[int, str]:
         """Every controller the voters nemesis removed is added back (AddRaftVoter)."""
-        errors = {}
+        errors = self._remove_old_identities()
         for node in sorted(self.removed_voters):
             error = change_voter(self.cluster, node, add=True)
             if error is None:
@@ -588,11 +624,14 @@ def sleep_until(deadline: float, stop: Callable[[], bool] = lambda: False) -> bo
         time.sleep(min(left, 0.1))
 
 
-def change_voter(cluster: LocalCluster, node_id: int, *, add: bool, timeout_s: float = 40.0) -> str | None:
+def change_voter(cluster: LocalCluster, node_id: int, *, add: bool, timeout_s: float = 40.0,
+                 directory_id: str | None = None) -> str | None:
     """Remove controller `node_id` from a dynamic quorum's voters, or add it
     back (with its directory id and endpoint), asking the leader as
     `raftka quorum remove-controller / add-controller` do; retried through
-    leader changes until `timeout_s`. None when done, else why not."""
+    leader changes until `timeout_s`. None when done, else why not. The
+    directory id is its data dir's, or `directory_id` (the one a wiped
+    disk had)."""
     import datetime
 
     import trio
@@ -606,15 +645,16 @@ def change_voter(cluster: LocalCluster, node_id: int, *, add: bool, timeout_s: f
     from quorum.node.voter_config import parse_directory_id
 
     node = cluster.nodes[node_id]
-    directory = read_directory_id(node.log_dir)
-    directory_id = parse_directory_id(directory) if directory else None
+    directory = directory_id or read_directory_id(node.log_dir)
+    voter_directory_id = parse_directory_id(directory) if directory else None
     if add:
         request: Any = AddRaftVoterRequest(
             cluster_id=None, timeout=i32Timedelta.parse(datetime.timedelta(seconds=15)), voter_id=i32(node_id),
-            voter_directory_id=directory_id, listeners=(Listener(name="CONTROLLER", host=node.host,
+            voter_directory_id=voter_directory_id, listeners=(Listener(name="CONTROLLER", host=node.host,
                                                                  port=u16(node.port)),), ack_when_committed=True)
     else:
-        request = RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(node_id), voter_directory_id=directory_id)
+        request = RemoveRaftVoterRequest(cluster_id=None, voter_id=i32(node_id),
+                                         voter_directory_id=voter_directory_id)
 
     async def attempt() -> str | None:
         last = "no controller answered"
