@@ -72,3 +72,18 @@ def test_a_wiped_voters_fetches_do_not_commit_records_it_holds_with_the_leader_a
     assert {r.replica_id: r.log_end_offset for r in status.voters}[3] == -1
     h.advance(200)
     assert leader.core.high_watermark == leader.log.log_end_offset
+
+
+def test_a_lagging_voter_cannot_win_with_the_vote_of_a_wiped_one() -> None:
+    """The unsafe election a directory id prevents. Records are committed on
+    voters 1 and 2; voter 3 missed them. Voter 1 is down and voter 2's disk
+    was wiped. Were the wiped node to vote as voter 2, its empty log would
+    grant voter 3's request, and voter 3 would lead without the committed
+    records. It refuses (its directory id is not voter 2's), so no leader is
+    elected until voter 1 is back."""
+    h = Harness([node(2, directory_id=WIPED_DIR), node(3, directory_id=DIRS[3])])  # voter 1 is down
+    h.advance(CONFIG.controller_quorum_election_timeout_ms * 10)
+    assert not h.leaders(), "voter 3 won an election with the vote of a wiped disk"
+    h.nodes[1] = node(1, directory_id=DIRS[1], log=flushed_log(3))
+    leader = h.elect()
+    assert leader.node_id == 1 and leader.log.log_end_offset > 3, "the voter holding the committed records leads"
