@@ -29,6 +29,10 @@ A `disk` fault fills one broker's disk (a broker, or a partition's leader).
 An `eio` fault makes one broker's partition logs (a broker's, or a
 partition leader's) fail their writes with EIO.
 
+A `voters` fault takes a controller (the active one, or any) out of a
+dynamic quorum's voter set; a `replace` fault wipes one's disk and swaps
+the reformatted controller in for its old identity (`Nemesis`).
+
 A `clock` fault moves one broker's wall clock (a broker, or a partition's
 leader) by `offset_ms`, forward or back, until the heal sets it right
 (itself a jump the other way).
@@ -42,7 +46,7 @@ from typing import Any
 
 NEMESES = ("kill", "pause", "partition", "disk", "eio", "clock")
 #: Nemeses that need a dynamic KRaft quorum (`raftka chaos run --dynamic-quorum`).
-DYNAMIC_QUORUM_NEMESES = ("voters",)
+DYNAMIC_QUORUM_NEMESES = ("voters", "replace")
 ALL_NEMESES = NEMESES + DYNAMIC_QUORUM_NEMESES
 #: The clock nemesis' jumps: seconds to minutes either way (shorter than the
 #: timestamp window a broker accepts, message.timestamp.after.max.ms, an hour).
@@ -96,8 +100,10 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
     unknown = set(nemeses) - set(ALL_NEMESES)
     if unknown:
         raise ValueError(f"unknown nemesis {sorted(unknown)}: choose from {', '.join(ALL_NEMESES)}")
-    if "voters" in nemeses and not shape.controllers:
-        raise ValueError("the voters nemesis changes a KRaft quorum's voters: it needs --mode kraft --dynamic-quorum")
+    for kind in DYNAMIC_QUORUM_NEMESES:
+        if kind in nemeses and not shape.controllers:
+            raise ValueError(f"the {kind} nemesis changes a KRaft quorum's voters: it needs --mode kraft "
+                             "--dynamic-quorum")
     faults: list[Fault] = []
     if not nemeses:
         return faults
@@ -116,8 +122,9 @@ def make_schedule(rng: random.Random, nemeses: list[str] | tuple[str, ...], dura
 
 
 def _fault(rng: random.Random, index: int, start: float, length: float, kind: str, shape: Shape) -> Fault:
-    if kind == "voters":
-        # KIP-853: a controller leaves the voter set (the active one: it resigns once that commits).
+    if kind in ("voters", "replace"):
+        # KIP-853: a controller leaves the voter set (the active one: it resigns once that commits),
+        # or loses its disk (the active one: the others elect a leader) and is swapped in again.
         target = "active-controller" if rng.random() < 0.5 else f"controller:{rng.choice(shape.controllers)}"
         return Fault(index, start, length, kind, target=target)
     if kind == "clock":

@@ -1,7 +1,7 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters] [--workload queue|txn] [--seed N]
+                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters,replace] [--workload queue|txn] [--seed N]
                      [--log-dirs N] [--secure] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", type=float, default=120.0, metavar="S", help="seconds of faults under load")
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help="comma-separated: kill, pause, partition, disk (full), eio (writes fail), clock, "
-                     "voters (a controller leaves a --dynamic-quorum's voter set, and is added back) "
+                     "voters (a controller leaves a --dynamic-quorum's voter set, and is added back), "
+                     "replace (a controller's disk is wiped; it is formatted again and swapped in) "
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
@@ -106,8 +107,10 @@ def run_main(args: argparse.Namespace) -> int:
     if unknown:
         console.print(f"[red]unknown nemesis {unknown}: choose from {', '.join(NEMESES)}[/red]")
         return 2
-    if "voters" in nemeses and not args.dynamic_quorum:
-        console.print("[red]the voters nemesis changes a dynamic quorum's voter set: add --dynamic-quorum[/red]")
+    changing = [n for n in nemeses if n in ("voters", "replace")]
+    if changing and not args.dynamic_quorum:
+        console.print(f"[red]the {changing[0]} nemesis changes a dynamic quorum's voter set: add "
+                      "--dynamic-quorum[/red]")
         return 2
     if args.quorum_engine != "raftka" and (args.mode == "zk" or "partition" in nemeses):
         console.print(f"[red]--quorum-engine {args.quorum_engine} runs with --mode kraft only, and without the "

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from broker.api import (admin, describe_topic_partitions, features, fetch, find_coordinator, list_offsets,
+from broker.api import (admin, describe_topic_partitions, fetch, find_coordinator, list_offsets,
                         log_admin, offset_topic_ids, produce, txn_markers)
 from broker.api import metadata as metadata_api
 from broker.shell.cleaner_runtime import run_log_cleaner
@@ -69,7 +69,7 @@ from broker.core.replication_quota import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEA
 from broker.shell import request_quota
 from quorum.metadata.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from broker.shell.authorizer import BrokerAuthorizer, finished
-from quorum.metadata import MetadataDelta, MetadataImage, image_delta
+from quorum.metadata import MetadataDelta, MetadataImage, features, image_delta
 from quorum.metadata.broker_configs import topic_defaults
 from quorum.metadata.image import ConfigResource
 from quorum.metadata.records import ConfigResourceType
@@ -202,7 +202,7 @@ class Broker:
         self.apis = SupportedApis()
         for api_key, (lo, hi, _handler) in _APIS.items():
             self.apis.declare(api_key, lo, hi)
-        # KIP-584 features in ApiVersions v3+ (`broker.api.features`); the
+        # KIP-584 features in ApiVersions v3+ (`quorum.metadata.features`); the
         # epoch follows the metadata image.
         self.apis.supported_features = features.SUPPORTED_FEATURES
         self.apis.finalized_features = features.FINALIZED_FEATURES

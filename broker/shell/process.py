@@ -56,7 +56,7 @@ from common.metrics import metrics_endpoint, new_registry, serve_metrics
 from quorum.node.metrics import controller_collector, raft_collector
 from quorum.controller import ControllerConfig
 from quorum.node.controller_client import ControllerClient
-from broker.api import features
+from quorum.metadata import features
 from quorum.node.controller_service import ControllerService
 from quorum.node.bootstrap import read_bootstrap
 from quorum.node.driver import RaftNode

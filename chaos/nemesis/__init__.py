@@ -7,10 +7,11 @@ each kind of fault, the family module that applies and heals it:
 - partition (`partition`): links between nodes cut by nftables;
 - disk (`disk`, `eio`): a broker's disk full, or its writes failing with EIO;
 - clock (`clock`): a broker's wall clock jumped forward or back;
-- voters (`voters`, a dynamic quorum only): a controller out of the voter set.
+- voters (`voters`, `replace`, a dynamic quorum only): a controller out of
+  the voter set, or its disk wiped and the controller replaced.
 
 `partition` needs root, a cgroup2 mount and the `nft` command; `disk` needs
-root (its mounts); `eio`, `kill`, `pause`, `clock` and `voters` need nothing.
+root (its mounts); `eio`, `kill`, `pause`, `clock`, `voters` and `replace` need nothing.
 Each family's module says how its fault is made and why that way.
 """
 
@@ -63,6 +64,7 @@ FAULTS: dict[str, FaultFamily] = {
     "eio": FaultFamily(disk.start_eio, disk.heal_eio),
     "clock": FaultFamily(clock.start, clock.heal),
     "voters": FaultFamily(voters.start, voters.heal),
+    "replace": FaultFamily(voters.start_replace, voters.heal),
 }
 # The schedule draws only faults a nemesis can apply.
 assert set(FAULTS) == set(ALL_NEMESES), (sorted(FAULTS), ALL_NEMESES)
@@ -97,6 +99,9 @@ class Nemesis:
         self.applied: list[dict[str, Any]] = []
         #: Controllers the voters nemesis took out of a dynamic quorum's voter set.
         self.removed_voters: set[int] = set()
+        #: Controllers the replace nemesis wiped and reformatted whose old
+        #: (node id, directory id) is still to be removed from the voters.
+        self.old_identities: dict[int, str | None] = {}
         #: Targets nobody could name at the moment of the fault, so drawn at random instead.
         self.guessed: list[str] = []
 

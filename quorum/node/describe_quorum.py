@@ -3,7 +3,9 @@
 Only the leader knows every replica's progress, so, as in Kafka, a node
 that is not the leader answers NOT_LEADER_OR_FOLLOWER with the leader it
 knows; in v2 the answer lists every voter's endpoint (`nodes`), so a tool
-can ask the leader next. Timestamps on the wire are wall-clock ms; the
+can ask the leader next. Its `current_voters` are the voter set of its own
+log, with their directory ids (progress -1): each controller's view of a
+voter change can be read from it. Timestamps on the wire are wall-clock ms; the
 core keeps monotonic ones, converted here.
 """
 
@@ -60,7 +62,10 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
         "leader_id": -1 if status.leader_id is None else status.leader_id,
         "leader_epoch": status.epoch,
         "high_watermark": status.high_watermark if is_leader and status.high_watermark is not None else -1,
-        "current_voters": tuple(replica(r) for r in status.voters) if is_leader else (),
+        # A non-leader names the voters of its own log (their progress -1, its
+        # own row aside), so each controller's view of the set can be
+        # checked; tools read the error code and ask the leader.
+        "current_voters": tuple(replica(r) for r in status.voters),
         "observers": tuple(replica(r) for r in status.observers) if is_leader else (),
     }
     top: dict[str, Any] = {"error_code": ErrorCode.none}
@@ -200,10 +205,11 @@ async def describe_quorum(host: str, port: int, timeout_ms: int = 10000) -> Any:
 
 
 async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeout_ms: int,
-                          retry_s: float = 0.5) -> dict[int, tuple[str, int]]:
-    """The voters' endpoints, asked of `controller.quorum.bootstrap.servers`
-    with DescribeQuorum v2 (its `nodes`), each server in turn until one
-    answers: how a node whose log names no voters yet finds the quorum."""
+                          retry_s: float = 0.5) -> tuple[dict[int, tuple[str, int]], dict[int, Any]]:
+    """The voters' endpoints and directory ids, asked of
+    `controller.quorum.bootstrap.servers` with DescribeQuorum v2 (its
+    `nodes`), each server in turn until one answers: how a node whose log
+    names no voters yet finds the quorum."""
     import logging
 
     log = logging.getLogger("quorum.node.describe_quorum")
@@ -216,7 +222,9 @@ async def discover_voters(bootstrap_servers: tuple[tuple[str, int], ...], timeou
             except (OSError, ConnectionError, trio.TooSlowError, RaftkaError) as exc:
                 log.info("bootstrap server %s:%d did not answer DescribeQuorum (%s); trying the next", host, port, exc)
                 continue
-            nodes = parse_describe_quorum(response).nodes
-            if nodes:
-                return nodes
+            description = parse_describe_quorum(response)
+            if description.nodes:
+                voter_ids = {row[0] for row in description.voters}
+                return description.nodes, {n: d for n, d in description.directory_ids.items()
+                                           if n in voter_ids and d is not None and d.int != 0}
         await trio.sleep(retry_s)

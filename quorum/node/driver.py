@@ -80,6 +80,7 @@ from quorum.metadata.image import MetadataImage
 from quorum.node.applier import MetadataState
 from quorum.node.applying import Applying
 from quorum.node.describe_quorum import discover_voters
+from quorum.node.voter_config import parse_directory_id
 from quorum.node.events import Build, Call, MetadataListener, Proposal, ProposalTooLargeError, Staged, Waiter
 from quorum.node.metadata_log import DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, metadata_log_dir, open_metadata_log
 from quorum.node.network import RaftChannel
@@ -101,6 +102,7 @@ from quorum.raft import (
 from quorum.raft.messages import Message
 from quorum.raft.storage_log import StorageReplicatedLog
 from common.errors import ConfigError, RaftkaError
+from common.meta_properties import read_directory_id
 from common.security.client import ClientSecurity
 from common.wire import ConnectionPool
 
@@ -303,6 +305,7 @@ class RaftNode(Applying):
         log = self.log = await trio.to_thread.run_sync(lambda: open_metadata_log(
             self._log_dir, clock_ms=wall_clock_ms, segment_bytes=self._segment_bytes))
         quorum_state = QuorumStateFile(metadata_log_dir(self._log_dir), self.cluster_id)
+        voter_directory_ids: dict[int, Any] = {}
         try:
             dynamic = log.latest_voters() is not None
             if dynamic:
@@ -311,8 +314,8 @@ class RaftNode(Applying):
                 if not self.bootstrap_servers:
                     raise ConfigError("this node knows no voters: set controller.quorum.voters (a static quorum) or "
                                       "controller.quorum.bootstrap.servers (a dynamic one)")
-                self.voter_addresses = await discover_voters(self.bootstrap_servers,
-                                                             self.config.controller_quorum_request_timeout_ms)
+                self.voter_addresses, voter_directory_ids = await discover_voters(
+                    self.bootstrap_servers, self.config.controller_quorum_request_timeout_ms)
                 self.is_voter = self.node_id in self.voter_addresses
                 dynamic = True
             # In a dynamic quorum any node may be a voter now or later: its vote is kept either way.
@@ -322,7 +325,10 @@ class RaftNode(Applying):
                 self.state, _ = await trio.to_thread.run_sync(self.state.load_snapshot, log.snapshot_data(snapshot))
             self.core = RaftCore(node_id=self.node_id, voters=set(self.voter_addresses), log=log, rng=self._rng,
                                  now_ms=self.now_ms(), config=self.config, election_state=election,
-                                 cluster_id=self.cluster_id)
+                                 cluster_id=self.cluster_id, directory_id=self._directory_id(),
+                                 voter_directory_ids=voter_directory_ids)
+            # A voter's id with another disk's directory id is not that voter (KIP-853).
+            self.is_voter = self.core.is_voter
             _log.info("node %d starts as %s in epoch %d (log %d..%d, snapshot %s, %s)", self.node_id,
                       self.core.role, self.core.epoch, log.log_start_offset, log.log_end_offset, snapshot,
                       "voter" if self.is_voter else "observer")
@@ -529,6 +535,12 @@ class RaftNode(Applying):
             assert self.log is not None
             self.log.flush(flush_to)
 
+    def _directory_id(self) -> Any:
+        """The `directory.id` of this node's metadata log dir (None before
+        `raftka storage format` wrote one): its identity as a voter."""
+        directory = read_directory_id(self._log_dir)
+        return parse_directory_id(directory) if directory else None
+
     # --- applying (replay and snapshots: quorum.node.applying) ----------------------------------
 
     def _adopt_log_voters(self) -> None:
@@ -548,7 +560,7 @@ class RaftNode(Applying):
             _log.info("node %d: the voters are now %s", self.node_id,
                       ", ".join(f"{n}@{h}:{p}" for n, (h, p) in sorted(addresses.items())))
         self.voter_addresses = addresses
-        self.is_voter = self.node_id in addresses
+        self.is_voter = self.node_id in addresses if self.core is None else self.core.is_voter
         if self._pool is not None:
             for node_id, (host, port) in addresses.items():
                 if node_id != self.node_id:

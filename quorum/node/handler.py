@@ -19,7 +19,10 @@
 
 Each API is served at the one version raftka speaks (the newest kio has
 for the controller APIs; the Raft versions in `rpc`), DescribeQuorum at
-v0..v2 for tools; ApiVersions tells clients which.
+v0..v2 for tools; ApiVersions tells clients which, and (v3+) the
+supported and finalized features (`quorum.metadata.features`), as Kafka's
+controllers answer on their listener: `kraft.version` 1 once the quorum is
+dynamic, the finalized features epoch the committed image's offset.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from quorum.controller import SUPPORTED_REQUESTS
+from quorum.metadata import features
 from quorum.node.controller_service import ControllerService
 from quorum.node.describe_quorum import (
     DESCRIBE_QUORUM,
@@ -93,7 +97,21 @@ class QuorumRequestHandler:
         self.controller = controller
         self.authorizer = authorizer if authorizer is not None and authorizer.enabled else None
         self.apis = controller_apis(controller is not None)
+        self.apis.supported_features = features.SUPPORTED_FEATURES
         self.voter_changes = VoterChanges(node)
+        self._follow_features()
+        node.subscribe(self._follow_features)
+
+    def _follow_features(self, _image: Any = None, _delta: Any = None) -> None:
+        """ApiVersions' finalized features follow the committed image: kraft.version
+        1 from the moment the log holds a voter set or the node finds the quorum
+        through controller.quorum.bootstrap.servers (KIP-853)."""
+        log = getattr(self.node, "log", None)
+        dynamic = bool(getattr(self.node, "bootstrap_servers", ())) or (
+            log is not None and hasattr(log, "latest_voters") and log.latest_voters() is not None)
+        self.apis.finalized_features = features.finalized_features(
+            features.KRAFT_VERSION_DYNAMIC if dynamic else features.KRAFT_VERSION)
+        self.apis.finalized_features_epoch = features.finalized_features_epoch(self.node.image.offset)
 
     def _judge(self, ctx: ConnectionContext, body: Any) -> Judgement:
         if self.authorizer is None:

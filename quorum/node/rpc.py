@@ -108,7 +108,7 @@ def request_to_kio(message: Message) -> Any:
         partition = fetch_req.FetchPartition(
             partition=0, current_leader_epoch=message.current_leader_epoch, fetch_offset=message.fetch_offset,
             last_fetched_epoch=message.last_fetched_epoch, log_start_offset=message.log_start_offset,
-            partition_max_bytes=message.max_bytes)
+            partition_max_bytes=message.max_bytes, replica_directory_id=message.replica_directory_id)
         return fetch_req.FetchRequest(
             cluster_id=message.cluster_id,
             replica_state=fetch_req.ReplicaState(replica_id=message.replica_id, replica_epoch=-1),
@@ -119,12 +119,13 @@ def request_to_kio(message: Message) -> Any:
     if isinstance(message, VoteRequest):
         partition = vote_req.PartitionData(
             partition_index=0, replica_epoch=message.replica_epoch, replica_id=message.replica_id,
-            replica_directory_id=None, voter_directory_id=None, last_offset_epoch=message.last_offset_epoch,
+            replica_directory_id=message.replica_directory_id, voter_directory_id=message.voter_directory_id,
+            last_offset_epoch=message.last_offset_epoch,
             last_offset=message.last_offset, pre_vote=message.pre_vote)
         return vote_req.VoteRequest(cluster_id=message.cluster_id, voter_id=message.voter_id, topics=(
             vote_req.TopicData(topic_name=METADATA_TOPIC, partitions=(partition,)),))
     if isinstance(message, BeginQuorumEpochRequest):
-        partition = bqe_req.PartitionData(partition_index=0, voter_directory_id=None,
+        partition = bqe_req.PartitionData(partition_index=0, voter_directory_id=message.voter_directory_id,
                                           leader_id=message.leader_id, leader_epoch=message.leader_epoch)
         return bqe_req.BeginQuorumEpochRequest(
             cluster_id=message.cluster_id, voter_id=message.voter_id,
@@ -152,6 +153,11 @@ def request_to_kio(message: Message) -> Any:
 # --- requests: kio -> raft -------------------------------------------------------------
 
 
+def _known(directory_id: uuid.UUID | None) -> uuid.UUID | None:
+    """A directory id off the wire; Kafka's zero uuid means none was given."""
+    return None if directory_id is None or directory_id.int == 0 else directory_id
+
+
 def request_from_kio(body: Any) -> tuple[int, Message]:
     """(the sender's replica id, the Raft request) from a decoded kio request."""
     if isinstance(body, fetch_req.FetchRequest):
@@ -161,17 +167,19 @@ def request_from_kio(body: Any) -> tuple[int, Message]:
             cluster_id=body.cluster_id, replica_id=replica_id, current_leader_epoch=p.current_leader_epoch,
             fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
             log_start_offset=p.log_start_offset, max_bytes=min(int(body.max_bytes), int(p.partition_max_bytes)),
-            max_wait_ms=max(0, duration_ms(body.max_wait)))
+            max_wait_ms=max(0, duration_ms(body.max_wait)), replica_directory_id=_known(p.replica_directory_id))
     if isinstance(body, vote_req.VoteRequest):
         p = _partition(body.topics, lambda t: t.topic_name, "Vote")
         return p.replica_id, VoteRequest(
             cluster_id=body.cluster_id, voter_id=body.voter_id, replica_id=p.replica_id,
             replica_epoch=p.replica_epoch, last_offset_epoch=p.last_offset_epoch, last_offset=p.last_offset,
-            pre_vote=p.pre_vote)
+            pre_vote=p.pre_vote, voter_directory_id=_known(p.voter_directory_id),
+            replica_directory_id=_known(p.replica_directory_id))
     if isinstance(body, bqe_req.BeginQuorumEpochRequest):
         p = _partition(body.topics, lambda t: t.topic_name, "BeginQuorumEpoch")
         return p.leader_id, BeginQuorumEpochRequest(
-            cluster_id=body.cluster_id, voter_id=body.voter_id, leader_id=p.leader_id, leader_epoch=p.leader_epoch)
+            cluster_id=body.cluster_id, voter_id=body.voter_id, leader_id=p.leader_id, leader_epoch=p.leader_epoch,
+            voter_directory_id=_known(p.voter_directory_id))
     if isinstance(body, eqe_req.EndQuorumEpochRequest):
         p = _partition(body.topics, lambda t: t.topic_name, "EndQuorumEpoch")
         return p.leader_id, EndQuorumEpochRequest(

@@ -59,6 +59,8 @@ class _Election(EpochState):
                 last_offset_epoch=log.last_fetched_epoch,
                 last_offset=log.log_end_offset,
                 pre_vote=self.pre_vote,
+                voter_directory_id=core.recorded_directory_id(voter),
+                replica_directory_id=core.directory_id,
             )
             self.in_flight[core.send_request(voter, request)] = voter
             self.next_send_ms[voter] = now_ms + core.config.controller_quorum_request_timeout_ms

@@ -40,7 +40,7 @@ Begin/EndQuorumEpoch, Fetch validation) are in `requests.py`.
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from quorum.raft import requests
 from quorum.raft.candidate import CandidateState, ProspectiveState
@@ -90,10 +90,15 @@ class RaftCore:
         config: QuorumConfig | None = None,
         election_state: ElectionState | None = None,
         cluster_id: str | None = None,
+        directory_id: uuid.UUID | None = None,  # noqa: F821
+        voter_directory_ids: Mapping[int, uuid.UUID | None] | None = None,  # noqa: F821
     ) -> None:
         """`election_state` is what the quorum-state file holds (None if there
         is none yet). The first `Output` (from the first `tick` or `handle`)
-        carries what starting up sends."""
+        carries what starting up sends. `directory_id` is this node's metadata
+        log dir's `directory.id`; `voter_directory_ids` those of the
+        configured voters, when known (a dynamic quorum's voters as
+        DescribeQuorum named them), until the log holds a voter set."""
         if node_id < 0:
             raise RaftUsageError(f"node id {node_id} is negative; give every node a node.id >= 0")
         if not voters:
@@ -102,6 +107,8 @@ class RaftCore:
         # The configured set (controller.quorum.voters, or the bootstrap set):
         # in force until the log holds a voter-set record.
         self.static_voters = frozenset(voters)
+        self.directory_id = directory_id
+        self._static_directory_ids = dict(voter_directory_ids or {})
         self.log = log
         self.rng = rng
         self.config = config or QuorumConfig()
@@ -156,7 +163,34 @@ class RaftCore:
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self.voters
+        return self.is_voter_key(self.node_id, self.directory_id)
+
+    def recorded_directory_id(self, node_id: int) -> uuid.UUID | None:  # noqa: F821
+        """The directory id the voter set in force records for voter
+        `node_id`; None when it records none (a static quorum's voters)."""
+        latest = getattr(self.log, "latest_voters", None)
+        infos = latest() if latest is not None else None
+        if infos is None:
+            return self._static_directory_ids.get(node_id)
+        return next((v.directory_id for v in infos if v.node_id == node_id), None)
+
+    def is_voter_key(self, node_id: int, directory_id: uuid.UUID | None) -> bool:  # noqa: F821
+        """KIP-853: a voter is a node id *and* a directory id. A node whose
+        disk was wiped and formatted again comes back with the old id and a
+        new directory id; it is not that voter: it neither stands, nor
+        votes, nor counts toward the high watermark under the old identity,
+        which its empty log would betray (it would vote for any candidate,
+        so a candidate missing committed records could win). It serves as
+        an observer until it is removed and added again with its new id."""
+        if node_id not in self.voters:
+            return False
+        return self.same_directory(self.recorded_directory_id(node_id), directory_id)
+
+    @staticmethod
+    def same_directory(recorded: uuid.UUID | None, given: uuid.UUID | None) -> bool:  # noqa: F821
+        # Either side unknown (a static voter; a peer or a caller that names
+        # none) is no evidence of another disk.
+        return recorded is None or given is None or recorded == given
 
     @property
     def majority(self) -> int:
@@ -171,10 +205,15 @@ class RaftCore:
         if self.is_voter:
             return True
         sets = self.log.voter_sets()
-        if not sets or not self.voter_change_pending:
-            return False
+        if not sets or not self.voter_change_pending or self.node_id in self.voters:
+            return False  # (in the set under another directory id: another disk's voter)
         previous = sets[-2][1] if len(sets) > 1 else self.static_voters
-        return self.node_id in previous
+        if self.node_id not in previous:
+            return False
+        records = getattr(self.log, "voter_records", None)
+        infos = records()[-2][1] if records is not None and len(sets) > 1 else ()
+        recorded = next((v.directory_id for v in infos if v.node_id == self.node_id), None)
+        return self.same_directory(recorded, self.directory_id)
 
     @property
     def _flushes_eagerly(self) -> bool:
@@ -390,7 +429,10 @@ class RaftCore:
         return timeout + self.rng.randrange(timeout)
 
     def random_voter(self) -> int:
-        return self.rng.choice(sorted(self.voters))
+        # Never this node: one that shares a voter's id but not its directory
+        # id (a wiped disk) would fetch from itself.
+        others = sorted(self.voters - {self.node_id})
+        return self.rng.choice(others or sorted(self.voters))
 
     def note_appended(self, size_in_bytes: int) -> None:
         self._bytes_since_snapshot += size_in_bytes

@@ -95,6 +95,7 @@ class Fetcher:
                 log_start_offset=log.log_start_offset,
                 max_bytes=core.config.fetch_max_bytes,
                 max_wait_ms=self.max_wait_ms,
+                replica_directory_id=core.directory_id,
             )
         self.in_flight = core.send_request(self.target_id, request)
         self.sent_ms = now_ms

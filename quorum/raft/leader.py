@@ -147,7 +147,8 @@ class LeaderState(EpochState):
             if now_ms < self.next_begin_epoch_ms.get(voter, now_ms):
                 continue
             request = BeginQuorumEpochRequest(
-                cluster_id=core.cluster_id, voter_id=voter, leader_id=core.node_id, leader_epoch=self.epoch
+                cluster_id=core.cluster_id, voter_id=voter, leader_id=core.node_id, leader_epoch=self.epoch,
+                voter_directory_id=core.recorded_directory_id(voter),
             )
             self.begin_epoch_in_flight[core.send_request(voter, request)] = voter
             self.next_begin_epoch_ms[voter] = now_ms + core.config.controller_quorum_request_timeout_ms
@@ -219,8 +220,14 @@ class LeaderState(EpochState):
 
     # --- Fetch -------------------------------------------------------------------
 
-    def _replica(self, core: RaftCore, replica_id: int) -> ReplicaState | None:
+    def _replica(self, core: RaftCore, replica_id: int,
+                 directory_id: uuid.UUID | None = None) -> ReplicaState | None:  # noqa: F821
         if replica_id in self.voter_states:
+            if not core.is_voter_key(replica_id, directory_id):
+                # A voter's id on another disk (wiped, formatted again): its
+                # fetches must not count as that voter's (KIP-853). It is
+                # served as an observer until it is removed and added again.
+                return None
             return self.voter_states[replica_id]
         if replica_id < 0 or replica_id == core.node_id or replica_id in core.voters:
             return None
@@ -229,7 +236,7 @@ class LeaderState(EpochState):
     def on_fetch_request(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message
         assert isinstance(request, FetchRequest)
-        replica = self._replica(core, request.replica_id)
+        replica = self._replica(core, request.replica_id, request.replica_directory_id)
         for token in [t for t, p in self.parked.items() if p.source_id == inbound.source_id]:
             # A fetcher has one Fetch outstanding; an older parked one is answered now.
             old = self.parked.pop(token)
@@ -270,9 +277,9 @@ class LeaderState(EpochState):
             log, request.fetch_offset, request.last_fetched_epoch
         )
         records = b""
-        replica = self._replica(core, request.replica_id)
+        replica = self._replica(core, request.replica_id, request.replica_directory_id)
         if verdict is VALID:
-            if request.replica_id in self.voter_states:
+            if replica is not None and replica.replica_id in self.voter_states:
                 bound = None
             else:
                 bound = core.high_watermark or 0  # observers get committed records only

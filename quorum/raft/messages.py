@@ -69,6 +69,10 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int  # the candidate's log end offset
     pre_vote: bool  # KIP-996: a probe that changes no state on the receiver
+    #: KIP-853: the directory id the candidate's voter set records for the
+    #: receiver (None: unknown); a receiver with another one refuses.
+    voter_directory_id: uuid.UUID | None = None  # noqa: F821
+    replica_directory_id: uuid.UUID | None = None  # noqa: F821 (the candidate's own)
 
 
 @_frozen
@@ -88,6 +92,7 @@ class BeginQuorumEpochRequest:
     voter_id: int
     leader_id: int
     leader_epoch: int
+    voter_directory_id: uuid.UUID | None = None  # noqa: F821 (as in VoteRequest)
 
 
 @_frozen
@@ -128,6 +133,9 @@ class FetchRequest:
     log_start_offset: int
     max_bytes: int
     max_wait_ms: int
+    #: KIP-853: the fetcher's directory id; its fetch counts toward the high
+    #: watermark only if the voter set records this one for its id.
+    replica_directory_id: uuid.UUID | None = None  # noqa: F821
 
 
 @_frozen

@@ -73,7 +73,8 @@ def reply(core: RaftCore, inbound: Inbound, error: ErrorCode, *, vote_granted: b
     core.respond(inbound.source_id, response, inbound.correlation)
 
 
-def _voter_only_error(core: RaftCore, sender_id: int, receiver_id: int, sender_epoch: int) -> ErrorCode | None:
+def _voter_only_error(core: RaftCore, sender_id: int, receiver_id: int, sender_epoch: int,
+                      receiver_directory_id: uuid.UUID | None = None) -> ErrorCode | None:  # noqa: F821
     # The sender need not be in our voter set: a voter added by a record we
     # have not fetched yet may stand or lead. Nor need we be in it, if the
     # sender names us: we may be that added voter (KIP-853; Raft §4.2.3
@@ -81,6 +82,11 @@ def _voter_only_error(core: RaftCore, sender_id: int, receiver_id: int, sender_e
     if not core.may_stand and receiver_id != core.node_id:
         return ErrorCode.INCONSISTENT_VOTER_SET
     if receiver_id != NO_LEADER and receiver_id != core.node_id:
+        return ErrorCode.INVALID_VOTER_KEY
+    if not core.same_directory(receiver_directory_id, core.directory_id):
+        # The sender means this node id on another disk (KIP-853): this one
+        # was wiped and formatted again, and its log may lack what that voter
+        # acknowledged, so it must not vote in its place.
         return ErrorCode.INVALID_VOTER_KEY
     if sender_epoch < core.epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
@@ -98,7 +104,8 @@ def on_vote_request(core: RaftCore, inbound: Inbound, now_ms: int) -> None:
     if request.last_offset < 0 or request.last_offset_epoch < 0 or illegal_epoch:
         reply(core, inbound, ErrorCode.INVALID_REQUEST)
         return
-    error = _voter_only_error(core, request.replica_id, request.voter_id, request.replica_epoch)
+    error = _voter_only_error(core, request.replica_id, request.voter_id, request.replica_epoch,
+                              request.voter_directory_id)
     if error is not None:
         reply(core, inbound, error)
         return
@@ -126,7 +133,8 @@ def on_vote_request(core: RaftCore, inbound: Inbound, now_ms: int) -> None:
 def on_begin_quorum_epoch(core: RaftCore, inbound: Inbound, now_ms: int) -> None:
     request = inbound.message
     assert isinstance(request, BeginQuorumEpochRequest)
-    error = _voter_only_error(core, request.leader_id, request.voter_id, request.leader_epoch)
+    error = _voter_only_error(core, request.leader_id, request.voter_id, request.leader_epoch,
+                              request.voter_directory_id)
     if error is None:
         core.learn_leader(request.leader_id, request.leader_epoch, now_ms)
     reply(core, inbound, error or ErrorCode.NONE)

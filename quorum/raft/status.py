@@ -41,7 +41,7 @@ def describe(core: RaftCore, now_ms: int) -> QuorumStatus:
     voters: list[ReplicaStatus] = []
     observers: list[ReplicaStatus] = []
     for voter in sorted(core.voters):
-        if voter == core.node_id:
+        if voter == core.node_id and core.is_voter:
             voters.append(ReplicaStatus(voter, core.log.log_end_offset, now_ms, now_ms))
         elif isinstance(state, LeaderState):
             s = state.voter_states[voter]

@@ -255,8 +255,8 @@ class StorageReplicatedLog:
     def latest_voters(self) -> tuple[VoterInfo, ...] | None:
         """The voter set in force (the latest record's, committed or not);
         None when the log holds none and the static configured set applies."""
-        records = self.voter_records()
-        return records[-1][1] if records else None
+        # The core asks on every step (whose voter is this directory id?): no copy.
+        return self._voter_records[-1][1] if self._voter_records else self._base_voters
 
     def _start_snapshot_voters(self) -> tuple[VoterInfo, ...] | None:
         start = self._log.log_start_offset

@@ -163,3 +163,16 @@ def test_soak_dynamic_quorum_voter_changes(tmp_path: Path) -> None:
     check_outcome(done, tmp_path, set(nemeses))
     changes = [e for e in read_history(tmp_path / "history.jsonl") if e.process == "nemesis" and e.f == "voters"]
     assert changes and all(e.extra.get("error") is None and not e.extra.get("errors") for e in changes), changes
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_soak_dynamic_quorum_wiped_controllers_replaced(tmp_path: Path) -> None:
+    """KIP-853 under faults: a controller's disk is wiped, it is formatted again and swapped in for its old
+    identity (remove the old id and directory id, add the new) while others are killed, paused and cut off."""
+    nemeses = ("replace", "kill", "pause", "partition")
+    done = chaos_run(tmp_path, "--dynamic-quorum", "--duration", str(SOAK_SECONDS), "--nemesis", ",".join(nemeses),
+                     "--seed", "8540", timeout=SOAK_SECONDS + 600)
+    check_outcome(done, tmp_path, set(nemeses))
+    changes = [e for e in read_history(tmp_path / "history.jsonl") if e.process == "nemesis" and e.f == "replace"]
+    assert changes and all(e.extra.get("error") is None and not e.extra.get("errors") for e in changes), changes

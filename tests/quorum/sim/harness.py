@@ -51,8 +51,12 @@ class Node:
         config: QuorumConfig = CONFIG,
         seed: int = 0,
         now_ms: int = 0,
+        directory_id: object = None,
+        voter_directory_ids: dict[int, object] | None = None,
     ) -> None:
         self.node_id = node_id
+        self.directory_id = directory_id
+        self.voter_directory_ids = voter_directory_ids
         self.voters = frozenset(voters)
         self.config = config
         self.log = log if log is not None else MemoryLog()
@@ -71,6 +75,8 @@ class Node:
             now_ms=now_ms,
             config=self.config,
             election_state=self.disk_election,
+            directory_id=self.directory_id,
+            voter_directory_ids=self.voter_directory_ids,
         )
 
     def restart(self, now_ms: int, *, lose_unflushed: bool = True) -> None:

@@ -1,8 +1,8 @@
-"""The KIP-584 features a broker reports in ApiVersions v3+ (pure).
+"""The KIP-584 features a node reports in ApiVersions v3+ (pure).
 
 Theory of operation
 -------------------
-A Kafka 4 broker answers ApiVersions with the range of each feature it can
+A Kafka 4 broker or controller answers ApiVersions with the range of each feature it can
 run at (`supported_features`) and the level the cluster runs at
 (`finalized_features`, with the epoch of the metadata they were read from).
 Clients read them to pick protocol behaviour: Kafka's own client uses
@@ -26,8 +26,9 @@ raftka claims only what it serves:
 - `transaction.version` 2: transactions v2 (KIP-890 part 2) are served and
   on.
 
-The finalized features epoch is the offset of the metadata image the
-broker serves, as Kafka's brokers report it: it only grows, so a client
+Brokers and controllers report the same levels. The finalized features
+epoch is the offset of the metadata image the node serves, as Kafka's
+nodes report it: it only grows, so a client
 that saw a higher epoch knows an answer is older.
 """
 
