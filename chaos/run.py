@@ -121,6 +121,7 @@ def command_line(o: RunOptions) -> str:
             + ("" if o.quorum_engine == "raftka" else f"--quorum-engine {o.quorum_engine} ")
             + ("--dynamic-quorum " if o.dynamic_quorum else "") +
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
+            + ("" if o.group_protocol == "classic" else f"--group-protocol {o.group_protocol} ") +
             f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
                                   else f" --message-timeout-ms {o.message_timeout_ms}")
             + ("" if o.log_dirs == 1 else f" --log-dirs {o.log_dirs}")
