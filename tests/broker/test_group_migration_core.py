@@ -166,3 +166,39 @@ def test_classic_leave_and_an_unknown_protocol_in_a_consumer_group():
     left = step(s, "x", leave_request("g", (joined.member_id, None)), 3)
     assert left.error_code == ErrorCode.none and joined.member_id not in s.consumer.groups["g"].members
     assert r.member_id in s.consumer.groups["g"].members
+
+
+def classic_group_of_one(config: GroupCoordinatorConfig) -> tuple[GroupCoordinatorShard, str]:
+    s = GroupCoordinatorShard(0, config, random.Random(1))
+    s.on_loaded(0)
+    s.topics = {"t": (T, 4)}
+    s.written = []
+    member_id = step(s, "a", join_request(version=5, session_ms=3000), 0).member_id
+    step(s, "a", join_request(member_id=member_id, version=5, session_ms=3000), 1)
+    for now in (5, 10, 20):
+        s.written += s.tick(now).records
+    assert s.groups["g"].members
+    return s, member_id
+
+
+def test_policy_refuses_upgrade_or_downgrade():
+    import dataclasses
+
+    s, _ = classic_group_of_one(dataclasses.replace(CONFIG, group_consumer_migration_policy="downgrade"))
+    r = beat(s, "c", 0, 30)
+    assert r.error_code == ErrorCode.group_id_not_found
+    assert "group.consumer.migration.policy is downgrade" in r.error_message
+    assert "g" in s.groups and "g" not in s.consumer.groups
+    # A request refused anyway converts nothing either.
+    s2, _ = classic_group_of_one(CONFIG)
+    bad = step(s2, "c", hb.ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id="c", member_epoch=0, rebalance_timeout=timedelta(seconds=5),
+        subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None, topic_partitions=None), 30)
+    assert bad.error_code == ErrorCode.invalid_request and "g" in s2.groups and "g" not in s2.consumer.groups
+
+    # upgrade only: the last consumer-protocol member's leave keeps a consumer group.
+    s3, member_id = classic_group_of_one(dataclasses.replace(CONFIG, group_consumer_migration_policy="upgrade"))
+    r = beat(s3, "c", 0, 30)
+    assert r.error_code == ErrorCode.none and "g" in s3.consumer.groups
+    beat(s3, r.member_id, -1, 40)
+    assert "g" in s3.consumer.groups and set(s3.consumer.groups["g"].members) == {member_id}

@@ -299,18 +299,11 @@ class ConsumerGroups:
             return response_cls(throttle_time=timedelta(0), error_code=code, error_message=message,
                                 member_id=None, member_epoch=-1, heartbeat_interval=timedelta(0), assignment=None)
 
-        if not request.group_id:
-            return error(ErrorCode.invalid_request, "GroupId can't be empty.")
         epoch = request.member_epoch
         member_id = request.member_id or (member_id_for_join if epoch == 0 else "")
-        if not member_id:
-            return error(ErrorCode.invalid_request, "MemberId can't be empty.")
-        if epoch == 0 and request.server_assignor and request.server_assignor not in cfg.group_consumer_assignors:
-            return error(ErrorCode.unsupported_assignor,
-                         f"ServerAssignor {request.server_assignor} is not supported; "
-                         f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
-        if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
-            return error(ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        refused = self.request_error(request, member_id)
+        if refused is not None:
+            return error(*refused)
         group = self.groups.get(request.group_id)
         instance_id = request.instance_id
         static = _static_member(group, instance_id) if group is not None and instance_id is not None else None
@@ -420,6 +413,22 @@ class ConsumerGroups:
         for other in group.members.values():
             if other is not member and other.state == UNRELEASED and other.classic is None:
                 self._reconcile(group, other, None, fx)
+
+    def request_error(self, request: Any, member_id: str) -> tuple[ErrorCode, str] | None:
+        """What is wrong with a ConsumerGroupHeartbeat whatever the group's state."""
+        cfg = self.config
+        epoch = request.member_epoch
+        if not request.group_id:
+            return ErrorCode.invalid_request, "GroupId can't be empty."
+        if not member_id:
+            return ErrorCode.invalid_request, "MemberId can't be empty."
+        if epoch == 0 and request.server_assignor and request.server_assignor not in cfg.group_consumer_assignors:
+            return (ErrorCode.unsupported_assignor,
+                    f"ServerAssignor {request.server_assignor} is not supported; "
+                    f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
+        if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
+            return ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+        return None
 
     def _maybe_assign(self, group: ConsumerGroup, topics: TopicMetadata, fx: Effects) -> None:
         """Bump the epoch if subscribed topics changed; recompute the target if behind."""

@@ -480,15 +480,17 @@ def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestC
         # offsets stay.
         del shard.groups[request.group_id]
         fx.records.append(group_metadata_record(request.group_id, None))
-    elif classic is not None and request.member_epoch == 0:
-        # Online upgrade: the classic members go on in a consumer group.
+    elif classic is not None and request.member_epoch == 0 \
+            and shard.consumer.request_error(request, request.member_id or "joining") is None:
+        # Online upgrade: the classic members go on in a consumer group
+        # (a request refused anyway converts nothing).
         refused = migration.upgrade(shard, classic, fx)
         if refused is not None:
             fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
                 throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1,
                 heartbeat_interval=timedelta(0), error_message=refused, assignment=None))
             return
-    elif classic is not None and request.member_epoch >= 0:
+    elif classic is not None and request.member_epoch > 0:
         fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
             throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=timedelta(0),
             error_message=f"Group {request.group_id} is a classic group: rejoin with member epoch 0.", assignment=None))
