@@ -213,13 +213,6 @@ def _describe(args: argparse.Namespace) -> int:
         columns = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
         rows = [[args.group, m.member_id, m.host, m.client_id, len(m.assignment.topic_partitions)]
                 for m in sorted(group.members, key=lambda m: m.member_id)]
-        if described is not None:
-            # A group in an online upgrade or downgrade has members of both protocols.
-            kinds = {m.member_id: {0: "classic", 1: "consumer"}.get(getattr(m, "member_type", 1), "unknown")
-                     for m in described.members}
-            columns.append("PROTOCOL")
-            for row in rows:
-                row.append(kinds.get(row[1], "-"))
         if epochs is not None:
             # As Kafka 4's tool: the member's epoch and partitions, then the target's.
             member_epochs = {m.member_id: m.member_epoch for m in epochs.members}
@@ -227,6 +220,14 @@ def _describe(args: argparse.Namespace) -> int:
             for row, m in zip(rows, sorted(group.members, key=lambda m: m.member_id)):
                 row += [member_epochs.get(m.member_id, "-"), _partitions(m.assignment),
                         epochs.assignment_epoch, _partitions(m.target_assignment)]
+        if described is not None:
+            # A group in an online upgrade or downgrade has members of both
+            # protocols; the column comes after Kafka's own ones.
+            kinds = {m.member_id: {0: "classic", 1: "consumer"}.get(getattr(m, "member_type", 1), "unknown")
+                     for m in described.members}
+            columns.append("PROTOCOL")
+            for row in rows:
+                row.append(kinds.get(row[1], "-"))
         wire_cli.table(columns, rows)
         return 0
     owners = {(tp.topic, tp.partition): m for m in group.members for tp in m.assignment.topic_partitions}
