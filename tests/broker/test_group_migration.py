@@ -24,9 +24,9 @@ from broker.core.group import GroupCoordinatorConfig
 PARTITIONS = 6
 GROUP = "mig"
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = dict(offsets_topic_num_partitions=1, offsets_topic_replication_factor=1,
-              group_consumer_heartbeat_interval_ms=300, group_consumer_session_timeout_ms=6000,
-              group_initial_rebalance_delay_ms=0)
+CONFIG = {"offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1,
+          "group_consumer_heartbeat_interval_ms": 300, "group_consumer_session_timeout_ms": 6000,
+          "group_initial_rebalance_delay_ms": 0}
 
 
 class Stream:
@@ -91,7 +91,7 @@ def wait_split(stream: Stream, names: list[str], timeout_s: float = 30.0) -> flo
 
 
 def cli(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "raftka.cli", *args], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-m", "raftka.cli", *args], check=False, capture_output=True, text=True, timeout=60,
                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -13,11 +13,21 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from group_testing import heartbeat_request, join_request, leave_request, subscription, sync_request
+from group_testing import (
+    heartbeat_request,
+    join_request,
+    leave_request,
+    subscription,
+    sync_request,
+)
 from kio.schema.consumer_group_heartbeat.v1 import request as hb
 from kio.schema.errors import ErrorCode
 
-from broker.core.group import GroupCoordinatorConfig, GroupCoordinatorShard, RequestContext
+from broker.core.group import (
+    GroupCoordinatorConfig,
+    GroupCoordinatorShard,
+    RequestContext,
+)
 from broker.core.group import consumer_records as cr
 from broker.core.group.consumer_group import ConsumerMember
 from broker.core.group.migration import encode_assignment, parse_assignment

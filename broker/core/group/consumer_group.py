@@ -423,9 +423,9 @@ class ConsumerGroups:
         if not member_id:
             return ErrorCode.invalid_request, "MemberId can't be empty."
         if epoch == 0 and request.server_assignor and request.server_assignor not in cfg.group_consumer_assignors:
-            return (ErrorCode.unsupported_assignor,
-                    f"ServerAssignor {request.server_assignor} is not supported; "
-                    f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
+            return ErrorCode.unsupported_assignor, (
+                f"ServerAssignor {request.server_assignor} is not supported; "
+                f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
         if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
             return ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
         return None

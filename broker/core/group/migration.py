@@ -61,8 +61,19 @@ from kio.schema.errors import ErrorCode
 
 from broker.core.group import consumer_records as cr
 from broker.core.group import rebalance
-from broker.core.group.classic_group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
-from broker.core.group.consumer_group import STABLE, UNRELEASED, UNREVOKED, ConsumerGroup, ConsumerMember
+from broker.core.group.classic_group import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicGroup,
+    GroupState,
+    Member,
+)
+from broker.core.group.consumer_group import (
+    STABLE,
+    UNRELEASED,
+    UNREVOKED,
+    ConsumerGroup,
+    ConsumerMember,
+)
 from broker.core.group.effects import Effects, RequestContext
 from broker.core.group.join import REQUIRES_KNOWN_MEMBER_ID_VERSION, timedelta_ms
 from broker.core.group.records import group_metadata_record
