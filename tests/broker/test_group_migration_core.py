@@ -212,3 +212,19 @@ def test_policy_refuses_upgrade_or_downgrade():
     assert r.error_code == ErrorCode.none and "g" in s3.consumer.groups
     beat(s3, r.member_id, -1, 40)
     assert "g" in s3.consumer.groups and set(s3.consumer.groups["g"].members) == {member_id}
+
+
+def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is_fenced():
+    s, member_id = classic_group_of_one(CONFIG)
+    generation = s.groups["g"].generation_id
+    r = beat(s, "c", 0, 30)
+    # Told to rejoin, it keeps heartbeating (its session stays alive) but never rejoins.
+    for now in range(40, 30_000, 500):
+        answer = step(s, "a", heartbeat_request("g", member_id, generation), now)
+        assert answer.error_code == ErrorCode.rebalance_in_progress
+        r = beat(s, r.member_id, r.member_epoch, now + 1)
+        s.written += s.tick(now + 2).records
+    s.written += s.tick(40 + 30_000 + 1).records  # join_request's rebalance timeout is 30 s
+    assert member_id not in s.consumer.groups["g"].members
+    r = beat(s, r.member_id, r.member_epoch, 30_100, owned=set())
+    assert {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0, 1, 2, 3}

@@ -386,6 +386,9 @@ def join(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, group:
     if subscription_changed:
         consumer._bump(group, fx)
     member.session_deadline_ms = fx.now_ms + session_timeout_ms
+    # It rejoined: the rejoin deadline (below) is met; reconciling sets a new
+    # one if it has partitions to give up.
+    member.revocation_deadline_ms = None
     consumer._maybe_assign(group, shard.topics, fx)
     owned = _by_id(subscription.owned, shard.topics)
     consumer._reconcile(group, member, owned, fx)
@@ -448,6 +451,10 @@ def heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, g
     # give up, or partitions it waits for that are free now.
     rejoin = (member.member_epoch < group.group_epoch or member.state == UNREVOKED
               or (member.state == UNRELEASED and not _waits_for_held(group, member)))
+    if rejoin and member.revocation_deadline_ms is None:
+        # As Kafka's join timeout: a member told to rejoin that does not within
+        # its rebalance timeout is fenced, so partitions others wait for move on.
+        member.revocation_deadline_ms = fx.now_ms + member.rebalance_timeout_ms
     return fx.respond(ctx.token, heartbeat_response(mod, ErrorCode.rebalance_in_progress if rejoin else ErrorCode.none))
 
 
