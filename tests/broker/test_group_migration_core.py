@@ -228,3 +228,13 @@ def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is_fence
     assert member_id not in s.consumer.groups["g"].members
     r = beat(s, r.member_id, r.member_epoch, 30_100, owned=set())
     assert {p for tp in r.assignment.topic_partitions for p in tp.partitions} == {0, 1, 2, 3}
+
+
+def test_a_member_record_in_the_earlier_field_order_still_reads():
+    # An earlier raftka wrote ServerAssignor before RebalanceTimeoutMs.
+    for assignor, encoded in ((None, b"\x00"), ("uniform", b"\x08uniform")):
+        old = (b"\x00\x00" + b"\x00" + b"\x00" + b"\x02c" + b"\x03/h" + b"\x02\x02t" + b"\x00" + encoded
+               + struct.pack(">i", 300_000) + b"\x00")
+        key = cr.member_metadata_record("g", ConsumerMember("m")).key
+        (_kind, _g, _m), value = cr.decode(key, old)
+        assert (value["server_assignor"], value["rebalance_timeout_ms"], value["classic"]) == (assignor, 300_000, None)

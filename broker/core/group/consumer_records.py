@@ -224,6 +224,34 @@ def current_assignment_record(group_id: str, m: Any) -> Record:
         _partitions(m.assigned), _partitions(m.pending_revocation)))
 
 
+def _member_metadata(v: _Reader, kafka_order: bool) -> dict:
+    v.i16()  # value version 0
+    decoded: dict[str, Any] = {"instance_id": v.cstr(), "rack_id": v.cstr(), "client_id": v.cstr() or "",
+                               "client_host": v.cstr() or ""}
+    decoded["subscribed_topic_names"] = tuple(v.cstr() or "" for _ in range(v.uvarint() - 1))
+    decoded["subscribed_topic_regex"] = v.cstr()
+    if kafka_order:
+        decoded["rebalance_timeout_ms"] = v.i32()
+        decoded["server_assignor"] = v.cstr()
+    else:
+        decoded["server_assignor"] = v.cstr()
+        decoded["rebalance_timeout_ms"] = v.i32()
+    decoded["classic"] = None
+    classic = v.tags().get(0)
+    if v.pos != len(v.data):
+        raise GroupRecordError("a ConsumerGroupMemberMetadata value has bytes after its end")
+    if classic is not None:
+        c = _Reader(classic)
+        session_timeout_ms = c.i32()
+        protocols = []
+        for _ in range(c.uvarint() - 1):
+            name = c.cstr() or ""
+            protocols.append((name, c.cbytes()))
+            c.skip_tags()
+        decoded["classic"] = ClassicMeta(session_timeout_ms, tuple(protocols))
+    return decoded
+
+
 def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] | None:
     """((type, group, member), decoded value or None) of a consumer group
     record; None for other key types."""
@@ -252,24 +280,12 @@ def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] 
                 v.skip_tags()
             v.skip_tags()
     elif kind == MEMBER_METADATA_KEY:
-        decoded = {"instance_id": v.cstr(), "rack_id": v.cstr(), "client_id": v.cstr() or "",
-                       "client_host": v.cstr() or ""}
-        decoded["subscribed_topic_names"] = tuple(v.cstr() or "" for _ in range(v.uvarint() - 1))
-        decoded["subscribed_topic_regex"] = v.cstr()
-        decoded["rebalance_timeout_ms"] = v.i32()
-        decoded["server_assignor"] = v.cstr()
-        decoded["classic"] = None
-        classic = v.tags().get(0)
-        if classic is not None:
-            c = _Reader(classic)
-            session_timeout_ms = c.i32()
-            protocols = []
-            for _ in range(c.uvarint() - 1):
-                name = c.cstr() or ""
-                protocols.append((name, c.cbytes()))
-                c.skip_tags()
-            decoded["classic"] = ClassicMeta(session_timeout_ms, tuple(protocols))
-        return (kind, group_id, member_id), decoded
+        try:
+            return (kind, group_id, member_id), _member_metadata(_Reader(value), kafka_order=True)
+        except GroupRecordError:
+            # Written by an earlier raftka, which put ServerAssignor before
+            # RebalanceTimeoutMs (Kafka's order is the reverse).
+            return (kind, group_id, member_id), _member_metadata(_Reader(value), kafka_order=False)
     elif kind == TARGET_MEMBER_KEY:
         decoded = v.partitions()
     else:
