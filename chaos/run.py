@@ -89,6 +89,8 @@ class RunOptions:
     duration: float = 120.0
     nemeses: tuple[str, ...] = ("kill", "pause", "partition")
     workload: str = "queue"
+    #: The queue workload's group: classic, consumer (KIP-848) or mixed (online migrations).
+    group_protocol: str = "classic"
     seed: int = 0
     partitions: int = 3
     rate: float = 40.0
@@ -119,6 +121,7 @@ def command_line(o: RunOptions) -> str:
             + ("" if o.quorum_engine == "raftka" else f"--quorum-engine {o.quorum_engine} ")
             + ("--dynamic-quorum " if o.dynamic_quorum else "") +
             f"--duration {o.duration:g} --nemesis {','.join(o.nemeses) or 'none'} --workload {o.workload} "
+            + ("" if o.group_protocol == "classic" else f"--group-protocol {o.group_protocol} ") +
             f"--seed {o.seed}" + ("" if o.message_timeout_ms == MESSAGE_TIMEOUT_MS
                                   else f" --message-timeout-ms {o.message_timeout_ms}")
             + ("" if o.log_dirs == 1 else f" --log-dirs {o.log_dirs}")
@@ -200,7 +203,7 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         queue = TxnOptions(**common, seed=o.seed, transactions_per_second=max(0.5, o.rate / 8))
         workload = TxnWorkload(queue, history, str(o.out / "clients.log"))  # type: ignore[arg-type]
     else:
-        queue = QueueOptions(**common, rate_per_producer=o.rate)
+        queue = QueueOptions(**common, rate_per_producer=o.rate, group_protocol=o.group_protocol)
         workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
     nemesis: Nemesis | None = None
     try:

@@ -39,6 +39,10 @@ _NEVER_SENT = {"_PURGE_QUEUE", "MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "INV
 MESSAGE_TIMEOUT_MS = 60000
 
 
+#: How long each incarnation of the migrating group member of group_protocol=mixed lives.
+MIGRATION_PERIOD_S = 15.0
+
+
 @dataclasses.dataclass
 class QueueOptions:
     bootstrap: str
@@ -51,6 +55,11 @@ class QueueOptions:
     rate_per_producer: float = 40.0  # sends per second
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     group_id: str = "chaos"
+    #: The group protocol of `c-group`: classic, consumer (KIP-848), or mixed: `c-group`
+    #: classic next to a member that restarts every MIGRATION_PERIOD_S seconds with the
+    #: other protocol (`c-group-m<k>`), so the group upgrades and downgrades online again
+    #: and again under the faults.
+    group_protocol: str = "classic"
     #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
     security: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -137,8 +146,22 @@ class QueueWorkload:
         names += [("p-plain" if i == 0 else f"p-plain-{i}", False) for i in range(self.options.plain_producers)]
         for name, idempotent in names:
             self._spawn(self._produce, name, idempotent)
-        self._spawn(self._consume, "c-group", True)
+        o = self.options
+        self._spawn(self._consume, "c-group", True, "read_uncommitted",
+                    "classic" if o.group_protocol == "mixed" else o.group_protocol)
+        if o.group_protocol == "mixed":
+            self._spawn(self._migrating_member, "c-group-m")
         self._spawn(self._consume, "c-assign", False)
+
+    def _migrating_member(self, name: str) -> None:
+        """A group member restarted with the other protocol every MIGRATION_PERIOD_S:
+        each restart converts the group (classic <-> consumer protocol) while the other
+        member keeps consuming. Each incarnation is its own process in the history."""
+        k = 0
+        while not self.stop_consumers.is_set():
+            protocol = "consumer" if k % 2 == 0 else "classic"
+            self._consume(f"{name}{k}", True, "read_uncommitted", protocol, MIGRATION_PERIOD_S)
+            k += 1
 
     def _spawn(self, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -171,8 +194,10 @@ class QueueWorkload:
         acked = {e.value for e in events if e.f == "send" and e.type == "ok"}
         by: dict[str, set[str | None]] = {"c-group": set(), "c-assign": set()}
         for e in events:
-            if e.f == "poll" and e.process in by:
-                by[e.process].add(e.value)
+            # The members of the group together (more than one with group_protocol=mixed).
+            process = "c-group" if e.process.startswith("c-group") else e.process
+            if e.f == "poll" and process in by:
+                by[process].add(e.value)
         return all(acked <= seen for seen in by.values())
 
     # --- producers ---------------------------------------------------------------------------------
@@ -239,7 +264,8 @@ class QueueWorkload:
 
     # --- consumers --------------------------------------------------------------------------------
 
-    def _consume(self, name: str, group: bool, isolation: str = "read_uncommitted") -> None:
+    def _consume(self, name: str, group: bool, isolation: str = "read_uncommitted", protocol: str = "classic",
+                 lifetime_s: float | None = None) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         o = self.options
@@ -248,9 +274,16 @@ class QueueWorkload:
                   "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "client.id": name,
                   "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
                   "isolation.level": isolation}
+        if group and protocol == "consumer":
+            # KIP-848: the broker sets the session timeout and heartbeat interval
+            # (librdkafka refuses both keys with this protocol).
+            del config["session.timeout.ms"], config["heartbeat.interval.ms"]
+            config["group.protocol"] = "consumer"
+        until = None if lifetime_s is None else time.monotonic() + lifetime_s
         consumer = Consumer(config, logger=client_logger(self.log_path))
         session = [0]
-        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation})
+        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation,
+                                                          "protocol": protocol})
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1
@@ -263,7 +296,7 @@ class QueueWorkload:
             consumer.assign([TopicPartition(o.topic, p, OFFSET_BEGINNING) for p in range(o.partitions)])
         last_error = ("", 0.0)
         try:
-            while not self.stop_consumers.is_set():
+            while not self.stop_consumers.is_set() and (until is None or time.monotonic() < until):
                 for msg in consumer.consume(num_messages=500, timeout=0.3):
                     if msg.error() is not None:
                         code = msg.error().name()

@@ -56,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
+    run.add_argument("--group-protocol", choices=("classic", "consumer", "mixed"), default="classic",
+                     help="the queue workload's group consumer: classic, consumer (KIP-848), or mixed: a classic "
+                          "member next to one restarted every 15 s with the other protocol (online upgrade and "
+                          "downgrade under the faults)")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--log-dirs", type=int, default=1, metavar="N",
@@ -126,7 +130,7 @@ def run_main(args: argparse.Namespace) -> int:
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs,
-                         secure=args.secure)
+                         secure=args.secure, group_protocol=args.group_protocol)
     started = time.monotonic()
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),

@@ -13,7 +13,9 @@ groups (KIP-848, `group.protocol=consumer`); --type adds a TYPE column
 and, given types, lists only those; --state adds a STATE column likewise.
 describe prints each partition's committed offset, log end offset and lag,
 with the member that owns it; --members lists the members and how many
-partitions each owns, and --verbose adds, for a consumer-protocol group,
+partitions each owns (for a consumer-protocol group also the PROTOCOL
+each member speaks: classic for a JoinGroup/SyncGroup member during an
+online upgrade or downgrade, consumer otherwise), and --verbose adds, for a consumer-protocol group,
 each member's epoch and partitions and the target epoch and assignment;
 --state --verbose adds the group epoch and the target assignment epoch.
 reset-offsets computes the new committed
@@ -194,8 +196,10 @@ def _describe(args: argparse.Namespace) -> int:
     (described,) = admin.describe_consumer_groups([args.group], request_timeout=args.timeout).values()
     group = _result(described, args, f"DescribeGroups {args.group}")
     verbose = args.verbose and _type(group) == "Consumer"
-    # librdkafka does not hand out the epochs: ask the coordinator itself.
-    epochs = _epochs(group.coordinator, args) if verbose else None
+    # librdkafka does not hand out the epochs nor the members' protocols: ask the coordinator itself.
+    wanted = verbose or (args.members and _type(group) == "Consumer")
+    described = _epochs(group.coordinator, args) if wanted else None
+    epochs = described if verbose else None
     if args.state:
         columns = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
         row = [args.group, f"{group.coordinator.host}:{group.coordinator.port} ({group.coordinator.id})",
@@ -216,6 +220,14 @@ def _describe(args: argparse.Namespace) -> int:
             for row, m in zip(rows, sorted(group.members, key=lambda m: m.member_id)):
                 row += [member_epochs.get(m.member_id, "-"), _partitions(m.assignment),
                         epochs.assignment_epoch, _partitions(m.target_assignment)]
+        if described is not None:
+            # A group in an online upgrade or downgrade has members of both
+            # protocols; the column comes after Kafka's own ones.
+            kinds = {m.member_id: {0: "classic", 1: "consumer"}.get(getattr(m, "member_type", 1), "unknown")
+                     for m in described.members}
+            columns.append("PROTOCOL")
+            for row in rows:
+                row.append(kinds.get(row[1], "-"))
         wire_cli.table(columns, rows)
         return 0
     owners = {(tp.topic, tp.partition): m for m in group.members for tp in m.assignment.topic_partitions}
@@ -249,7 +261,7 @@ def _partitions(assignment: Any) -> str:
 def _epochs(coordinator: Any, args: argparse.Namespace) -> Any:
     """The coordinator's ConsumerGroupDescribe answer for the group."""
     import trio
-    from kio.schema.consumer_group_describe.v0 import request as cgd
+    from kio.schema.consumer_group_describe.v1 import request as cgd
 
     from common.wire import ConnectionFailedError
 

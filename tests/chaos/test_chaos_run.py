@@ -176,3 +176,20 @@ def test_soak_dynamic_quorum_wiped_controllers_replaced(tmp_path: Path) -> None:
     check_outcome(done, tmp_path, set(nemeses))
     changes = [e for e in read_history(tmp_path / "history.jsonl") if e.process == "nemesis" and e.f == "replace"]
     assert changes and all(e.extra.get("error") is None and not e.extra.get("errors") for e in changes), changes
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the online migration with "
+                    "real clients, tests/broker/test_group_migration.py)")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_a_group_migrating_between_protocols_under_faults_loses_nothing(tmp_path: Path) -> None:
+    # One classic member and one restarted every 15 s with the other protocol:
+    # the group upgrades to the consumer protocol and downgrades back again and
+    # again while controllers and brokers are killed, paused and cut off.
+    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "90", "--nemesis", "kill,pause,partition",
+                     "--group-protocol", "mixed", "--seed", "41", timeout=500)
+    check_outcome(done, tmp_path, {"kill", "pause", "partition"})
+    history = read_history(tmp_path / "history.jsonl")
+    opened = {e.process: e.extra.get("protocol") for e in history if e.f == "open" and e.process.startswith("c-group")}
+    polled = {e.process for e in history if e.f == "poll" and e.type == "ok"}
+    assert {"consumer", "classic"} <= {opened[p] for p in polled if p.startswith("c-group-m")}, opened
+    assert "c-group" in polled

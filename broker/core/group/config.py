@@ -56,6 +56,14 @@ class GroupCoordinatorConfig:
     #: `group.consumer.assignors`: the server-side assignors a member may
     #: name; the first is the default.
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    #: `group.consumer.migration.policy` (Kafka's key; `group.protocol.upgrade.policy`
+    #: is read as an alias): whether a non-empty classic group becomes a
+    #: consumer-protocol group when a member joins with ConsumerGroupHeartbeat
+    #: (upgrade), and a consumer group back a classic one when its last
+    #: consumer-protocol member leaves (downgrade). One of disabled, upgrade,
+    #: downgrade, bidirectional (Kafka 4's default). Empty groups convert
+    #: either way whatever the policy.
+    group_consumer_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
         if self.offsets_topic_num_partitions <= 0:
@@ -73,6 +81,9 @@ class GroupCoordinatorConfig:
             raise ConfigError(f"group.consumer.assignors must list some of uniform, range; got {unknown or 'none'}")
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
             raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
+        if self.group_consumer_migration_policy not in MIGRATION_POLICIES:
+            raise ConfigError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)} "
+                              f"(case-insensitive); got {self.group_consumer_migration_policy!r}")
         if self.offsets_retention_ms <= 0:
             raise ConfigError("offsets.retention.minutes must be at least 1")
         if self.offsets_retention_check_interval_ms <= 0:
@@ -94,8 +105,22 @@ class GroupCoordinatorConfig:
             kwargs["group_consumer_assignors"] = tuple(
                 a.strip().rsplit(".", 1)[-1].lower().removesuffix("assignor")
                 for a in str(props["group.consumer.assignors"]).split(",") if a.strip())
+        for key in (MIGRATION_POLICY_ALIAS, MIGRATION_POLICY_KEY):  # Kafka's key wins over the alias
+            if key in props:
+                kwargs["group_consumer_migration_policy"] = str(props[key]).strip().lower()
         return cls(**kwargs)
 
+    def allows_upgrade(self) -> bool:
+        return self.group_consumer_migration_policy in ("upgrade", "bidirectional")
+
+    def allows_downgrade(self) -> bool:
+        return self.group_consumer_migration_policy in ("downgrade", "bidirectional")
+
+
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+MIGRATION_POLICY_KEY = "group.consumer.migration.policy"
+#: Another name some write for the same setting; Kafka knows only the key above.
+MIGRATION_POLICY_ALIAS = "group.protocol.upgrade.policy"
 
 _INT_KEYS = {
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",

@@ -83,6 +83,16 @@ class ConsumerMember:
     revocation_deadline_ms: int | None = None
     #: The assignment was changed since the last heartbeat response.
     assignment_changed: bool = True
+    #: Set for a member that speaks the classic protocol (JoinGroup,
+    #: SyncGroup, Heartbeat) in this group during an online upgrade or
+    #: downgrade (`migration`); None for a ConsumerGroupHeartbeat member.
+    classic: cr.ClassicMeta | None = None
+
+    def session_timeout_ms(self, config: Any) -> int:
+        """A classic member keeps the session timeout it joined with."""
+        if self.classic is not None:
+            return self.classic.session_timeout_ms
+        return config.group_consumer_session_timeout_ms
 
 
 @dataclass
@@ -226,6 +236,10 @@ class ConsumerGroups:
         self.groups: dict[str, ConsumerGroup] = {}
         #: (topic id, partition) -> the racks of its replicas (set by the shell from the metadata image).
         self.partition_racks: Mapping[tuple[uuid.UUID, int], frozenset[str]] = {}
+        #: Called as fence_hook(group, member_id, fx) before a member whose
+        #: session or revocation timed out is removed; True when it took care
+        #: of it (the shard downgrades the group to a classic one).
+        self.fence_hook: Any = None
 
     # --- records ------------------------------------------------------------
 
@@ -285,18 +299,11 @@ class ConsumerGroups:
             return response_cls(throttle_time=timedelta(0), error_code=code, error_message=message,
                                 member_id=None, member_epoch=-1, heartbeat_interval=timedelta(0), assignment=None)
 
-        if not request.group_id:
-            return error(ErrorCode.invalid_request, "GroupId can't be empty.")
         epoch = request.member_epoch
         member_id = request.member_id or (member_id_for_join if epoch == 0 else "")
-        if not member_id:
-            return error(ErrorCode.invalid_request, "MemberId can't be empty.")
-        if epoch == 0 and request.server_assignor and request.server_assignor not in cfg.group_consumer_assignors:
-            return error(ErrorCode.unsupported_assignor,
-                         f"ServerAssignor {request.server_assignor} is not supported; "
-                         f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
-        if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
-            return error(ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        refused = self.request_error(request, member_id)
+        if refused is not None:
+            return error(*refused)
         group = self.groups.get(request.group_id)
         instance_id = request.instance_id
         static = _static_member(group, instance_id) if group is not None and instance_id is not None else None
@@ -319,9 +326,7 @@ class ConsumerGroups:
             static.revocation_deadline_ms = None
             static.state = STABLE
             self._write_current(group, static, fx)
-            for other in group.members.values():
-                if other is not static and other.state == UNRELEASED:
-                    self._reconcile(group, other, None, fx)
+            self.reconcile_waiting(group, static, fx)
             return response_cls(throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=member_id,
                                 member_epoch=epoch, heartbeat_interval=timedelta(0), assignment=None)
         if epoch == 0 and static is not None and static.member_id != member_id:
@@ -388,13 +393,10 @@ class ConsumerGroups:
             self._write_member(group, member, fx)
         if subscription_changed:
             self._bump(group, fx)
-        member.session_deadline_ms = now_ms + cfg.group_consumer_session_timeout_ms
+        member.session_deadline_ms = now_ms + member.session_timeout_ms(cfg)
         self._maybe_assign(group, topics, fx)
         self._reconcile(group, member, _owned(request.topic_partitions), fx)
-        # Others may be waiting for what this member just released.
-        for other in group.members.values():
-            if other is not member and other.state == UNRELEASED:
-                self._reconcile(group, other, None, fx)
+        self.reconcile_waiting(group, member, fx)
         assignment = None
         if member.assignment_changed or epoch == 0:
             assignment = _assignment(response_cls, member.assigned)
@@ -402,6 +404,31 @@ class ConsumerGroups:
         return response_cls(throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=member_id,
                             member_epoch=member.member_epoch,
                             heartbeat_interval=timedelta(milliseconds=cfg.group_consumer_heartbeat_interval_ms), assignment=assignment)
+
+    def reconcile_waiting(self, group: ConsumerGroup, member: ConsumerMember, fx: Effects) -> None:
+        """Others may be waiting for what `member` just released. A classic
+        member is left out: it learns its partitions only by rejoining (its
+        Heartbeat tells it to), so the coordinator must not move them
+        behind its back."""
+        for other in group.members.values():
+            if other is not member and other.state == UNRELEASED and other.classic is None:
+                self._reconcile(group, other, None, fx)
+
+    def request_error(self, request: Any, member_id: str) -> tuple[ErrorCode, str] | None:
+        """What is wrong with a ConsumerGroupHeartbeat whatever the group's state."""
+        cfg = self.config
+        epoch = request.member_epoch
+        if not request.group_id:
+            return ErrorCode.invalid_request, "GroupId can't be empty."
+        if not member_id:
+            return ErrorCode.invalid_request, "MemberId can't be empty."
+        if epoch == 0 and request.server_assignor and request.server_assignor not in cfg.group_consumer_assignors:
+            return ErrorCode.unsupported_assignor, (
+                f"ServerAssignor {request.server_assignor} is not supported; "
+                f"this broker has {', '.join(cfg.group_consumer_assignors)} (group.consumer.assignors).")
+        if epoch == 0 and request.subscribed_topic_names is None and not getattr(request, "subscribed_topic_regex", None):
+            return ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+        return None
 
     def _maybe_assign(self, group: ConsumerGroup, topics: TopicMetadata, fx: Effects) -> None:
         """Bump the epoch if subscribed topics changed; recompute the target if behind."""
@@ -477,6 +504,9 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            return None if member_epoch == member.member_epoch else ErrorCode.illegal_generation
         if member_epoch not in (member.member_epoch, member.previous_member_epoch) \
                 or member_epoch > member.member_epoch:
             return ErrorCode.stale_member_epoch
@@ -502,15 +532,18 @@ class ConsumerGroups:
             return
         # Session expired, or the member did not revoke in its rebalance
         # timeout: it is fenced and its partitions go to the others.
+        if self.fence_hook is not None and self.fence_hook(group, member_id, fx):
+            return
         self._remove_member(group, member_id, fx)
         self._maybe_assign(group, topics, fx)
         for other in group.members.values():
-            self._reconcile(group, other, None, fx)
+            if other.classic is None:
+                self._reconcile(group, other, None, fx)
 
     def on_loaded(self, now_ms: int) -> None:
         for group in self.groups.values():
             for member in group.members.values():
-                member.session_deadline_ms = now_ms + self.config.group_consumer_session_timeout_ms
+                member.session_deadline_ms = now_ms + member.session_timeout_ms(self.config)
                 member.assignment_changed = True
 
     # --- replay --------------------------------------------------------------------
@@ -575,7 +608,7 @@ def describe(group: ConsumerGroup | None, group_id: str, topics_by_id: Mapping[u
         client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=m.subscribed_topic_names, subscribed_topic_regex=m.subscribed_topic_regex,
         assignment=tps(m.assigned), target_assignment=tps(group.target.get(m.member_id, {})),
-        **({"member_type": 1} if "member_type" in mod.Member.__dataclass_fields__ else {}))
+        **({"member_type": 0 if m.classic is not None else 1} if "member_type" in mod.Member.__dataclass_fields__ else {}))
         for m in sorted(group.members.values(), key=lambda m: m.member_id))
     return mod.DescribedGroup(error_code=ErrorCode.none, error_message=None, group_id=group_id,
                               group_state=group.state_name(), group_epoch=group.group_epoch,

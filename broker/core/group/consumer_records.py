@@ -8,7 +8,9 @@ an empty tagged-field section after each struct).
     4 ConsumerGroupPartitionMetadata   GroupId              -> Topics[TopicId, TopicName, NumPartitions, PartitionMetadata[]]
     5 ConsumerGroupMemberMetadata      GroupId, MemberId    -> InstanceId, RackId, ClientId, ClientHost,
                                                                SubscribedTopicNames, SubscribedTopicRegex,
-                                                               ServerAssignor, RebalanceTimeoutMs
+                                                               RebalanceTimeoutMs, ServerAssignor,
+                                                               tag 0: ClassicMemberMetadata[SessionTimeoutMs,
+                                                                      SupportedProtocols[Name, Metadata]]
     6 ConsumerGroupTargetAssignmentMetadata GroupId         -> AssignmentEpoch
     7 ConsumerGroupTargetAssignmentMember   GroupId, MemberId -> TopicPartitions[TopicId, Partitions]
     8 ConsumerGroupCurrentMemberAssignment  GroupId, MemberId -> MemberEpoch, PreviousMemberEpoch, State,
@@ -19,9 +21,19 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from broker.core.group.records import GroupRecordError, Record
+
+
+@dataclass(frozen=True)
+class ClassicMeta:
+    """What a classic-protocol member of a consumer group joined with: its
+    session timeout and its (name, metadata) protocols, in its order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
 
 GROUP_METADATA_KEY, PARTITION_METADATA_KEY, MEMBER_METADATA_KEY = 3, 4, 5
 TARGET_METADATA_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY = 6, 7, 8
@@ -61,12 +73,21 @@ def _cstr(out: bytearray, text: str | None) -> None:
     out += raw
 
 
-def _value(*parts: bytes) -> bytes:
+def _value(*parts: bytes, tags: dict[int, bytes] | None = None) -> bytes:
     out = bytearray(_I16.pack(0))
     for p in parts:
         out += p
-    out.append(0)  # no tagged fields
+    _uvarint(out, len(tags or {}))
+    for tag, data in sorted((tags or {}).items()):
+        _uvarint(out, tag)
+        _uvarint(out, len(data))
+        out += data
     return bytes(out)
+
+
+def _cbytes(out: bytearray, data: bytes) -> None:
+    _uvarint(out, len(data) + 1)
+    out += data
 
 
 def _partitions(assignment: dict) -> bytes:
@@ -121,9 +142,17 @@ class _Reader:
         return uuid.UUID(bytes=self.take(16))
 
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        out = {}
         for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
+    def cbytes(self) -> bytes:
+        return self.take(self.uvarint() - 1)
 
     def partitions(self) -> dict:
         out = {}
@@ -167,9 +196,22 @@ def member_metadata_record(group_id: str, m: Any) -> Record:
     for t in m.subscribed_topic_names:
         _cstr(out, t)
     _cstr(out, m.subscribed_topic_regex)
-    _cstr(out, m.server_assignor)
     out += _I32.pack(m.rebalance_timeout_ms)
-    return Record(_key(MEMBER_METADATA_KEY, group_id, m.member_id), _value(bytes(out)))
+    _cstr(out, m.server_assignor)
+    tags = None
+    if m.classic is not None:
+        # A member that speaks the classic protocol (JoinGroup/SyncGroup) in
+        # a consumer group: Kafka keeps its session timeout and protocols in
+        # tagged field 0, so a new coordinator knows to answer it that way.
+        classic = bytearray(_I32.pack(m.classic.session_timeout_ms))
+        _uvarint(classic, len(m.classic.protocols) + 1)
+        for name, metadata in m.classic.protocols:
+            _cstr(classic, name)
+            _cbytes(classic, metadata)
+            classic.append(0)
+        classic.append(0)
+        tags = {0: bytes(classic)}
+    return Record(_key(MEMBER_METADATA_KEY, group_id, m.member_id), _value(bytes(out), tags=tags))
 
 
 def target_member_record(group_id: str, member_id: str, assignment: dict) -> Record:
@@ -180,6 +222,34 @@ def current_assignment_record(group_id: str, m: Any) -> Record:
     return Record(_key(CURRENT_ASSIGNMENT_KEY, group_id, m.member_id), _value(
         _I32.pack(m.member_epoch), _I32.pack(m.previous_member_epoch), _I8.pack(m.state),
         _partitions(m.assigned), _partitions(m.pending_revocation)))
+
+
+def _member_metadata(v: _Reader, kafka_order: bool) -> dict:
+    v.i16()  # value version 0
+    decoded: dict[str, Any] = {"instance_id": v.cstr(), "rack_id": v.cstr(), "client_id": v.cstr() or "",
+                               "client_host": v.cstr() or ""}
+    decoded["subscribed_topic_names"] = tuple(v.cstr() or "" for _ in range(v.uvarint() - 1))
+    decoded["subscribed_topic_regex"] = v.cstr()
+    if kafka_order:
+        decoded["rebalance_timeout_ms"] = v.i32()
+        decoded["server_assignor"] = v.cstr()
+    else:
+        decoded["server_assignor"] = v.cstr()
+        decoded["rebalance_timeout_ms"] = v.i32()
+    decoded["classic"] = None
+    classic = v.tags().get(0)
+    if v.pos != len(v.data):
+        raise GroupRecordError("a ConsumerGroupMemberMetadata value has bytes after its end")
+    if classic is not None:
+        c = _Reader(classic)
+        session_timeout_ms = c.i32()
+        protocols = []
+        for _ in range(c.uvarint() - 1):
+            name = c.cstr() or ""
+            protocols.append((name, c.cbytes()))
+            c.skip_tags()
+        decoded["classic"] = ClassicMeta(session_timeout_ms, tuple(protocols))
+    return decoded
 
 
 def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] | None:
@@ -210,12 +280,12 @@ def decode(key: bytes, value: bytes | None) -> tuple[tuple[int, str, str], Any] 
                 v.skip_tags()
             v.skip_tags()
     elif kind == MEMBER_METADATA_KEY:
-        decoded = {"instance_id": v.cstr(), "rack_id": v.cstr(), "client_id": v.cstr() or "",
-                       "client_host": v.cstr() or ""}
-        decoded["subscribed_topic_names"] = tuple(v.cstr() or "" for _ in range(v.uvarint() - 1))
-        decoded["subscribed_topic_regex"] = v.cstr()
-        decoded["server_assignor"] = v.cstr()
-        decoded["rebalance_timeout_ms"] = v.i32()
+        try:
+            return (kind, group_id, member_id), _member_metadata(_Reader(value), kafka_order=True)
+        except GroupRecordError:
+            # Written by an earlier raftka, which put ServerAssignor before
+            # RebalanceTimeoutMs (Kafka's order is the reverse).
+            return (kind, group_id, member_id), _member_metadata(_Reader(value), kafka_order=False)
     elif kind == TARGET_MEMBER_KEY:
         decoded = v.partitions()
     else:

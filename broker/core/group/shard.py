@@ -45,7 +45,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.core.group import consumer_group, consumer_records, join, membership, offsets, rebalance
+from broker.core.group import consumer_group, consumer_records, join, membership, migration, offsets, rebalance
 from broker.core.group.classic_group import ClassicGroup, GroupState, Member
 from broker.core.group.config import GroupCoordinatorConfig
 from broker.core.group.effects import CoordinatorResult, Effects, RequestContext
@@ -94,7 +94,7 @@ class GroupCoordinatorShard:
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets = offsets.OffsetStore()
         #: KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat).
-        self.consumer = consumer_group.ConsumerGroups(config)
+        self.consumer = self._consumer_groups()
         #: name -> (topic id, partitions) of the cluster's topics; the shell
         #: sets it from its metadata image before each step.
         self.topics: dict = {}
@@ -106,10 +106,10 @@ class GroupCoordinatorShard:
         self._handlers: dict[int, Callable[[Any, RequestContext, Any, Effects], None]] = {
             8: offsets.handle_offset_commit,
             9: offsets.handle_offset_fetch,
-            11: join.handle_join_group,
-            12: membership.handle_heartbeat,
-            13: membership.handle_leave_group,
-            14: membership.handle_sync_group,
+            11: _classic(join.handle_join_group, migration.join),
+            12: _classic(membership.handle_heartbeat, migration.heartbeat),
+            13: _classic(membership.handle_leave_group, migration.leave),
+            14: _classic(membership.handle_sync_group, migration.sync),
             15: _handle_describe_groups,
             16: _handle_list_groups,
             42: _handle_delete_groups,
@@ -279,13 +279,19 @@ class GroupCoordinatorShard:
             for member in group.members.values():
                 rebalance.answer_parked(member, fx, ErrorCode.not_coordinator, member_id=member.member_id)
         self.groups = {}
-        self.consumer = consumer_group.ConsumerGroups(self.config)
+        self.consumer = self._consumer_groups()
         self.offsets = offsets.OffsetStore()
         self.pending_txn_offsets = {}
         self._next_position = 0
         self.loaded = False
         self._next_sweep_ms = None
         return fx.result()
+
+    def _consumer_groups(self) -> consumer_group.ConsumerGroups:
+        groups = consumer_group.ConsumerGroups(self.config)
+        # A fenced last consumer-protocol member may turn its group back into a classic one.
+        groups.fence_hook = lambda group, member_id, fx: migration.maybe_downgrade(self, group, {member_id}, fx)
+        return groups
 
     def new_member_id(self, prefix: str) -> str:
         bits = self.rng.getrandbits(128)
@@ -339,6 +345,18 @@ class GroupCoordinatorShard:
             if member is not None and member.heartbeat_deadline_ms is not None \
                     and member.heartbeat_deadline_ms <= now_ms:
                 rebalance.on_heartbeat_deadline(group, member, fx, self.config)
+
+
+def _classic(classic_handler: Callable, mixed_handler: Callable) -> Callable:
+    """A classic-protocol request: to a non-empty consumer group it goes to
+    that group's classic members (online migration), else to the classic
+    group of the id."""
+    def handle(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, fx: Effects) -> None:
+        group = migration.consumer_group_of(shard, request.group_id) if request.group_id else None
+        if group is not None and request.group_id not in shard.groups:
+            return mixed_handler(shard, ctx, request, group, fx)
+        return classic_handler(shard, ctx, request, fx)
+    return handle
 
 
 def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
@@ -455,18 +473,37 @@ def delete_group(shard: GroupCoordinatorShard, group_id: str, fx: Effects) -> Er
 def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any,
                                      fx: Effects) -> None:
     classic = shard.groups.get(request.group_id)
+    mod = response_module(request)
     if classic is not None and not classic.members and request.member_epoch == 0:
         # An empty classic group (offsets only) becomes a consumer group,
-        # as Kafka converts it; its committed offsets stay.
+        # as Kafka converts it whatever the migration policy; its committed
+        # offsets stay.
         del shard.groups[request.group_id]
-    elif classic is not None and request.member_epoch >= 0:
-        mod = response_module(request)
+        fx.records.append(group_metadata_record(request.group_id, None))
+    elif classic is not None and request.member_epoch == 0 \
+            and shard.consumer.request_error(request, request.member_id or "joining") is None:
+        # Online upgrade: the classic members go on in a consumer group
+        # (a request refused anyway converts nothing).
+        refused = migration.upgrade(shard, classic, fx)
+        if refused is not None:
+            fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
+                throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1,
+                heartbeat_interval=timedelta(0), error_message=refused, assignment=None))
+            return
+    elif classic is not None and request.member_epoch > 0:
         fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
             throttle_time=timedelta(0), error_code=ErrorCode.group_id_not_found, member_epoch=-1, heartbeat_interval=timedelta(0),
-            error_message=f"Group {request.group_id} is a classic group: its members must leave before "
-                          "consumer-protocol members can join.", assignment=None))
+            error_message=f"Group {request.group_id} is a classic group: rejoin with member epoch 0.", assignment=None))
         return
-    mod = response_module(request)
+    group = shard.consumer.groups.get(request.group_id)
+    if request.member_epoch == consumer_group.LEAVE_EPOCH and group is not None \
+            and group.members.get(request.member_id) is not None \
+            and migration.maybe_downgrade(shard, group, {request.member_id}, fx):
+        # The last consumer-protocol member left: the group is a classic one again.
+        fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
+            throttle_time=timedelta(0), error_code=ErrorCode.none, member_id=request.member_id,
+            member_epoch=consumer_group.LEAVE_EPOCH, heartbeat_interval=timedelta(0), assignment=None))
+        return
     fx.respond(ctx.token, shard.consumer.heartbeat(
         ctx, request, shard.topics, fx, mod.ConsumerGroupHeartbeatResponse, shard.new_member_id("member")))
 
