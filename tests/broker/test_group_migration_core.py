@@ -238,3 +238,78 @@ def test_a_member_record_in_the_earlier_field_order_still_reads():
         key = cr.member_metadata_record("g", ConsumerMember("m")).key
         (_kind, _g, _m), value = cr.decode(key, old)
         assert (value["server_assignor"], value["rebalance_timeout_ms"], value["classic"]) == (assignor, 300_000, None)
+
+
+def static_beat(s, member, epoch, now_ms, instance_id, owned=None):
+    return step(s, member, hb.ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=epoch, instance_id=instance_id, rack_id=None,
+        rebalance_timeout=timedelta(seconds=5), subscribed_topic_names=("t",) if epoch == 0 else None,
+        subscribed_topic_regex=None, server_assignor=None,
+        topic_partitions=None if owned is None else (hb.TopicPartitions(topic_id=T, partitions=tuple(sorted(owned))),)),
+        now_ms)
+
+
+def mixed_static_group(config: GroupCoordinatorConfig) -> tuple[GroupCoordinatorShard, str, set[int], set[int]]:
+    """A consumer group of a consumer-protocol static member (instance "ic")
+    and a classic static member (instance "ia"), both reconciled; then the
+    consumer-protocol one leaves for a restart (epoch -2), keeping its
+    partitions. Returns the shard, the classic member id and each one's partitions."""
+    s = GroupCoordinatorShard(0, config, random.Random(1))
+    s.on_loaded(0)
+    s.topics = {"t": (T, 4)}
+    s.written = []
+    c = static_beat(s, "c", 0, 0, "ic")
+    joined = step(s, "a", join_request(version=5, instance_id="ia", session_ms=3000), 10)
+    a_id = joined.member_id
+    # c owned everything: it gives up what the classic member gets, then a rejoins for it.
+    r = static_beat(s, c.member_id, c.member_epoch, 20, "ic", owned={0, 1, 2, 3})
+    static_beat(s, c.member_id, r.member_epoch, 30, "ic", owned={p for tp in r.assignment.topic_partitions
+                                                                  for p in tp.partitions})
+    joined = step(s, "a", join_request(member_id=a_id, version=5, instance_id="ia", session_ms=3000), 40)
+    synced = step(s, "a", sync_request("g", a_id, joined.generation_id, instance_id="ia"), 41)
+    group = s.consumer.groups["g"]
+    c_member = group.members[c.member_id]
+    assert group.state_name() == "Stable", group
+    a_parts, c_parts = partitions(synced.assignment), set(c_member.assigned[T])
+    assert a_parts | c_parts == {0, 1, 2, 3} and a_parts and c_parts
+    static_beat(s, c.member_id, -2, 60, "ic")  # leaves for a restart: keeps its partitions
+    assert group.members[c.member_id].member_epoch == -2
+    return s, a_id, a_parts, c_parts
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_protocol_member_downgrades():
+    s, a_id, a_parts, c_parts = mixed_static_group(CONFIG)
+    epoch = s.consumer.groups["g"].group_epoch
+    # The consumer comes back rolled back to the classic protocol, same
+    # group.instance.id and subscription: the group is a classic group again,
+    # at the group epoch, with no rebalance; it takes the partitions back.
+    joined = step(s, "c2", join_request(version=5, instance_id="ic", session_ms=3000), 70)
+    assert joined.error_code == ErrorCode.none and joined.leader == "" and not joined.members
+    assert "g" not in s.consumer.groups and s.groups["g"].state.value == "Stable"
+    assert s.groups["g"].generation_id == epoch == joined.generation_id
+    assert {m.group_instance_id for m in s.groups["g"].members.values()} == {"ia", "ic"}
+    synced = step(s, "c2", sync_request("g", joined.member_id, joined.generation_id, instance_id="ic"), 71)
+    assert synced.error_code == ErrorCode.none and partitions(synced.assignment) == c_parts
+    # The classic member that stayed sees no rebalance.
+    assert step(s, "a", heartbeat_request("g", a_id, epoch, instance_id="ia"), 72).error_code == ErrorCode.none
+    back = rebuilt(s)
+    assert "g" not in back.consumer.groups
+    assert {m.member_id: partitions(m.assignment) for m in back.groups["g"].members.values()} == {
+        a_id: a_parts, joined.member_id: c_parts}
+
+    # With another subscription the classic group rebalances at once.
+    s, a_id, _a, _c = mixed_static_group(CONFIG)
+    joined = step(s, "c2", join_request(version=5, instance_id="ic", session_ms=3000,
+                                        protocols=(("range", subscription("t", "u")),)), 70)
+    assert joined.error_code == ErrorCode.none and "g" not in s.consumer.groups
+    assert s.groups["g"].state.value == "PreparingRebalance"
+    assert step(s, "a", heartbeat_request("g", a_id, s.groups["g"].generation_id, instance_id="ia"),
+                72).error_code == ErrorCode.rebalance_in_progress
+
+    # Without the downgrade in the policy it stays a consumer group of classic members.
+    import dataclasses
+
+    s, a_id, _a, c_parts = mixed_static_group(dataclasses.replace(CONFIG, group_consumer_migration_policy="upgrade"))
+    joined = step(s, "c2", join_request(version=5, instance_id="ic", session_ms=3000), 70)
+    assert joined.error_code == ErrorCode.none and "g" not in s.groups
+    assert s.consumer.groups["g"].members[joined.member_id].classic is not None

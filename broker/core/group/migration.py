@@ -13,7 +13,8 @@ non-empty group are allowed; an empty group converts either way.
 
     classic group --(a member sends ConsumerGroupHeartbeat, upgrade allowed)--> consumer group
     consumer group --(its last consumer-protocol member leaves or is fenced,
-                      the rest are classic, downgrade allowed)--> classic group
+                      or a classic JoinGroup with its group.instance.id takes
+                      its place; the rest are classic, downgrade allowed)--> classic group
 
 Upgrade (`upgrade`): the classic group's members become members of a
 consumer group at the classic generation as their member epoch, each
@@ -43,7 +44,11 @@ Downgrade (`maybe_downgrade`): instead of fencing the last
 consumer-protocol member, the group is rewritten as a classic group at
 the group epoch as its generation, with the members' current partitions as
 their assignment, and a rebalance starts: every member rejoins with
-JoinGroup and the leader assigns again.
+JoinGroup and the leader assigns again. When a static member rolled back
+to the classic protocol replaces the last consumer-protocol member
+(`downgrades_on_replacing`, Kafka's static member replacement), it takes
+that member's partitions and the classic group starts Stable, without a
+rebalance, unless its subscription differs.
 
 The records written are Kafka's: tombstones for the old kind of group,
 then the new kind's records, in one batch, so a coordinator that takes
@@ -276,6 +281,28 @@ def maybe_downgrade(shard: GroupCoordinatorShard, group: ConsumerGroup, leaving:
         return False
     if not cfg.allows_downgrade() or len(rest) > cfg.group_max_size:
         return False
+    # The members rejoin (their Heartbeat says REBALANCE_IN_PROGRESS) and the
+    # leader assigns the partitions the left member had.
+    return _to_classic(shard, group, rest, fx, start_rebalance=True)
+
+
+def downgrades_on_replacing(shard: GroupCoordinatorShard, group: ConsumerGroup, replaced: ConsumerMember) -> bool:
+    """Kafka's `validateOnlineDowngradeWithReplacedMember`: a classic static
+    member taking the place of `replaced` (same group.instance.id) ends the
+    consumer protocol in the group when `replaced` was its last
+    consumer-protocol member and the policy allows a downgrade."""
+    cfg = shard.config
+    return (replaced.classic is None
+            and all(m.classic is not None for mid, m in group.members.items() if mid != replaced.member_id)
+            and cfg.allows_downgrade() and len(group.members) <= cfg.group_max_size)
+
+
+def _to_classic(shard: GroupCoordinatorShard, group: ConsumerGroup, rest: list[ConsumerMember], fx: Effects,
+                start_rebalance: bool) -> bool:
+    """Rewrite `group` as a classic group of the classic members `rest`, at
+    the group epoch as its generation, each with its current partitions as
+    its assignment; with `start_rebalance` a rebalance starts. False (nothing
+    changed) if no protocol is supported by every member."""
     common = set.intersection(*({n for n, _ in m.classic.protocols} for m in rest))
     protocol = next((n for n, _ in rest[0].classic.protocols if n in common), None)
     if protocol is None:
@@ -302,9 +329,8 @@ def maybe_downgrade(shard: GroupCoordinatorShard, group: ConsumerGroup, leaving:
     classic.subscribed_topics = classic.compute_subscribed_topics()
     shard.groups[gid] = classic
     rebalance.store_group(classic, fx)
-    # The members rejoin (their Heartbeat says REBALANCE_IN_PROGRESS) and the
-    # leader assigns the partitions the left member had.
-    rebalance.prepare_rebalance(classic, fx, cfg)
+    if start_rebalance:
+        rebalance.prepare_rebalance(classic, fx, shard.config)
     return True
 
 
@@ -358,11 +384,16 @@ def join(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, group:
     subscription = parse_subscription(protocols[0][1])
     if subscription is None:
         return fail(ErrorCode.inconsistent_group_protocol, member_id)
+    downgrade = False
     if instance_id is not None:
         static = next((m for m in group.members.values() if m.instance_id == instance_id), None)
         if static is not None and static.member_id != member_id:
             if request.member_id:
                 return fail(ErrorCode.fenced_instance_id, member_id)
+            # A consumer rolled back to the classic protocol in place of the
+            # group's last consumer-protocol member: the group goes back to
+            # being a classic group (decided before the replacement, as Kafka).
+            downgrade = downgrades_on_replacing(shard, group, static)
             # The static member is back under a new id: it takes the old
             # one's place and partitions without a rebalance.
             consumer._replace_static(group, static, member_id, fx)
@@ -389,8 +420,15 @@ def join(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, group:
     # It rejoined: the rejoin deadline (below) is met; reconciling sets a new
     # one if it has partitions to give up.
     member.revocation_deadline_ms = None
-    consumer._maybe_assign(group, shard.topics, fx)
     owned = _by_id(subscription.owned, shard.topics)
+    if downgrade and _downgrade_replaced(shard, group, member, owned, subscription_changed, fx):
+        # Kafka answers the join as a consumer group's: the member, at its
+        # epoch (the classic group's generation unless a rebalance started),
+        # is a follower and gets its partitions from SyncGroup.
+        return fx.respond(ctx.token, join_response(
+            mod, ErrorCode.none, member_id=member_id, generation_id=member.member_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocols[0][0], leader="", members=()))
+    consumer._maybe_assign(group, shard.topics, fx)
     consumer._reconcile(group, member, owned, fx)
     if member.state == UNREVOKED:
         # An eager client gave everything up before rejoining: what it must
@@ -401,6 +439,20 @@ def join(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, group:
         mod, ErrorCode.none, member_id=member_id, generation_id=member.member_epoch,
         protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocols[0][0], leader="", members=()))
     return None
+
+
+def _downgrade_replaced(shard: GroupCoordinatorShard, group: ConsumerGroup, member: ConsumerMember,
+                        owned: dict[uuid.UUID, frozenset[int]], subscription_changed: bool, fx: Effects) -> bool:
+    """The classic static member that replaced the last consumer-protocol
+    member turns the group into a classic group. With the same subscription
+    it keeps the replaced member's partitions and nobody rebalances; with a
+    new one the classic group rebalances (Kafka's `convertToClassicGroup`)."""
+    if not subscription_changed:
+        # Kafka reconciles it with the target as it stands (no new target).
+        shard.consumer._reconcile(group, member, owned, fx)
+        if member.state == UNREVOKED:
+            shard.consumer._reconcile(group, member, owned, fx)
+    return _to_classic(shard, group, list(group.members.values()), fx, start_rebalance=subscription_changed)
 
 
 def sync(shard: GroupCoordinatorShard, ctx: RequestContext, request: Any, group: ConsumerGroup, fx: Effects) -> None:
