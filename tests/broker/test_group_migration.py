@@ -6,7 +6,9 @@ restarted one by one with `group.protocol=consumer` and then back again.
 Throughout, every produced record is consumed (at least once, no gaps) and
 the committed offsets carry over; halfway the group holds both kinds of
 members, which the describe command shows, and a coordinator that takes
-over rebuilds the mixed group from `__consumer_offsets`."""
+over rebuilds the mixed group from `__consumer_offsets`. A static member
+rolled back to the classic protocol under its group.instance.id turns the
+group classic again without a rebalance, as both admin clients show."""
 
 from __future__ import annotations
 
@@ -38,11 +40,14 @@ class Stream:
         self.lock = threading.Lock()
 
 
-def run_member(bootstrap: str, name: str, protocol: str, stop: threading.Event, stream: Stream) -> None:
+def run_member(bootstrap: str, name: str, protocol: str, stop: threading.Event, stream: Stream,
+               instance_id: str | None = None) -> None:
     from confluent_kafka import Consumer, KafkaException
 
     conf = {"bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": name, "enable.auto.commit": False,
             "auto.offset.reset": "earliest"}
+    if instance_id is not None:
+        conf["group.instance.id"] = instance_id
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
     else:
@@ -226,4 +231,90 @@ async def test_migration_policy_disabled_keeps_the_group_classic(nursery, tmp_pa
             assert stream.assigned["classic0"] == frozenset(range(PARTITIONS))
         finally:
             stop.set()
+    running.stop()
+
+
+def described(bootstrap: str) -> dict:
+    """The group as each admin client shows it: confluent-kafka's
+    describe_consumer_groups (ConsumerGroupDescribe, then DescribeGroups for
+    a classic group) and kafka-python's describe_groups (DescribeGroups)."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    confluent = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
+    group = confluent.describe_consumer_groups([GROUP], request_timeout=20)[GROUP].result(30)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        classic = admin.describe_groups([GROUP])[GROUP]
+    finally:
+        admin.close()
+    return {
+        "state": group.state.name,
+        "type": group.type.name,
+        "members": {m.group_instance_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+                    for m in group.members},
+        "classic": classic,
+    }
+
+
+async def test_a_static_member_rolled_back_to_classic_downgrades_without_a_rebalance(nursery, tmp_path) -> None:
+    """A classic static member and a consumer-protocol one; the latter
+    restarts with the classic protocol under its group.instance.id: the
+    group is classic again, the restarted member has its partitions back,
+    and the member that stayed keeps its partitions throughout. Both admin
+    clients describe the group on either side of the change."""
+    running = await start_broker(nursery, tmp_path, group_coordinator=GroupCoordinatorConfig(**CONFIG))
+    await running.create_topic("t", partitions=PARTITIONS)
+    shard = running.broker.coordinator.shards
+    stream = Stream()
+    stops = {n: threading.Event() for n in ("stays", "upgraded", "rolledback")}
+    seen_by_stays: set[frozenset[int]] = set()
+    async with trio.open_nursery() as members:
+        members.start_soon(in_thread, run_member, running.bootstrap, "stays", "classic", stops["stays"], stream, "ia")
+        members.start_soon(in_thread, run_member, running.bootstrap, "upgraded", "consumer", stops["upgraded"],
+                           stream, "ic")
+        try:
+            await in_thread(wait_split, stream, ["stays", "upgraded"])
+            assert GROUP in shard[0].shard.consumer.groups
+            upgraded = stream.assigned["upgraded"]
+            # Mixed: ConsumerGroupDescribe shows both kinds with their partitions;
+            # DescribeGroups answers as Kafka 4 does for a consumer group.
+            mixed = await in_thread(described, running.bootstrap)
+            assert (mixed["state"], mixed["type"]) == ("STABLE", "CONSUMER"), mixed
+            assert mixed["members"] == {"ia": sorted(stream.assigned["stays"]), "ic": sorted(upgraded)}, mixed
+            assert mixed["classic"]["error"] == f"[Error 69] GroupIdNotFoundError: Group {GROUP} is not a classic group."
+            assert (mixed["classic"]["group_state"], mixed["classic"]["members"]) == ("Dead", []), mixed
+
+            stays = stream.assigned["stays"]
+            stops["upgraded"].set()
+            with trio.fail_after(30):
+                while "upgraded" in stream.assigned:
+                    seen_by_stays.add(stream.assigned["stays"])
+                    await trio.sleep(0.02)
+            members.start_soon(in_thread, run_member, running.bootstrap, "rolledback", "classic", stops["rolledback"],
+                               stream, "ic")
+            with trio.fail_after(30):
+                while stream.assigned.get("rolledback") != upgraded:
+                    seen_by_stays.add(stream.assigned["stays"])
+                    await trio.sleep(0.02)
+            assert GROUP in shard[0].shard.groups and GROUP not in shard[0].shard.consumer.groups
+            for _ in range(50):  # a rebalance of the member that stayed would show within its heartbeats
+                seen_by_stays.add(stream.assigned["stays"])
+                await trio.sleep(0.02)
+            assert seen_by_stays == {stays}, seen_by_stays
+            assert shard[0].shard.groups[GROUP].state.value == "Stable"
+
+            back = await in_thread(described, running.bootstrap)
+            assert (back["state"], back["type"]) == ("STABLE", "CLASSIC"), back
+            assert back["members"] == {"ia": sorted(stays), "ic": sorted(upgraded)}, back
+            classic = back["classic"]
+            assert (classic["error"], classic["group_state"], classic["protocol_type"]) == (None, "Stable", "consumer")
+            assert [m["member_metadata"]["topics"] for m in classic["members"]] == [["t"], ["t"]], classic
+            # kafka-python decodes each member's ConsumerProtocolAssignment and subscription.
+            assert {m["group_instance_id"]: sorted(p for t in m["member_assignment"]["assigned_partitions"]
+                                                   for p in t["partitions"])
+                    for m in classic["members"]} == {"ia": sorted(stays), "ic": sorted(upgraded)}, classic
+        finally:
+            for event in stops.values():
+                event.set()
     running.stop()
