@@ -313,3 +313,24 @@ def test_a_classic_static_member_replacing_the_last_consumer_protocol_member_dow
     joined = step(s, "c2", join_request(version=5, instance_id="ic", session_ms=3000), 70)
     assert joined.error_code == ErrorCode.none and "g" not in s.groups
     assert s.consumer.groups["g"].members[joined.member_id].classic is not None
+
+
+def test_a_consumer_protocol_member_with_a_classic_members_instance_id_converts_nothing():
+    # A classic static member that closed without leaving still holds its
+    # instance id: Kafka answers UNRELEASED_INSTANCE_ID and the group stays classic.
+    s = GroupCoordinatorShard(0, CONFIG, random.Random(1))
+    s.on_loaded(0)
+    s.topics = {"t": (T, 4)}
+    s.written = []
+    step(s, "a", join_request(version=5, instance_id="m", session_ms=3000), 0)
+    for now in (5, 10, 20):
+        s.written += s.tick(now).records
+    (a_id,) = s.groups["g"].members
+    written = len(s.written)
+    r = static_beat(s, "c", 0, 30, "m")
+    assert r.error_code == ErrorCode.unreleased_instance_id and "session times out" in r.error_message
+    assert "g" in s.groups and "g" not in s.consumer.groups and len(s.written) == written
+    # Once its session expired the instance id is free and the group upgrades.
+    s.written += s.tick(30 + 3000 + 1).records
+    assert a_id not in s.groups["g"].members
+    assert static_beat(s, "c", 0, 3100, "m").error_code == ErrorCode.none and "g" in s.consumer.groups

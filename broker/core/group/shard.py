@@ -482,6 +482,18 @@ def _handle_consumer_group_heartbeat(shard: GroupCoordinatorShard, ctx: RequestC
         fx.records.append(group_metadata_record(request.group_id, None))
     elif classic is not None and request.member_epoch == 0 \
             and shard.consumer.request_error(request, request.member_id or "joining") is None:
+        holder = classic.static_members.get(request.instance_id) if request.instance_id is not None else None
+        if holder is not None and holder != request.member_id:
+            # A classic static member still holds the instance id (a classic
+            # consumer closed without leaving): as in Kafka the request fails
+            # and converts nothing; the id is free once its session expires.
+            fx.respond(ctx.token, mod.ConsumerGroupHeartbeatResponse(
+                throttle_time=timedelta(0), error_code=ErrorCode.unreleased_instance_id, member_epoch=-1,
+                heartbeat_interval=timedelta(0), assignment=None, error_message=(
+                    f"Static member {request.member_id or '(new)'} with instance id {request.instance_id} cannot "
+                    f"join group {request.group_id}: classic member {holder} still holds the instance id until "
+                    "its session times out (or it is removed with LeaveGroup).")))
+            return
         # Online upgrade: the classic members go on in a consumer group
         # (a request refused anyway converts nothing).
         refused = migration.upgrade(shard, classic, fx)
