@@ -89,7 +89,7 @@ class RunOptions:
     duration: float = 120.0
     nemeses: tuple[str, ...] = ("kill", "pause", "partition")
     workload: str = "queue"
-    #: The queue workload's group: classic, consumer (KIP-848) or mixed (online migrations).
+    #: The queue workload's group: classic, consumer (KIP-848), mixed or mixed-static (online migrations).
     group_protocol: str = "classic"
     seed: int = 0
     partitions: int = 3

@@ -41,6 +41,8 @@ MESSAGE_TIMEOUT_MS = 60000
 
 #: How long each incarnation of the migrating group member of group_protocol=mixed lives.
 MIGRATION_PERIOD_S = 15.0
+#: session.timeout.ms of the classic group members.
+CLASSIC_SESSION_TIMEOUT_MS = 10000
 
 
 @dataclasses.dataclass
@@ -58,7 +60,9 @@ class QueueOptions:
     #: The group protocol of `c-group`: classic, consumer (KIP-848), or mixed: `c-group`
     #: classic next to a member that restarts every MIGRATION_PERIOD_S seconds with the
     #: other protocol (`c-group-m<k>`), so the group upgrades and downgrades online again
-    #: and again under the faults.
+    #: and again under the faults. mixed-static: the same with group.instance.id set (`c-group`
+    #: and `c-group-m` for every incarnation), so the consumer-protocol incarnation's place is
+    #: taken by the classic one (static member replacement) rather than left.
     group_protocol: str = "classic"
     #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
     security: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -147,20 +151,28 @@ class QueueWorkload:
         for name, idempotent in names:
             self._spawn(self._produce, name, idempotent)
         o = self.options
+        mixed = o.group_protocol in ("mixed", "mixed-static")
+        static = o.group_protocol == "mixed-static"
         self._spawn(self._consume, "c-group", True, "read_uncommitted",
-                    "classic" if o.group_protocol == "mixed" else o.group_protocol)
-        if o.group_protocol == "mixed":
-            self._spawn(self._migrating_member, "c-group-m")
+                    "classic" if mixed else o.group_protocol, None, "c-group" if static else None)
+        if mixed:
+            self._spawn(self._migrating_member, "c-group-m", "c-group-m" if static else None)
         self._spawn(self._consume, "c-assign", False)
 
-    def _migrating_member(self, name: str) -> None:
+    def _migrating_member(self, name: str, instance_id: str | None = None) -> None:
         """A group member restarted with the other protocol every MIGRATION_PERIOD_S:
         each restart converts the group (classic <-> consumer protocol) while the other
         member keeps consuming. Each incarnation is its own process in the history."""
         k = 0
         while not self.stop_consumers.is_set():
             protocol = "consumer" if k % 2 == 0 else "classic"
-            self._consume(f"{name}{k}", True, "read_uncommitted", protocol, MIGRATION_PERIOD_S)
+            if instance_id is not None and k > 0 and protocol == "consumer":
+                # A classic static member closes without leaving; its instance id is
+                # free for a consumer-protocol member once its session expired (before,
+                # Kafka and raftka answer UNRELEASED_INSTANCE_ID, fatal to librdkafka).
+                if self.stop_consumers.wait(CLASSIC_SESSION_TIMEOUT_MS / 1000 + 2):
+                    break
+            self._consume(f"{name}{k}", True, "read_uncommitted", protocol, MIGRATION_PERIOD_S, instance_id)
             k += 1
 
     def _spawn(self, target: Any, *args: Any) -> None:
@@ -265,13 +277,13 @@ class QueueWorkload:
     # --- consumers --------------------------------------------------------------------------------
 
     def _consume(self, name: str, group: bool, isolation: str = "read_uncommitted", protocol: str = "classic",
-                 lifetime_s: float | None = None) -> None:
+                 lifetime_s: float | None = None, instance_id: str | None = None) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         o = self.options
         config = {**o.client(), "group.id": o.group_id if group else f"{o.group_id}-{name}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": group, "auto.commit.interval.ms": 1000,
-                  "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "client.id": name,
+                  "session.timeout.ms": CLASSIC_SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000, "client.id": name,
                   "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
                   "isolation.level": isolation}
         if group and protocol == "consumer":
@@ -279,11 +291,13 @@ class QueueWorkload:
             # (librdkafka refuses both keys with this protocol).
             del config["session.timeout.ms"], config["heartbeat.interval.ms"]
             config["group.protocol"] = "consumer"
+        if instance_id is not None:
+            config["group.instance.id"] = instance_id
         until = None if lifetime_s is None else time.monotonic() + lifetime_s
         consumer = Consumer(config, logger=client_logger(self.log_path))
         session = [0]
         self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation,
-                                                          "protocol": protocol})
+                                                          "protocol": protocol, "instance_id": instance_id})
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1

@@ -56,10 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
     run.add_argument("--workload", choices=("queue", "txn"), default="queue")
-    run.add_argument("--group-protocol", choices=("classic", "consumer", "mixed"), default="classic",
+    run.add_argument("--group-protocol", choices=("classic", "consumer", "mixed", "mixed-static"), default="classic",
                      help="the queue workload's group consumer: classic, consumer (KIP-848), or mixed: a classic "
                           "member next to one restarted every 15 s with the other protocol (online upgrade and "
-                          "downgrade under the faults)")
+                          "downgrade under the faults); mixed-static: the same with group.instance.id set, so "
+                          "each restart replaces the static member")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--log-dirs", type=int, default=1, metavar="N",
