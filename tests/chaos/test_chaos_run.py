@@ -193,3 +193,19 @@ def test_a_group_migrating_between_protocols_under_faults_loses_nothing(tmp_path
     polled = {e.process for e in history if e.f == "poll" and e.type == "ok"}
     assert {"consumer", "classic"} <= {opened[p] for p in polled if p.startswith("c-group-m")}, opened
     assert "c-group" in polled
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the static rollback with "
+                    "real clients, tests/broker/test_group_migration.py)")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+def test_a_static_member_migrating_between_protocols_under_faults_loses_nothing(tmp_path: Path) -> None:
+    # The same with group.instance.id: each consumer-to-classic restart is a
+    # static member replacement that turns the group classic again.
+    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "90", "--nemesis", "kill,pause,partition",
+                     "--group-protocol", "mixed-static", "--seed", "43", timeout=500)
+    check_outcome(done, tmp_path, {"kill", "pause", "partition"})
+    history = read_history(tmp_path / "history.jsonl")
+    opened = {e.process: e.extra.get("protocol") for e in history if e.f == "open" and e.process.startswith("c-group")}
+    polled = {e.process for e in history if e.f == "poll" and e.type == "ok"}
+    assert {"consumer", "classic"} <= {opened[p] for p in polled if p.startswith("c-group-m")}, opened
+    assert "c-group" in polled
