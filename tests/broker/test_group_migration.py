@@ -262,7 +262,8 @@ async def test_a_static_member_rolled_back_to_classic_downgrades_without_a_rebal
     restarts with the classic protocol under its group.instance.id: the
     group is classic again, the restarted member has its partitions back,
     and the member that stayed keeps its partitions throughout. Both admin
-    clients describe the group on either side of the change."""
+    clients and `consumer-groups list --type --state` show the group on
+    either side of the change."""
     running = await start_broker(nursery, tmp_path, group_coordinator=GroupCoordinatorConfig(**CONFIG))
     await running.create_topic("t", partitions=PARTITIONS)
     shard = running.broker.coordinator.shards
@@ -284,6 +285,8 @@ async def test_a_static_member_rolled_back_to_classic_downgrades_without_a_rebal
             assert mixed["members"] == {"ia": sorted(stream.assigned["stays"]), "ic": sorted(upgraded)}, mixed
             assert mixed["classic"]["error"] == f"[Error 69] GroupIdNotFoundError: Group {GROUP} is not a classic group."
             assert (mixed["classic"]["group_state"], mixed["classic"]["members"]) == ("Dead", []), mixed
+            listed = await in_thread(cli, "consumer-groups", "list", "-b", running.bootstrap, "--type", "--state")
+            assert [GROUP, "Consumer", "Stable"] in [line.split() for line in listed.splitlines()], listed
 
             stays = stream.assigned["stays"]
             stops["upgraded"].set()
@@ -310,6 +313,8 @@ async def test_a_static_member_rolled_back_to_classic_downgrades_without_a_rebal
             classic = back["classic"]
             assert (classic["error"], classic["group_state"], classic["protocol_type"]) == (None, "Stable", "consumer")
             assert [m["member_metadata"]["topics"] for m in classic["members"]] == [["t"], ["t"]], classic
+            listed = await in_thread(cli, "consumer-groups", "list", "-b", running.bootstrap, "--type", "--state")
+            assert [GROUP, "Classic", "Stable"] in [line.split() for line in listed.splitlines()], listed
             # kafka-python decodes each member's ConsumerProtocolAssignment and subscription.
             assert {m["group_instance_id"]: sorted(p for t in m["member_assignment"]["assigned_partitions"]
                                                    for p in t["partitions"])
