@@ -326,7 +326,10 @@ class LeaderState(EpochState):
     def on_fetch_snapshot_request(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message
         assert isinstance(request, FetchSnapshotRequest)
-        replica = self._replica(core, request.replica_id)
+        # A download by a voter's id on another disk keeps no voter's
+        # check-quorum contact fresh: a leader cut off from the real voters
+        # must still resign (KIP-853).
+        replica = self._replica(core, request.replica_id, request.replica_directory_id)
         if replica is not None:
             replica.last_fetch_ms = now_ms
             self.unacked_voters.discard(replica.replica_id)

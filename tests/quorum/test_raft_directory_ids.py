@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from quorum.raft import ErrorCode, MemoryLog, VoteRequest, VoteResponse
+from quorum.raft import ErrorCode, FetchSnapshotRequest, MemoryLog, VoteRequest, VoteResponse
 
 from sim.harness import CONFIG, Harness, Node, outbound
 
@@ -87,3 +87,25 @@ def test_a_lagging_voter_cannot_win_with_the_vote_of_a_wiped_one() -> None:
     h.nodes[1] = node(1, directory_id=DIRS[1], log=flushed_log(3))
     leader = h.elect()
     assert leader.node_id == 1 and leader.log.log_end_offset > 3, "the voter holding the committed records leads"
+
+
+def test_a_wiped_voters_snapshot_download_keeps_no_voter_contact_fresh() -> None:
+    """Check-quorum: a leader that hears from no other voter resigns, even
+    while a controller with a voter's id on a wiped disk downloads its
+    snapshot; FetchSnapshot carries the fetcher's directory id (KIP-853), and
+    only the voter's own disk counts as that voter's contact."""
+    timeout = CONFIG.controller_quorum_fetch_timeout_ms
+    for directory_id, resigns in ((WIPED_DIR, True), (None, False)):
+        h = Harness([node(n, directory_id=DIRS[n], log=flushed_log(3)) for n in VOTERS])
+        leader = h.elect()
+        snapshot_id, out = leader.core.create_snapshot(leader.core.high_watermark, b"image", h.now_ms)
+        leader.obey(out)
+        fetcher = next(n for n in VOTERS if n != leader.node_id)
+        given = directory_id or DIRS[fetcher]
+        for step in range(1, 2 * timeout // 20):
+            request = FetchSnapshotRequest(cluster_id=None, replica_id=fetcher, current_leader_epoch=leader.core.epoch,
+                                           snapshot_id=snapshot_id, position=0, max_bytes=2,
+                                           replica_directory_id=given)
+            leader.handle(fetcher, request, f"s{step}", h.now_ms)
+            h.advance(20, drop=lambda e: True)  # every other message is lost: the leader is cut off
+        assert leader.core.is_leader is not resigns, (given, leader.core.role)
