@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from quorum.raft import ErrorCode, FetchSnapshotRequest, MemoryLog, VoteRequest, VoteResponse
+from quorum.raft.voters import VoterInfo
 
 from sim.harness import CONFIG, Harness, Node, outbound
 
@@ -51,6 +52,27 @@ def test_a_wiped_voter_neither_stands_nor_votes_under_its_old_directory_id() -> 
     healthy = node(3, directory_id=DIRS[3])
     (answer,) = outbound(healthy.handle(1, vote(1, 3, DIRS[3]), "v", 0), VoteResponse)
     assert answer.message.vote_granted
+
+
+def test_a_wiped_voter_holding_only_the_record_of_its_removal_does_not_stand() -> None:
+    """A controller formatted again fetches the log from the leader; its
+    first voter-set record may be the one removing its old identity. After a
+    restart it does not know that record is committed, so it takes itself for
+    a removed voter that may still be needed to commit it, which stands; but
+    the configured set it came from records another directory id for it."""
+    log = MemoryLog()
+    log.append_as_leader([b"r"], 1)
+    for n in VOTERS:
+        log.remember_voter(VoterInfo(n, DIRS[n]))
+    log.append_voters(1, frozenset({1, 2}))
+    log.flush(log.log_end_offset)
+    wiped = node(3, directory_id=WIPED_DIR, log=log)
+    assert wiped.core.voter_change_pending and not wiped.core.may_stand
+    for now_ms in range(0, CONFIG.controller_quorum_election_timeout_ms * 50, 100):
+        wiped.tick(now_ms)
+    assert wiped.core.role == "Unattached"
+    # The voter itself, on its own disk, does stand (it may be needed to commit its removal).
+    assert node(3, directory_id=DIRS[3], log=log).core.may_stand
 
 
 def test_a_wiped_voters_fetches_do_not_commit_records_it_holds_with_the_leader_alone() -> None:
