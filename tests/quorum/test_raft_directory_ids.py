@@ -84,6 +84,11 @@ def test_a_wiped_voters_fetches_do_not_commit_records_it_holds_with_the_leader_a
     h.advance(50)
     committed = leader.core.high_watermark
     assert committed == leader.log.log_end_offset
+    # DescribeQuorum lists it as an observer by its id and its own directory
+    # id, beside voter 3 (the old disk), as Kafka does.
+    status = leader.core.describe(h.now_ms)
+    assert [(r.replica_id, r.directory_id, r.log_end_offset) for r in status.observers] == [(3, WIPED_DIR, committed)]
+    assert {r.replica_id: r.directory_id for r in status.voters}[3] == DIRS[3]
     # The other healthy voter is cut off; the wiped one keeps fetching.
     cut = (lambda e: other in (e.source_id, e.destination_id))  # noqa: E731
     leader.propose([b"only-on-the-leader"], h.now_ms)
