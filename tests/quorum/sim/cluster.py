@@ -253,8 +253,8 @@ class SimCluster:
                 self.replacing = None
                 self.replacements += 1
                 return
-            if new is not None and self.apply_voter_change(leader, new):
-                pass
+            if new is not None:
+                self.apply_voter_change(leader, new)  # refused while a change is pending: retried
         self.at(self.now_ms + REPLACE_RETRY_MS, self.replace_step)
 
     def apply_voter_change(self, leader: SimNode, new: frozenset[int]) -> bool:
