@@ -79,10 +79,13 @@ def status_rows(d: Any) -> list[dict[str, Any]]:
     by_id = {r[0]: r for r in d.voters}
     leader_leo = by_id[d.leader_id][1] if d.leader_id in by_id else max((r[1] for r in d.voters), default=-1)
     rows = []
-    for kind, replicas in (("voter", d.voters), ("observer", d.observers)):
-        for replica_id, leo, last_fetch, last_caught_up in replicas:
+    observer_dirs = d.observer_directory_ids or (None,) * len(d.observers)
+    for kind, replicas, dirs in (("voter", d.voters, [d.directory_ids.get(r[0]) for r in d.voters]),
+                                 ("observer", d.observers, observer_dirs)):
+        for (replica_id, leo, last_fetch, last_caught_up), directory in zip(replicas, dirs, strict=True):
             status = "Leader" if replica_id == d.leader_id else ("Follower" if kind == "voter" else "Observer")
-            directory_id = format_directory_id(d.directory_ids.get(replica_id)) or None
+            # An observer's own directory id: it may share a voter's node id (a disk formatted again).
+            directory_id = format_directory_id(directory) or None
             rows.append({"node_id": replica_id, "directory_id": directory_id, "status": status,
                          "log_end_offset": leo,
                          "lag": leader_leo - leo if leo >= 0 else -1, "last_fetch_timestamp": last_fetch,

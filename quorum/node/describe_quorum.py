@@ -45,14 +45,16 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
     def wall(t: int) -> int:
         return -1 if t < 0 else wall_ms - (now_ms - t)
 
-    def replica(r: ReplicaStatus) -> Any:
+    def replica(r: ReplicaStatus, voter: bool) -> Any:
         fields: dict[str, Any] = {"replica_id": r.replica_id, "log_end_offset": r.log_end_offset}
         if version >= 1:
             fields["last_fetch_timestamp"] = wall(r.last_fetch_timestamp_ms)
             fields["last_caught_up_timestamp"] = wall(r.last_caught_up_timestamp_ms)
         if version >= 2:
-            info = infos.get(r.replica_id)
-            fields["replica_directory_id"] = info.directory_id if info is not None else None
+            # An observer's own (its id may name a voter on another disk); a voter's as recorded.
+            info = infos.get(r.replica_id) if voter else None
+            fields["replica_directory_id"] = r.directory_id if r.directory_id is not None or not voter else (
+                info.directory_id if info is not None else None)
         return m.ReplicaState(**fields)
 
     is_leader = status.role == "Leader"
@@ -65,8 +67,8 @@ def describe_quorum_response(version: int, status: QuorumStatus, voters: dict[in
         # A non-leader names the voters of its own log (their progress -1, its
         # own row aside), so each controller's view of the set can be
         # checked; tools read the error code and ask the leader.
-        "current_voters": tuple(replica(r) for r in status.voters),
-        "observers": tuple(replica(r) for r in status.observers) if is_leader else (),
+        "current_voters": tuple(replica(r, True) for r in status.voters),
+        "observers": tuple(replica(r, False) for r in status.observers) if is_leader else (),
     }
     top: dict[str, Any] = {"error_code": ErrorCode.none}
     if version >= 2:
@@ -104,8 +106,11 @@ class QuorumDescription:
     voters: tuple[tuple[int, int, int, int], ...]  # (id, log end offset, last fetch ms, last caught up ms)
     observers: tuple[tuple[int, int, int, int], ...]
     nodes: dict[int, tuple[str, int]]
-    #: v2: each replica's directory id (None when unknown: a static quorum's voters).
+    #: v2: each replica's directory id (None when unknown: a static quorum's voters); a voter's
+    #: when an observer shares its id (a controller formatted again, not yet replaced).
     directory_ids: dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: v2: the observers' own directory ids, in the order of `observers`.
+    observer_directory_ids: tuple[Any, ...] = ()
 
 
 def parse_describe_quorum(response: Any) -> QuorumDescription:
@@ -121,10 +126,15 @@ def parse_describe_quorum(response: Any) -> QuorumDescription:
         return tuple((int(s.replica_id), int(s.log_end_offset), int(getattr(s, "last_fetch_timestamp", -1)),
                       int(getattr(s, "last_caught_up_timestamp", -1))) for s in states)
 
-    directory_ids = {int(s.replica_id): getattr(s, "replica_directory_id", None)
-                     for s in (*p.current_voters, *p.observers)}
+    def directory(s: Any) -> Any:
+        return getattr(s, "replica_directory_id", None)
+
+    # Voters last: an observer with a voter's id (on another disk) must not
+    # pass for that voter (a node formatted again learns the voters' ids here).
+    directory_ids = {int(s.replica_id): directory(s) for s in (*p.observers, *p.current_voters)}
     return QuorumDescription(int(p.error_code), int(p.leader_id), int(p.leader_epoch), int(p.high_watermark),
-                             rows(p.current_voters), rows(p.observers), nodes, directory_ids)
+                             rows(p.current_voters), rows(p.observers), nodes, directory_ids,
+                             tuple(directory(s) for s in p.observers))
 
 
 def describe_quorum_request(version: int = 2) -> Any:

@@ -143,7 +143,7 @@ def request_to_kio(message: Message) -> Any:
             partition=0, current_leader_epoch=message.current_leader_epoch,
             snapshot_id=fs_req.SnapshotId(end_offset=message.snapshot_id.end_offset,
                                           epoch=message.snapshot_id.epoch),
-            position=message.position)
+            position=message.position, replica_directory_id=message.replica_directory_id)
         return fs_req.FetchSnapshotRequest(
             cluster_id=message.cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
             topics=(fs_req.TopicSnapshot(name=METADATA_TOPIC, partitions=(partition,)),))
@@ -190,7 +190,7 @@ def request_from_kio(body: Any) -> tuple[int, Message]:
         return body.replica_id, FetchSnapshotRequest(
             cluster_id=body.cluster_id, replica_id=body.replica_id, current_leader_epoch=p.current_leader_epoch,
             snapshot_id=SnapshotId(end_offset=p.snapshot_id.end_offset, epoch=p.snapshot_id.epoch),
-            position=p.position, max_bytes=body.max_bytes)
+            position=p.position, max_bytes=body.max_bytes, replica_directory_id=_known(p.replica_directory_id))
     raise TypeError(f"not a Raft request: {type(body).__name__}")
 
 

@@ -153,8 +153,9 @@ class VoterChanges:
 
     # --- the changes ----------------------------------------------------------------------
 
-    async def _caught_up(self, node_id: int) -> None:
-        """Wait until `node_id` fetches from this leader and has reached its high watermark."""
+    async def _caught_up(self, node_id: int, directory_id: uuid.UUID | None = None) -> None:
+        """Wait until `node_id` (on the disk of `directory_id`, if given)
+        fetches from this leader and has reached its high watermark."""
         while True:
             self._check_leader_and_cluster_quietly()
             status = self.node.describe()
@@ -162,7 +163,9 @@ class VoterChanges:
             for r in status.observers:
                 fresh = r.last_fetch_timestamp_ms >= 0 and \
                     self.node.now_ms() - r.last_fetch_timestamp_ms <= self.node.config.controller_quorum_fetch_timeout_ms
-                if r.replica_id == node_id and hw is not None and r.log_end_offset >= hw and fresh:
+                # (the same id on another disk, e.g. the replaced voter's, is not it)
+                same_disk = directory_id is None or r.directory_id is None or r.directory_id == directory_id
+                if r.replica_id == node_id and same_disk and hw is not None and r.log_end_offset >= hw and fresh:
                     return
             await trio.sleep(_POLL_S)
 
@@ -228,7 +231,7 @@ class VoterChanges:
         if not endpoints:
             raise VoterChangeError(ErrorCode.invalid_request, f"AddRaftVoter for node {node_id} names no listener: "
                                    "give the new controller's CONTROLLER endpoint")
-        await self._caught_up(node_id)
+        await self._caught_up(node_id, body.voter_directory_id)
         info = VoterInfo(node_id, body.voter_directory_id, endpoints)
         await self._change(frozenset(self.node.voter_addresses) | {node_id}, info,
                            wait_commit=getattr(body, "ack_when_committed", True))

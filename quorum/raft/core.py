@@ -211,8 +211,14 @@ class RaftCore:
         if self.node_id not in previous:
             return False
         records = getattr(self.log, "voter_records", None)
-        infos = records()[-2][1] if records is not None and len(sets) > 1 else ()
-        recorded = next((v.directory_id for v in infos if v.node_id == self.node_id), None)
+        if records is not None and len(sets) > 1:
+            recorded = next((v.directory_id for v in records()[-2][1] if v.node_id == self.node_id), None)
+        else:
+            # The previous set is the configured one: its directory ids too. A
+            # wiped controller whose log holds only the record removing its
+            # old identity, not committed in its eyes (after a restart its HW
+            # is unknown), must not stand as that identity.
+            recorded = self._static_directory_ids.get(self.node_id)
         return self.same_directory(recorded, self.directory_id)
 
     @property

@@ -84,6 +84,7 @@ class Fetcher:
                 snapshot_id=self.download.snapshot_id,
                 position=len(self.download.data),
                 max_bytes=core.config.fetch_snapshot_max_bytes,
+                replica_directory_id=core.directory_id,
             )
         else:
             request = FetchRequest(

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 @dataclasses.dataclass
 class ReplicaState:
     replica_id: int
+    directory_id: uuid.UUID | None = None  # noqa: F821 (as the voter set records it, or the fetcher names it)
     end_offset: int = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
@@ -79,8 +80,12 @@ class LeaderState(EpochState):
         self.granting_voters = tuple(granting_voters)
         self.start_ms = now_ms
         self.epoch_start_offset = core.log.log_end_offset
-        self.voter_states = {v: ReplicaState(v) for v in core.voters if v != core.node_id}
-        self.observer_states: dict[int, ReplicaState] = {}
+        self.voter_states = {v: ReplicaState(v, core.recorded_directory_id(v)) for v in core.voters
+                             if v != core.node_id}
+        # Observers by (node id, directory id), as Kafka's ReplicaKey: a
+        # controller formatted again is an observer beside the voter its id
+        # still names until the operator replaces it.
+        self.observer_states: dict[tuple[int, uuid.UUID | None], ReplicaState] = {}  # noqa: F821
         self.parked: dict[Hashable, ParkedFetch] = {}
         self.unacked_voters = set(self.voter_states)
         self.next_begin_epoch_ms: dict[int, int] = {}
@@ -115,8 +120,8 @@ class LeaderState(EpochState):
         self._send_begin_quorum_epoch(core, now_ms)
         self._complete_parked(core, now_ms)
         expired = now_ms - core.config.observer_session_timeout_ms
-        for observer_id in [o for o, s in self.observer_states.items() if s.last_fetch_ms < expired]:
-            del self.observer_states[observer_id]
+        for key in [k for k, s in self.observer_states.items() if s.last_fetch_ms < expired]:
+            del self.observer_states[key]
 
     def wake_at_ms(self, core: RaftCore, now_ms: int) -> int:
         times = [self._quorum_lost_at_ms(core)]
@@ -193,10 +198,12 @@ class LeaderState(EpochState):
         """The set changed by our own append: count the new set at once."""
         voters = core.voters
         for v in [v for v in self.voter_states if v not in voters]:
-            self.observer_states[v] = self.voter_states.pop(v)
+            state = self.voter_states.pop(v)
+            self.observer_states[(v, state.directory_id)] = state
             self.unacked_voters.discard(v)
         for v in voters - {core.node_id} - set(self.voter_states):
-            self.voter_states[v] = self.observer_states.pop(v, None) or ReplicaState(v)
+            directory_id = core.recorded_directory_id(v)
+            self.voter_states[v] = self.observer_states.pop((v, directory_id), None) or ReplicaState(v, directory_id)
             self.unacked_voters.add(v)  # tell it of this epoch
         self.maybe_advance_high_watermark(core, now_ms)
 
@@ -222,16 +229,18 @@ class LeaderState(EpochState):
 
     def _replica(self, core: RaftCore, replica_id: int,
                  directory_id: uuid.UUID | None = None) -> ReplicaState | None:  # noqa: F821
-        if replica_id in self.voter_states:
-            if not core.is_voter_key(replica_id, directory_id):
-                # A voter's id on another disk (wiped, formatted again): its
-                # fetches must not count as that voter's (KIP-853). It is
-                # served as an observer until it is removed and added again.
-                return None
+        if replica_id in self.voter_states and core.is_voter_key(replica_id, directory_id):
             return self.voter_states[replica_id]
-        if replica_id < 0 or replica_id == core.node_id or replica_id in core.voters:
+        # A voter's id on another disk (wiped, formatted again) is an
+        # observer: its fetches must not count as that voter's (KIP-853)
+        # until it is removed and added again with its new directory id.
+        if replica_id < 0 or replica_id == core.node_id:
             return None
-        return self.observer_states.setdefault(replica_id, ReplicaState(replica_id))
+        return self.observer_states.setdefault((replica_id, directory_id), ReplicaState(replica_id, directory_id))
+
+    def _is_voter(self, replica: ReplicaState | None) -> bool:
+        """`replica` is a voter's progress (not an observer's that shares its id)."""
+        return replica is not None and self.voter_states.get(replica.replica_id) is replica
 
     def on_fetch_request(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message
@@ -243,12 +252,13 @@ class LeaderState(EpochState):
             self._answer(core, old.source_id, old.request, token, park_until_ms=None)
         verdict = validate_fetch_position(core.log, request.fetch_offset, request.last_fetched_epoch)
         if replica is not None:
-            self.unacked_voters.discard(replica.replica_id)
+            if self._is_voter(replica):
+                self.unacked_voters.discard(replica.replica_id)
             if verdict is VALID:
                 self._record_fetch(core, replica, request.fetch_offset, now_ms)
             else:
                 replica.last_fetch_ms = now_ms
-        if verdict is VALID and replica is not None and replica.replica_id in self.voter_states:
+        if verdict is VALID and self._is_voter(replica):
             self.maybe_advance_high_watermark(core, now_ms)
             if core.state is not self:  # resigned: its own removal was committed
                 core.answer_as_non_leader(inbound.source_id, request, inbound.correlation)
@@ -279,7 +289,7 @@ class LeaderState(EpochState):
         records = b""
         replica = self._replica(core, request.replica_id, request.replica_directory_id)
         if verdict is VALID:
-            if replica is not None and replica.replica_id in self.voter_states:
+            if self._is_voter(replica):
                 bound = None
             else:
                 bound = core.high_watermark or 0  # observers get committed records only
@@ -326,10 +336,14 @@ class LeaderState(EpochState):
     def on_fetch_snapshot_request(self, core: RaftCore, inbound: Inbound, now_ms: int) -> None:
         request = inbound.message
         assert isinstance(request, FetchSnapshotRequest)
-        replica = self._replica(core, request.replica_id)
+        # A download by a voter's id on another disk keeps no voter's
+        # check-quorum contact fresh: a leader cut off from the real voters
+        # must still resign (KIP-853).
+        replica = self._replica(core, request.replica_id, request.replica_directory_id)
         if replica is not None:
             replica.last_fetch_ms = now_ms
-            self.unacked_voters.discard(replica.replica_id)
+            if self._is_voter(replica):
+                self.unacked_voters.discard(replica.replica_id)
         size = core.log.snapshot_size(request.snapshot_id)
         error = ErrorCode.NONE
         chunk = b""

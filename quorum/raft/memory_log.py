@@ -18,10 +18,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from quorum.raft.log import AppendInfo
 from quorum.raft.messages import UNKNOWN_EPOCH, UNKNOWN_OFFSET, OffsetAndEpoch, SnapshotId
+from quorum.raft.voters import VoterInfo, decode_voters_record, encode_voters_record
 
 _HEADER = struct.Struct(">qiiiB")
 _LEN = struct.Struct(">i")
@@ -35,15 +36,32 @@ VOTERS_PREFIX = b"Voters "
 _SNAPSHOT_VOTERS = b"SnapshotVoters "
 
 
-def encode_voters(voters: frozenset[int] | set[int] | Sequence[int]) -> bytes:
-    return VOTERS_PREFIX + ",".join(str(v) for v in sorted(voters)).encode()
+def _voter_list(voters: Iterable[VoterInfo]) -> bytes:
+    # Kafka's VotersRecord (ids and directory ids), hex-coded: a snapshot's header is one line
+    return encode_voters_record(voters).hex().encode()
+
+
+def _parse_voter_list(text: bytes) -> tuple[VoterInfo, ...]:
+    return decode_voters_record(bytes.fromhex(text.decode()))
+
+
+def encode_voters(voters: Iterable[int | VoterInfo]) -> bytes:
+    """A voters record; each voter an id, or a `VoterInfo` whose directory
+    id the record keeps (KIP-853: a voter is an id and a directory id)."""
+    return VOTERS_PREFIX + _voter_list(v if isinstance(v, VoterInfo) else VoterInfo(v) for v in voters)
+
+
+def decode_voter_infos(record: bytes) -> tuple[VoterInfo, ...] | None:
+    """The voters (with directory ids) of a voters record, None for any other record."""
+    if not record.startswith(VOTERS_PREFIX):
+        return None
+    return _parse_voter_list(record[len(VOTERS_PREFIX) :])
 
 
 def decode_voters(record: bytes) -> frozenset[int] | None:
-    """The voter set of a voters control record, None for any other record."""
-    if not record.startswith(VOTERS_PREFIX):
-        return None
-    return frozenset(int(v) for v in record[len(VOTERS_PREFIX) :].split(b","))
+    """The voter set of a voters record, None for any other record."""
+    infos = decode_voter_infos(record)
+    return None if infos is None else frozenset(v.node_id for v in infos)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,7 +121,13 @@ class MemoryLog:
         self._snapshots: dict[SnapshotId, bytes] = {}
         self._epochs: list[tuple[int, int]] = []  # (epoch, start offset), ascending
         self._start_snapshot: SnapshotId | None = None  # the snapshot the log starts after
-        self._voter_sets: list[tuple[int, frozenset[int]]] = []  # (offset, voters) of voters records
+        self._voter_sets: list[tuple[int, tuple[VoterInfo, ...]]] = []  # (offset, voters) of voters records
+        #: Every voter this log has named or was told of (`remember_voter`),
+        #: with its directory id: a change names voters by id, the record carries these.
+        self._known_voters: dict[int, VoterInfo] = {}
+        # The core asks for the voters on every step: answered from caches that changes reset.
+        self._voter_records_cache: tuple[tuple[int, tuple[VoterInfo, ...]], ...] | None = None
+        self._voter_sets_cache: tuple[tuple[int, frozenset[int]], ...] | None = None
 
     # --- positions ----------------------------------------------------------
 
@@ -169,32 +193,63 @@ class MemoryLog:
         return self._append(encode_batch(self.log_end_offset, epoch, [value.encode()], control=True))
 
     def append_voters(self, epoch: int, voters: frozenset[int]) -> AppendInfo:
-        return self._append(encode_batch(self.log_end_offset, epoch, [encode_voters(voters)], control=True))
+        """A voters record; each voter with the directory id this log knows
+        for it (`remember_voter`, or the records it holds)."""
+        infos = [self._known_voters.get(v, VoterInfo(v)) for v in sorted(voters)]
+        return self._append(encode_batch(self.log_end_offset, epoch, [encode_voters(infos)], control=True))
+
+    def remember_voter(self, info: VoterInfo) -> None:
+        """The directory id of a voter about to be added (as `StorageReplicatedLog`)."""
+        self._known_voters[info.node_id] = info
+
+    def known_voter(self, node_id: int) -> VoterInfo | None:
+        return self._known_voters.get(node_id)
+
+    def _forget_voters_cache(self) -> None:
+        self._voter_records_cache = None
+        self._voter_sets_cache = None
 
     def _note_voters(self, batch: MemoryBatch) -> None:
         if batch.control:
+            self._forget_voters_cache()
             for i, record in enumerate(batch.records):
-                voters = decode_voters(record)
+                infos = decode_voter_infos(record)
+                if infos is not None:
+                    self._voter_sets.append((batch.base_offset + i, infos))
+                    self._known_voters.update((v.node_id, v) for v in infos)
+
+    def voter_records(self) -> tuple[tuple[int, tuple[VoterInfo, ...]], ...]:
+        """(offset, voters with their directory ids) of each voters record in
+        the log, oldest first, led by the snapshot's voter set (at offset log
+        start - 1) if the log starts at a snapshot that holds one."""
+        if self._voter_records_cache is None:
+            base: list[tuple[int, tuple[VoterInfo, ...]]] = []
+            if self._start_snapshot is not None:
+                voters = self._snapshot_voters(self._snapshots[self._start_snapshot])
                 if voters is not None:
-                    self._voter_sets.append((batch.base_offset + i, voters))
+                    base.append((self._log_start - 1, voters))
+            self._voter_records_cache = tuple(base + self._voter_sets)
+        return self._voter_records_cache
 
     def voter_sets(self) -> tuple[tuple[int, frozenset[int]], ...]:
-        """(offset, voters) of each voters record in the log, oldest first,
-        led by the snapshot's voter set (at offset log start - 1) if the log
-        starts at a snapshot that holds one."""
-        base: list[tuple[int, frozenset[int]]] = []
-        if self._start_snapshot is not None:
-            voters = self._snapshot_voters(self._snapshots[self._start_snapshot])
-            if voters is not None:
-                base.append((self._log_start - 1, voters))
-        return tuple(base + self._voter_sets)
+        """As `voter_records`, the voters by id."""
+        if self._voter_sets_cache is None:
+            self._voter_sets_cache = tuple(
+                (o, frozenset(v.node_id for v in infos)) for o, infos in self.voter_records())
+        return self._voter_sets_cache
+
+    def latest_voters(self) -> tuple[VoterInfo, ...] | None:
+        """The voter set in force (the latest record's, committed or not);
+        None when the log holds none and the static configured set applies."""
+        records = self.voter_records()
+        return records[-1][1] if records else None
 
     @staticmethod
-    def _snapshot_voters(stored: bytes) -> frozenset[int] | None:
+    def _snapshot_voters(stored: bytes) -> tuple[VoterInfo, ...] | None:
         header, _, _ = stored.partition(b"\n")
         if not header.startswith(_SNAPSHOT_VOTERS) or header == _SNAPSHOT_VOTERS:
             return None
-        return frozenset(int(v) for v in header[len(_SNAPSHOT_VOTERS) :].split(b","))
+        return _parse_voter_list(header[len(_SNAPSHOT_VOTERS) :])
 
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         decoded = decode_batches(batches)
@@ -218,6 +273,7 @@ class MemoryLog:
     def _rebuild_epochs(self) -> None:
         self._epochs = []
         self._voter_sets = []
+        self._forget_voters_cache()
         for batch in self._batches:
             self._note_voters(batch)
             if not self._epochs or self._epochs[-1][0] != batch.epoch:
@@ -289,8 +345,8 @@ class MemoryLog:
         assert self._log_start <= end_offset <= self.log_end_offset, (end_offset, self._log_start)
         epoch = self._epoch_of(end_offset - 1) if end_offset > self._log_start else self._base_epoch()
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=epoch)
-        in_force = [v for o, v in self.voter_sets() if o < end_offset]
-        header = _SNAPSHOT_VOTERS + (",".join(str(v) for v in sorted(in_force[-1])).encode() if in_force else b"")
+        in_force = [v for o, v in self.voter_records() if o < end_offset]
+        header = _SNAPSHOT_VOTERS + (_voter_list(in_force[-1]) if in_force else b"")
         self._snapshots[snapshot_id] = header + b"\n" + bytes(data)
         return snapshot_id
 
@@ -307,10 +363,12 @@ class MemoryLog:
 
     def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._snapshots[snapshot_id] = bytes(data)
+        self._known_voters.update((v.node_id, v) for v in self._snapshot_voters(bytes(data)) or ())
         self._batches = []
         self._bases = []
         self._epochs = []
         self._voter_sets = []
+        self._forget_voters_cache()
         self._log_start = snapshot_id.end_offset
         self._start_snapshot = snapshot_id
         self._durable = []

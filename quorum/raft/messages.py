@@ -161,6 +161,10 @@ class FetchSnapshotRequest:
     snapshot_id: SnapshotId
     position: int
     max_bytes: int
+    #: KIP-853 (FetchSnapshot v1's ReplicaDirectoryId): the fetcher's
+    #: directory id; the download counts as a voter's contact only if the
+    #: voter set records this one for its id.
+    replica_directory_id: uuid.UUID | None = None  # noqa: F821
 
 
 @_frozen

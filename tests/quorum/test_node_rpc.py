@@ -36,6 +36,7 @@ offsets = st.integers(0, 2**62)
 cluster = st.one_of(st.none(), st.text(min_size=1, max_size=30))
 errors = st.sampled_from(list(ErrorCode))
 snapshot_ids = st.builds(SnapshotId, end_offset=offsets, epoch=epochs)
+directory_ids = st.one_of(st.none(), st.uuids().filter(lambda u: u.int != 0))  # zero: none given
 
 requests = st.one_of(
     st.builds(VoteRequest, cluster_id=cluster, voter_id=ids, replica_id=ids, replica_epoch=epochs,
@@ -47,7 +48,8 @@ requests = st.one_of(
               last_fetched_epoch=epochs, log_start_offset=offsets, max_bytes=st.integers(0, 2**31 - 1),
               max_wait_ms=st.integers(0, 100_000)),
     st.builds(FetchSnapshotRequest, cluster_id=cluster, replica_id=ids, current_leader_epoch=epochs,
-              snapshot_id=snapshot_ids, position=offsets, max_bytes=st.integers(0, 2**31 - 1)),
+              snapshot_id=snapshot_ids, position=offsets, max_bytes=st.integers(0, 2**31 - 1),
+              replica_directory_id=directory_ids),
 )
 
 

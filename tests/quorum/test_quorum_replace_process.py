@@ -273,12 +273,15 @@ def replace_wiped_controller(cluster: Cluster, victim: int) -> None:
     assert out.returncode == 0, out.stderr
     until(lambda: marker in metadata_log_text(cluster, victim), 30, "the wiped controller to fetch the topic")
     # ...but it is not the voter of its id: the leader does not count its
-    # fetches as voter `victim`'s, so that voter shows no progress.
-    status = until(lambda: (s := describe_leader(cluster))["leader_id"] == leader and s, 10, "the leader's status")
-    row = {r["node_id"]: r for r in status["replicas"]}[victim]
-    assert row["status"] == "Follower" and row["directory_id"] == old_dir
+    # fetches as voter `victim`'s, so that voter shows no progress; it lists
+    # the wiped controller as an observer by its id and new directory id.
+    status = until(lambda: (s := describe_leader(cluster))["leader_id"] == leader and victim in s["current_observers"]
+                   and s, 10, "the leader's status listing the wiped controller as an observer")
+    rows = {(r["node_id"], r["status"]): r for r in status["replicas"]}
+    row = rows[(victim, "Follower")]
+    assert row["directory_id"] == old_dir
     assert row["log_end_offset"] < status["high_watermark"] or row["log_end_offset"] == -1, row
-    assert victim not in status["current_observers"]
+    assert rows[(victim, "Observer")]["directory_id"] == new_dir
     out = run("quorum", "remove-controller", "--bootstrap-controller", f"127.0.0.1:{cluster.cport[leader]}",
               "--controller-id", str(victim), "--controller-directory-id", old_dir)
     assert out.returncode == 0, out.stderr

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import uuid
 
-from quorum.raft import ErrorCode, MemoryLog, VoteRequest, VoteResponse
+from quorum.raft import ErrorCode, FetchSnapshotRequest, MemoryLog, VoteRequest, VoteResponse
+from quorum.raft.voters import VoterInfo
 
 from sim.harness import CONFIG, Harness, Node, outbound
 
@@ -53,6 +54,27 @@ def test_a_wiped_voter_neither_stands_nor_votes_under_its_old_directory_id() -> 
     assert answer.message.vote_granted
 
 
+def test_a_wiped_voter_holding_only_the_record_of_its_removal_does_not_stand() -> None:
+    """A controller formatted again fetches the log from the leader; its
+    first voter-set record may be the one removing its old identity. After a
+    restart it does not know that record is committed, so it takes itself for
+    a removed voter that may still be needed to commit it, which stands; but
+    the configured set it came from records another directory id for it."""
+    log = MemoryLog()
+    log.append_as_leader([b"r"], 1)
+    for n in VOTERS:
+        log.remember_voter(VoterInfo(n, DIRS[n]))
+    log.append_voters(1, frozenset({1, 2}))
+    log.flush(log.log_end_offset)
+    wiped = node(3, directory_id=WIPED_DIR, log=log)
+    assert wiped.core.voter_change_pending and not wiped.core.may_stand
+    for now_ms in range(0, CONFIG.controller_quorum_election_timeout_ms * 50, 100):
+        wiped.tick(now_ms)
+    assert wiped.core.role == "Unattached"
+    # The voter itself, on its own disk, does stand (it may be needed to commit its removal).
+    assert node(3, directory_id=DIRS[3], log=log).core.may_stand
+
+
 def test_a_wiped_voters_fetches_do_not_commit_records_it_holds_with_the_leader_alone() -> None:
     h = Harness([node(1, directory_id=DIRS[1], log=flushed_log(3)), node(2, directory_id=DIRS[2], log=flushed_log(3)),
                  node(3, directory_id=WIPED_DIR)])
@@ -62,6 +84,11 @@ def test_a_wiped_voters_fetches_do_not_commit_records_it_holds_with_the_leader_a
     h.advance(50)
     committed = leader.core.high_watermark
     assert committed == leader.log.log_end_offset
+    # DescribeQuorum lists it as an observer by its id and its own directory
+    # id, beside voter 3 (the old disk), as Kafka does.
+    status = leader.core.describe(h.now_ms)
+    assert [(r.replica_id, r.directory_id, r.log_end_offset) for r in status.observers] == [(3, WIPED_DIR, committed)]
+    assert {r.replica_id: r.directory_id for r in status.voters}[3] == DIRS[3]
     # The other healthy voter is cut off; the wiped one keeps fetching.
     cut = (lambda e: other in (e.source_id, e.destination_id))  # noqa: E731
     leader.propose([b"only-on-the-leader"], h.now_ms)
@@ -87,3 +114,25 @@ def test_a_lagging_voter_cannot_win_with_the_vote_of_a_wiped_one() -> None:
     h.nodes[1] = node(1, directory_id=DIRS[1], log=flushed_log(3))
     leader = h.elect()
     assert leader.node_id == 1 and leader.log.log_end_offset > 3, "the voter holding the committed records leads"
+
+
+def test_a_wiped_voters_snapshot_download_keeps_no_voter_contact_fresh() -> None:
+    """Check-quorum: a leader that hears from no other voter resigns, even
+    while a controller with a voter's id on a wiped disk downloads its
+    snapshot; FetchSnapshot carries the fetcher's directory id (KIP-853), and
+    only the voter's own disk counts as that voter's contact."""
+    timeout = CONFIG.controller_quorum_fetch_timeout_ms
+    for directory_id, resigns in ((WIPED_DIR, True), (None, False)):
+        h = Harness([node(n, directory_id=DIRS[n], log=flushed_log(3)) for n in VOTERS])
+        leader = h.elect()
+        snapshot_id, out = leader.core.create_snapshot(leader.core.high_watermark, b"image", h.now_ms)
+        leader.obey(out)
+        fetcher = next(n for n in VOTERS if n != leader.node_id)
+        given = directory_id or DIRS[fetcher]
+        for step in range(1, 2 * timeout // 20):
+            request = FetchSnapshotRequest(cluster_id=None, replica_id=fetcher, current_leader_epoch=leader.core.epoch,
+                                           snapshot_id=snapshot_id, position=0, max_bytes=2,
+                                           replica_directory_id=given)
+            leader.handle(fetcher, request, f"s{step}", h.now_ms)
+            h.advance(20, drop=lambda e: True)  # every other message is lost: the leader is cut off
+        assert leader.core.is_leader is not resigns, (given, leader.core.role)

@@ -4,7 +4,9 @@ Hypothesis draws whole scenarios: 3 or 5 voters plus 1-2 observers, network
 delay/drop/duplication (hence reordering), partitions, crashes that lose
 unflushed writes, crashes in the middle of handling an event, paused
 processes, graceful resignations; a second property draws voter additions
-and removals among those faults (KIP-853). After every event the invariants of
+and removals among those faults (KIP-853), a third lost disks: the node
+comes back formatted again with a new directory id, and the operator
+removes its old identity and adds the new one. After every event the invariants of
 `sim/invariants.py` are checked; after the faults heal, a new record must
 commit everywhere within bounded simulated time. A failure names the seed
 and the scenario; replay it with `run_scenario(scenario)`.
@@ -23,7 +25,7 @@ from quorum.raft import RaftUsageError
 
 from sim.cluster import Fault, Scenario, SimCluster, run_scenario
 from sim.network import NetworkConditions
-from sim.schedule import reconfiguring_scenarios, scenarios
+from sim.schedule import reconfiguring_scenarios, scenarios, wiping_scenarios
 
 SCENARIOS = settings(settings(), max_examples=settings().max_examples * 4)
 
@@ -57,6 +59,51 @@ def test_quorum_stays_safe_and_live_while_voters_are_added_and_removed(scenario:
     assert result.committed > 0
 
 
+@settings(settings(), max_examples=settings().max_examples * 2)
+@given(wiping_scenarios())
+def test_quorum_stays_safe_and_live_when_disks_are_wiped_and_replaced(scenario: Scenario) -> None:
+    """KIP-853: a controller whose disk is lost comes back with its node id
+    and a new directory id. Until the operator removed its old identity and
+    added the new one it never stands, votes or counts toward the high
+    watermark as the voter it was (checked on every message), and no
+    committed record is lost."""
+    result = run_scenario(scenario)
+    assert result.committed > 0
+    assert result.replacements <= result.wipes
+
+
+def test_a_wiped_voter_serves_as_an_observer_until_it_is_replaced() -> None:
+    cluster = SimCluster(_quiet(seed=13))
+    for node in cluster.nodes.values():
+        cluster.at(0, lambda node=node: node.start(cluster.now_ms))
+    cluster.at(1, cluster.propose)
+    cluster.run_until(800)
+    (leader,) = [n for n in cluster.nodes.values() if n.is_leader()]
+    wiped = next(n for n in cluster.nodes.values() if n.node_id in cluster.voters and n is not leader)
+    old_directory = wiped.directory_id
+    wiped.crash(cluster.rng)
+    wiped.wipe(*cluster.discover_voters())
+    wiped.start(cluster.now_ms)
+    assert wiped.directory_id != old_directory
+    cluster.run_until(cluster.now_ms + 1000)
+    # On its empty disk it is an observer: the leader still records the old
+    # identity, and does not count the node's fetches as that voter's.
+    assert wiped.core is not None and not wiped.core.is_voter and wiped.core.role == "Follower"
+    assert leader.core.recorded_directory_id(wiped.node_id) == old_directory
+    assert leader.core.state.voter_states[wiped.node_id].last_fetch_ms < 800
+    assert wiped.core.high_watermark == leader.core.high_watermark > 0
+    # The operator removes the old identity, then adds the new one.
+    cluster.replacing = (wiped, True)
+    cluster.replace_step()
+    cluster.run_until(cluster.now_ms + 2000)
+    assert cluster.replacing is None and cluster.replacements == 1
+    assert [sorted(v) for _, v in cluster.voter_changes] == [
+        sorted(cluster.voters - {wiped.node_id}), sorted(cluster.voters)]
+    assert leader.is_leader() and leader.core.recorded_directory_id(wiped.node_id) == wiped.directory_id
+    assert wiped.core.is_voter and wiped.core.high_watermark == leader.core.high_watermark
+    assert len(cluster.invariants.leaders) == 1
+
+
 def test_a_leader_grows_the_quorum_from_one_to_three_and_removes_itself() -> None:
     cluster = SimCluster(dataclasses.replace(_quiet(seed=5, voters=1), observers=2))
     for node in cluster.nodes.values():
@@ -68,7 +115,7 @@ def test_a_leader_grows_the_quorum_from_one_to_three_and_removes_itself() -> Non
     observer = 100
     for voters in ({1, observer}, {1, observer, 101}, {observer, 101}):
         _, out = leader.core.change_voters(voters, cluster.now_ms)
-        cluster.ever_voters |= voters
+        cluster.note_voters(leader)
         leader.obey(out, cluster.now_ms)
         # a second change waits until this one is committed
         try:

@@ -2,7 +2,8 @@
 
 `run_scenario(scenario)` runs the fault phase (faults fire at their times,
 a client proposes records to whoever is leader, and the leader is asked to
-add or remove one voter at the times of `MEMBERSHIP_KINDS` faults), then heals everything
+add or remove one voter at the times of `MEMBERSHIP_KINDS` faults; a `wipe`
+loses a node's disk and the operator replaces it), then heals everything
 (partitions end, crashed nodes restart, the network stops losing messages)
 and demands liveness: within `LIVENESS_BOUND_MS` of simulated time a record
 proposed after the heal must be committed and every node must have learned
@@ -14,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
+import uuid
 from collections.abc import Callable
 
 from quorum.raft import NotLeaderError, QuorumConfig, RaftUsageError
+from quorum.raft.voters import VoterInfo
 
 from sim.invariants import Invariants, SafetyViolation
 from sim.network import NetworkConditions, SimNetwork
-from sim.node import SimNode
+from sim.node import SimNode, directory_id_of
 
 SIM_CONFIG = QuorumConfig(
     controller_quorum_election_timeout_ms=150,
@@ -36,6 +39,11 @@ LIVENESS_BOUND_MS = 5000
 FAULT_KINDS = ("crash", "isolate", "split", "crash_mid_event", "resign", "lossy", "pause")
 #: Voter-set changes the leader is asked to make, drawn among the faults.
 MEMBERSHIP_KINDS = ("add_voter", "remove_voter")
+#: A node's disk is lost; it comes back formatted again, with a new directory
+#: id, and the operator replaces its old identity (remove, then add).
+WIPE_KINDS = ("wipe",)
+#: How often the operator retries a step of replacing a wiped voter.
+REPLACE_RETRY_MS = 50
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +76,8 @@ class Result:
     leaders: dict[int, int]
     messages_sent: int
     checks: int
+    wipes: int = 0
+    replacements: int = 0
 
 
 class SimCluster:
@@ -76,8 +86,15 @@ class SimCluster:
         self.rng = random.Random(scenario.seed)
         self.now_ms = 0
         self.voters = frozenset(range(1, scenario.voters + 1))
-        self.ever_voters = set(self.voters)
+        self.initial_directory_ids: dict[int, uuid.UUID | None] = {i: directory_id_of(i, 0) for i in self.voters}
+        # Every voter identity (node id, directory id) any voter-set record ever named.
+        self.ever_voters: set[tuple[int, uuid.UUID | None]] = set(self.initial_directory_ids.items())
         self.voter_changes: list[tuple[int, frozenset[int]]] = []  # (at ms, new set) the leader accepted
+        # The wiped node the operator is replacing (at most one at a time), and
+        # whether it was a voter (then it is added back under its new directory id).
+        self.replacing: tuple[SimNode, bool] | None = None
+        self.wipes = 0
+        self.replacements = 0
         ids = list(range(1, scenario.voters + 1)) + [100 + i for i in range(scenario.observers)]
         config = dataclasses.replace(
             SIM_CONFIG, metadata_log_max_record_bytes_between_snapshots=scenario.snapshot_every_bytes
@@ -173,15 +190,102 @@ class SimCluster:
             self.at(end, calm)
         elif fault.kind in MEMBERSHIP_KINDS:
             self.at(fault.at_ms, lambda: self.change_voters(fault))
+        elif fault.kind == "wipe":
+            self.at(fault.at_ms, lambda: self.wipe(node, end))
         else:
             raise ValueError(fault.kind)
+
+    # --- wiped disks ------------------------------------------------------------------
+
+    def wipe(self, node: SimNode, back_at_ms: int) -> None:
+        """Lose `node`'s disk, if the quorum can survive it: no other
+        replacement is under way, and every voter set any log holds that
+        names it has three voters or more (losing one of two voters, or the
+        only one, loses the quorum for good, in Kafka too). It comes back at
+        `back_at_ms` formatted again, and the operator replaces it."""
+        if self.replacing is not None:
+            return
+        sets = [v for n in self.nodes.values() for _, v in n.log.voter_sets()]
+        if any(not n.log.voter_sets() for n in self.nodes.values()):
+            sets.append(self.voters)
+        naming = [v for v in sets if node.node_id in v]
+        if any(len(v) < 3 for v in naming):
+            return
+        voters, directory_ids = self.discover_voters()
+        if node.is_up:
+            node.crash(self.rng)
+        node.wipe(voters, directory_ids)
+        self.wipes += 1
+        self.replacing = (node, bool(naming))
+        self.at(back_at_ms, lambda: node.is_up or node.start(self.now_ms))
+        self.at(self.now_ms + REPLACE_RETRY_MS, self.replace_step)
+
+    def discover_voters(self) -> tuple[frozenset[int], dict[int, uuid.UUID | None]]:
+        """The voters and directory ids a node formatted again learns from the
+        quorum (DescribeQuorum): a leader's, else the longest log's."""
+        up = [n for n in self.nodes.values() if n.core is not None]
+        leaders = [n for n in up if n.is_leader()]
+        source = (leaders or sorted(up, key=lambda n: -n.log.log_end_offset) or [None])[0]
+        if source is None or source.core is None:
+            return self.voters, dict(self.initial_directory_ids)
+        voters = source.core.voters
+        return voters, {v: source.core.recorded_directory_id(v) for v in voters}
+
+    def replace_step(self) -> None:
+        """The operator's procedure for a wiped controller (KIP-853): remove
+        its old identity, then, once it runs on its new disk, add it back
+        with its new directory id; each step once the previous is committed."""
+        assert self.replacing is not None
+        node, was_voter = self.replacing
+        leaders = [n for n in self.nodes.values() if n.is_leader() and n.paused_until_ms <= self.now_ms]
+        if leaders:
+            leader = leaders[0]
+            assert leader.core is not None
+            current = leader.core.voters
+            node_id = node.node_id
+            new = None
+            if node_id in current and leader.core.recorded_directory_id(node_id) != node.directory_id:
+                new = current - {node_id}
+            elif node_id not in current and was_voter and node.is_up:
+                leader.log.remember_voter(VoterInfo(node_id, node.directory_id))
+                new = current | {node_id}
+            elif not leader.core.voter_change_pending:
+                self.replacing = None
+                self.replacements += 1
+                return
+            if new is not None:
+                self.apply_voter_change(leader, new)  # refused while a change is pending: retried
+        self.at(self.now_ms + REPLACE_RETRY_MS, self.replace_step)
+
+    def apply_voter_change(self, leader: SimNode, new: frozenset[int]) -> bool:
+        assert leader.core is not None
+        try:
+            _, out = leader.core.change_voters(new, self.now_ms)
+        except RaftUsageError:
+            return False  # a change is in flight, or the leader has not committed in its epoch yet
+        self.note_voters(leader)
+        self.voter_changes.append((self.now_ms, new))
+        leader.obey(out, self.now_ms)
+        self.invariants.after_event(leader)
+        return True
+
+    def was_voter(self, node_id: int, directory_id: uuid.UUID | None) -> bool:
+        """Whether a voter set ever named this identity (a voter recorded
+        without a directory id is that id on any disk)."""
+        return (node_id, directory_id) in self.ever_voters or (node_id, None) in self.ever_voters
+
+    def note_voters(self, leader: SimNode) -> None:
+        """Record the identities of the voter set `leader` just appended."""
+        infos = leader.log.latest_voters()
+        assert infos is not None
+        self.ever_voters |= {(v.node_id, v.directory_id) for v in infos}
 
     def change_voters(self, fault: Fault) -> None:
         """Ask the leader to add or remove one voter (AddRaftVoter /
         RemoveRaftVoter); it refuses while the previous change is uncommitted."""
         leaders = [n for n in self.nodes.values() if n.is_leader() and n.paused_until_ms <= self.now_ms]
-        if not leaders:
-            return
+        if not leaders or self.replacing is not None:
+            return  # (the operator changes nothing else while it replaces a wiped voter)
         leader = leaders[0]
         assert leader.core is not None
         current = leader.core.voters
@@ -193,15 +297,10 @@ class SimCluster:
         if not candidates:
             return
         target = candidates[fault.arg % len(candidates)]
-        new = current ^ {target}
-        try:
-            _, out = leader.core.change_voters(new, self.now_ms)
-        except RaftUsageError:
-            return  # a change is in flight, or the leader has not committed in its epoch yet
-        self.ever_voters |= new
-        self.voter_changes.append((self.now_ms, new))
-        leader.obey(out, self.now_ms)
-        self.invariants.after_event(leader)
+        if target not in current:
+            # AddRaftVoter names the new voter's directory id
+            leader.log.remember_voter(VoterInfo(target, self.nodes[target].directory_id))
+        self.apply_voter_change(leader, current ^ {target})
 
     def heal(self) -> None:
         self.heal_ms = self.now_ms
@@ -322,4 +421,6 @@ def run_scenario(scenario: Scenario) -> Result:
         leaders=dict(cluster.invariants.leaders),
         messages_sent=cluster.network.sent,
         checks=cluster.invariants.checks,
+        wipes=cluster.wipes,
+        replacements=cluster.replacements,
     )

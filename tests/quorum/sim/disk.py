@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from quorum.raft import MemoryLog
 from quorum.raft.storage_log import StorageReplicatedLog
+from quorum.raft.voters import VoterInfo
 from storage.batch import iter_batch_headers, iter_records
 from storage.config import LogConfig
 from storage.sim_fs import SimFileSystem
@@ -40,6 +41,17 @@ def check_truncation(node: SimNode, log_end_offset: int, offset: int) -> None:
         )
     if not node.is_voter and offset < log_end_offset:
         raise SafetyViolation(f"observer {node.node_id} truncates its log to {offset}")
+
+
+def know_initial_voters(node: SimNode, log: SimMemoryLog | SimStorageLog) -> None:
+    """A disk formatted with the initial controllers knows their directory
+    ids (`raftka storage format --initial-controllers` writes them), so the
+    first voter change records them; a disk formatted again knows none."""
+    if node.generation:
+        return
+    for node_id, directory_id in node.cluster.initial_directory_ids.items():
+        if log.known_voter(node_id) is None:
+            log.remember_voter(VoterInfo(node_id, directory_id))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +89,7 @@ class MemoryDisk:
 
     def __init__(self, node: SimNode, seed: int) -> None:
         self.log = SimMemoryLog(node)
+        know_initial_voters(node, self.log)
 
     def crash(self, rng: random.Random) -> None:
         self.log.crash(keep_unflushed_batches=rng.choice([0, 0, 1, 2]))
@@ -96,6 +109,7 @@ class StorageDisk:
     def _open(self) -> SimStorageLog:
         log = SimStorageLog.open(METADATA_DIR, now_ms=0, fs=self.fs, config=LOG_CONFIG)
         log.node = self.node
+        know_initial_voters(self.node, log)
         return log
 
     def crash(self, rng: random.Random) -> None:

@@ -92,6 +92,12 @@ class Invariants:
     def after_event(self, node: SimNode) -> None:
         if node.core is None:
             return
+        if node.core.role in ("Prospective", "Candidate", "Leader") and \
+                not node.cluster.was_voter(node.node_id, node.directory_id):
+            raise SafetyViolation(
+                f"node {node.node_id} stands as a voter ({node.core.role}, epoch {node.core.epoch}) with directory id "
+                f"{node.directory_id}, which no voter set ever named (a wiped disk acting as the voter it was)"
+            )
         if node.is_leader():
             epoch = node.core.epoch
             leader = self.leaders.setdefault(epoch, node.node_id)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from typing import TYPE_CHECKING
 
 from quorum.raft import ElectionState, Inbound, MemoryLog, Output, QuorumConfig, RaftCore
 from quorum.raft.storage_log import StorageReplicatedLog
 from quorum.raft.leader import LeaderState
-from quorum.raft.messages import REQUEST_TYPES, SnapshotId
+from quorum.raft.messages import REQUEST_TYPES, FetchRequest, FetchSnapshotRequest, SnapshotId, VoteResponse
 
 from sim.disk import MemoryDisk, StorageDisk
+from sim.invariants import SafetyViolation
 from sim.network import Flight, RequestToken
 
 if TYPE_CHECKING:
@@ -45,14 +47,29 @@ class StateMachine:
         return json.dumps([[o, e, c, r.hex()] for o, e, c, r in self.entries]).encode()
 
 
+def directory_id_of(node_id: int, generation: int) -> uuid.UUID:
+    """A deterministic directory id for a node's disk (one per format)."""
+    return uuid.UUID(int=(node_id + 1) << 64 | generation + 1)
+
+
 class SimNode:
     def __init__(self, cluster: SimCluster, node_id: int, config: QuorumConfig, seed: int, disk: str) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self.config = config
         self.seed = seed
-        self.max_high_watermark = -1  # over every life of this node
+        self.disk_kind = disk
+        self.max_high_watermark = -1  # over every life of this node (of this disk)
         self.max_high_watermark_as_voter = -1  # the highest it reported while a voter
+        # Its metadata log dir's directory.id; a wipe formats the disk again with a new one.
+        self.generation = 0
+        self.directory_id = directory_id_of(node_id, 0)
+        self.directory_by_incarnation: dict[int, uuid.UUID] = {}
+        # The voters (and their directory ids) it starts from while its log names none:
+        # the initial controllers, or, after a wipe, those it discovered (as
+        # `controller.quorum.bootstrap.servers` and DescribeQuorum give them).
+        self.bootstrap_voters: tuple[frozenset[int], dict[int, uuid.UUID | None]] = (
+            cluster.voters, dict(cluster.initial_directory_ids))
         self.disk = (StorageDisk if disk == "storage" else MemoryDisk)(self, seed * 1000 + node_id)
         self.disk_election: ElectionState | None = None
         self.core: RaftCore | None = None
@@ -76,30 +93,34 @@ class SimNode:
 
     @property
     def is_voter(self) -> bool:
-        """Whether it ever was a voter: a voter's log may hold uncommitted
-        records, also after it was removed from the set."""
-        return self.node_id in self.cluster.ever_voters
+        """Whether it ever was a voter with this disk: a voter's log may hold
+        uncommitted records, also after it was removed from the set."""
+        return self.cluster.was_voter(self.node_id, self.directory_id)
 
     # --- life cycle ---------------------------------------------------------
 
     def start(self, now_ms: int) -> None:
         assert self.core is None
         self.incarnation += 1
+        self.directory_by_incarnation[self.incarnation] = self.directory_id
         self.sm = StateMachine()
         snapshot = self.log.latest_snapshot_id
         if snapshot is not None:
             self.sm.load_snapshot(snapshot, self.log.snapshot_data(snapshot))
             self.cluster.invariants.on_snapshot_loaded(self)
         self.cluster.invariants.on_restart(self)
+        voters, directory_ids = self.bootstrap_voters
         self.core = RaftCore(
             node_id=self.node_id,
-            voters=self.cluster.voters,
+            voters=voters,
             log=self.log,
             rng=random.Random(f"{self.seed}/{self.node_id}/{self.incarnation}"),
             now_ms=now_ms,
             config=self.config,
             election_state=self.disk_election,
             cluster_id="sim",
+            directory_id=self.directory_id,
+            voter_directory_ids=directory_ids,
         )
         self.process(self.core.tick(now_ms), now_ms)
 
@@ -110,11 +131,60 @@ class SimNode:
         self.flushed_before_crash = self.log.flushed_offset
         self.disk.crash(rng)
 
+    def wipe(self, voters: frozenset[int], directory_ids: dict[int, uuid.UUID | None]) -> None:
+        """The disk is lost: the node is down, and comes back (`start`) on a
+        disk formatted again (`raftka storage format --no-initial-controllers`):
+        an empty log, no election state, a new directory id, and the voters
+        it discovered."""
+        self.core = None
+        self.generation += 1
+        self.directory_id = directory_id_of(self.node_id, self.generation)
+        self.bootstrap_voters = (voters, dict(directory_ids))
+        self.disk = (StorageDisk if self.disk_kind == "storage" else MemoryDisk)(
+            self, (self.seed * 1000 + self.node_id) * 1000 + self.generation)
+        self.disk_election = None
+        self.max_high_watermark = -1
+        self.max_high_watermark_as_voter = -1
+        self.observer_checked_offset = 0
+        self.flushed_before_crash = 0
+        self.voter_at_crash = False
+        self.crash_mid_next_event = False
+
     # --- the driver loop -------------------------------------------------------
 
-    def deliver(self, inbound: Inbound, now_ms: int) -> None:
+    def deliver(self, inbound: Inbound, now_ms: int, source_directory_id: uuid.UUID | None = None) -> None:
         assert self.core is not None
-        self.obey(self.core.handle(inbound, now_ms), now_ms)
+        core = self.core
+        message = inbound.message
+        counted = None
+        if isinstance(message, (FetchRequest, FetchSnapshotRequest)) and isinstance(core.state, LeaderState):
+            counted = self._replica_of_another_disk(inbound.source_id, source_directory_id)
+        if isinstance(message, VoteResponse) and message.vote_granted and core.role in ("Prospective", "Candidate"):
+            self._check_identity(inbound.source_id, source_directory_id, "granted a vote as")
+        before = None if counted is None else (counted.end_offset, counted.last_fetch_ms)
+        out = core.handle(inbound, now_ms)
+        if counted is not None and (counted.end_offset, counted.last_fetch_ms) != before:
+            self._check_identity(inbound.source_id, source_directory_id, "fetched and counted as")
+        self.obey(out, now_ms)
+
+    def _replica_of_another_disk(self, source_id: int, directory_id: uuid.UUID | None) -> object | None:
+        """The leader's progress record of voter `source_id`, if the sender is
+        that id on another disk (it must not touch it)."""
+        assert self.core is not None and isinstance(self.core.state, LeaderState)
+        recorded = self.core.recorded_directory_id(source_id)
+        if recorded is None or directory_id is None or recorded == directory_id:
+            return None
+        return self.core.state.voter_states.get(source_id)
+
+    def _check_identity(self, source_id: int, directory_id: uuid.UUID | None, what: str) -> None:
+        """A node on a wiped disk must never count as the voter its id was."""
+        assert self.core is not None
+        recorded = self.core.recorded_directory_id(source_id)
+        if recorded is not None and directory_id is not None and recorded != directory_id:
+            raise SafetyViolation(
+                f"node {source_id} with directory id {directory_id} {what} voter {source_id} "
+                f"(directory id {recorded}) on node {self.node_id} in epoch {self.core.epoch}"
+            )
 
     def tick(self, now_ms: int) -> None:
         assert self.core is not None
@@ -215,4 +285,6 @@ class SimNode:
         correlation = flight.correlation
         if isinstance(flight.message, REQUEST_TYPES):
             correlation = RequestToken(flight.source_id, flight.source_incarnation, flight.correlation)
-        self.deliver(Inbound(flight.source_id, flight.message, correlation), now_ms)
+        # Which disk the sender ran on when it sent this: the truth the checks compare with.
+        source = self.cluster.nodes[flight.source_id].directory_by_incarnation.get(flight.source_incarnation)
+        self.deliver(Inbound(flight.source_id, flight.message, correlation), now_ms, source)
