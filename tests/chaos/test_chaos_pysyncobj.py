@@ -8,11 +8,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from test_chaos_run import chaos_run, check_outcome
+import pytest
+from test_chaos_run import SOAK, chaos_run, check_outcome
 
 from chaos.schedule import Shape, make_schedule
 
 
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite SIGKILLs pysyncobj's leader under "
+                    "writes: tests/quorum/test_process_kill.py)")
 def test_a_short_run_killing_and_pausing_pysyncobj_s_leader_finds_nothing(tmp_path: Path) -> None:
     seed, duration = 12, 22
     planned = make_schedule(random.Random(seed), ["kill", "pause"], duration, Shape("kraft", (1, 2, 3), (4, 5, 6), 3))
