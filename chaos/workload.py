@@ -10,6 +10,13 @@
 - Consumers poll concurrently: `c-group` subscribes in a consumer group
   (each assignment starts a new session in the history), `c-assign` is
   assigned every partition from the beginning.
+- The `group` workload has the same producers and, instead of those two,
+  `group_members` consumers `c-group-<i>` in one group, with auto-commit,
+  speaking the classic group protocol or KIP-848's consumer protocol
+  (`group_protocol`). Its history says so (`at_least_once` in their open
+  events): the checker then requires every acknowledged value to be polled
+  by some member (at-least-once delivery through rebalances, coordinator
+  moves and member fencing).
 - `final_read`, after the nemesis healed everything, reads every partition
   from its start to its high watermark with a fresh consumer.
 
@@ -51,6 +58,10 @@ class QueueOptions:
     rate_per_producer: float = 40.0  # sends per second
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     group_id: str = "chaos"
+    #: `group.protocol` of the group consumers: "classic" or "consumer" (KIP-848).
+    group_protocol: str = "classic"
+    #: Group members; more than one makes the `group` workload (module doc).
+    group_members: int = 1
     #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
     security: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -137,8 +148,13 @@ class QueueWorkload:
         names += [("p-plain" if i == 0 else f"p-plain-{i}", False) for i in range(self.options.plain_producers)]
         for name, idempotent in names:
             self._spawn(self._produce, name, idempotent)
-        self._spawn(self._consume, "c-group", True)
-        self._spawn(self._consume, "c-assign", False)
+        for name in self.consumer_names():
+            self._spawn(self._consume, name, name.startswith("c-group"))
+
+    def consumer_names(self) -> list[str]:
+        if self.options.group_members > 1:
+            return [f"c-group-{i}" for i in range(self.options.group_members)]
+        return ["c-group", "c-assign"]
 
     def _spawn(self, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -167,12 +183,17 @@ class QueueWorkload:
             t.join(timeout=30)
 
     def _consumers_caught_up(self) -> bool:
+        """Every acknowledged value polled: by each consumer, or, in the
+        `group` workload, by some member of the group."""
         events = self.history.snapshot()
         acked = {e.value for e in events if e.f == "send" and e.type == "ok"}
-        by: dict[str, set[str | None]] = {"c-group": set(), "c-assign": set()}
+        members = self.options.group_members > 1
+        by: dict[str, set[str | None]] = {("group" if members else name): set() for name in self.consumer_names()}
         for e in events:
-            if e.f == "poll" and e.process in by:
-                by[e.process].add(e.value)
+            if e.f == "poll" and e.process is not None and e.process.startswith("c-"):
+                key = "group" if members else e.process
+                if key in by:
+                    by[key].add(e.value)
         return all(acked <= seen for seen in by.values())
 
     # --- producers ---------------------------------------------------------------------------------
@@ -245,20 +266,33 @@ class QueueWorkload:
         o = self.options
         config = {**o.client(), "group.id": o.group_id if group else f"{o.group_id}-{name}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": group, "auto.commit.interval.ms": 1000,
-                  "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "client.id": name,
-                  "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
+                  "client.id": name, "topic.metadata.refresh.interval.ms": 2000, "reconnect.backoff.max.ms": 1000,
                   "isolation.level": isolation}
+        consumer_protocol = group and o.group_protocol == "consumer"
+        if consumer_protocol:
+            # KIP-848: the broker sets the session and heartbeat times
+            # (group.consumer.*) and assigns; librdkafka refuses the classic keys.
+            config["group.protocol"] = "consumer"
+        else:
+            config.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000})
         consumer = Consumer(config, logger=client_logger(self.log_path))
         session = [0]
-        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation})
+        self.history.record(name, "info", "open", extra={
+            "role": "consumer", "group": group, "isolation": isolation,
+            **({"group_id": config["group.id"], "group_protocol": o.group_protocol,
+                "at_least_once": o.group_members > 1} if group else {})})
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1
             self.history.record(name, "info", "assign", session=session[0],
                                 extra={"partitions": sorted(p.partition for p in partitions)})
 
+        def revoked(_consumer: Any, partitions: list[Any]) -> None:
+            self.history.record(name, "info", "revoke", session=session[0],
+                                extra={"partitions": sorted(p.partition for p in partitions)})
+
         if group:
-            consumer.subscribe([o.topic], on_assign=assigned)
+            consumer.subscribe([o.topic], on_assign=assigned, on_revoke=revoked)
         else:
             consumer.assign([TopicPartition(o.topic, p, OFFSET_BEGINNING) for p in range(o.partitions)])
         last_error = ("", 0.0)

@@ -1,7 +1,7 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters] [--workload queue|txn] [--seed N]
+                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters] [--workload queue|txn|group] [--group-protocol classic|consumer] [--seed N]
                      [--log-dirs N] [--secure] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
@@ -54,7 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "voters (a controller leaves a --dynamic-quorum's voter set, and is added back) "
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
-    run.add_argument("--workload", choices=("queue", "txn"), default="queue")
+    run.add_argument("--workload", choices=("queue", "txn", "group"), default="queue",
+                     help="queue: producers, a group consumer and an assigned one; txn: transactional "
+                     "producers, read_committed consumers; group: the queue's producers and a group of 3 "
+                     "consumers that must together receive every acknowledged record (default queue)")
+    run.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                     help="group.protocol of the workload's group consumers: the classic protocol, or "
+                     "KIP-848's consumer protocol (default classic)")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--log-dirs", type=int, default=1, metavar="N",
@@ -123,7 +129,7 @@ def run_main(args: argparse.Namespace) -> int:
                          controllers=args.controllers, brokers=args.brokers, duration=args.duration,
                          nemeses=nemeses, workload=args.workload, seed=seed, partitions=args.partitions,
                          rate=args.rate, message_timeout_ms=args.message_timeout_ms, log_dirs=args.log_dirs,
-                         secure=args.secure)
+                         secure=args.secure, group_protocol=args.group_protocol)
     started = time.monotonic()
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
