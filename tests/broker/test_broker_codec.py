@@ -220,3 +220,30 @@ def test_metadata_partition_with_a_replica_list_too_long_for_a_one_byte_compact_
     wide, narrow = decode_response(memoryview(frame)[4:], api_codec(3, version), 5).topics[0].partitions
     assert (wide.replica_nodes, wide.isr_nodes, wide.offline_replicas) == (replicas, replicas[:127], (130,))
     assert (wide.leader_id, narrow.leader_id, narrow.replica_nodes) == (1, 1, (1, 2))
+
+
+@pytest.mark.parametrize("version", [9, 10, PRODUCE_MAX_VERSION])
+def test_a_request_quota_throttle_lands_in_a_produce_answer_ending_with_leader_endpoints(version):
+    """From v10 a Produce answer may end with tagged fields after
+    throttle_time_ms (KIP-951): the request quota still sets it there."""
+    from types import SimpleNamespace
+
+    from broker.shell.request_quota import with_throttle
+
+    header = _header(0, version)
+    key = TOPIC_ID if version >= 13 else "t"
+    frame = encode_produce_response(header, [(key, [ProducePartitionResult(0, 6, current_leader=(2, 4))])],
+                                    node_endpoints=[(2, "host-2", 9093, None)])
+    patched = with_throttle(SimpleNamespace(header=header), frame, 1500)
+    body = decode_response(memoryview(patched)[4:], api_codec(0, version), 77)
+    assert body.throttle_time.total_seconds() == 1.5
+    assert only_error(body) == 6
+    if version >= 10:
+        assert [(n.node_id, n.host) for n in body.node_endpoints] == [(2, "host-2")]
+        assert body.responses[0].partition_responses[0].current_leader.leader_id == 2
+
+
+def only_error(body) -> int:
+    (topic,) = body.responses
+    (p,) = topic.partition_responses
+    return p.error_code
