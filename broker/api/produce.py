@@ -119,7 +119,7 @@ def handle_produce(broker, ctx, request, throttle_ms=None):
     finally:
         ctx.end_turn(request)
     if waiting:
-        return _respond_when_replicated(broker, ctx, request, results, waiting, throttle_ms)
+        return _respond_when_replicated(broker, ctx, request, results, waiting, any_error, throttle_ms)
     if acks and not any_error and not throttle_ms:
         return encode_produce_response(request.header, results)  # the hot path
     return _respond(broker, request, results, any_error, throttle_ms, ctx)
@@ -155,7 +155,7 @@ async def _handle_in_turn(broker, ctx, request, body, refused=None, throttle_ms=
     async with ctx.in_order(request):
         results, waiting, any_error = _append(broker, body, refused)
     if waiting:
-        return await _respond_when_replicated(broker, ctx, request, results, waiting, throttle_ms)
+        return await _respond_when_replicated(broker, ctx, request, results, waiting, any_error, throttle_ms)
     return _respond(broker, request, results, any_error, throttle_ms, ctx)
 
 
@@ -228,10 +228,12 @@ def _name_leaders(broker, results: Results) -> list[tuple[int, str, int, str | N
     return node_endpoints(broker, sorted(leaders))
 
 
-async def _respond_when_replicated(broker, ctx, request, results: Results, waiting: Waiting, throttle_ms=None):
+async def _respond_when_replicated(broker, ctx, request, results: Results, waiting: Waiting, any_error: bool,
+                                   throttle_ms=None):
+    """`any_error`: a partition already failed before the wait."""
     deadline = trio.current_time() + request.body.timeout.total_seconds()
     errored = await _await_high_watermark(results, waiting, deadline)
-    return _respond(broker, request, results, errored, throttle_ms, ctx)
+    return _respond(broker, request, results, errored or any_error, throttle_ms, ctx)
 
 
 async def _await_high_watermark(results, waiting, deadline: float) -> bool:
