@@ -308,7 +308,8 @@ def _check_groups(events: Sequence[Event], opens: dict[str, Event], send_order: 
                   ) -> dict[str, dict[str, Any]]:
     """At-least-once delivery to each group whose members say `at_least_once`:
     every acknowledged value polled by some member. Per group: members,
-    protocol, values delivered, redelivered (polled more than once), undelivered."""
+    protocol, assignments, acknowledged values delivered, records (offsets)
+    polled more than once, acknowledged values undelivered."""
     members: dict[str, set[str]] = defaultdict(set)
     protocol: dict[str, str] = {}
     for process, e in opens.items():
@@ -318,12 +319,14 @@ def _check_groups(events: Sequence[Event], opens: dict[str, Event], send_order: 
             protocol[group_id] = str(e.extra.get("group_protocol", "classic"))
     out: dict[str, dict[str, Any]] = {}
     for group_id, processes in sorted(members.items()):
-        polls: dict[str, int] = defaultdict(int)
+        polls: set[str] = set()
+        times_polled: dict[tuple[int, int], int] = defaultdict(int)
         assignments = 0
         for e in events:
             if e.process in processes:
                 if e.f == "poll" and e.type == "ok":
-                    polls[e.value] += 1  # type: ignore[index]
+                    polls.add(e.value)  # type: ignore[arg-type]
+                    times_polled[(e.partition, e.offset)] += 1  # type: ignore[index]
                 elif e.f == "assign":
                     assignments += 1
         undelivered = 0
@@ -339,7 +342,7 @@ def _check_groups(events: Sequence[Event], opens: dict[str, Event], send_order: 
                 (invokes[value], ack)))
         out[group_id] = {"protocol": protocol[group_id], "members": len(processes), "assignments": assignments,
                          "delivered": sum(1 for v in acked if v in polls),
-                         "redelivered": sum(1 for v, n in polls.items() if n > 1),
+                         "redelivered": sum(1 for n in times_polled.values() if n > 1),
                          "undelivered": undelivered}
     return out
 

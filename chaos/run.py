@@ -75,8 +75,10 @@ CLUSTER_SETTINGS = {
     "group.consumer.heartbeat.interval.ms": "1000",
 }
 WORKLOADS = ("queue", "txn", "group")
-#: Members of the `group` workload's consumer group.
+#: Members of the `group` workload's consumer group, and how often its last
+#: member leaves the group and joins again (seconds).
 GROUP_MEMBERS = 3
+GROUP_MEMBER_REJOIN_S = 20.0
 
 
 #: With --secure: the SASL_SSL listeners' connections.max.reauth.ms.
@@ -210,7 +212,8 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
         workload = TxnWorkload(queue, history, str(o.out / "clients.log"))  # type: ignore[arg-type]
     else:
         members = GROUP_MEMBERS if o.workload == "group" else 1
-        queue = QueueOptions(**common, rate_per_producer=o.rate, group_members=members)
+        queue = QueueOptions(**common, rate_per_producer=o.rate, group_members=members,
+                             member_rejoin_s=GROUP_MEMBER_REJOIN_S if o.workload == "group" else 0.0)
         workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
     nemesis: Nemesis | None = None
     try:

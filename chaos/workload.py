@@ -13,7 +13,9 @@
 - The `group` workload has the same producers and, instead of those two,
   `group_members` consumers `c-group-<i>` in one group, with auto-commit,
   speaking the classic group protocol or KIP-848's consumer protocol
-  (`group_protocol`). Its history says so (`at_least_once` in their open
+  (`group_protocol`); the last member leaves and joins again every
+  `member_rejoin_s`, so partitions move between members under the faults.
+  Its history says so (`at_least_once` in their open
   events): the checker then requires every acknowledged value to be polled
   by some member (at-least-once delivery through rebalances, coordinator
   moves and member fencing).
@@ -62,6 +64,9 @@ class QueueOptions:
     group_protocol: str = "classic"
     #: Group members; more than one makes the `group` workload (module doc).
     group_members: int = 1
+    #: In the `group` workload, the seconds between the last member's leaving
+    #: the group and joining it again (0: it stays).
+    member_rejoin_s: float = 0.0
     #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
     security: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -275,12 +280,10 @@ class QueueWorkload:
             config["group.protocol"] = "consumer"
         else:
             config.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000})
-        consumer = Consumer(config, logger=client_logger(self.log_path))
         session = [0]
-        self.history.record(name, "info", "open", extra={
-            "role": "consumer", "group": group, "isolation": isolation,
-            **({"group_id": config["group.id"], "group_protocol": o.group_protocol,
-                "at_least_once": o.group_members > 1} if group else {})})
+        open_extra = {"role": "consumer", "group": group, "isolation": isolation,
+                      **({"group_id": config["group.id"], "group_protocol": o.group_protocol,
+                          "at_least_once": o.group_members > 1} if group else {})}
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1
@@ -291,25 +294,40 @@ class QueueWorkload:
             self.history.record(name, "info", "revoke", session=session[0],
                                 extra={"partitions": sorted(p.partition for p in partitions)})
 
-        if group:
-            consumer.subscribe([o.topic], on_assign=assigned, on_revoke=revoked)
-        else:
-            consumer.assign([TopicPartition(o.topic, p, OFFSET_BEGINNING) for p in range(o.partitions)])
+        # The group workload's last member leaves the group and joins again
+        # every `member_rejoin_s`: its partitions move to the others and back
+        # while the faults go on.
+        rejoins = group and o.member_rejoin_s > 0 and name == f"c-group-{o.group_members - 1}"
+        while not self.stop_consumers.is_set():
+            consumer = Consumer(config, logger=client_logger(self.log_path))
+            self.history.record(name, "info", "open", extra=open_extra)
+            if group:
+                consumer.subscribe([o.topic], on_assign=assigned, on_revoke=revoked)
+            else:
+                consumer.assign([TopicPartition(o.topic, p, OFFSET_BEGINNING) for p in range(o.partitions)])
+            leave_at = time.monotonic() + o.member_rejoin_s if rejoins else float("inf")
+            try:
+                self._poll(consumer, name, session, leave_at)
+            finally:
+                consumer.close()
+            if time.monotonic() >= leave_at:
+                self.history.record(name, "info", "leave", session=session[0])
+                self.stop_consumers.wait(1.0)
+
+    def _poll(self, consumer: Any, name: str, session: list[int], until: float) -> None:
+        """Record what `consumer` receives until the consumers stop or `until` (monotonic) passes."""
         last_error = ("", 0.0)
-        try:
-            while not self.stop_consumers.is_set():
-                for msg in consumer.consume(num_messages=500, timeout=0.3):
-                    if msg.error() is not None:
-                        code = msg.error().name()
-                        if code != last_error[0] or time.monotonic() - last_error[1] > 2:
-                            self.history.record(name, "info", "error", session=session[0],
-                                                extra={"error": code, "message": msg.error().str()})
-                            last_error = (code, time.monotonic())
-                        continue
-                    self.history.record(name, "ok", "poll", partition=msg.partition(), offset=msg.offset(),
-                                        value=msg.value().decode(), session=session[0])
-        finally:
-            consumer.close()
+        while not self.stop_consumers.is_set() and time.monotonic() < until:
+            for msg in consumer.consume(num_messages=500, timeout=0.3):
+                if msg.error() is not None:
+                    code = msg.error().name()
+                    if code != last_error[0] or time.monotonic() - last_error[1] > 2:
+                        self.history.record(name, "info", "error", session=session[0],
+                                            extra={"error": code, "message": msg.error().str()})
+                        last_error = (code, time.monotonic())
+                    continue
+                self.history.record(name, "ok", "poll", partition=msg.partition(), offset=msg.offset(),
+                                    value=msg.value().decode(), session=session[0])
 
 
 FINAL_CONFLUENT = "final-confluent"
