@@ -1,14 +1,17 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters] [--workload queue|txn|group] [--group-protocol classic|consumer] [--seed N]
+                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters]
+                     [--workload queue|txn|group] [--group-protocol classic|consumer] [--seed N]
                      [--log-dirs N] [--secure] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
 consumers in a group and with assign(); txn: transactional producers writing
 to several partitions per transaction, committing or aborting, and
-read_committed consumers) while the nemeses inject faults on
+read_committed consumers; group: the queue's producers and a group of three
+consumers, classic or KIP-848 consumer protocol, that must together receive
+every acknowledged record) while the nemeses inject faults on
 a schedule drawn from the seed, heals everything, waits for the cluster to
 recover, reads every partition back and checks the history. Writes
 DIR/history.jsonl, report.json, report.md and report.png. Exit status 0
