@@ -21,6 +21,11 @@ Anomalies (any one fails the run):
 - `poll-skip`: a consumer session jumping from one offset to a later one
   over an offset that holds a record (known from any read).
 - `phantom-read`: a read value that no send produced, or whose send failed.
+- `group-undelivered` (the `group` workload, whose members' open events say
+  `at_least_once`): a send acknowledged `ok` that no member of the group
+  polled, in any generation or member epoch: the group lost it
+  (at-least-once delivery). A value polled by two members, or twice by one
+  after a rebalance, is allowed and counted (`group_redelivered`).
 
 - `leader-epoch-regression`: along one replica's log, a batch written by a
   leader of an older epoch than the batch before it (from the run's reading
@@ -67,7 +72,7 @@ from chaos.history import Event
 
 ANOMALIES = ("lost-write", "unverified", "duplicate", "inconsistent-offset", "non-monotonic-send",
              "non-monotonic-poll", "poll-skip", "phantom-read", "replica-divergence", "leader-epoch-regression",
-             "node-crash") + txn_check.ANOMALIES
+             "node-crash", "group-undelivered") + txn_check.ANOMALIES
 ALLOWED = ("duplicate-non-idempotent", "duplicate-new-epoch", "stopped-disk-full")
 READS = ("poll", "final-read")
 
@@ -281,7 +286,11 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
 
     anomalies += txn_check.check_transactions(events, txns, Finding)
 
+    group_stats = _check_groups(events, opens, send_order, acked, invokes, anomalies)
+
     stats = _stats(events, acked, where)
+    if group_stats:
+        stats["groups"] = group_stats
     if txns:
         outcomes = [t.outcome for t in txns.values()]
         stats["transactions"] = {k: outcomes.count(k) for k in (txn_check.COMMITTED, txn_check.ABORTED,
@@ -292,6 +301,50 @@ def check(events: Sequence[Event], unseen_points: int = 100) -> Result:
 
 
 _NO_OPEN = Event("", "info", "open")
+
+
+def _check_groups(events: Sequence[Event], opens: dict[str, Event], send_order: list[str],
+                  acked: dict[str, Event], invokes: dict[str, Event], anomalies: list[Finding]
+                  ) -> dict[str, dict[str, Any]]:
+    """At-least-once delivery to each group whose members say `at_least_once`:
+    every acknowledged value polled by some member. Per group: members,
+    protocol, assignments, acknowledged values delivered, records (offsets)
+    polled more than once, acknowledged values undelivered."""
+    members: dict[str, set[str]] = defaultdict(set)
+    protocol: dict[str, str] = {}
+    for process, e in opens.items():
+        if e.extra.get("at_least_once"):
+            group_id = str(e.extra.get("group_id"))
+            members[group_id].add(process)
+            protocol[group_id] = str(e.extra.get("group_protocol", "classic"))
+    out: dict[str, dict[str, Any]] = {}
+    for group_id, processes in sorted(members.items()):
+        polls: set[str] = set()
+        times_polled: dict[tuple[int, int], int] = defaultdict(int)
+        assignments = 0
+        for e in events:
+            if e.process in processes:
+                if e.f == "poll" and e.type == "ok":
+                    polls.add(e.value)  # type: ignore[arg-type]
+                    times_polled[(e.partition, e.offset)] += 1  # type: ignore[index]
+                elif e.f == "assign":
+                    assignments += 1
+        undelivered = 0
+        for value in send_order:
+            ack = acked.get(value)
+            if ack is None or value in polls:
+                continue
+            undelivered += 1
+            anomalies.append(Finding(
+                "group-undelivered",
+                f"{value} was acknowledged at partition {ack.partition} offset {ack.offset}, and no member of "
+                f"group {group_id} ({protocol[group_id]} protocol, members {sorted(processes)}) polled it",
+                (invokes[value], ack)))
+        out[group_id] = {"protocol": protocol[group_id], "members": len(processes), "assignments": assignments,
+                         "delivered": sum(1 for v in acked if v in polls),
+                         "redelivered": sum(1 for n in times_polled.values() if n > 1),
+                         "undelivered": undelivered}
+    return out
 
 
 def _identity(e: Event | None) -> tuple[int, int, int] | None:

@@ -69,8 +69,16 @@ CLUSTER_SETTINGS = {
     # fault, and a transaction whose producer vanished aborted soon after its timeout.
     "transaction.state.log.num.partitions": "3",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    # Consumer-protocol (KIP-848) members fenced after 10 s without a
+    # heartbeat, not 45 s: a paused or cut-off member's partitions move within a fault.
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.heartbeat.interval.ms": "1000",
 }
-WORKLOADS = ("queue", "txn")
+WORKLOADS = ("queue", "txn", "group")
+#: Members of the `group` workload's consumer group, and how often its last
+#: member leaves the group and joins again (seconds).
+GROUP_MEMBERS = 3
+GROUP_MEMBER_REJOIN_S = 20.0
 
 
 #: With --secure: the SASL_SSL listeners' connections.max.reauth.ms.
@@ -89,7 +97,8 @@ class RunOptions:
     duration: float = 120.0
     nemeses: tuple[str, ...] = ("kill", "pause", "partition")
     workload: str = "queue"
-    #: The queue workload's group: classic, consumer (KIP-848), mixed or mixed-static (online migrations).
+    #: The workload's group consumers: classic, consumer (KIP-848), or (queue workload)
+    #: mixed or mixed-static (online migrations).
     group_protocol: str = "classic"
     seed: int = 0
     partitions: int = 3
@@ -196,14 +205,16 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
     common = {"bootstrap": cluster.secure_bootstrap if o.secure else cluster.bootstrap, "security": security,
               "partitions": o.partitions, "replication_factor": rf,
               "min_insync_replicas": min(2, rf), "message_timeout_ms": o.message_timeout_ms,
-              "group_id": f"chaos-{o.seed}"}
+              "group_id": f"chaos-{o.seed}", "group_protocol": o.group_protocol}
     workload: QueueWorkload
     if o.workload == "txn":
         # --rate is the sends per second of each producer; a transaction holds about three.
         queue = TxnOptions(**common, seed=o.seed, transactions_per_second=max(0.5, o.rate / 8))
         workload = TxnWorkload(queue, history, str(o.out / "clients.log"))  # type: ignore[arg-type]
     else:
-        queue = QueueOptions(**common, rate_per_producer=o.rate, group_protocol=o.group_protocol)
+        members = GROUP_MEMBERS if o.workload == "group" else 1
+        queue = QueueOptions(**common, rate_per_producer=o.rate, group_members=members,
+                             member_rejoin_s=GROUP_MEMBER_REJOIN_S if o.workload == "group" else 0.0)
         workload = QueueWorkload(queue, history, str(o.out / "clients.log"))
     nemesis: Nemesis | None = None
     try:
@@ -243,7 +254,9 @@ def run(o: RunOptions, say: Any = print, tick: Any = None) -> RunOutcome:
                                   + str(exc).splitlines()[0])
         time.sleep(2.0)  # the healthy cluster serves the workload a moment before it stops
         say("stopping the workload (outstanding sends drain, consumers catch up)")
-        workload.stop()
+        # A group fences a member lost in a fault only after its session
+        # timeout, then moves its partitions: give the members time for that.
+        workload.stop(drain_s=40.0 if o.workload == "group" else 15.0)
         harness_errors += workload.errors
         say("reading every partition back")
         missing = final_read(queue, history, str(o.out / "clients.log"))

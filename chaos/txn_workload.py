@@ -51,7 +51,7 @@ class TxnWorkload(QueueWorkload):
     def start(self) -> None:
         for i in range(self.options.transactional_producers):
             self._spawn(self._transact, f"tp-{i}")
-        self._spawn(self._consume, "c-rc-group", True, "read_committed")
+        self._spawn(self._consume, "c-rc-group", True, "read_committed", self.options.group_protocol)
         self._spawn(self._consume, "c-rc-assign", False, "read_committed")
 
     def _consumers_caught_up(self) -> bool:

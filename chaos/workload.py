@@ -10,6 +10,15 @@
 - Consumers poll concurrently: `c-group` subscribes in a consumer group
   (each assignment starts a new session in the history), `c-assign` is
   assigned every partition from the beginning.
+- The `group` workload has the same producers and, instead of those two,
+  `group_members` consumers `c-group-<i>` in one group, with auto-commit,
+  speaking the classic group protocol or KIP-848's consumer protocol
+  (`group_protocol`); the last member leaves and joins again every
+  `member_rejoin_s`, so partitions move between members under the faults.
+  Its history says so (`at_least_once` in their open
+  events): the checker then requires every acknowledged value to be polled
+  by some member (at-least-once delivery through rebalances, coordinator
+  moves and member fencing).
 - `final_read`, after the nemesis healed everything, reads every partition
   from its start to its high watermark with a fresh consumer.
 
@@ -57,13 +66,19 @@ class QueueOptions:
     rate_per_producer: float = 40.0  # sends per second
     message_timeout_ms: int = MESSAGE_TIMEOUT_MS
     group_id: str = "chaos"
-    #: The group protocol of `c-group`: classic, consumer (KIP-848), or mixed: `c-group`
-    #: classic next to a member that restarts every MIGRATION_PERIOD_S seconds with the
-    #: other protocol (`c-group-m<k>`), so the group upgrades and downgrades online again
-    #: and again under the faults. mixed-static: the same with group.instance.id set (`c-group`
-    #: and `c-group-m` for every incarnation), so the consumer-protocol incarnation's place is
-    #: taken by the classic one (static member replacement) rather than left.
+    #: The group protocol of the group consumers: classic, consumer (KIP-848), or (queue
+    #: workload) mixed: `c-group` classic next to a member that restarts every
+    #: MIGRATION_PERIOD_S seconds with the other protocol (`c-group-m<k>`), so the group
+    #: upgrades and downgrades online again and again under the faults. mixed-static: the
+    #: same with group.instance.id set (`c-group` and `c-group-m` for every incarnation), so
+    #: the consumer-protocol incarnation's place is taken by the classic one (static member
+    #: replacement) rather than left.
     group_protocol: str = "classic"
+    #: Group members; more than one makes the `group` workload (module doc).
+    group_members: int = 1
+    #: In the `group` workload, the seconds between the last member's leaving
+    #: the group and joining it again (0: it stays).
+    member_rejoin_s: float = 0.0
     #: librdkafka's security keys (security.protocol, sasl.*, ssl.ca.location) for every client; empty: PLAINTEXT.
     security: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -151,6 +166,10 @@ class QueueWorkload:
         for name, idempotent in names:
             self._spawn(self._produce, name, idempotent)
         o = self.options
+        if o.group_members > 1:
+            for name in self.consumer_names():
+                self._spawn(self._group_member, name)
+            return
         mixed = o.group_protocol in ("mixed", "mixed-static")
         static = o.group_protocol == "mixed-static"
         self._spawn(self._consume, "c-group", True, "read_uncommitted",
@@ -158,6 +177,26 @@ class QueueWorkload:
         if mixed:
             self._spawn(self._migrating_member, "c-group-m", "c-group-m" if static else None)
         self._spawn(self._consume, "c-assign", False)
+
+    def consumer_names(self) -> list[str]:
+        if self.options.group_members > 1:
+            return [f"c-group-{i}" for i in range(self.options.group_members)]
+        return ["c-group", "c-assign"]
+
+    def _group_member(self, name: str) -> None:
+        """A member of the `group` workload's group; the last one leaves the group
+        and joins again every `member_rejoin_s`, so partitions move between members
+        while the faults go on."""
+        o = self.options
+        rejoins = o.member_rejoin_s > 0 and name == f"c-group-{o.group_members - 1}"
+        session = [0]
+        while not self.stop_consumers.is_set():
+            self._consume(name, True, "read_uncommitted", o.group_protocol, o.member_rejoin_s if rejoins else None,
+                          session=session)
+            if self.stop_consumers.is_set():
+                break
+            self.history.record(name, "info", "leave", session=session[0])
+            self.stop_consumers.wait(1.0)
 
     def _migrating_member(self, name: str, instance_id: str | None = None) -> None:
         """A group member restarted with the other protocol every MIGRATION_PERIOD_S:
@@ -202,14 +241,20 @@ class QueueWorkload:
             t.join(timeout=30)
 
     def _consumers_caught_up(self) -> bool:
+        """Every acknowledged value polled: by each consumer, or, in the
+        `group` workload, by some member of the group."""
         events = self.history.snapshot()
         acked = {e.value for e in events if e.f == "send" and e.type == "ok"}
-        by: dict[str, set[str | None]] = {"c-group": set(), "c-assign": set()}
+        members = self.options.group_members > 1
+        by: dict[str, set[str | None]] = {("group" if members else name): set() for name in self.consumer_names()}
         for e in events:
-            # The members of the group together (more than one with group_protocol=mixed).
-            process = "c-group" if e.process.startswith("c-group") else e.process
-            if e.f == "poll" and process in by:
-                by[process].add(e.value)
+            # The members of the group together (more than one with group_protocol=mixed);
+            # in the `group` workload, all of its members.
+            if e.f != "poll" or e.process is None:
+                continue
+            key = "group" if members else ("c-group" if e.process.startswith("c-group") else e.process)
+            if key in by:
+                by[key].add(e.value)
         return all(acked <= seen for seen in by.values())
 
     # --- producers ---------------------------------------------------------------------------------
@@ -277,7 +322,11 @@ class QueueWorkload:
     # --- consumers --------------------------------------------------------------------------------
 
     def _consume(self, name: str, group: bool, isolation: str = "read_uncommitted", protocol: str = "classic",
-                 lifetime_s: float | None = None, instance_id: str | None = None) -> None:
+                 lifetime_s: float | None = None, instance_id: str | None = None,
+                 session: list[int] | None = None) -> None:
+        """One consumer until the consumers stop or `lifetime_s` passes. `session` counts its
+        assignments in the history; a member that comes back passes its count on, so a
+        process's sessions keep rising."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         o = self.options
@@ -288,41 +337,54 @@ class QueueWorkload:
                   "isolation.level": isolation}
         if group and protocol == "consumer":
             # KIP-848: the broker sets the session timeout and heartbeat interval
-            # (librdkafka refuses both keys with this protocol).
+            # (group.consumer.*) and assigns; librdkafka refuses both keys with this protocol.
             del config["session.timeout.ms"], config["heartbeat.interval.ms"]
             config["group.protocol"] = "consumer"
         if instance_id is not None:
             config["group.instance.id"] = instance_id
-        until = None if lifetime_s is None else time.monotonic() + lifetime_s
+        until = float("inf") if lifetime_s is None else time.monotonic() + lifetime_s
         consumer = Consumer(config, logger=client_logger(self.log_path))
-        session = [0]
-        self.history.record(name, "info", "open", extra={"role": "consumer", "group": group, "isolation": isolation,
-                                                          "protocol": protocol, "instance_id": instance_id})
+        session = [0] if session is None else session
+        # The `group` workload's members say `at_least_once`: the checker then
+        # requires every acknowledged value polled by some member of the group.
+        self.history.record(name, "info", "open", extra={
+            "role": "consumer", "group": group, "isolation": isolation, "protocol": protocol,
+            "instance_id": instance_id,
+            **({"group_id": config["group.id"], "group_protocol": protocol, "at_least_once": o.group_members > 1}
+               if group else {})})
 
         def assigned(_consumer: Any, partitions: list[Any]) -> None:
             session[0] += 1
             self.history.record(name, "info", "assign", session=session[0],
                                 extra={"partitions": sorted(p.partition for p in partitions)})
 
+        def revoked(_consumer: Any, partitions: list[Any]) -> None:
+            self.history.record(name, "info", "revoke", session=session[0],
+                                extra={"partitions": sorted(p.partition for p in partitions)})
+
         if group:
-            consumer.subscribe([o.topic], on_assign=assigned)
+            consumer.subscribe([o.topic], on_assign=assigned, on_revoke=revoked)
         else:
             consumer.assign([TopicPartition(o.topic, p, OFFSET_BEGINNING) for p in range(o.partitions)])
-        last_error = ("", 0.0)
         try:
-            while not self.stop_consumers.is_set() and (until is None or time.monotonic() < until):
-                for msg in consumer.consume(num_messages=500, timeout=0.3):
-                    if msg.error() is not None:
-                        code = msg.error().name()
-                        if code != last_error[0] or time.monotonic() - last_error[1] > 2:
-                            self.history.record(name, "info", "error", session=session[0],
-                                                extra={"error": code, "message": msg.error().str()})
-                            last_error = (code, time.monotonic())
-                        continue
-                    self.history.record(name, "ok", "poll", partition=msg.partition(), offset=msg.offset(),
-                                        value=msg.value().decode(), session=session[0])
+            self._poll(consumer, name, session, until)
         finally:
             consumer.close()
+
+    def _poll(self, consumer: Any, name: str, session: list[int], until: float) -> None:
+        """Record what `consumer` receives until the consumers stop or `until` (monotonic) passes."""
+        last_error = ("", 0.0)
+        while not self.stop_consumers.is_set() and time.monotonic() < until:
+            for msg in consumer.consume(num_messages=500, timeout=0.3):
+                if msg.error() is not None:
+                    code = msg.error().name()
+                    if code != last_error[0] or time.monotonic() - last_error[1] > 2:
+                        self.history.record(name, "info", "error", session=session[0],
+                                            extra={"error": code, "message": msg.error().str()})
+                        last_error = (code, time.monotonic())
+                    continue
+                self.history.record(name, "ok", "poll", partition=msg.partition(), offset=msg.offset(),
+                                    value=msg.value().decode(), session=session[0])
 
 
 FINAL_CONFLUENT = "final-confluent"

@@ -1,14 +1,17 @@
 """`raftka chaos run`: a Jepsen-style run against a local cluster it starts itself.
 
     raftka chaos run [--mode kraft|zk] [--quorum-engine raftka|pysyncobj] [--controllers 3] [--brokers 3]
-                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters,replace] [--workload queue|txn] [--seed N]
+                     [--duration 120] [--dynamic-quorum] [--nemesis kill,pause,partition,disk,eio,clock,voters,replace]
+                     [--workload queue|txn|group] [--group-protocol classic|consumer|mixed|mixed-static] [--seed N]
                      [--log-dirs N] [--secure] [--out DIR]
 
 Starts a cluster (as `raftka cluster up` does) under DIR/cluster, runs the
 workload (queue: confluent-kafka producers, idempotent and not, acks=all;
 consumers in a group and with assign(); txn: transactional producers writing
 to several partitions per transaction, committing or aborting, and
-read_committed consumers) while the nemeses inject faults on
+read_committed consumers; group: the queue's producers and a group of three
+consumers, classic or KIP-848 consumer protocol, that must together receive
+every acknowledged record) while the nemeses inject faults on
 a schedule drawn from the seed, heals everything, waits for the cluster to
 recover, reads every partition back and checks the history. Writes
 DIR/history.jsonl, report.json, report.md and report.png. Exit status 0
@@ -55,12 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "replace (a controller's disk is wiped; it is formatted again and swapped in) "
                      "(default kill,pause,partition); "
                      "'none' for a calm run")
-    run.add_argument("--workload", choices=("queue", "txn"), default="queue")
+    run.add_argument("--workload", choices=("queue", "txn", "group"), default="queue",
+                     help="queue: producers, a group consumer and an assigned one; txn: transactional "
+                     "producers, read_committed consumers; group: the queue's producers and a group of 3 "
+                     "consumers that must together receive every acknowledged record (default queue)")
     run.add_argument("--group-protocol", choices=("classic", "consumer", "mixed", "mixed-static"), default="classic",
-                     help="the queue workload's group consumer: classic, consumer (KIP-848), or mixed: a classic "
-                          "member next to one restarted every 15 s with the other protocol (online upgrade and "
-                          "downgrade under the faults); mixed-static: the same with group.instance.id set, so "
-                          "each restart replaces the static member")
+                     help="the workload's group consumers: classic, consumer (KIP-848), or (queue workload only) "
+                          "mixed: a classic member next to one restarted every 15 s with the other protocol "
+                          "(online upgrade and downgrade under the faults); mixed-static: the same with "
+                          "group.instance.id set, so each restart replaces the static member (default classic)")
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: from the clock)")
     run.add_argument("--partitions", type=int, default=3, help="partitions of the workload's topic")
     run.add_argument("--log-dirs", type=int, default=1, metavar="N",
@@ -121,6 +127,11 @@ def run_main(args: argparse.Namespace) -> int:
         console.print(f"[red]--quorum-engine {args.quorum_engine} runs with --mode kraft only, and without the "
                       "partition nemesis (it cuts the listener ports, not pysyncobj's own): use e.g. "
                       "--nemesis kill,pause[/red]")
+        return 2
+    if args.group_protocol.startswith("mixed") and args.workload != "queue":
+        console.print(f"[red]--group-protocol {args.group_protocol} migrates the queue workload's group between "
+                      "protocols: use it with --workload queue, or give the group workload classic or "
+                      "consumer[/red]")
         return 2
     if args.log_dirs < 1 or (args.log_dirs > 1 and args.mode != "kraft"):
         console.print(f"[red]--log-dirs {args.log_dirs}: give 1 or more, and more than 1 only with --mode kraft "

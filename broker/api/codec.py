@@ -9,7 +9,9 @@ they are (storage file slices, sent with `os.sendfile`, or buffers), so no
 record byte is ever copied into Python. The frame's size prefix is computed
 from the parts' lengths.
 
-Layouts follow Kafka's ProduceResponse.json (v3..v12; v10+ only add tagged fields, left out) and FetchResponse.json
+Layouts follow Kafka's ProduceResponse.json (v3..v13: v10+ may carry the
+`current_leader` tagged field of a partition and the response's
+`node_endpoints` (KIP-951); v13 names each topic by its topic id) and FetchResponse.json
 (v4..v17: v13+ name each topic by its 16-byte topic id instead of its name;
 v16+ may end with the `node_endpoints` tagged field, the leaders a client
 was told of in `current_leader`; v14, v15 and v17 change only the request).
@@ -60,9 +62,12 @@ _LEADER_ID_EPOCH = struct.Struct(">iiB")  # leader_id, leader_epoch, no tagged f
 _NO_TAGS = b"\x00"
 _ZERO_UUID = bytes(16)
 _THROTTLE = b"\x00\x00\x00\x00"  # throttle_time_ms 0
-_THROTTLE_AND_TAGS = _THROTTLE + _NO_TAGS
 
-PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 12
+PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION = 3, 13
+#: From this Produce version topics are named by id (KIP-516).
+PRODUCE_TOPIC_ID_VERSION = 13
+#: From this Produce version an answer may say where a partition's leader went (KIP-951).
+PRODUCE_LEADER_VERSION = 10
 FETCH_MIN_VERSION, FETCH_MAX_VERSION = 4, 17
 #: From this Fetch version on topics are named by id (KIP-516).
 FETCH_TOPIC_ID_VERSION = 13
@@ -95,6 +100,8 @@ class ProducePartitionResult(NamedTuple):
     error_message: str | None = None
     #: KIP-467 (v8+): `(batch_index, message)` per record that made the batch fail.
     record_errors: tuple[tuple[int, str | None], ...] = ()
+    #: (leader_id, leader_epoch) when this broker is not the leader (v10+, KIP-951).
+    current_leader: tuple[int, int] | None = None
 
 
 #: Error code -> count of the partitions answered with it by the hand-built
@@ -107,12 +114,21 @@ fetch_error_counts: collections.Counter | None = None
 
 
 def encode_produce_response(
-    header: RequestHeader, topics: Sequence[tuple[str, Sequence[ProducePartitionResult]]]
+    header: RequestHeader,
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[ProducePartitionResult]]],
+    node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
+    throttle_ms: int = 0,
 ) -> bytes:
-    """One complete ProduceResponse frame (size prefix included)."""
+    """One complete ProduceResponse frame (size prefix included).
+
+    Each topic is keyed by its name below v13 and by its topic id from v13.
+    `node_endpoints` ((node id, host, port, rack)) and each partition's
+    `current_leader` go out from v10."""
     version = header.api_version
     assert PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION, version
     flexible = version >= 9
+    leaders = version >= PRODUCE_LEADER_VERSION
+    by_id = version >= PRODUCE_TOPIC_ID_VERSION
     # Response header v1 (a tag buffer) exactly when flexible, as for every
     # API but ApiVersions.
     parts = [_I32.pack(header.correlation_id), _NO_TAGS if flexible else b"",
@@ -122,8 +138,12 @@ def encode_produce_response(
     # partition's tag buffer (v9+): what every partition without an error ends with.
     plain_tail = (b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff") if version >= 8 else b""
     counts = produce_error_counts
-    for name, partitions in topics:
-        append(_topic_name(name, flexible))
+    for key, partitions in topics:
+        if by_id:
+            # The zero id reads as None (kio's null uuid); it is answered as asked.
+            append(key.bytes if key is not None else _ZERO_UUID)
+        else:
+            append(_topic_name(key, flexible))
         append(array_length_bytes(len(partitions), flexible))
         for p in partitions:
             if counts is not None:
@@ -131,7 +151,8 @@ def encode_produce_response(
             append(_PRODUCE_PARTITION.pack(p.partition, p.error_code, p.base_offset, p.log_append_time_ms))
             if version >= 5:
                 append(_I64.pack(p.log_start_offset))
-            if version >= 8 and (p.error_message is not None or p.record_errors):
+            leader = p.current_leader if leaders else None
+            if version >= 8 and (p.error_message is not None or p.record_errors or leader is not None):
                 append(array_length_bytes(len(p.record_errors), flexible))
                 for batch_index, message in p.record_errors:
                     append(_I32.pack(batch_index))
@@ -139,13 +160,20 @@ def encode_produce_response(
                     if flexible:
                         append(_NO_TAGS)
                 append(nullable_string_bytes(p.error_message, flexible))
-                if flexible:
+                if leader is not None:
+                    # Tagged field 0, `current_leader`: one tag, 9 bytes.
+                    append(b"\x01\x00\x09" + _LEADER_ID_EPOCH.pack(leader[0], leader[1], 0))
+                elif flexible:
                     append(_NO_TAGS)
             else:
                 append(plain_tail)
         if flexible:
             append(_NO_TAGS)
-    append(_THROTTLE_AND_TAGS if flexible else _THROTTLE)
+    append(_I32.pack(throttle_ms) if throttle_ms else _THROTTLE)
+    if node_endpoints and leaders:
+        append(_node_endpoints_tag(node_endpoints))
+    elif flexible:
+        append(_NO_TAGS)
     body = b"".join(parts)
     return _I32.pack(len(body)) + body
 

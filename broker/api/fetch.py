@@ -61,6 +61,7 @@ from broker.api.codec import (
     encode_fetch_response,
     records_size,
 )
+from broker.api.leader_endpoints import LEADER_MOVED, node_endpoints
 from broker.core.replication import NO_EPOCH
 from broker.shell.hosted_partition import HostedPartition, wait_for_change
 from common.security.acl import Operation, ResourceType
@@ -77,7 +78,7 @@ _NONE = ErrorCode.none
 _UNKNOWN_LEADER_EPOCH = ErrorCode.unknown_leader_epoch
 _UNKNOWN_TOPIC_ID = ErrorCode.unknown_topic_id
 #: The partition errors whose `current_leader` a v16+ answer gives the endpoint of (KIP-951).
-_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+_LEADER_MOVED = LEADER_MOVED
 #: The Fetch version from which the follower's id is in `replica_state` (KIP-903).
 _REPLICA_STATE_VERSION = 15
 #: The first Fetch version with `node_endpoints` in its answer (KIP-951).
@@ -336,21 +337,7 @@ def _respond(broker, header, topics, errored: bool):
     leaders = {r.current_leader[0] for _, results in topics for r in results
                if r.current_leader is not None and r.error_code in _LEADER_MOVED and r.current_leader[0] >= 0}
     return encode_fetch_response(header, ErrorCode.none, 0, topics,
-                                 node_endpoints=_endpoints(broker, sorted(leaders)))
-
-
-def _endpoints(broker, node_ids) -> list[tuple[int, str, int, str | None]]:
-    """(id, host, port, rack) on this listener of each of `node_ids` the image knows."""
-    out = []
-    for node_id in node_ids:
-        registration = broker.image.brokers.get(node_id)
-        if registration is None:
-            continue
-        for endpoint in registration.endpoints:
-            if endpoint.name == broker.config.listener_name:
-                out.append((node_id, endpoint.host, endpoint.port, registration.rack))
-                break
-    return out
+                                 node_endpoints=node_endpoints(broker, sorted(leaders)))
 
 
 def _read_again(broker, body, places, changed, replica_id: int, read_committed: bool, version: int):

@@ -37,6 +37,14 @@ without an append. From Produce v12 (transactions v2) the leader adds the
 partition to the transaction instead of verifying it: such a client sends
 no AddPartitionsToTxn of its own.
 
+From v13 the request names topics by id (KIP-516): they are looked up in
+the broker's metadata image first, and an id it does not know is answered
+with UNKNOWN_TOPIC_ID on each of its partitions (the client refreshes its
+metadata). From v10 a partition answered NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH names the leader the image has, and the response
+carries that leader's endpoint (KIP-951, `broker.api.leader_endpoints`),
+so the producer goes there without asking for metadata first.
+
 The request's records are views of the connection's receive buffer
 (`common.wire.produce_request`); `Log.append` writes them before the
 handler returns and keeps no reference. The response is encoded by hand
@@ -50,14 +58,21 @@ import logging
 import trio
 from kio.schema.errors import ErrorCode
 
-from broker.api.codec import ProducePartitionResult, encode_produce_response
+from broker.api.codec import (
+    PRODUCE_LEADER_VERSION,
+    PRODUCE_TOPIC_ID_VERSION,
+    ProducePartitionResult,
+    encode_produce_response,
+)
+from broker.api.leader_endpoints import LEADER_MOVED, current_leader, node_endpoints
 from broker.api.txn_verification import unverified, verify
 from broker.shell.hosted_partition import HostedPartition, wait_for_acks
 from common.security.acl import Operation
 
 _log = logging.getLogger("broker.produce")
 
-Results = list[tuple[str, list[ProducePartitionResult]]]
+#: (topic name, or topic id from v13) -> its partitions' results, in request order.
+Results = list[tuple[object, list[ProducePartitionResult]]]
 #: acks=all partitions still waiting: (index into results, position, partition,
 #: required offset, the leader epoch the batch was appended in).
 #: The first Produce version of transactions v2 (KIP-890 part 2).
@@ -73,55 +88,75 @@ def handle_produce(broker, ctx, request, throttle_ms=None):
                                                    trio.current_time())
         if throttle_ms:
             return _throttled(broker, ctx, request, throttle_ms)
-    acks = request.body.acks
+    body = request.body
+    if request.header.api_version >= PRODUCE_TOPIC_ID_VERSION:
+        body = _names_from_ids(broker, body)
+    acks = body.acks
     if acks not in (0, 1, -1):
-        results = [(t.name, [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
-                             for p in t.partition_data]) for t in request.body.topic_data]
-        return _respond(ctx, request, results, True)
+        results = [(_key(t), [ProducePartitionResult(p.index, ErrorCode.invalid_required_acks)
+                              for p in t.partition_data]) for t in body.topic_data]
+        return _respond(broker, request, results, True, throttle_ms, ctx)
     denied = None
     if broker.authorizer.enabled:
         # WRITE on each topic; the others are appended (Kafka answers per topic).
-        topics = broker.authorizer.denied_topics(ctx, (t.name for t in request.body.topic_data), Operation.WRITE)
+        topics = broker.authorizer.denied_topics(
+            ctx, (t.name for t in body.topic_data if t.name is not None), Operation.WRITE)
         if topics:
             denied = {(t.name, p.index): ErrorCode.topic_authorization_failed
-                      for t in request.body.topic_data if t.name in topics for p in t.partition_data}
-    if request.body.transactional_id:
+                      for t in body.topic_data if t.name in topics for p in t.partition_data}
+    if body.transactional_id:
         # Produce v12+: a transactions v2 client; the leader adds the partition.
         add = request.header.api_version >= TRANSACTIONS_V2_PRODUCE_VERSION
-        needed = unverified(broker, request.body, add)
+        needed = unverified(broker, body, add)
         if needed:
-            return _verify_then_handle(broker, ctx, request, needed, add, denied)
+            return _verify_then_handle(broker, ctx, request, body, needed, add, denied, throttle_ms)
     if denied:
-        return _handle_in_turn(broker, ctx, request, denied)
+        return _handle_in_turn(broker, ctx, request, body, denied, throttle_ms)
     if not ctx.in_turn(request):
-        return _handle_in_turn(broker, ctx, request)
+        return _handle_in_turn(broker, ctx, request, body, None, throttle_ms)
     try:
-        results, waiting, any_error = _append(broker, request.body)
+        results, waiting, any_error = _append(broker, body)
     finally:
         ctx.end_turn(request)
     if waiting:
-        return _respond_when_replicated(ctx, request, results, waiting)
-    if acks:
-        return encode_produce_response(request.header, results)
-    return _respond(ctx, request, results, any_error)
+        return _respond_when_replicated(broker, ctx, request, results, waiting, any_error, throttle_ms)
+    if acks and not any_error and not throttle_ms:
+        return encode_produce_response(request.header, results)  # the hot path
+    return _respond(broker, request, results, any_error, throttle_ms, ctx)
 
 
-async def _verify_then_handle(broker, ctx, request, needed, add=False, denied=None):
+def _names_from_ids(broker, body):
+    """A v13 body with each topic's name looked up by its id; an unknown id
+    keeps name None (`_append` answers UNKNOWN_TOPIC_ID)."""
+    topics_by_id = broker.image.topics_by_id
+    topics = []
+    for t in body.topic_data:
+        topic_image = topics_by_id.get(t.topic_id)
+        topics.append(t._replace(name=topic_image.name) if topic_image is not None else t)
+    return body._replace(topic_data=tuple(topics))
+
+
+def _key(topic_data):
+    """How the response names a topic: as the request did (by id from v13)."""
+    return topic_data.topic_id if topic_data.topic_id is not None else topic_data.name
+
+
+async def _verify_then_handle(broker, ctx, request, body, needed, add=False, denied=None, throttle_ms=None):
     # Verified before the turn is taken: the later requests of the
     # connection wait for this one's turn anyway, not for its verification
     # round trip unless they come after it.
-    refused = await verify(broker, request.body.transactional_id, needed, add)
+    refused = await verify(broker, body.transactional_id, needed, add)
     if denied:
         refused = {**(refused or {}), **denied}
-    return await _handle_in_turn(broker, ctx, request, refused)
+    return await _handle_in_turn(broker, ctx, request, body, refused, throttle_ms)
 
 
-async def _handle_in_turn(broker, ctx, request, refused=None):
+async def _handle_in_turn(broker, ctx, request, body, refused=None, throttle_ms=None):
     async with ctx.in_order(request):
-        results, waiting, any_error = _append(broker, request.body, refused)
+        results, waiting, any_error = _append(broker, body, refused)
     if waiting:
-        return await _respond_when_replicated(ctx, request, results, waiting)
-    return _respond(ctx, request, results, any_error)
+        return await _respond_when_replicated(broker, ctx, request, results, waiting, any_error, throttle_ms)
+    return _respond(broker, request, results, any_error, throttle_ms, ctx)
 
 
 def _append(broker, body, refused=None) -> tuple[Results, Waiting, bool]:
@@ -136,12 +171,18 @@ def _append(broker, body, refused=None) -> tuple[Results, Waiting, bool]:
     any_error = False
     for topic_data in body.topic_data:
         partition_results = []
+        name = topic_data.name
+        if name is None:  # v13: a topic id the image does not know
+            any_error = True
+            results.append((topic_data.topic_id, [ProducePartitionResult(p.index, ErrorCode.unknown_topic_id)
+                                                  for p in topic_data.partition_data]))
+            continue
         for p in topic_data.partition_data:
-            if refused and (topic_data.name, p.index) in refused:
+            if refused and (name, p.index) in refused:
                 any_error = True
-                partition_results.append(ProducePartitionResult(p.index, refused[(topic_data.name, p.index)]))
+                partition_results.append(ProducePartitionResult(p.index, refused[(name, p.index)]))
                 continue
-            result, hp, required = append(image, topic_data.name, p.index, p.records, acks, now_ms)
+            result, hp, required = append(image, name, p.index, p.records, acks, now_ms)
             if result.error_code:
                 any_error = True
             elif acks == -1 and hp is not None:
@@ -149,48 +190,56 @@ def _append(broker, body, refused=None) -> tuple[Results, Waiting, bool]:
                 # passes it fails the request (a new leader may have truncated it).
                 waiting.append((len(results), len(partition_results), hp, required, hp.state.leader.leader_epoch))
             partition_results.append(result)
-        results.append((topic_data.name, partition_results))
+        results.append((_key(topic_data), partition_results))
     return results, waiting, any_error
 
 
 def _throttled(broker, ctx, request, throttle_ms: int):
     """The response with `throttle_ms` in it; the connection reads nothing more for that long."""
     ctx.mute(throttle_ms / 1000)
-    response = handle_produce(broker, ctx, request, throttle_ms)
-    if response is None or isinstance(response, bytes):
-        return _with_throttle(request, response, throttle_ms)
-
-    async def later():
-        return _with_throttle(request, await response, throttle_ms)
-    return later()
+    return handle_produce(broker, ctx, request, throttle_ms)
 
 
-def _with_throttle(request, response: bytes | None, throttle_ms: int) -> bytes | None:
-    if response is None:
-        return None
-    # throttle_time_ms ends the response, before the tag buffer when flexible (v9+).
-    end = len(response) - (1 if request.header.api_version >= 9 else 0)
-    return response[:end - 4] + throttle_ms.to_bytes(4, "big") + response[end:]
-
-
-def _respond(ctx, request, results: Results, any_error: bool):
+def _respond(broker, request, results: Results, any_error: bool, throttle_ms=None, ctx=None):
     if request.body.acks == 0:
         if any_error:
             _log.info("closing connection %d from %s: an acks=0 produce failed", ctx.connection_id, ctx.peer)
             ctx.close()
         return None
-    return encode_produce_response(request.header, results)
+    endpoints = ()
+    if any_error and request.header.api_version >= PRODUCE_LEADER_VERSION:
+        endpoints = _name_leaders(broker, results)
+    return encode_produce_response(request.header, results, endpoints, throttle_ms or 0)
 
 
-async def _respond_when_replicated(ctx, request, results: Results, waiting: Waiting):
+def _name_leaders(broker, results: Results) -> list[tuple[int, str, int, str | None]]:
+    """Fill in `current_leader` of each partition whose leader moved (KIP-951),
+    from the image; the endpoints of the leaders named."""
+    image = broker.image
+    leaders = set()
+    for key, partitions in results:
+        topic_id = key if not isinstance(key, str) else image.topic_ids_by_name.get(key)
+        for i, p in enumerate(partitions):
+            if p.error_code in LEADER_MOVED and p.current_leader is None:
+                leader = current_leader(image, topic_id, p.partition)
+                if leader is not None:
+                    partitions[i] = p._replace(current_leader=leader)
+                    leaders.add(leader[0])
+    return node_endpoints(broker, sorted(leaders))
+
+
+async def _respond_when_replicated(broker, ctx, request, results: Results, waiting: Waiting, any_error: bool,
+                                   throttle_ms=None):
+    """`any_error`: a partition already failed before the wait."""
     deadline = trio.current_time() + request.body.timeout.total_seconds()
-    await _await_high_watermark(results, waiting, deadline)
-    return _respond(ctx, request, results, False)
+    errored = await _await_high_watermark(results, waiting, deadline)
+    return _respond(broker, request, results, errored or any_error, throttle_ms, ctx)
 
 
-async def _await_high_watermark(results, waiting, deadline: float) -> None:
+async def _await_high_watermark(results, waiting, deadline: float) -> bool:
     """Park until each partition's HW reaches its required offset (or it
-    fails), then fill in the final error codes."""
+    fails), then fill in the final error codes: whether any partition failed."""
+    errored = False
     while True:
         pending = []
         for entry in waiting:
@@ -200,12 +249,15 @@ async def _await_high_watermark(results, waiting, deadline: float) -> None:
                 pending.append(entry)
             elif error is not ErrorCode.none:
                 _set_error(results, topic_index, position, error)
+                errored = True
         waiting = pending
         if not waiting or trio.current_time() >= deadline:
             break
         await wait_for_acks(((entry[2], entry[3], entry[4]) for entry in waiting), deadline)
     for topic_index, position, *_ in waiting:
         _set_error(results, topic_index, position, ErrorCode.request_timed_out)
+        errored = True
+    return errored
 
 
 def _set_error(results, topic_index: int, position: int, error: ErrorCode) -> None:

@@ -25,10 +25,12 @@ import types
 import trio
 
 from broker.core.client_quotas import QuotaEnforcer
-from common.wire.codec import DecodedRequest, api_codec
+from common.wire.codec import DecodedRequest, api_codec, decode_response, encode_payload
 
 PRODUCE_KEY, FETCH_KEY = 0, 1
 _THROTTLE_FIELD = "throttle_time"
+#: The first Produce version whose response may end with tagged fields.
+_PRODUCE_TAGGED_VERSION = 10
 
 
 def charge(quotas: QuotaEnforcer, ctx, request: DecodedRequest, seconds: float) -> int:
@@ -87,6 +89,15 @@ def with_throttle(request: DecodedRequest, response, throttle_ms: int):
         return response
     header = request.header
     fields = _field_names(header.api_key, header.api_version)
+    if header.api_key == PRODUCE_KEY and header.api_version >= _PRODUCE_TAGGED_VERSION and len(parts) == 1:
+        # From v10 the body may end with tagged fields of any length (the
+        # leaders' endpoints, KIP-951) after throttle_time_ms: read it whole.
+        codec = api_codec(header.api_key, header.api_version)
+        body = decode_response(memoryview(first)[4:], codec, header.correlation_id)
+        if body.throttle_time >= datetime.timedelta(milliseconds=throttle_ms):
+            return response
+        body = dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+        return encode_payload(header.correlation_id, codec.response_header_version, codec.write_response, body)
     if fields[0] == _THROTTLE_FIELD:
         # size, correlation id, and the header's empty tag buffer in header v1.
         at = 8 + _header_tags(header.api_key, header.api_version)

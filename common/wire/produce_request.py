@@ -15,8 +15,8 @@ not reuse that memory while any view of it is alive
 
 The body has kio's field names (`transactional_id`, `acks`, `timeout`,
 `topic_data[].name`, `.partition_data[].index`, `.records`), plus
-`timeout_ms`. Layouts follow Kafka's ProduceRequest.json for the versions
-that name topics (v3..v12; v13 names them by id and is left to kio):
+`timeout_ms` and `topic_data[].topic_id`. Layouts follow Kafka's
+ProduceRequest.json (v3..v13):
 
     v3..v8   transactional_id: nullable string (int16 length)
              acks int16, timeout_ms int32
@@ -26,6 +26,9 @@ that name topics (v3..v12; v13 names them by id and is left to kio):
     v9..v12  the same, flexible (KIP-482): compact arrays, strings and
              bytes (unsigned varint length + 1; 0 is null) and a tagged
              field section after each partition, each topic and the body.
+    v13      v12 with each topic named by its 16-byte topic id instead of its
+             name (KIP-516); the decoded topic has `name` None and
+             `topic_id` set, and the handler looks the name up.
 
 Garbage raises ValueError or struct.error, which `codec.decode_request`
 turns into a RemoteProtocolError (the connection closes). Checked against
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -44,8 +48,10 @@ from common.wire.length_check import (past_end, read_compact_bytes_view, read_co
 
 PRODUCE_KEY = 0
 #: The versions decoded here; the rest go to kio.
-FIRST_VERSION, LAST_VERSION = 3, 12
+FIRST_VERSION, LAST_VERSION = 3, 13
 FIRST_FLEXIBLE_VERSION = 9
+#: From this version topics are named by id (KIP-516).
+TOPIC_ID_VERSION = 13
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -59,8 +65,11 @@ class PartitionProduceData(NamedTuple):
 
 
 class TopicProduceData(NamedTuple):
-    name: str
+    #: None in a v13 request until the handler resolves `topic_id`.
+    name: str | None
     partition_data: tuple[PartitionProduceData, ...]
+    #: v13+: the topic's id (the zero id when the client sent it); None before.
+    topic_id: uuid.UUID | None = None
 
 
 class ProduceRequest(NamedTuple):
@@ -125,7 +134,7 @@ def _read_legacy(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics)), pos - start
 
 
-def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
+def _read_flexible(frame: memoryview, pos: int, by_id: bool = False) -> tuple[ProduceRequest, int]:
     # Tag sections are nearly always empty (one 0 byte): read inline.
     start = pos
     transactional_id, pos = read_compact_string(frame, pos, "transactional_id", nullable=True)
@@ -133,7 +142,15 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     topic_count, pos = read_compact_count(frame, pos + 6, "topic_data")
     topics = []
     for _ in range(topic_count):
-        name, pos = read_compact_string(frame, pos, "a topic name")
+        topic_id = None
+        if by_id:
+            if pos + 16 > frame.nbytes:
+                raise past_end("a topic id")
+            topic_id = uuid.UUID(bytes=bytes(frame[pos : pos + 16]))
+            name = None
+            pos += 16
+        else:
+            name, pos = read_compact_string(frame, pos, "a topic name")
         partition_count, pos = read_compact_count(frame, pos, "partition_data")
         partitions = []
         for _ in range(partition_count):
@@ -142,7 +159,7 @@ def _read_flexible(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
             pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
             partitions.append(PartitionProduceData(index, records))
         pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
-        topics.append(TopicProduceData(name, tuple(partitions)))
+        topics.append(TopicProduceData(name, tuple(partitions), topic_id))
     pos = pos + 1 if frame[pos] == 0 else skip_tagged_fields(frame, pos)
     return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics)), pos - start
 
@@ -152,4 +169,10 @@ def produce_request_reader(version: int) -> Callable[[Any, int], tuple[ProduceRe
     `(frame, offset) -> (body, bytes used)`), or None for versions kio decodes."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         return None
+    if version >= TOPIC_ID_VERSION:
+        return _read_by_id
     return _read_flexible if version >= FIRST_FLEXIBLE_VERSION else _read_legacy
+
+
+def _read_by_id(frame: memoryview, pos: int) -> tuple[ProduceRequest, int]:
+    return _read_flexible(frame, pos, by_id=True)

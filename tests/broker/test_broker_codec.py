@@ -21,6 +21,9 @@ from common.wire import FileSlice, RequestHeader, api_codec, decode_response, pa
 from storage.batch import build_batch
 
 
+TOPIC_ID = uuid.UUID("5f1c0d3e-9a7b-4c2d-8e6f-0123456789ab")
+
+
 def _header(api_key, version):
     codec = api_codec(api_key, version)
     return RequestHeader(api_key, version, 77, "c", codec.request_header_version)
@@ -39,28 +42,41 @@ def _join(parts):
 @pytest.mark.parametrize("version", range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1))
 def test_produce_response_decodes_with_kio(version):
     header = _header(0, version)
+    # Topics by name, and from v13 by id (the zero id reads as kio's None).
+    first, other = ("tópico", "other") if version < 13 else (TOPIC_ID, uuid.UUID(int=0))
     frame = encode_produce_response(header, [
-        ("tópico", [ProducePartitionResult(0, 0, 42, -1, 7), ProducePartitionResult(3, 6, -1, -1, -1, "not leader")]),
-        ("other", []),
-    ])
+        (first, [ProducePartitionResult(0, 0, 42, -1, 7),
+                 ProducePartitionResult(3, 6, -1, -1, -1, "not leader", current_leader=(2, 9))]),
+        (other, []),
+    ], node_endpoints=[(2, "host-2", 9093, "r2"), (5, "host-5", 9095, None)], throttle_ms=250)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     body = decode_response(memoryview(frame)[4:], api_codec(0, version), 77)
     (t1, t2) = body.responses
-    assert t1.name == "tópico" and t2.name == "other" and t2.partition_responses == ()
+    if version < 13:
+        assert t1.name == "tópico" and t2.name == "other"
+    else:
+        assert t1.topic_id == TOPIC_ID and t2.topic_id is None
+    assert t2.partition_responses == ()
     p0, p3 = t1.partition_responses
     assert (p0.index, p0.error_code, p0.base_offset) == (0, 0, 42)
     assert (p3.index, p3.error_code, p3.base_offset) == (3, 6, -1)
+    assert body.throttle_time.total_seconds() == 0.25
     if version >= 5:
         assert p0.log_start_offset == 7
     if version >= 8:
         assert p3.error_message == "not leader" and p0.error_message is None
+    if version >= 10:  # KIP-951: where the leader went, and how to reach it
+        assert (p3.current_leader.leader_id, p3.current_leader.leader_epoch) == (2, 9)
+        assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == (-1, -1)
+        assert [(n.node_id, n.host, n.port, n.rack) for n in body.node_endpoints] == [
+            (2, "host-2", 9093, "r2"), (5, "host-5", 9095, None)]
 
 
 @pytest.mark.parametrize("version", range(8, PRODUCE_MAX_VERSION + 1))
 def test_produce_record_errors_decode_with_kio(version):
     """KIP-467: the records that made a batch fail, by index, with a reason each."""
     header = _header(0, version)
-    frame = encode_produce_response(header, [("t", [
+    frame = encode_produce_response(header, [("t" if version < 13 else TOPIC_ID, [
         ProducePartitionResult(1, 87, error_message="record 2 of 3: no key",
                                record_errors=((2, "record 2 of 3: no key"), (5, None))),
         ProducePartitionResult(2, 0, 10, -1, 0),
@@ -72,8 +88,6 @@ def test_produce_record_errors_decode_with_kio(version):
         (2, "record 2 of 3: no key"), (5, None)]
     assert ok.record_errors == () and ok.error_message is None and ok.base_offset == 10
 
-
-TOPIC_ID = uuid.UUID("5f1c0d3e-9a7b-4c2d-8e6f-0123456789ab")
 
 
 @pytest.mark.parametrize("version", range(FETCH_MIN_VERSION, FETCH_MAX_VERSION + 1))
@@ -222,3 +236,30 @@ def test_metadata_partition_with_a_replica_list_too_long_for_a_one_byte_compact_
     wide, narrow = decode_response(memoryview(frame)[4:], api_codec(3, version), 5).topics[0].partitions
     assert (wide.replica_nodes, wide.isr_nodes, wide.offline_replicas) == (replicas, replicas[:127], (130,))
     assert (wide.leader_id, narrow.leader_id, narrow.replica_nodes) == (1, 1, (1, 2))
+
+
+@pytest.mark.parametrize("version", [9, 10, PRODUCE_MAX_VERSION])
+def test_a_request_quota_throttle_lands_in_a_produce_answer_ending_with_leader_endpoints(version):
+    """From v10 a Produce answer may end with tagged fields after
+    throttle_time_ms (KIP-951): the request quota still sets it there."""
+    from types import SimpleNamespace
+
+    from broker.shell.request_quota import with_throttle
+
+    header = _header(0, version)
+    key = TOPIC_ID if version >= 13 else "t"
+    frame = encode_produce_response(header, [(key, [ProducePartitionResult(0, 6, current_leader=(2, 4))])],
+                                    node_endpoints=[(2, "host-2", 9093, None)])
+    patched = with_throttle(SimpleNamespace(header=header), frame, 1500)
+    body = decode_response(memoryview(patched)[4:], api_codec(0, version), 77)
+    assert body.throttle_time.total_seconds() == 1.5
+    assert only_error(body) == 6
+    if version >= 10:
+        assert [(n.node_id, n.host) for n in body.node_endpoints] == [(2, "host-2")]
+        assert body.responses[0].partition_responses[0].current_leader.leader_id == 2
+
+
+def only_error(body) -> int:
+    (topic,) = body.responses
+    (p,) = topic.partition_responses
+    return p.error_code

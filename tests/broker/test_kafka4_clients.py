@@ -1,7 +1,9 @@
 """Each client library of the suite negotiates the newest versions it knows
 against raftka and round-trips records with them. The broker records the
 version of every request it serves, so the test sees what each client
-really sent (librdkafka: Fetch v17 by topic id)."""
+really sent: for Produce and Fetch, exactly the newer of what the client
+knows and what raftka offers (librdkafka: Fetch v16 by topic id, with
+leader endpoints)."""
 
 from __future__ import annotations
 
@@ -98,31 +100,54 @@ def aiokafka_round_trip(bootstrap: str) -> list[tuple[bytes, bytes]]:
     return asyncio.run(run())
 
 
-async def round_trip(tmp_path, client) -> dict[int, int]:
-    """The highest version of each API `client` used, after checking it read back what it wrote."""
+PRODUCE, FETCH = 0, 1
+#: The newest Produce and Fetch versions each library sends, from its
+#: source: librdkafka 2.16 (rdkafka_request.c), kafka-python 3.0
+#: (`max_version` in producer/sender.py and consumer/fetcher.py), aiokafka
+#: 0.14 (the newest request classes it ships).
+CLIENT_NEWEST = {
+    "confluent": {PRODUCE: 10, FETCH: 16},
+    "kafka-python": {PRODUCE: 9, FETCH: 12},
+    "aiokafka": {PRODUCE: 7, FETCH: 11},
+}
+
+
+def assert_newest_shared(client: str, used: dict[int, int], offered: dict[int, int]) -> None:
+    """The client sent Produce and Fetch at the newest version both it and raftka know."""
+    for api_key in (PRODUCE, FETCH):
+        assert used[api_key] == min(CLIENT_NEWEST[client][api_key], offered[api_key]), (client, used, offered)
+
+
+async def round_trip(tmp_path, client) -> tuple[dict[int, int], dict[int, int]]:
+    """The highest version of each API `client` used, after checking it
+    read back what it wrote; and the highest version raftka offers of each."""
     async with trio.open_nursery() as nursery:
         running = await start_broker(nursery, tmp_path)
         await running.create_topic(TOPIC)
         seen = record_versions(running.broker)
+        offered = {key: hi for key, _lo, hi in running.broker.apis.items()}
         consumed = await in_thread(client, running.bootstrap)
         assert consumed == RECORDS
         running.stop()
-    return {key: max(versions) for key, versions in seen.items()}
+    return {key: max(versions) for key, versions in seen.items()}, offered
 
 
 async def test_librdkafka_fetches_by_topic_id(tmp_path):
-    used = await round_trip(tmp_path, confluent_round_trip)
+    used, offered = await round_trip(tmp_path, confluent_round_trip)
     # librdkafka 2.16: Fetch v16 (topic ids, leader endpoints), Metadata v13, Produce v10.
-    assert used[1] >= 13 and used[3] >= 13 and used[0] >= 10, used
+    assert_newest_shared("confluent", used, offered)
+    assert used[3] >= 13, used
 
 
 async def test_kafka_python_negotiates_its_newest(tmp_path):
-    used = await round_trip(tmp_path, kafka_python_round_trip)
-    # kafka-python 3.0: Metadata v13, ListOffsets v9 (it knows no Fetch past v12).
-    assert used[3] >= 13 and used[2] >= 9 and used[1] >= 12, used
+    used, offered = await round_trip(tmp_path, kafka_python_round_trip)
+    # kafka-python 3.0: Metadata v13, ListOffsets v9 (it sends no Fetch past v12, no Produce past v9).
+    assert_newest_shared("kafka-python", used, offered)
+    assert used[3] >= 13 and used[2] >= 9, used
 
 
 async def test_aiokafka_negotiates_its_newest(tmp_path):
-    used = await round_trip(tmp_path, aiokafka_round_trip)
+    used, offered = await round_trip(tmp_path, aiokafka_round_trip)
     # aiokafka 0.14 knows no newer versions than these: Produce v7, Fetch v11, Metadata v5.
-    assert used[0] >= 7 and used[1] >= 11 and used[3] >= 5, used
+    assert_newest_shared("aiokafka", used, offered)
+    assert used[3] >= 5, used

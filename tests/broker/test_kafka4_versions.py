@@ -1,7 +1,7 @@
 """Kafka 4 protocol versions over the wire, with a raw-protocol client on one
-broker: the features ApiVersions reports, Fetch v17 by topic id (and
-UNKNOWN_TOPIC_ID for an id the broker does not know, leader endpoints on
-NOT_LEADER_OR_FOLLOWER), ListOffsets v9's special timestamps, Metadata v13
+broker: the features ApiVersions reports, Fetch v17 and Produce v13 by topic
+id (and UNKNOWN_TOPIC_ID for an id the broker does not know, leader
+endpoints on NOT_LEADER_OR_FOLLOWER), ListOffsets v9's special timestamps, Metadata v13
 and DescribeTopicPartitions' pages."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v17 import request as f17
 from kio.schema.list_offsets.v9 import request as lo9
 from kio.schema.metadata.v13 import request as md13
+from kio.schema.produce.v10 import request as p10
+from kio.schema.produce.v13 import request as p13
 
 from broker.api.describe_topic_partitions import page
 from broker.core.group import GroupCoordinatorConfig
@@ -30,6 +32,16 @@ def fetch_v17(topic_id: uuid.UUID, partition: int, offset: int, *, leader_epoch:
     return f17.FetchRequest(max_wait=0 * MS, min_bytes=1, topics=(f17.FetchTopic(topic_id=topic_id, partitions=(
         f17.FetchPartition(partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
                            partition_max_bytes=1 << 20),)),), forgotten_topics_data=())
+
+
+def produce_v13(topic_id: uuid.UUID, partition: int, records, *, acks: int = 1):
+    return p13.ProduceRequest(acks=acks, timeout=5000 * MS, topic_data=(p13.TopicProduceData(
+        topic_id=topic_id, partition_data=(p13.PartitionProduceData(index=partition, records=records),)),))
+
+
+def produce_v10(topic: str, partition: int, records):
+    return p10.ProduceRequest(acks=1, timeout=5000 * MS, topic_data=(p10.TopicProduceData(
+        name=topic, partition_data=(p10.PartitionProduceData(index=partition, records=records),)),))
 
 
 def list_offsets_v9(topic: str, timestamp: int):
@@ -95,6 +107,48 @@ async def test_fetch_v17_by_topic_id(tmp_path):
         assert p.error_code == ErrorCode.not_leader_or_follower and p.current_leader.leader_id == 2
         assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [
             (2, "127.0.0.9", 19092, "r2")]
+        running.stop()
+
+
+async def test_produce_v13_by_topic_id(tmp_path):
+    async with trio.open_nursery() as nursery:
+        running = await start_broker(nursery, tmp_path)
+        await running.create_topic("ids", partitions=1)
+        await running.controller.register_broker(2, "127.0.0.9", 19092, rack="r2")
+        await running.create_topic("elsewhere", assignments=[(2,)])
+        conn = await running.connect(nursery)
+        served = {k.api_key: (k.min_version, k.max_version) for k in (await conn.request(
+            av4.ApiVersionsRequest(client_software_name="raw", client_software_version="1"))).api_keys}
+        assert served[0] == (3, 13)
+        topic_id = running.broker.image.topic_ids_by_name["ids"]
+        batch = build_batch([(b"k", b"sent by id", (), int(time.time() * 1000))])
+
+        response = await conn.request(produce_v13(topic_id, 0, batch))
+        (topic,) = response.responses
+        assert topic.topic_id == topic_id
+        (p,) = topic.partition_responses
+        assert p.error_code == ErrorCode.none and p.base_offset == 0 and response.node_endpoints == ()
+        (fetched,) = (await conn.request(fetch_v17(topic_id, 0, 0))).responses[0].partitions
+        assert bytes(fetched.records).endswith(b"sent by id\x00")
+
+        # An id the broker does not know, and the zero id: UNKNOWN_TOPIC_ID, nothing appended.
+        stranger = uuid.uuid4()
+        for unknown in (stranger, uuid.UUID(int=0)):
+            (topic,) = (await conn.request(produce_v13(unknown, 0, batch))).responses
+            assert topic.topic_id == (unknown if unknown.int else None)
+            assert [q.error_code for q in topic.partition_responses] == [ErrorCode.unknown_topic_id]
+        assert running.broker.replicas.partitions[("ids", 0)].log.log_end_offset == 1
+
+        # A partition led elsewhere: the answer names the leader and its endpoint
+        # (KIP-951), by id in v13 and by name from v10.
+        elsewhere = running.broker.image.topic_ids_by_name["elsewhere"]
+        for request in (produce_v13(elsewhere, 0, batch), produce_v10("elsewhere", 0, batch)):
+            response = await conn.request(request)
+            p = only_partition(response)
+            assert p.error_code == ErrorCode.not_leader_or_follower
+            assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (2, 0)
+            assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [
+                (2, "127.0.0.9", 19092, "r2")]
         running.stop()
 
 

@@ -79,7 +79,7 @@ async def test_transactions_v2_fence_a_late_write_of_an_aborted_transaction(tmp_
             (f.name, f.min_version_level, f.max_version_level) for f in versions.finalized_features]
         assert ("transaction.version", 2) in [(f.name, f.max_version) for f in versions.supported_features]
         assert {k.api_key: k.max_version for k in versions.api_keys if k.api_key in (0, 26, 28)} == \
-            {0: 12, 26: 5, 28: 5}
+            {0: 13, 26: 5, 28: 5}
 
         with trio.fail_after(20):
             for key, key_type in ((TID, 1), ("g", 0)):

@@ -6,8 +6,10 @@ leader from the other nodes while its clients still reach it). With
 RAFTKA_SOAK=1, a short `txn` run with the same nemeses, every
 combination of nemeses runs the queue workload for RAFTKA_SOAK_SECONDS
 (default 300) in KRaft mode and in ZooKeeper mode, four combinations the
-txn workload, and a 60 s KRaft run with the `eio` nemesis (disks failing
-writes) checks that no broker stops.
+txn workload, a 60 s KRaft run with the `eio` nemesis (disks failing
+writes) checks that no broker stops, and 90 s runs of the `group` workload
+(with the consumer protocol and the classic one) check that a consumer group
+receives every acknowledged record.
 """
 
 from __future__ import annotations
@@ -211,3 +213,20 @@ def test_a_static_member_migrating_between_protocols_under_faults_loses_nothing(
     polled = {e.process for e in history if e.f == "poll" and e.type == "ok"}
     assert {"consumer", "classic"} <= {opened[p] for p in polled if p.startswith("c-group-m")}, opened
     assert "c-group" in polled
+
+
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1")
+@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_soak_consumer_group_delivers_every_acknowledged_record(tmp_path: Path, protocol: str) -> None:
+    """A group of 3 consumers (KIP-848's consumer protocol, or the classic
+    one) under kills, pauses and partitions of brokers and controllers: the
+    members together receive every acknowledged record (at least once)."""
+    done = chaos_run(tmp_path, "--mode", "kraft", "--controllers", "3", "--brokers", "3", "--duration", "90",
+                     "--nemesis", "kill,pause,partition", "--workload", "group", "--group-protocol", protocol,
+                     "--seed", "7", timeout=700)
+    report = check_outcome(done, tmp_path, {"kill", "pause", "partition"})
+    (group,) = report["checker"]["stats"]["groups"].values()
+    assert group["protocol"] == protocol and group["members"] == 3, group
+    assert group["undelivered"] == 0 and group["delivered"] == report["checker"]["stats"]["sends_acknowledged"]
+    assert f"--group-protocol {protocol}" in (tmp_path / "report.md").read_text() or protocol == "classic"

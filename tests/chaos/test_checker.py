@@ -267,6 +267,35 @@ def test_a_value_nobody_sent_or_whose_send_failed_is_a_phantom_read() -> None:
     assert kinds(h) == ["phantom-read"]
 
 
+def group_history(polled_by: dict[str, list[tuple[int, int, str]]]) -> H:
+    """The `group` workload: p1 sends a, b, c; each member polls what `polled_by` says."""
+    h = H()
+    h.open_producer("p1")
+    for offset, value in enumerate(("a", "b", "c")):
+        h.send("p1", 0, value, offset)
+    for member, polls in polled_by.items():
+        h.add(member, "info", "open", extra={"role": "consumer", "group": True, "group_id": "g",
+                                            "group_protocol": "consumer", "at_least_once": True})
+        h.add(member, "info", "assign", session=1, extra={"partitions": [0]})
+        for partition, offset, value in polls:
+            h.poll(member, partition, offset, value, session=1)
+    h.final(0, ["a", "b", "c"])
+    return h
+
+
+def test_a_record_no_group_member_polled_is_undelivered_and_one_polled_twice_is_fine() -> None:
+    # b went to m1, then (after a rebalance) to m2 as well: at least once.
+    delivered = check(group_history({"m1": [(0, 0, "a"), (0, 1, "b")], "m2": [(0, 1, "b"), (0, 2, "c")]}).events)
+    assert delivered.valid, delivered.anomalies
+    assert delivered.stats["groups"] == {"g": {"protocol": "consumer", "members": 2, "assignments": 2,
+                                               "delivered": 3, "redelivered": 1, "undelivered": 0}}
+    lost = check(group_history({"m1": [(0, 0, "a")], "m2": [(0, 2, "c")]}).events)
+    assert [f.kind for f in lost.anomalies] == ["group-undelivered"]
+    assert "b was acknowledged at partition 0 offset 1" in lost.anomalies[0].message
+    # A queue history's group consumer (no `at_least_once`) is not judged so.
+    assert "groups" not in check(clean().events).stats
+
+
 def test_unseen_counts_acknowledged_records_no_consumer_polled_yet() -> None:
     h = clean()
     result = check(h.events, unseen_points=10)
