@@ -182,31 +182,19 @@ def test_soak_dynamic_quorum_wiped_controllers_replaced(tmp_path: Path) -> None:
     assert changes and all(e.extra.get("error") is None and not e.extra.get("errors") for e in changes), changes
 
 
-@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the online migration with "
-                    "real clients, tests/broker/test_group_migration.py)")
+@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the online migration and the "
+                    "static rollback with real clients, tests/broker/test_group_migration.py)")
 @pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
-def test_a_group_migrating_between_protocols_under_faults_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("protocol", "seed"), [("mixed", 41), ("mixed-static", 43)])
+def test_a_group_migrating_between_protocols_under_faults_loses_nothing(tmp_path: Path, protocol: str,
+                                                                        seed: int) -> None:
     # One classic member and one restarted every 15 s with the other protocol:
     # the group upgrades to the consumer protocol and downgrades back again and
-    # again while controllers and brokers are killed, paused and cut off.
-    done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "90", "--nemesis", "kill,pause,partition",
-                     "--group-protocol", "mixed", "--seed", "41", timeout=500)
-    check_outcome(done, tmp_path, {"kill", "pause", "partition"})
-    history = read_history(tmp_path / "history.jsonl")
-    opened = {e.process: e.extra.get("protocol") for e in history if e.f == "open" and e.process.startswith("c-group")}
-    polled = {e.process for e in history if e.f == "poll" and e.type == "ok"}
-    assert {"consumer", "classic"} <= {opened[p] for p in polled if p.startswith("c-group-m")}, opened
-    assert "c-group" in polled
-
-
-@pytest.mark.skipif(not SOAK, reason="a soak: RAFTKA_SOAK=1 (the default suite has the static rollback with "
-                    "real clients, tests/broker/test_group_migration.py)")
-@pytest.mark.skipif(link_cutting_unavailable() is not None, reason=link_cutting_unavailable() or "")
-def test_a_static_member_migrating_between_protocols_under_faults_loses_nothing(tmp_path: Path) -> None:
-    # The same with group.instance.id: each consumer-to-classic restart is a
+    # again while controllers and brokers are killed, paused and cut off. With
+    # mixed-static (group.instance.id), each consumer-to-classic restart is a
     # static member replacement that turns the group classic again.
     done = chaos_run(tmp_path, "--mode", "kraft", "--duration", "90", "--nemesis", "kill,pause,partition",
-                     "--group-protocol", "mixed-static", "--seed", "43", timeout=500)
+                     "--group-protocol", protocol, "--seed", str(seed), timeout=500)
     check_outcome(done, tmp_path, {"kill", "pause", "partition"})
     history = read_history(tmp_path / "history.jsonl")
     opened = {e.process: e.extra.get("protocol") for e in history if e.f == "open" and e.process.startswith("c-group")}
